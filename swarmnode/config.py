@@ -1,0 +1,257 @@
+"""The node's whole configuration: pydantic models, YAML presets and `--set a.b=c` overrides.
+
+Every error a user can cause here (unknown key, wrong type, out-of-range value, missing preset) is raised as
+`ConfigError` with one line naming the key and what is allowed; the CLI prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PRESET_DIRS = (Path(__file__).resolve().parent.parent / "configs", Path.cwd() / "configs")
+
+
+class ConfigError(ValueError):
+    """A user mistake in configuration; its message is one line, fit to print as is."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class NetworkConfig(_Section):
+    """Where the node listens, whom it dials first, and how patient it is."""
+
+    initial_peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs (/ip4/.../p2p/Qm...)")
+    host_maddrs: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"])
+    announce_maddrs: list[str] = Field(default_factory=list)
+    identity_path: str | None = Field(None, description="key file; default under the user's data dir")
+    startup_timeout: float = Field(60.0, gt=0, le=3600, description="seconds to start p2pd and reach a bootstrap")
+    nat_port_map: bool = True
+    auto_nat: bool = True
+    use_relay: bool = True
+    client_mode: bool = False
+    heartbeat_interval: float = Field(5.0, gt=0, le=600)
+    missed_beats_to_expire: int = Field(3, ge=1, le=100)
+    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1 << 30)
+
+
+class TinyModelConfig(_Section):
+    """Shape of the built-in tiny Qwen2-style model (character tokenizer, built in code, no download)."""
+
+    hidden_size: int = Field(128, ge=64, le=4096)
+    num_hidden_layers: int = Field(2, ge=1, le=64)
+    num_attention_heads: int = Field(2, ge=1, le=64)
+    intermediate_size: int = Field(256, ge=16)
+    max_position_embeddings: int = Field(128, ge=16)
+    seed: int = 0
+    warm_start_steps: int = Field(300, ge=0, le=100_000, description="supervised steps on the task format")
+
+
+class ModelConfig(_Section):
+    """Which policy the run trains: `builtin:tiny`, an HF hub id, or a local directory."""
+
+    name: str = "builtin:tiny"
+    revision: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+
+
+class TaskConfig(_Section):
+    """Prompts and rewards. `arithmetic` is built in; `math` reads JSONL or an HF `datasets` name."""
+
+    name: Literal["arithmetic", "math"] = "arithmetic"
+    seed: int = 0
+    max_operand: int = Field(9, ge=1, le=10**6)
+    path: str | None = Field(None, description="JSONL file for the math task")
+    dataset: str | None = Field(None, description="HF datasets name for the math task")
+    split: str = "train"
+    prompt_field: str = "problem"
+    answer_field: str = "answer"
+    prompt_template: str = "{prompt}\nPut the final answer in \\boxed{{}}.\n"
+    eval_size: int = Field(64, ge=0)
+
+
+class SamplerConfig(_Section):
+    """Generation: engine, group size G, temperature, lengths."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    num_generations: int = Field(8, ge=2, le=256, description="G, completions per prompt")
+    prompts_per_batch: int = Field(8, ge=1, le=4096)
+    temperature: float = Field(1.0, gt=0, le=10)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_completion_length: int = Field(8, ge=1, le=131072)
+    max_prompt_length: int = Field(64, ge=1, le=131072)
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    device: str = "auto"
+
+
+class LearnerConfig(_Section):
+    """GEPO/GSPO/GRPO and the optimiser; names follow TRL where they mean the same thing."""
+
+    loss_type: Literal["gepo", "gspo", "grpo"] = "gepo"
+    epsilon: float = Field(0.2, gt=0, le=10, description="PPO clip, low side")
+    epsilon_high: float = Field(0.2, gt=0, le=10, description="PPO clip, high side")
+    kl_coef: float = Field(0.0, ge=0, le=100, description="learner-sampler k3 KL coefficient")
+    defensive_lambda: float = Field(0.0, ge=0, le=1, description="GEPO defensive sampling blend (0 = off)")
+    defensive_schedule: Literal["fixed", "staleness"] = "fixed"
+    group_scope: Literal["prompt", "microbatch"] = "prompt"
+    scale_rewards: Literal["auto", "group", "none"] = Field(
+        "auto", description="auto: GEPO does not divide by the std, GRPO/GSPO do"
+    )
+    learning_rate: float = Field(1e-3, gt=0, le=1)
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=1024)
+    prompts_per_step: int = Field(8, ge=1, le=4096, description="groups per optimiser step")
+    publish_every: int = Field(1, ge=1, le=100_000)
+    checkpoint_every: int = Field(50, ge=1)
+    keep_versions: int = Field(4, ge=1, le=1000)
+    buffer_size: int = Field(512, ge=1, le=10_000_000, description="max groups held")
+    per_sampler_quota: float = Field(0.5, gt=0, le=1, description="max share of the buffer one sampler may hold")
+    draw_order: Literal["newest", "oldest"] = "newest"
+    max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants")
+    learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
+    device: str = "auto"
+
+
+class SyncConfig(_Section):
+    """Echo's two protocols and the staleness bound both sides respect."""
+
+    mode: Literal["async", "pull"] = "async"
+    max_staleness: int = Field(64, ge=0, le=1_000_000, description="in learner versions")
+    simulate_delay: str | None = Field(
+        None, description="e.g. 'fixed:2', 'lognormal:1,0.5', 'weibull:2,1.5' (seconds)"
+    )
+    delay_target: Literal["weights", "rollouts", "both"] = "weights"
+
+
+class MetricsConfig(_Section):
+    port: int | None = Field(None, ge=0, le=65535, description="Prometheus port; none = off")
+
+
+class NodeConfig(_Section):
+    """One node of one run."""
+
+    run_id: str = Field("swarmnode-demo", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    role: Literal["auto", "sampler", "learner"] = "auto"
+    data_dir: str | None = Field(None, description="checkpoints, weight store, cache; default user data dir")
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    sync: SyncConfig = Field(default_factory=SyncConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "NodeConfig":
+        if self.task.name == "math" and not (self.task.path or self.task.dataset):
+            raise ValueError("task.name=math needs task.path (JSONL) or task.dataset (HF datasets name)")
+        return self
+
+    def resolved_data_dir(self) -> Path:
+        """The node's data directory (created on demand by whoever writes there)."""
+        if self.data_dir:
+            return Path(self.data_dir).expanduser()
+        return default_data_dir() / self.run_id
+
+
+def default_data_dir() -> Path:
+    """`$SWARMNODE_HOME` or `~/.local/share/swarmnode`."""
+    import os
+
+    base = os.environ.get("SWARMNODE_HOME") or os.path.join(
+        os.environ.get("XDG_DATA_HOME", os.path.expanduser("~/.local/share")), "swarmnode"
+    )
+    return Path(base)
+
+
+def preset_names() -> list[str]:
+    """Names of the YAML presets shipped in `configs/`."""
+    return sorted({p.stem for d in PRESET_DIRS if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def _find_config_file(spec: str) -> Path:
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path
+    for d in PRESET_DIRS:
+        candidate = d / f"{spec}.yaml"
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"config {spec!r}: no such file or preset (presets: {', '.join(preset_names()) or 'none'})")
+
+
+def _parse_scalar(text: str) -> Any:
+    """`--set` values are YAML scalars/lists: `3`, `0.5`, `true`, `null`, `[a, b]`, `gepo`."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict, assignment: str) -> None:
+    """Apply one `a.b.c=value` override to a nested dict in place."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. learner.loss_type=gepo")
+    key, _, raw = assignment.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"--set {assignment!r}: empty key")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = _parse_scalar(raw)
+
+
+def _describe(error: dict) -> str:
+    loc = ".".join(str(p) for p in error["loc"]) or "config"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        section = NodeConfig
+        for part in error["loc"][:-1]:
+            field = section.model_fields.get(str(part))
+            section = field.annotation if field is not None else section
+        allowed = ", ".join(getattr(section, "model_fields", {}).keys())
+        return f"{loc}: unknown key (allowed here: {allowed})"
+    if kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "")
+        return f"{loc}: {error['input']!r} is not allowed (allowed: {expected})"
+    return f"{loc}: {error['msg']} (got {error.get('input')!r})"
+
+
+def build_config(data: dict) -> NodeConfig:
+    """Validate a plain dict into a NodeConfig, or raise ConfigError with one line per problem."""
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_describe(e) for e in exc.errors())) from None
+
+
+def load_config(spec: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> NodeConfig:
+    """Load a preset name or YAML path (default: built-in defaults), then apply `key=value` overrides."""
+    data: dict = {}
+    if spec:
+        path = _find_config_file(spec)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"config {path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path}: top level must be a mapping of sections")
+        data = loaded
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return build_config(data)

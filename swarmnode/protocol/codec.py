@@ -1,0 +1,115 @@
+"""The codec every record shares: msgpack (never pickle), hard size limits, strict field checks, signatures.
+
+Decoding never raises anything but `InvalidRecord` with a reason: records come from strangers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, TypeVar
+
+import msgpack
+
+from swarmnode.identity import Identity, verify
+
+T = TypeVar("T")
+
+
+class InvalidRecord(ValueError):
+    """A record that failed decoding or validation; `str(exc)` is the reason, fit for a log line."""
+
+
+def pack(obj: dict[str, Any]) -> bytes:
+    """Canonical msgpack bytes of a plain dict (bin for bytes, str for text)."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes, max_bytes: int) -> dict[str, Any]:
+    """Decode msgpack bytes into a dict, enforcing `max_bytes` before parsing anything."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidRecord(f"expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise InvalidRecord(f"record of {len(data)} bytes exceeds the limit of {max_bytes}")
+    try:
+        obj = msgpack.unpackb(
+            bytes(data),
+            raw=False,
+            strict_map_key=True,
+            max_buffer_size=max_bytes,
+            max_bin_len=max_bytes,
+            max_str_len=max_bytes,
+            max_array_len=max_bytes,
+            max_map_len=1024,
+            max_ext_len=0,
+        )
+    except Exception as exc:  # msgpack raises many types (ExtraData, ValueError, TypeError, ...)
+        raise InvalidRecord(f"not valid msgpack ({type(exc).__name__})") from None
+    if not isinstance(obj, dict):
+        raise InvalidRecord(f"top level must be a map, got {type(obj).__name__}")
+    return obj
+
+
+def field(obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    """`obj[name]`, checked to be of `kind` (bool is never accepted as int)."""
+    if name not in obj:
+        raise InvalidRecord(f"missing field {name!r}")
+    value = obj[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise InvalidRecord(f"field {name!r} must be {_names(kinds)}, got bool")
+    if not isinstance(value, kinds):
+        raise InvalidRecord(f"field {name!r} must be {_names(kinds)}, got {type(value).__name__}")
+    return value
+
+
+def int_field(obj: dict[str, Any], name: str, lo: int, hi: int) -> int:
+    value = field(obj, name, int)
+    if not lo <= value <= hi:
+        raise InvalidRecord(f"field {name!r}={value} outside [{lo}, {hi}]")
+    return value
+
+
+def float_field(obj: dict[str, Any], name: str, lo: float = -math.inf, hi: float = math.inf) -> float:
+    value = float(field(obj, name, (int, float)))
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise InvalidRecord(f"field {name!r}={value} not finite or outside [{lo}, {hi}]")
+    return value
+
+
+def str_field(obj: dict[str, Any], name: str, max_len: int, min_len: int = 0) -> str:
+    value = field(obj, name, str)
+    if not min_len <= len(value) <= max_len:
+        raise InvalidRecord(f"field {name!r} length {len(value)} outside [{min_len}, {max_len}]")
+    return value
+
+
+def bytes_field(obj: dict[str, Any], name: str, max_len: int, exact: int | None = None) -> bytes:
+    value = field(obj, name, (bytes, bytearray))
+    if exact is not None and len(value) != exact:
+        raise InvalidRecord(f"field {name!r} must be {exact} bytes, got {len(value)}")
+    if len(value) > max_len:
+        raise InvalidRecord(f"field {name!r} of {len(value)} bytes exceeds {max_len}")
+    return bytes(value)
+
+
+def list_field(obj: dict[str, Any], name: str, max_len: int, item: Callable[[Any], T] | None = None) -> list[T]:
+    """A list of at most `max_len` items, each passed through `item` (which raises InvalidRecord)."""
+    value = field(obj, name, (list, tuple))
+    if len(value) > max_len:
+        raise InvalidRecord(f"field {name!r} has {len(value)} items, limit {max_len}")
+    return [item(v) for v in value] if item else list(value)
+
+
+def sign_fields(fields: dict[str, Any], identity: Identity) -> bytes:
+    """Signature over the canonical encoding of `fields` (which must not contain the signature)."""
+    return identity.sign(pack(fields))
+
+
+def check_signature(fields: dict[str, Any], signer_peer_id: str, signature: bytes) -> None:
+    """Raise InvalidRecord unless `signature` over `fields` was made by `signer_peer_id`'s key."""
+    if not verify(signer_peer_id, pack(fields), signature):
+        raise InvalidRecord(f"bad signature (claimed signer {signer_peer_id[:16]}...)")
+
+
+def _names(kinds: tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ for k in kinds)
