@@ -1,0 +1,203 @@
+"""Building models and tokenizers: HF hub ids, local directories, and the built-in tiny model.
+
+The built-in tiny model (`model.name: builtin:tiny`) is a small Qwen2-style causal LM with a character-level
+tokenizer, built in code from a fixed seed and saved as an ordinary HF directory (config.json, safetensors,
+tokenizer.json), so transformers and vLLM load it like any other model. Nothing is ever downloaded for it.
+When `model.tiny.warm_start_steps > 0` the saved weights get a short, seeded supervised warm start on the
+task's format (see `swarmnode.warmstart`) so RL from it shows a visible climb within minutes on a CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import string
+from pathlib import Path
+
+import torch
+
+from swarmnode.config import ModelConfig, TaskConfig, TinyModelConfig, default_data_dir
+
+BUILTIN_TINY = "builtin:tiny"
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+PAD, EOS, BOS, UNK = SPECIAL_TOKENS
+CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
+TINY_VOCAB_SIZE = 128  # specials + CHARS = 100, padded with reserved tokens for friendlier kernels
+RESERVED_TOKENS = [f"<reserved{i}>" for i in range(TINY_VOCAB_SIZE - len(SPECIAL_TOKENS) - len(CHARS))]
+
+
+class ModelLoadError(RuntimeError):
+    """The configured model cannot be found or loaded; the message names it and says why."""
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def build_char_tokenizer():
+    """A character-level PreTrainedTokenizerFast: one token per character of CHARS, plus specials."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARS) + RESERVED_TOKENS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=EOS,
+        bos_token=BOS,
+        unk_token=UNK,
+        additional_special_tokens=RESERVED_TOKENS,
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
+    )
+
+
+def tiny_config(tiny: TinyModelConfig, tokenizer):
+    """The Qwen2 config of the built-in model (head_dim 64, as the CPU vLLM kernels require)."""
+    from transformers import Qwen2Config
+
+    heads = tiny.num_attention_heads
+    if tiny.hidden_size % heads or tiny.hidden_size // heads != 64:
+        raise ModelLoadError(
+            f"model.tiny: hidden_size/num_attention_heads must be 64 (got {tiny.hidden_size}/{heads})"
+        )
+    return Qwen2Config(
+        vocab_size=TINY_VOCAB_SIZE,
+        hidden_size=tiny.hidden_size,
+        intermediate_size=tiny.intermediate_size,
+        num_hidden_layers=tiny.num_hidden_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=tiny.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+        use_sliding_window=False,
+    )
+
+
+def _tiny_key(tiny: TinyModelConfig, task: TaskConfig | None) -> str:
+    spec = {"tiny": tiny.model_dump(), "task": task.model_dump() if task and tiny.warm_start_steps else None}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def tiny_model_dir(tiny: TinyModelConfig, task: TaskConfig | None = None, cache_dir: Path | None = None) -> Path:
+    """Where the built-in model for this shape (and warm-start task) lives in the cache."""
+    return (cache_dir or default_data_dir() / "models") / f"tiny-{_tiny_key(tiny, task)}"
+
+
+def ensure_tiny_model(
+    tiny: TinyModelConfig, task: TaskConfig | None = None, cache_dir: Path | None = None, progress=print
+) -> Path:
+    """Build (once, then cached) and return the directory of the built-in tiny model."""
+    from transformers import Qwen2ForCausalLM
+
+    out = tiny_model_dir(tiny, task, cache_dir)
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(tiny.seed)
+    model = Qwen2ForCausalLM(tiny_config(tiny, tokenizer))
+    if tiny.warm_start_steps and task is not None:
+        from swarmnode.warmstart import warm_start
+
+        progress(f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps)...")
+        warm_start(model, tokenizer, task, steps=tiny.warm_start_steps, seed=tiny.seed)
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(out)  # atomic: concurrent builders race, the first one wins
+    except OSError:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_model_path(model: ModelConfig, task: TaskConfig | None = None, progress=print) -> str:
+    """A local directory or hub id that `from_pretrained` accepts; builds the tiny model if asked for it."""
+    if model.name == BUILTIN_TINY:
+        return str(ensure_tiny_model(model.tiny, task, progress=progress))
+    path = Path(model.name).expanduser()
+    if model.name.startswith((".", "/", "~")) and not path.is_dir():
+        raise ModelLoadError(f"model.name {model.name!r}: no such directory")
+    return str(path) if path.is_dir() else model.name
+
+
+def load_tokenizer(model: ModelConfig, task: TaskConfig | None = None):
+    """The tokenizer of the configured model (left padding, a pad token always set)."""
+    from transformers import AutoTokenizer
+
+    source = resolve_model_path(model, task)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, revision=model.revision, trust_remote_code=model.trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"model {model.name!r}: cannot load tokenizer ({str(exc).splitlines()[0]})") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(model: ModelConfig, task: TaskConfig | None = None, device: str | torch.device = "cpu"):
+    """The causal LM of the configured model on `device`, in `model.dtype`."""
+    from transformers import AutoModelForCausalLM
+
+    source = resolve_model_path(model, task)
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(
+            source, revision=model.revision, dtype=_dtype(model.dtype), trust_remote_code=model.trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"model {model.name!r}: cannot load ({str(exc).splitlines()[0]})") from None
+    if model.gradient_checkpointing:
+        lm.gradient_checkpointing_enable()
+    return lm.to(device)
+
+
+def pick_device(spec: str = "auto") -> torch.device:
+    """`auto` is the first CUDA GPU if there is one, else the CPU."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec)
+
+
+def count_parameters(model: ModelConfig) -> int:
+    """Parameter count from the model's config alone (no weights loaded): for the hardware decision."""
+    from transformers import AutoConfig
+
+    if model.name == BUILTIN_TINY:
+        cfg = tiny_config(model.tiny, build_char_tokenizer())
+    else:
+        try:
+            cfg = AutoConfig.from_pretrained(
+                resolve_model_path(model), revision=model.revision, trust_remote_code=model.trust_remote_code
+            )
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"model {model.name!r}: cannot read config ({str(exc).splitlines()[0]})") from None
+    return estimate_parameters(cfg)
+
+
+def estimate_parameters(cfg) -> int:
+    """Parameters of a decoder-only transformer config (embeddings, attention, MLP, norms)."""
+    h, layers, vocab = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or h // heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    inter = getattr(cfg, "intermediate_size", None) or 4 * h
+    attn = h * heads * head_dim + 2 * h * kv * head_dim + heads * head_dim * h
+    if getattr(cfg, "model_type", "") == "qwen2" or getattr(cfg, "attention_bias", False):
+        attn += heads * head_dim + 2 * kv * head_dim
+    mlp = 3 * h * inter
+    embed = vocab * h * (1 if getattr(cfg, "tie_word_embeddings", False) else 2)
+    return embed + layers * (attn + mlp + 2 * h) + h

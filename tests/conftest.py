@@ -1,0 +1,28 @@
+"""Shared fixtures: an isolated SWARMNODE_HOME per session (the tiny model is built once), --runslow."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--runslow"):
+        return
+    skip = pytest.mark.skip(reason="slow scenario: run with --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def swarmnode_home(tmp_path_factory):
+    """Every test (and every subprocess it starts) uses a private data dir, never the user's."""
+    home = os.environ.get("SWARMNODE_TEST_HOME") or str(tmp_path_factory.mktemp("swarmnode-home"))
+    os.environ["SWARMNODE_HOME"] = home
+    yield home
