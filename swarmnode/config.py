@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PRESET_DIRS = (Path(__file__).resolve().parent.parent / "configs", Path.cwd() / "configs")
 
@@ -130,6 +130,14 @@ class SyncConfig(_Section):
         None, description="e.g. 'fixed:2', 'lognormal:1,0.5', 'weibull:2,1.5' (seconds)"
     )
     delay_target: Literal["weights", "rollouts", "both"] = "weights"
+
+    @field_validator("simulate_delay")
+    @classmethod
+    def _delay_parses(cls, value: str | None) -> str | None:
+        from swarmnode.delay import parse_delay
+
+        parse_delay(value)  # raises DelaySpecError (a ValueError) with the accepted forms
+        return value
 
 
 class MetricsConfig(_Section):
