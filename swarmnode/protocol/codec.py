@@ -35,7 +35,6 @@ def unpack(data: bytes, max_bytes: int) -> dict[str, Any]:
             bytes(data),
             raw=False,
             strict_map_key=True,
-            max_buffer_size=max_bytes,
             max_bin_len=max_bytes,
             max_str_len=max_bytes,
             max_array_len=max_bytes,
