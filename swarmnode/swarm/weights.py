@@ -1,0 +1,631 @@
+"""Versioned weights between peers: a content-addressed local store that serves chunks, and a fetcher that
+pulls a version from every holder at once.
+
+Layout: a state dict becomes one flat buffer (tensors back to back, 64-byte aligned, raw bytes as in
+safetensors) cut into fixed-size chunks named by their sha256. A manifest (protocol/manifest.py) signed by the
+learner lists tensors and chunks. On disk, under the store's root:
+
+    chunks/<sha256 hex>          verified chunk bytes (shared by every version that contains them)
+    manifests/<version>.bin      complete versions (all chunks present)
+    partial/<version>.bin        versions being fetched (their chunks are kept by GC; a restart resumes)
+
+Wire protocol (one hivemind binary stream per worker, persistent): the client sends requests as frames
+(8-byte big-endian length + msgpack), the server answers each with frames; an empty frame means "I do not
+have it". Requests: {"op": "manifest", "version": v} (v = -1: newest), {"op": "chunks", "hashes": [...]},
+{"op": "bye"}. The client closes only after its last answer arrived and "bye" was sent (closing right after
+the last write truncated QUIC streams, see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import torch
+from hivemind.p2p import P2P, PeerID
+
+from swarmnode.identity import Identity
+from swarmnode.protocol.codec import InvalidRecord, pack, unpack
+from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, ChunkEntry, TensorEntry, WeightManifest
+
+logger = logging.getLogger(__name__)
+
+CHUNK_BYTES = 4 << 20
+ALIGN = 64
+HEADER = 8
+MAX_REQUEST_BYTES = 64 << 10
+MAX_HASHES_PER_REQUEST = 64
+_DTYPES = {
+    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64",
+    torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+_TORCH = {v: k for k, v in _DTYPES.items()}
+
+ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+class FetchError(RuntimeError):
+    """A version could not be fetched from any holder; the message says why."""
+
+
+def protocol_name(run_id: str) -> str:
+    """The stream handler name weights are served under for one run."""
+    return f"swarmnode/{run_id}/weights/1"
+
+
+# ---------------------------------------------------------------------------------------------------- layout
+def plan_layout(state: dict[str, torch.Tensor]) -> tuple[list[TensorEntry], int]:
+    """Tensor index of the flat buffer (64-byte aligned offsets) and its total size."""
+    entries, pos = [], 0
+    for name, t in state.items():
+        if t.dtype not in _DTYPES:
+            raise ValueError(f"tensor {name!r}: dtype {t.dtype} cannot be published")
+        pos = -(-pos // ALIGN) * ALIGN
+        nbytes = t.numel() * t.element_size()
+        entries.append(TensorEntry(name, _DTYPES[t.dtype], tuple(t.shape), pos, nbytes))
+        pos += nbytes
+    return entries, pos
+
+
+def flatten_into(state: dict[str, torch.Tensor], tensors: list[TensorEntry], buf: bytearray) -> None:
+    """Copy every tensor's raw bytes into its place in `buf` (one copy, no intermediate)."""
+    flat = torch.frombuffer(buf, dtype=torch.uint8) if len(buf) else torch.empty(0, dtype=torch.uint8)
+    for entry in tensors:
+        if entry.nbytes:
+            src = state[entry.name].detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+            flat[entry.offset : entry.offset + entry.nbytes].copy_(src)
+
+
+def tensors_from_buffer(manifest: WeightManifest, buf: bytearray) -> dict[str, torch.Tensor]:
+    """Tensors viewing `buf` (zero copy); the caller copies them into its model."""
+    out = {}
+    for e in manifest.tensors:
+        dtype = _TORCH[e.dtype]
+        if e.nbytes == 0:
+            out[e.name] = torch.empty(e.shape, dtype=dtype)
+        else:
+            count = e.nbytes // torch.empty(0, dtype=dtype).element_size()
+            out[e.name] = torch.frombuffer(buf, dtype=dtype, count=count, offset=e.offset).reshape(e.shape)
+    return out
+
+
+def cut_chunks(buf: bytearray, chunk_bytes: int) -> list[ChunkEntry]:
+    """Fixed-size chunks of `buf` with their sha256."""
+    view = memoryview(buf)
+    return [ChunkEntry(hashlib.sha256(view[i : i + chunk_bytes]).digest(), len(view[i : i + chunk_bytes]))
+            for i in range(0, len(buf), chunk_bytes)]
+
+
+# ----------------------------------------------------------------------------------------------------- store
+class WeightStore:
+    """A node's local weight versions: publish, keep a window, serve chunks to peers, materialise tensors."""
+
+    def __init__(self, root: str | Path, run_id: str, *, keep_versions: int = 4, chunk_bytes: int = CHUNK_BYTES,
+                 cache_versions: int = 2):
+        self.root = Path(root)
+        self.run_id = run_id
+        self.keep_versions = keep_versions
+        self.chunk_bytes = chunk_bytes
+        self.cache_versions = cache_versions
+        for sub in ("chunks", "manifests", "partial"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._buffers: collections.OrderedDict[int, bytearray] = collections.OrderedDict()
+        self._mem: dict[str, memoryview] = {}  # chunk hex -> bytes in a cached version's buffer
+        self._exposed: dict[int, dict[str, memoryview]] = {}  # version being fetched -> chunks it already has
+        self.served_chunks = 0
+        self.served_bytes = 0
+        self.served_chunks_by_peer: collections.Counter[str] = collections.Counter()
+        self.requests_rejected = 0
+
+    # -- queries ------------------------------------------------------------------------------------------
+    def versions(self) -> list[int]:
+        """Complete versions held, oldest first."""
+        return sorted(int(p.stem) for p in (self.root / "manifests").glob("*.bin"))
+
+    def latest(self) -> int | None:
+        v = self.versions()
+        return v[-1] if v else None
+
+    def manifest(self, version: int) -> WeightManifest | None:
+        """The verified manifest of a complete version held here, or None."""
+        return self._read_manifest(self.root / "manifests" / f"{version}.bin")
+
+    def partial_manifest(self, version: int) -> WeightManifest | None:
+        return self._read_manifest(self.root / "partial" / f"{version}.bin")
+
+    def has_chunk(self, hex_digest: str) -> bool:
+        return self._in_memory(hex_digest) is not None or (self.root / "chunks" / hex_digest).exists()
+
+    def _in_memory(self, hex_digest: str) -> memoryview | None:
+        if (mv := self._mem.get(hex_digest)) is not None:
+            return mv
+        for chunks in self._exposed.values():
+            if (mv := chunks.get(hex_digest)) is not None:
+                return mv
+        return None
+
+    def read_chunk(self, hex_digest: str) -> bytes | memoryview | None:
+        """A chunk's bytes (from memory when a live buffer holds it), or None."""
+        if (mv := self._in_memory(hex_digest)) is not None:
+            return mv
+        try:
+            return (self.root / "chunks" / hex_digest).read_bytes()
+        except OSError:
+            return None
+
+    def buffer(self, version: int) -> bytearray:
+        """The flat buffer of a complete version (cached, else read from disk into one preallocated buffer)."""
+        if version in self._buffers:
+            self._buffers.move_to_end(version)
+            return self._buffers[version]
+        manifest = self.manifest(version)
+        if manifest is None:
+            raise KeyError(f"version {version} is not held here")
+        buf = bytearray(manifest.total_bytes)
+        for chunk, off in zip(manifest.chunks, manifest.chunk_offsets()):
+            if not self._load_chunk_into(chunk, memoryview(buf)[off : off + chunk.size]):
+                raise FetchError(f"version {version}: chunk {chunk.hex[:12]} missing or corrupt on disk")
+        self._cache(version, manifest, buf)
+        return buf
+
+    def state_dict(self, version: int) -> dict[str, torch.Tensor]:
+        """Tensors of a held version (views of its buffer: copy them into the model, do not keep them)."""
+        manifest = self.manifest(version)
+        if manifest is None:
+            raise KeyError(f"version {version} is not held here")
+        return tensors_from_buffer(manifest, self.buffer(version))
+
+    # -- writing ------------------------------------------------------------------------------------------
+    def publish(self, version: int, state: dict[str, torch.Tensor], identity: Identity, *,
+                parent_version: int = -1, model_id: str = "") -> WeightManifest:
+        """Write `state` as version `version` (new chunks only), sign its manifest, GC old versions."""
+        tensors, total = plan_layout(state)
+        buf = bytearray(total)
+        flatten_into(state, tensors, buf)
+        chunks = cut_chunks(buf, self.chunk_bytes)
+        manifest = WeightManifest.create(identity=identity, run_id=self.run_id, version=version,
+                                         parent_version=parent_version, model_id=model_id,
+                                         tensors=tensors, chunks=chunks)
+        for chunk, off in zip(chunks, manifest.chunk_offsets()):
+            if not (self.root / "chunks" / chunk.hex).exists():
+                self.write_chunk(chunk.hex, memoryview(buf)[off : off + chunk.size])
+        self.commit(manifest, buf)
+        return manifest
+
+    def write_chunk(self, hex_digest: str, data: bytes | memoryview) -> None:
+        """Persist one verified chunk atomically (tmp file + rename)."""
+        path = self.root / "chunks" / hex_digest
+        tmp = path.with_name(f".{hex_digest}.{os.getpid()}.{random.getrandbits(32):x}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def begin(self, manifest: WeightManifest, buf: bytearray) -> None:
+        """Record a version being fetched: its chunks survive GC and a restart resumes from them."""
+        self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
+        self._exposed.setdefault(manifest.version, {})
+
+    def expose_chunk(self, version: int, hex_digest: str, view: memoryview) -> None:
+        """Serve a verified chunk from memory (a fetch in progress shares what it already has)."""
+        self._exposed.setdefault(version, {})[hex_digest] = view
+
+    def commit(self, manifest: WeightManifest, buf: bytearray) -> None:
+        """Mark a version complete (all chunks on disk), cache its buffer, and GC beyond the window."""
+        self._atomic_write(self.root / "manifests" / f"{manifest.version}.bin", manifest.encode())
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / "partial" / f"{manifest.version}.bin").unlink()
+        self._exposed.pop(manifest.version, None)
+        self._cache(manifest.version, manifest, buf)
+        self.gc()
+
+    def gc(self) -> list[int]:
+        """Drop complete versions beyond `keep_versions` and every chunk no kept manifest references."""
+        versions = self.versions()
+        dropped = versions[: max(0, len(versions) - self.keep_versions)]
+        for v in dropped:
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / "manifests" / f"{v}.bin").unlink()
+            if v in self._buffers:
+                del self._buffers[v]
+        keep: set[str] = set()
+        for sub in ("manifests", "partial"):
+            for path in (self.root / sub).glob("*.bin"):
+                if (m := self._read_manifest(path)) is not None:
+                    keep.update(c.hex for c in m.chunks)
+        for path in (self.root / "chunks").iterdir():
+            if path.name not in keep and not path.name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        self._reindex_memory()
+        return dropped
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _cache(self, version: int, manifest: WeightManifest, buf: bytearray) -> None:
+        self._buffers[version] = buf
+        self._buffers.move_to_end(version)
+        while len(self._buffers) > self.cache_versions:
+            self._buffers.popitem(last=False)
+        self._reindex_memory(extra=(manifest, buf))
+
+    def _reindex_memory(self, extra: tuple[WeightManifest, bytearray] | None = None) -> None:
+        live = []
+        for v, buf in self._buffers.items():
+            m = extra[0] if extra and extra[0].version == v else self.manifest(v)
+            if m is not None:
+                live.append((m, buf))
+        self._mem = {}
+        for m, buf in live:
+            view = memoryview(buf)
+            for chunk, off in zip(m.chunks, m.chunk_offsets()):
+                self._mem[chunk.hex] = view[off : off + chunk.size]
+
+    def _load_chunk_into(self, chunk: ChunkEntry, dest: memoryview) -> bool:
+        """Fill `dest` with a held chunk (memory or disk) if it is there and its hash checks out."""
+        src = self._in_memory(chunk.hex)
+        if src is not None and len(src) == chunk.size:
+            dest[:] = src
+            return True
+        try:
+            with open(self.root / "chunks" / chunk.hex, "rb") as f:
+                if f.readinto(dest) != chunk.size or f.read(1):
+                    return False
+        except OSError:
+            return False
+        if hashlib.sha256(dest).digest() != chunk.sha256:
+            logger.warning("chunk %s on disk is corrupt; dropping it", chunk.hex[:12])
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / "chunks" / chunk.hex).unlink()
+            return False
+        return True
+
+    def _read_manifest(self, path: Path) -> WeightManifest | None:
+        try:
+            return WeightManifest.decode(path.read_bytes())
+        except (OSError, InvalidRecord):
+            return None
+
+    @staticmethod
+    def _atomic_write(path: Path, data: bytes) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    # -- serving ------------------------------------------------------------------------------------------
+    async def serve(self, p2p: P2P, *, idle_timeout: float = 60.0) -> None:
+        """Serve this store's manifests and chunks on `p2p` (every holder serves)."""
+
+        async def handler(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peer = str(info.peer_id)
+            try:
+                while True:
+                    req = await asyncio.wait_for(_read_frame(reader, MAX_REQUEST_BYTES), idle_timeout)
+                    if req is None or not await self._answer(unpack(req, MAX_REQUEST_BYTES), writer, peer):
+                        break
+            except InvalidRecord as exc:
+                self.requests_rejected += 1
+                logger.warning("weights: rejected request from %s: %s", peer[-8:], exc)
+            except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError):
+                pass
+            finally:
+                writer.close()
+
+        await p2p.add_binary_stream_handler(protocol_name(self.run_id), handler)
+
+    async def _answer(self, req: dict, writer: asyncio.StreamWriter, peer: str) -> bool:
+        op = req.get("op")
+        if op == "bye":
+            return False
+        if op == "manifest":
+            version = req.get("version")
+            if not isinstance(version, int) or isinstance(version, bool):
+                raise InvalidRecord("manifest request needs an int version")
+            v = self.latest() if version < 0 else version
+            m = self.manifest(v) if v is not None else None
+            await _write_frame(writer, m.encode() if m else b"")
+            return True
+        if op == "chunks":
+            hashes = req.get("hashes")
+            if not isinstance(hashes, list) or len(hashes) > MAX_HASHES_PER_REQUEST:
+                raise InvalidRecord(f"chunk request needs a list of at most {MAX_HASHES_PER_REQUEST} hashes")
+            for h in hashes:
+                if not isinstance(h, bytes) or len(h) != 32:
+                    raise InvalidRecord("chunk hash must be 32 bytes")
+                data = self.read_chunk(h.hex())
+                await _write_frame(writer, data if data is not None else b"")
+                if data is not None:
+                    self.served_chunks += 1
+                    self.served_bytes += len(data)
+                    self.served_chunks_by_peer[peer] += 1
+            return True
+        raise InvalidRecord(f"unknown op {op!r}")
+
+
+# ---------------------------------------------------------------------------------------------------- frames
+async def _write_frame(writer: asyncio.StreamWriter, data: bytes | memoryview) -> None:
+    writer.write(len(data).to_bytes(HEADER, "big"))
+    if len(data):
+        writer.write(data)
+    await writer.drain()
+
+
+async def _read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
+    """One frame, or None on a clean EOF; InvalidRecord if it announces more than `max_bytes`."""
+    try:
+        header = await reader.readexactly(HEADER)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise
+    n = int.from_bytes(header, "big")
+    if n > max_bytes:
+        raise InvalidRecord(f"frame of {n} bytes exceeds the limit of {max_bytes}")
+    return await reader.readexactly(n)
+
+
+# --------------------------------------------------------------------------------------------------- fetcher
+@dataclass
+class FetchStats:
+    """What one fetch did."""
+
+    version: int
+    total_bytes: int
+    fetched_bytes: int = 0
+    reused_bytes: int = 0
+    bad_chunks: int = 0
+    missing_chunks: int = 0
+    seconds: float = 0.0
+    chunks_by_holder: collections.Counter | None = None
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.fetched_bytes / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Work:
+    """The chunks still wanted, which are in flight, and which holders failed which chunk."""
+
+    def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int):
+        self.pending = collections.deque(indices)
+        self.in_flight = 0
+        self.failed: set[int] = set()
+        self.failures: collections.Counter[int] = collections.Counter()
+        self.excluded: dict[int, set[str]] = collections.defaultdict(set)
+        self.holders = set(holders)
+        self.max_failures = max_failures
+        self.changed = asyncio.Event()
+
+    def finished(self) -> bool:
+        return not self.pending and not self.in_flight
+
+    def can_help(self, holder: str) -> bool:
+        return any(holder not in self.excluded[i] for i in self.pending)
+
+    def take(self, holder: str, n: int) -> list[int]:
+        got, skipped = [], []
+        while self.pending and len(got) < n:
+            i = self.pending.popleft()
+            (skipped if holder in self.excluded[i] else got).append(i)
+        self.pending.extendleft(reversed(skipped))
+        self.in_flight += len(got)
+        return got
+
+    def give_back(self, indices: Iterable[int], holder: str | None = None) -> None:
+        """Return chunks that were not delivered; `holder` (if given) failed them and is not asked again."""
+        for i in indices:
+            self.in_flight -= 1
+            if holder is not None:
+                self.failures[i] += 1
+                if self.failures[i] >= self.max_failures:
+                    self.failed.add(i)
+                    continue
+                self.excluded[i].add(holder)
+            self.pending.append(i)
+        self._poke()
+
+    def done(self, i: int) -> None:
+        self.in_flight -= 1
+        self._poke()
+
+    def new_round(self) -> None:
+        """Every holder may be asked for every pending chunk again."""
+        self.excluded.clear()
+
+    def _poke(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+class WeightFetcher:
+    """Fetches versions into a WeightStore from many holders in parallel, verifying everything."""
+
+    def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
+                 streams_per_holder: int = 2, chunks_per_request: int = 4, timeout: float = 30.0,
+                 max_rounds: int = 5, write_to_disk: bool = True):
+        self.p2p = p2p
+        self.store = store
+        self.allowed_publishers = set(allowed_publishers)
+        self.streams_per_holder = streams_per_holder
+        self.chunks_per_request = chunks_per_request
+        self.timeout = timeout
+        self.max_rounds = max_rounds
+        self.write_to_disk = write_to_disk
+        self.rejected_manifests = 0
+        self.last_stats: FetchStats | None = None
+
+    async def fetch_manifest(self, holders: list[PeerID], version: int = -1) -> WeightManifest:
+        """The first valid manifest for `version` (-1: newest) any holder gives, signed by an allowed learner."""
+        reasons = []
+        for holder in holders:
+            try:
+                _, reader, writer = await asyncio.wait_for(
+                    self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
+                try:
+                    await _write_frame(writer, pack({"op": "manifest", "version": version}))
+                    data = await asyncio.wait_for(_read_frame(reader, MAX_MANIFEST_BYTES), self.timeout)
+                    await _write_frame(writer, pack({"op": "bye"}))
+                finally:
+                    writer.close()
+                if not data:
+                    reasons.append(f"{str(holder)[-8:]}: does not hold version {version}")
+                    continue
+                return self.check_manifest(WeightManifest.decode(data), version)
+            except InvalidRecord as exc:
+                self.rejected_manifests += 1
+                logger.warning("weights: rejected manifest from %s: %s", str(holder)[-8:], exc)
+                reasons.append(f"{str(holder)[-8:]}: {exc}")
+            except Exception as exc:  # unreachable holder, timeout, truncated answer
+                reasons.append(f"{str(holder)[-8:]}: {type(exc).__name__} {exc}")
+        raise FetchError(f"no valid manifest for version {version}: " + "; ".join(reasons or ["no holders"]))
+
+    def check_manifest(self, m: WeightManifest, version: int = -1) -> WeightManifest:
+        """Raise InvalidRecord unless `m` (signature already verified) is this run's, from an allowed learner."""
+        if m.publisher not in self.allowed_publishers:
+            raise InvalidRecord(f"manifest signed by {m.publisher[-8:]}, not one of the run's learner keys")
+        if m.run_id != self.store.run_id:
+            raise InvalidRecord(f"manifest for run {m.run_id!r}, not {self.store.run_id!r}")
+        if version >= 0 and m.version != version:
+            raise InvalidRecord(f"asked for version {version}, got {m.version}")
+        return m
+
+    async def fetch(self, holders: list[PeerID], version: int = -1, *,
+                    progress: ProgressCallback | None = None) -> WeightManifest:
+        """Make `version` (-1: the newest a holder has) complete in the store; returns its manifest."""
+        if version >= 0 and (m := self.store.manifest(version)) is not None:
+            return m
+        start = time.perf_counter()
+        manifest = self.store.partial_manifest(version) if version >= 0 else None
+        if manifest is not None:
+            self.check_manifest(manifest, version)
+        else:
+            manifest = await self.fetch_manifest(holders, version)
+            if (m := self.store.manifest(manifest.version)) is not None:
+                return m
+        buf = bytearray(manifest.total_bytes)  # the one preallocated buffer chunks land in
+        self.store.begin(manifest, buf)
+        stats = FetchStats(manifest.version, manifest.total_bytes, chunks_by_holder=collections.Counter())
+        offsets = manifest.chunk_offsets()
+        view = memoryview(buf)
+        todo = []
+        for i, (chunk, off) in enumerate(zip(manifest.chunks, offsets)):
+            if self.store._load_chunk_into(chunk, view[off : off + chunk.size]):
+                stats.reused_bytes += chunk.size
+            else:
+                todo.append(i)
+        random.shuffle(todo)  # concurrent fetchers start on different chunks, so they can serve each other
+        done_bytes = stats.reused_bytes
+        if progress:
+            progress(done_bytes, manifest.total_bytes)
+        work = _Work(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)))
+        writes: list[asyncio.Future] = []
+
+        def on_chunk(i: int, holder: str) -> None:
+            nonlocal done_bytes
+            chunk = manifest.chunks[i]
+            piece = view[offsets[i] : offsets[i] + chunk.size]
+            self.store.expose_chunk(manifest.version, chunk.hex, piece)
+            if self.write_to_disk:
+                writes.append(asyncio.ensure_future(asyncio.to_thread(self.store.write_chunk, chunk.hex, piece)))
+            stats.fetched_bytes += chunk.size
+            stats.chunks_by_holder[holder] += 1
+            done_bytes += chunk.size
+            if progress:
+                progress(done_bytes, manifest.total_bytes)
+
+        for round_ in range(self.max_rounds):
+            if not work.pending or not holders:
+                break
+            if round_:
+                await asyncio.sleep(min(0.2 * 2 ** (round_ - 1), 5.0))
+                work.new_round()
+            workers = [self._worker(h, manifest, view, offsets, work, stats, on_chunk)
+                       for h in holders for _ in range(self.streams_per_holder)]
+            await asyncio.gather(*workers)
+        if writes:
+            await asyncio.gather(*writes)
+        missing = len(work.pending) + len(work.failed)
+        if missing:
+            raise FetchError(f"version {manifest.version}: {missing} chunks unavailable from "
+                             f"{len(holders)} holders (bad {stats.bad_chunks}, missing {stats.missing_chunks})")
+        self.store.commit(manifest, buf)
+        stats.seconds = time.perf_counter() - start
+        self.last_stats = stats
+        return manifest
+
+    async def _worker(self, holder: PeerID, manifest: WeightManifest, view: memoryview, offsets: list[int],
+                      work: _Work, stats: FetchStats, on_chunk: Callable[[int, str], None]) -> None:
+        name = str(holder)
+        writer = None
+        batch: list[int] = []
+        try:
+            _, reader, writer = await asyncio.wait_for(
+                self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
+            while True:
+                batch = work.take(name, self.chunks_per_request)
+                if not batch:
+                    if work.finished() or (work.pending and not work.can_help(name)):
+                        break  # all done, or nothing left that this holder has not failed
+                    changed = work.changed  # chunks in flight elsewhere may come back
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(changed.wait(), 0.5)
+                    continue
+                hashes = [manifest.chunks[i].sha256 for i in batch]
+                await _write_frame(writer, pack({"op": "chunks", "hashes": hashes}))
+                while batch:
+                    i = batch[0]
+                    chunk = manifest.chunks[i]
+                    data = await asyncio.wait_for(_read_frame(reader, chunk.size), self.timeout)
+                    batch.pop(0)
+                    if not data:
+                        stats.missing_chunks += 1
+                        work.give_back([i], name)
+                        continue
+                    if len(data) != chunk.size or await asyncio.to_thread(_sha256, data) != chunk.sha256:
+                        stats.bad_chunks += 1
+                        logger.warning("weights: bad chunk %s from %s (hash mismatch); trying another holder",
+                                       chunk.hex[:12], name[-8:])
+                        work.give_back([i], name)
+                        continue
+                    view[offsets[i] : offsets[i] + chunk.size] = data
+                    work.done(i)
+                    on_chunk(i, name)
+                batch = []
+            await _write_frame(writer, pack({"op": "bye"}))
+        except InvalidRecord as exc:
+            logger.warning("weights: holder %s broke protocol: %s", name[-8:], exc)
+            work.give_back(batch, name)
+        except Exception as exc:  # timeouts, resets, truncated streams, daemon errors: another holder takes over
+            logger.info("weights: holder %s failed (%s: %s); others continue", name[-8:], type(exc).__name__, exc)
+            work.give_back(batch, name)
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+@contextlib.contextmanager
+def rich_progress(description: str) -> Iterator[ProgressCallback]:
+    """A progress callback drawing a rich bar (bytes, rate) for interactive downloads."""
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), transient=False) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
