@@ -1,0 +1,5 @@
+"""`python -m swarmnode` runs the CLI."""
+
+from swarmnode.cli import main
+
+main()

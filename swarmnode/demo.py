@@ -1,0 +1,192 @@
+"""`swarmnode demo`: a local swarm (bootstrap, one learner, two samplers) as separate processes on 127.0.0.1.
+
+Each node is a real `swarmnode` subprocess. The learner appends one JSON line per optimiser step to
+`<its data dir>/learner_steps.jsonl` (see `swarmnode.node`); the demo reads that file for its live view and final
+summary. Every process the demo starts is stopped by pid (SIGTERM, then SIGKILL) however the demo ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STEPS_FILE = "learner_steps.jsonl"
+
+
+class DemoError(RuntimeError):
+    """The demo could not start or a node died; the message says which and shows its last output."""
+
+
+@dataclass
+class Proc:
+    """A node subprocess with its log file."""
+
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class DemoRun:
+    """The processes of one demo and where they write."""
+
+    workdir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def start(self, name: str, args: list[str]) -> Proc:
+        log = self.workdir / f"{name}.log"
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "swarmnode", *args],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the demo only; it stops the nodes itself
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            code = proc.popen.poll()
+            if code is not None:
+                raise DemoError(f"{proc.name} exited with code {code}; its last output:\n{proc.tail()}")
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM every node (samplers first, bootstrap last), wait, then SIGKILL what is left."""
+        for proc in reversed(self.procs):
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs:
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=10)
+
+
+def wait_for_line(proc: Proc, prefix: str, timeout: float) -> str:
+    """The rest of the first line of `proc`'s log starting with `prefix`; DemoError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in proc.log.read_text(errors="replace").splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
+        if proc.popen.poll() is not None:
+            raise DemoError(f"{proc.name} exited with code {proc.popen.returncode}:\n{proc.tail()}")
+        time.sleep(0.2)
+    raise DemoError(f"{proc.name} did not print {prefix!r} within {timeout:.0f} s:\n{proc.tail()}")
+
+
+def read_steps(path: Path) -> list[dict]:
+    """The learner's per-step records so far (a partially written last line is skipped)."""
+    rows = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return rows
+    for line in text.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def summarize(rows: list[dict], wall: float) -> dict:
+    """The final document: steps, versions, reward at start/end (first/last 10% of steps), staleness."""
+    n = len(rows)
+    tenth = max(1, n // 10)
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 4) if values else None
+
+    rewards = [float(r.get("reward_mean", 0.0)) for r in rows]
+    return {
+        "learner_steps": n,
+        "versions_published": max((int(r.get("version", 0)) for r in rows), default=0),
+        "reward_start": mean(rewards[:tenth]),
+        "reward_end": mean(rewards[-tenth:]),
+        "staleness_max": max((int(r.get("staleness_max", 0)) for r in rows), default=0),
+        "staleness_mean": mean([float(r.get("staleness_mean", 0.0)) for r in rows]),
+        "rollouts_received": max((int(r.get("groups_received", 0)) for r in rows), default=0),
+        "dropped_stale": max((int(r.get("dropped_stale", 0)) for r in rows), default=0),
+        "wall_seconds": round(wall, 1),
+        "reward_curve": [round(x, 4) for x in rewards],
+    }
+
+
+def _live_table(rows: list[dict], elapsed: float):
+    from rich.table import Table
+
+    table = Table(title=f"swarmnode demo — {elapsed:.0f} s", show_header=True)
+    for col in ("steps", "version", "groups rcvd", "staleness (mean/max)", "reward (last 10)"):
+        table.add_column(col)
+    if rows:
+        last = rows[-1]
+        recent = [float(r.get("reward_mean", 0.0)) for r in rows[-10:]]
+        table.add_row(
+            str(len(rows)),
+            str(last.get("version", 0)),
+            str(last.get("groups_received", 0)),
+            f"{float(last.get('staleness_mean', 0)):.1f} / {last.get('staleness_max', 0)}",
+            f"{sum(recent) / len(recent):.3f}",
+        )
+    else:
+        table.add_row("0", "-", "-", "-", "waiting for rollouts...")
+    return table
+
+
+def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None) -> dict:
+    """Start the local swarm, watch the learner until `steps` or `minutes`, stop everything, summarise."""
+    from rich.console import Console
+    from rich.live import Live
+
+    root = Path(workdir or tempfile.mkdtemp(prefix="swarmnode-demo-"))
+    root.mkdir(parents=True, exist_ok=True)
+    run = DemoRun(root)
+    console = Console(stderr=True, quiet=quiet)
+    common = ["--config", "tiny-cpu", *[a for s in sets for a in ("--set", s)]]
+    start = time.monotonic()
+    try:
+        boot = run.start("bootstrap", ["bootstrap", *common, "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
+                                       "--identity-path", str(root / "bootstrap.key")])
+        peers = wait_for_line(boot, "initial-peers:", timeout=90)
+        console.print(f"bootstrap up: {peers}")
+        node_args = ["join", *common, "--initial-peers", peers]
+        run.start("learner", [*node_args, "--role", "learner", "--set", f"data_dir={root / 'learner'}",
+                              "--identity-path", str(root / "learner.key")])
+        for i in (1, 2):
+            run.start(f"sampler{i}", [*node_args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
+                                      "--identity-path", str(root / f"sampler{i}.key")])
+        steps_file = root / "learner" / STEPS_FILE
+        deadline = start + minutes * 60
+        with Live(_live_table([], 0), console=console, refresh_per_second=1, transient=quiet) as live:
+            while True:
+                run.check_alive()
+                rows = read_steps(steps_file)
+                live.update(_live_table(rows, time.monotonic() - start))
+                if (steps is not None and len(rows) >= steps) or time.monotonic() >= deadline:
+                    break
+                time.sleep(1.0)
+    finally:
+        run.stop()
+    rows = read_steps(root / "learner" / STEPS_FILE)
+    summary = summarize(rows, time.monotonic() - start)
+    summary["workdir"] = str(root)
+    return summary
