@@ -96,12 +96,19 @@ class LearnerConfig(_Section):
     """GEPO/GSPO/GRPO and the optimiser; names follow TRL where they mean the same thing."""
 
     loss_type: Literal["gepo", "gspo", "grpo"] = "gepo"
-    epsilon: float = Field(0.2, gt=0, le=10, description="PPO clip, low side")
-    epsilon_high: float = Field(0.2, gt=0, le=10, description="PPO clip, high side")
+    epsilon: float | None = Field(
+        None, gt=0, le=10, description="PPO clip, low side; unset: 0.2 (gepo/grpo) or 3e-4 (gspo)"
+    )
+    epsilon_high: float | None = Field(
+        None, gt=0, le=10, description="PPO clip, high side; unset: epsilon if set, else 0.2 (gepo/grpo) or 4e-4 (gspo)"
+    )
     kl_coef: float = Field(0.0, ge=0, le=100, description="learner-sampler k3 KL coefficient")
     defensive_lambda: float = Field(0.0, ge=0, le=1, description="GEPO defensive sampling blend (0 = off)")
     defensive_schedule: Literal["fixed", "staleness"] = "fixed"
     group_scope: Literal["prompt", "microbatch"] = "prompt"
+    token_aggregation: Literal["sequence", "bnpo", "dr_grpo"] = Field(
+        "sequence", description="grpo only: token mean per sequence, over all tokens, or / (B * T)"
+    )
     scale_rewards: Literal["auto", "group", "none"] = Field(
         "auto", description="auto: GEPO does not divide by the std, GRPO/GSPO do"
     )
