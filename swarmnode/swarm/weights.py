@@ -36,12 +36,12 @@ from hivemind.p2p import P2P, PeerID
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack, unpack
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, ChunkEntry, TensorEntry, WeightManifest
+from swarmnode.swarm.frames import read_frame, write_frame
 
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 4 << 20
 ALIGN = 64
-HEADER = 8
 MAX_REQUEST_BYTES = 64 << 10
 MAX_HASHES_PER_REQUEST = 64
 _DTYPES = {
@@ -308,7 +308,7 @@ class WeightStore:
             peer = str(info.peer_id)
             try:
                 while True:
-                    req = await asyncio.wait_for(_read_frame(reader, MAX_REQUEST_BYTES), idle_timeout)
+                    req = await asyncio.wait_for(read_frame(reader, MAX_REQUEST_BYTES), idle_timeout)
                     if req is None or not await self._answer(unpack(req, MAX_REQUEST_BYTES), writer, peer):
                         break
             except InvalidRecord as exc:
@@ -331,7 +331,7 @@ class WeightStore:
                 raise InvalidRecord("manifest request needs an int version")
             v = self.latest() if version < 0 else version
             m = self.manifest(v) if v is not None else None
-            await _write_frame(writer, m.encode() if m else b"")
+            await write_frame(writer, m.encode() if m else b"")
             return True
         if op == "chunks":
             hashes = req.get("hashes")
@@ -341,35 +341,13 @@ class WeightStore:
                 if not isinstance(h, bytes) or len(h) != 32:
                     raise InvalidRecord("chunk hash must be 32 bytes")
                 data = self.read_chunk(h.hex())
-                await _write_frame(writer, data if data is not None else b"")
+                await write_frame(writer, data if data is not None else b"")
                 if data is not None:
                     self.served_chunks += 1
                     self.served_bytes += len(data)
                     self.served_chunks_by_peer[peer] += 1
             return True
         raise InvalidRecord(f"unknown op {op!r}")
-
-
-# ---------------------------------------------------------------------------------------------------- frames
-async def _write_frame(writer: asyncio.StreamWriter, data: bytes | memoryview) -> None:
-    writer.write(len(data).to_bytes(HEADER, "big"))
-    if len(data):
-        writer.write(data)
-    await writer.drain()
-
-
-async def _read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
-    """One frame, or None on a clean EOF; InvalidRecord if it announces more than `max_bytes`."""
-    try:
-        header = await reader.readexactly(HEADER)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise
-    n = int.from_bytes(header, "big")
-    if n > max_bytes:
-        raise InvalidRecord(f"frame of {n} bytes exceeds the limit of {max_bytes}")
-    return await reader.readexactly(n)
 
 
 # --------------------------------------------------------------------------------------------------- fetcher
@@ -470,9 +448,9 @@ class WeightFetcher:
                 _, reader, writer = await asyncio.wait_for(
                     self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
                 try:
-                    await _write_frame(writer, pack({"op": "manifest", "version": version}))
-                    data = await asyncio.wait_for(_read_frame(reader, MAX_MANIFEST_BYTES), self.timeout)
-                    await _write_frame(writer, pack({"op": "bye"}))
+                    await write_frame(writer, pack({"op": "manifest", "version": version}))
+                    data = await asyncio.wait_for(read_frame(reader, MAX_MANIFEST_BYTES), self.timeout)
+                    await write_frame(writer, pack({"op": "bye"}))
                 finally:
                     writer.close()
                 if not data:
@@ -579,11 +557,11 @@ class WeightFetcher:
                         await asyncio.wait_for(changed.wait(), 0.5)
                     continue
                 hashes = [manifest.chunks[i].sha256 for i in batch]
-                await _write_frame(writer, pack({"op": "chunks", "hashes": hashes}))
+                await write_frame(writer, pack({"op": "chunks", "hashes": hashes}))
                 while batch:
                     i = batch[0]
                     chunk = manifest.chunks[i]
-                    data = await asyncio.wait_for(_read_frame(reader, chunk.size), self.timeout)
+                    data = await asyncio.wait_for(read_frame(reader, chunk.size), self.timeout)
                     batch.pop(0)
                     if not data:
                         stats.missing_chunks += 1
@@ -599,7 +577,7 @@ class WeightFetcher:
                     work.done(i)
                     on_chunk(i, name)
                 batch = []
-            await _write_frame(writer, pack({"op": "bye"}))
+            await write_frame(writer, pack({"op": "bye"}))
         except InvalidRecord as exc:
             logger.warning("weights: holder %s broke protocol: %s", name[-8:], exc)
             work.give_back(batch, name)

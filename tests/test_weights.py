@@ -1,0 +1,246 @@
+"""Weight store, manifests and multi-holder fetching over real hivemind P2P daemons on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import pytest
+import torch
+from hivemind.p2p import P2P
+
+from swarmnode.identity import Identity
+from swarmnode.protocol.codec import InvalidRecord, pack
+from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
+from swarmnode.swarm.frames import read_control, write_frame
+from swarmnode.swarm.weights import FetchError, WeightFetcher, WeightStore, protocol_name
+
+RUN = "test-run"
+CHUNK = 64 << 10
+
+
+def make_state(seed: int = 0) -> dict[str, torch.Tensor]:
+    """~1.3 MB of mixed-dtype tensors (about 20 chunks of 64 KiB)."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "embed.weight": torch.randn(256, 512, generator=g),
+        "layer.0.w": torch.randn(256, 256, generator=g).to(torch.bfloat16),
+        "layer.0.norm": torch.ones(512),
+        "layer.1.w": torch.randn(128, 512, generator=g),
+        "step": torch.tensor([7], dtype=torch.int64),
+        "mask": torch.tensor([True, False, True]),
+        "empty": torch.zeros(0, 4),
+    }
+
+
+def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert torch.equal(a[k], b[k]), k
+
+
+@contextlib.asynccontextmanager
+async def daemons(n: int):
+    """`n` real p2pd daemons on loopback that can reach each other; always shut down."""
+    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False)
+    peers: list[P2P] = []
+    try:
+        peers.append(await P2P.create(**kw))
+        maddrs = await peers[0].get_visible_maddrs()
+        for _ in range(n - 1):
+            peers.append(await P2P.create(initial_peers=maddrs, **kw))
+        yield peers
+    finally:
+        for p in peers:
+            with contextlib.suppress(Exception):
+                await p.shutdown()
+
+
+def store(tmp_path, name: str, **kw) -> WeightStore:
+    return WeightStore(tmp_path / name, RUN, chunk_bytes=CHUNK, **kw)
+
+
+# ------------------------------------------------------------------------------------------------- offline
+def test_publish_roundtrip_delta_and_gc(tmp_path):
+    learner = Identity.generate()
+    s = store(tmp_path, "l", keep_versions=2)
+    state = make_state()
+    m1 = s.publish(1, state, learner, model_id="builtin:tiny")
+    assert_same(s.state_dict(1), state)
+    state["layer.1.w"] += 1.0
+    m2 = s.publish(2, state, learner, parent_version=1)
+    shared = {c.hex for c in m1.chunks} & {c.hex for c in m2.chunks}
+    assert 0 < len(shared) < len(m1.chunks)  # only the chunks under the changed tensor differ
+    # a fresh store object on the same directory reads back from disk (no memory cache)
+    assert_same(store(tmp_path, "l").state_dict(2), state)
+    state["embed.weight"] -= 1.0
+    s.publish(3, state, learner, parent_version=2)
+    assert s.versions() == [2, 3]
+    on_disk = {p.name for p in (tmp_path / "l" / "chunks").iterdir()}
+    needed = {c.hex for v in (2, 3) for c in s.manifest(v).chunks}
+    assert on_disk == needed  # v1-only chunks were collected
+
+
+def test_manifest_validation():
+    learner = Identity.generate()
+    s_state = make_state()
+    from swarmnode.swarm.weights import cut_chunks, flatten_into, plan_layout
+
+    tensors, total = plan_layout(s_state)
+    buf = bytearray(total)
+    flatten_into(s_state, tensors, buf)
+    m = WeightManifest.create(identity=learner, run_id=RUN, version=3, parent_version=2, model_id="m",
+                              tensors=tensors, chunks=cut_chunks(buf, CHUNK))
+    back = WeightManifest.decode(m.encode())
+    assert back.tensors == m.tensors and back.chunks == m.chunks and back.publisher == learner.peer_id
+    tampered = bytearray(m.encode())
+    tampered[tampered.index(b"model_id") + 9] ^= 1  # flip a byte inside the signed content
+    with pytest.raises(InvalidRecord):
+        WeightManifest.decode(bytes(tampered))
+    with pytest.raises(InvalidRecord, match="exceeds"):
+        WeightManifest.decode(b"\x00" * (MAX_MANIFEST_BYTES + 1))
+    with pytest.raises(InvalidRecord, match="parent_version"):
+        WeightManifest.create(identity=learner, run_id=RUN, version=1, parent_version=1, model_id="m",
+                              tensors=tensors, chunks=cut_chunks(buf, CHUNK))
+
+
+# ------------------------------------------------------------------------------------------------- network
+def test_fetch_delta_and_resume(tmp_path):
+    learner = Identity.generate()
+
+    async def scenario():
+        async with daemons(2) as (lp, sp):
+            ls, ss = store(tmp_path, "l"), store(tmp_path, "s")
+            await ls.serve(lp)
+            state = make_state()
+            m1 = ls.publish(1, state, learner)
+            fetcher = WeightFetcher(sp, ss, [learner.peer_id])
+            seen = []
+            await fetcher.fetch([lp.peer_id], progress=lambda done, total: seen.append((done, total)))
+            assert_same(ss.state_dict(1), state)
+            assert fetcher.last_stats.fetched_bytes == m1.total_bytes and seen[-1] == (m1.total_bytes,) * 2
+
+            # delta: only the chunks under the changed tensor travel
+            state["layer.0.norm"] += 1
+            m2 = ls.publish(2, state, learner, parent_version=1)
+            await fetcher.fetch([lp.peer_id], 2)
+            changed = {c.hex for c in m2.chunks} - {c.hex for c in m1.chunks}
+            assert fetcher.last_stats.fetched_bytes == sum(c.size for c in m2.chunks if c.hex in changed)
+            assert_same(ss.state_dict(2), state)
+
+            # resume: interrupt a fetch of v3 after a few chunks, restart the store, finish from disk
+            for k in state:
+                if state[k].is_floating_point():
+                    state[k] = state[k] * 2
+            m3 = ls.publish(3, state, learner, parent_version=2)
+            rs = store(tmp_path, "r")
+            partial = WeightFetcher(sp, rs, [learner.peer_id], streams_per_holder=1, chunks_per_request=1)
+            enough = asyncio.Event()
+            task = asyncio.ensure_future(partial.fetch(
+                [lp.peer_id], 3, progress=lambda done, total: done >= 4 * CHUNK and enough.set()))
+            await asyncio.wait_for(enough.wait(), 30)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.2)  # let the chunk writes already handed to threads land
+            assert rs.versions() == [] and rs.partial_manifest(3) is not None
+            restarted = WeightFetcher(sp, store(tmp_path, "r"), [learner.peer_id])
+            await restarted.fetch([lp.peer_id], 3)
+            st = restarted.last_stats
+            assert st.reused_bytes >= 3 * CHUNK and st.fetched_bytes + st.reused_bytes == m3.total_bytes
+            assert_same(store(tmp_path, "r").state_dict(3), state)
+
+    asyncio.run(scenario())
+
+
+def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
+    learner, stranger = Identity.generate(), Identity.generate()
+    caplog.set_level(logging.INFO, logger="swarmnode.swarm.weights")
+
+    async def scenario():
+        async with daemons(4) as (lp, evil, bad, sp):
+            ls = store(tmp_path, "l")
+            await ls.serve(lp)
+            state = make_state(1)
+            ls.publish(1, state, learner)
+
+            # a manifest signed by a key that is not the run's learner
+            es = store(tmp_path, "evil")
+            await es.serve(evil)
+            es.publish(5, make_state(2), stranger)
+            fetcher = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id])
+            with pytest.raises(FetchError, match="not one of the run's learner keys"):
+                await fetcher.fetch([evil.peer_id], 5)
+            assert fetcher.rejected_manifests == 1
+
+            # a holder serving truncated streams, and a holder whose chunk on disk is corrupt
+            async def truncating(info, reader, writer):
+                while (req := await read_control(reader)) is not None:
+                    if req.get("op") == "chunks":  # announce a whole chunk, send 100 bytes, hang up
+                        writer.write((CHUNK).to_bytes(8, "big") + b"x" * 100)
+                        await writer.drain()
+                        break
+                    await write_frame(writer, b"")  # "don't have" for anything else
+                writer.close()
+
+            await bad.add_binary_stream_handler(protocol_name(RUN), truncating)
+            cs = store(tmp_path, "c")
+            corrupt_host = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                                            auto_nat=False, initial_peers=await lp.get_visible_maddrs())
+            try:
+                await WeightFetcher(corrupt_host, cs, [learner.peer_id]).fetch([lp.peer_id], 1)
+                for chunk in ls.manifest(1).chunks:  # every chunk this holder has on disk goes bad
+                    path = tmp_path / "c" / "chunks" / chunk.hex
+                    path.write_bytes(b"\xff" * path.stat().st_size)
+                cs2 = store(tmp_path, "c")  # restarted: serves from disk, no memory copy
+                await cs2.serve(corrupt_host)
+                only_corrupt = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], max_rounds=1)
+                with pytest.raises(FetchError, match="unavailable"):  # a valid manifest, every chunk bad
+                    await only_corrupt.fetch([corrupt_host.peer_id], 1)
+                assert only_corrupt.store.versions() == []
+                good = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], max_rounds=3, timeout=5)
+                await good.fetch([bad.peer_id, corrupt_host.peer_id, lp.peer_id], 1)
+                assert_same(store(tmp_path, "s").state_dict(1), state)  # good traffic continued
+                assert good.last_stats.chunks_by_holder[str(lp.peer_id)] >= 1
+                return cs2.served_chunks
+            finally:
+                await corrupt_host.shutdown()
+
+    corrupt_served = asyncio.run(scenario())
+    text = caplog.text
+    assert "not one of the run's learner keys" in text
+    assert corrupt_served >= 1 and "hash mismatch" in text  # corrupt chunks were served, caught and logged
+    assert "IncompleteReadError" in text  # the truncated stream, logged
+
+
+def test_three_fetchers_concurrently_serve_each_other(tmp_path):
+    learner = Identity.generate()
+
+    async def scenario():
+        async with daemons(4) as peers:
+            lp, samplers = peers[0], peers[1:]
+            ls = store(tmp_path, "l")
+            await ls.serve(lp)
+            state = {f"t{i}": torch.full((CHUNK // 4,), float(i)) for i in range(48)}  # 48 chunks, 3 MiB
+            m = ls.publish(1, state, learner)
+            stores = [store(tmp_path, f"s{i}") for i in range(3)]
+            for s, p in zip(stores, samplers):
+                await s.serve(p)
+            fetchers = [WeightFetcher(p, s, [learner.peer_id], chunks_per_request=1)
+                        for p, s in zip(samplers, stores)]
+            await asyncio.gather(*[
+                f.fetch([lp.peer_id] + [q.peer_id for q in samplers if q is not p], 1)
+                for f, p in zip(fetchers, samplers)
+            ])
+            for s in stores:
+                assert_same(s.state_dict(1), state)
+            served_by_samplers = sum(s.served_chunks for s in stores)
+            assert served_by_samplers >= 1, "no sampler served another sampler"
+            # counters agree between both sides
+            from_samplers = sum(f.last_stats.chunks_by_holder[str(q.peer_id)] for f in fetchers for q in samplers)
+            assert from_samplers == served_by_samplers
+            assert ls.served_chunks + served_by_samplers == 3 * len(m.chunks)
+
+    asyncio.run(scenario())
