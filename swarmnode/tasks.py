@@ -5,7 +5,7 @@ decoded text instead of trusting the sampler. Every prompt has a `prompt_id` fro
 same task configuration recovers the prompt (`Task.get`).
 
 - `arithmetic` (built in): "a+b=" with operands in [0, task.max_operand], reference str(a+b), completion =
-  digits then EOS. Partial credit: 1.0 exact, 0.2..0.6 for a well-formed wrong number (closer is more),
+  digits then EOS. Partial credit: 1.0 exact, 0.1..0.4 for a well-formed wrong number (closer is more),
   up to 0.1 when the text merely starts with a number, 0 otherwise. A held-out set of operand pairs
   (chosen by a seeded hash) is never sampled for training and forms the eval prompts.
 - `math`: problems from a JSONL file (`task.path`) or an HF `datasets` name (`task.dataset`), with a
@@ -89,7 +89,7 @@ def arithmetic_reward(completion_text: str, reference: str) -> float:
         return 1.0
     target = int(reference)
     if _INT.fullmatch(text):
-        return 0.2 + 0.4 * _closeness(int(text), target)
+        return 0.1 + 0.3 * _closeness(int(text), target)
     lead = _INT.match(text)
     if lead:
         return 0.05 + 0.05 * _closeness(int(lead.group()), target)

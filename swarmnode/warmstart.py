@@ -1,0 +1,72 @@
+"""A short, seeded supervised warm start of the built-in tiny model on the task's answer FORMAT.
+
+RL from a random init learns the format but plateaus (DESIGN.md: ~0.3 mean reward). The warm start teaches
+"prompt -> answer then EOS" on the task's own prompts, but with label noise: only a fraction `correct_fraction`
+of the shown answers are right, the rest are the reference of another random prompt. The model leaves it
+producing well-formed answers that are mostly wrong, so the mean reward at temperature 1 starts well below the
+maximum and RL has a visible climb ahead. Deterministic given `seed`.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from swarmnode.config import TaskConfig
+
+CORRECT_FRACTION = 0.15
+BATCH_SIZE = 64
+LEARNING_RATE = 3e-3
+
+
+def _answer_text(task_name: str, reference: str) -> str:
+    return f"\\boxed{{{reference}}}" if task_name == "math" else reference
+
+
+def _batch(task, tokenizer, rng: random.Random, task_name: str, correct_fraction: float, max_len: int):
+    prompts = task.sample(BATCH_SIZE, rng)
+    decoys = task.sample(BATCH_SIZE, rng)
+    rows, masks = [], []
+    for prompt, decoy in zip(prompts, decoys):
+        reference = prompt.reference if rng.random() < correct_fraction else decoy.reference
+        p_ids = tokenizer(prompt.text, add_special_tokens=True)["input_ids"]
+        a_ids = tokenizer(_answer_text(task_name, reference), add_special_tokens=False)["input_ids"]
+        ids = (p_ids + a_ids + [tokenizer.eos_token_id])[-max_len:]
+        target = ([0] * len(p_ids) + [1] * (len(a_ids) + 1))[-max_len:]
+        rows.append(ids)
+        masks.append(target)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    loss_mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32)
+    return ids, attn, loss_mask
+
+
+def warm_start(
+    model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float = CORRECT_FRACTION
+) -> list[float]:
+    """Train `model` in place for `steps` supervised steps; returns the loss per step."""
+    from swarmnode.tasks import build_task
+
+    task = build_task(task_cfg)
+    rng = random.Random(f"warmstart:{seed}")
+    torch.manual_seed(seed)
+    max_len = model.config.max_position_embeddings
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        ids, attn, loss_mask = _batch(task, tokenizer, rng, task_cfg.name, correct_fraction, max_len)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (nll * loss_mask[:, 1:]).sum() / loss_mask[:, 1:].sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
