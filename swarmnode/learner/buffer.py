@@ -1,0 +1,154 @@
+"""The learner's replay buffer: bounded, deduplicated, staleness-aware, with per-sampler quotas.
+
+Staleness of a group is `version - group.policy_version` against the learner's current version. Groups
+staler than `max_staleness` are refused on arrival and dropped when the version moves past them; groups
+from a *future* version (which this learner never published) are refused. One sampler may hold at most
+`quota` groups, so a fast or hostile sender cannot crowd out the rest. When full, the stalest group is
+evicted. `draw` removes what it returns (each group is trained on once). Every outcome is counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict
+from typing import Protocol
+
+ACCEPTED = "ok"
+REASONS = ("ok", "duplicate", "quota", "stale", "future", "lineage", "evicted", "aged_out")
+
+
+class _Group(Protocol):
+    group_id: str
+    sampler_id: str
+    policy_version: int
+    lineage: str
+
+
+class ReplayBuffer:
+    """Bounded store of rollout groups; see the module docstring for the policy."""
+
+    def __init__(
+        self,
+        capacity: int,
+        max_staleness: int,
+        per_sampler_quota: float = 1.0,
+        draw_order: str = "newest",
+        lineage: str | None = None,
+        version: int = 0,
+        seen_ids: int | None = None,
+    ):
+        if capacity < 1 or max_staleness < 0 or not 0 < per_sampler_quota <= 1:
+            raise ValueError("capacity >= 1, max_staleness >= 0 and 0 < per_sampler_quota <= 1 are required")
+        if draw_order not in ("newest", "oldest"):
+            raise ValueError(f"draw_order {draw_order!r}: expected newest or oldest")
+        self.capacity, self.max_staleness, self.draw_order = capacity, max_staleness, draw_order
+        self.quota = max(1, math.floor(per_sampler_quota * capacity))
+        self.lineage, self.version = lineage, version
+        self._groups: OrderedDict[str, _Group] = OrderedDict()  # arrival order
+        self._per_sampler: Counter[str] = Counter()
+        self._seen: OrderedDict[str, None] = OrderedDict()  # dedup memory, bounded
+        self._seen_cap = seen_ids or 16 * capacity
+        self.counters: Counter[str] = Counter()
+        self.drawn = 0
+
+    @classmethod
+    def from_config(cls, cfg, lineage: str | None = None, version: int = 0) -> "ReplayBuffer":
+        """A buffer sized and policed by a NodeConfig's learner and sync sections."""
+        lc = cfg.learner
+        return cls(lc.buffer_size, cfg.sync.max_staleness, lc.per_sampler_quota, lc.draw_order, lineage, version)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def staleness(self, group: _Group) -> int:
+        return self.version - int(group.policy_version)
+
+    def add(self, group: _Group) -> str:
+        """Offer one group; returns "ok" or the reason it was refused (and counts it)."""
+        reason = self._judge(group)
+        self.counters[reason] += 1
+        if reason != ACCEPTED:
+            return reason
+        self._remember(group.group_id)
+        if len(self._groups) >= self.capacity:
+            self._evict_stalest()
+        self._groups[group.group_id] = group
+        self._per_sampler[group.sampler_id] += 1
+        return reason
+
+    def _judge(self, group: _Group) -> str:
+        if group.group_id in self._seen or group.group_id in self._groups:
+            return "duplicate"
+        if self.lineage is not None and group.lineage != self.lineage:
+            return "lineage"
+        tau = self.staleness(group)
+        if tau < 0:
+            return "future"
+        if tau > self.max_staleness:
+            return "stale"
+        if self._per_sampler[group.sampler_id] >= self.quota:
+            return "quota"
+        return ACCEPTED
+
+    def _remember(self, group_id: str) -> None:
+        self._seen[group_id] = None
+        while len(self._seen) > self._seen_cap:
+            self._seen.popitem(last=False)
+
+    def _remove(self, group_id: str) -> _Group:
+        group = self._groups.pop(group_id)
+        self._per_sampler[group.sampler_id] -= 1
+        if self._per_sampler[group.sampler_id] <= 0:
+            del self._per_sampler[group.sampler_id]
+        return group
+
+    def _evict_stalest(self) -> None:
+        victim = min(self._groups.values(), key=lambda g: g.policy_version)  # oldest arrival among equals
+        self._remove(victim.group_id)
+        self.counters["evicted"] += 1
+
+    def set_version(self, v: int) -> None:
+        """Move the learner's version; drops (and counts as aged_out) groups now staler than the bound."""
+        self.version = int(v)
+        for gid in [gid for gid, g in self._groups.items() if self.staleness(g) > self.max_staleness]:
+            self._remove(gid)
+            self.counters["aged_out"] += 1
+
+    def draw(self, n: int) -> list[_Group]:
+        """Remove and return up to `n` groups: newest policy version first, or oldest arrival first."""
+        if self.draw_order == "oldest":
+            picked = list(self._groups)[:n]
+        else:  # newest version first; among equal versions the latest arrival first
+            order = list(reversed(self._groups.items()))
+            picked = [gid for gid, _ in sorted(order, key=lambda kv: -kv[1].policy_version)[:n]]
+        self.drawn += len(picked)
+        return [self._remove(gid) for gid in picked]
+
+    def dropped_fraction(self) -> float:
+        """Share of everything offered that was lost to staleness (refused stale + aged out)."""
+        offered = sum(self.counters[r] for r in REASONS if r not in ("evicted", "aged_out"))
+        lost = self.counters["stale"] + self.counters["aged_out"]
+        return lost / offered if offered else 0.0
+
+    def stats(self) -> dict:
+        """Size, counters by reason, per-sampler holdings and the stale-dropped fraction."""
+        return {
+            "size": len(self._groups),
+            "capacity": self.capacity,
+            "version": self.version,
+            "drawn": self.drawn,
+            "counters": {r: self.counters[r] for r in REASONS},
+            "per_sampler": dict(self._per_sampler),
+            "dropped_fraction": self.dropped_fraction(),
+        }
+
+    def state_dict(self) -> dict:
+        """Position for a checkpoint: version, counters and dedup memory (held groups are not saved)."""
+        return {"version": self.version, "counters": dict(self.counters), "drawn": self.drawn,
+                "seen": list(self._seen)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.version = int(state["version"])
+        self.counters = Counter({str(k): int(v) for k, v in state["counters"].items()})
+        self.drawn = int(state["drawn"])
+        self._seen = OrderedDict((str(g), None) for g in state["seen"][-self._seen_cap :])
