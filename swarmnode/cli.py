@@ -59,24 +59,96 @@ def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetO
     not_built("hardware")
 
 
+HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeatable (network.host_maddrs)")
+AnnounceOpt = typer.Option(None, "--announce-maddrs", help="public multiaddr(s) to advertise, repeatable")
+IdentityOpt = typer.Option(None, "--identity-path", help="key file (created 0600 on first use); keeps the peer id")
+StartupOpt = typer.Option(None, "--startup-timeout", help="seconds to start p2pd and reach an initial peer")
+BOOTSTRAP_MADDRS = ["/ip4/0.0.0.0/tcp/31337", "/ip6/::/tcp/31337"]
+
+
+def _network_flags(initial_peers=None, host_maddrs=None, announce_maddrs=None, identity_path=None,
+                   startup_timeout=None) -> dict[str, Any]:
+    return {"network.initial_peers": initial_peers, "network.host_maddrs": host_maddrs,
+            "network.announce_maddrs": announce_maddrs, "network.identity_path": identity_path,
+            "network.startup_timeout": startup_timeout}
+
+
+def _run_swarm_command(main, timeout: float | None = None) -> Any:
+    """Run a membership coroutine; user-facing failures become one error line and exit code 1."""
+    from swarmnode.identity import IdentityError
+    from swarmnode.membership import quiet_hivemind, run_until_signal
+    from swarmnode.swarm.p2p import SwarmStartError
+
+    quiet_hivemind()
+    try:
+        return run_until_signal(main, timeout)
+    except (SwarmStartError, IdentityError) as exc:
+        fail(str(exc), code=1)
+
+
 @app.command()
 def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-         initial_peers: Optional[list[str]] = PeersOpt) -> None:
+         initial_peers: Optional[list[str]] = PeersOpt,
+         role: Optional[str] = typer.Option(None, "--role", help="auto | sampler | learner"),
+         host_maddrs: Optional[list[str]] = HostOpt, announce_maddrs: Optional[list[str]] = AnnounceOpt,
+         identity_path: Optional[str] = IdentityOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
     """Join a run's swarm and work as a sampler or learner."""
-    not_built("join")
+    from swarmnode.identity import IdentityError
+    from swarmnode.membership import identity_for, run_membership
+
+    cfg = config_from_cli(config, set_, role=role, **_network_flags(initial_peers, host_maddrs, announce_maddrs,
+                                                                    identity_path, startup_timeout))
+    if not cfg.network.initial_peers:
+        fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
+    try:
+        identity = identity_for(cfg, "identity.key")
+    except IdentityError as exc:
+        fail(str(exc))
+    _run_swarm_command(lambda stop: run_membership(cfg, identity, cfg.role, stop, emit=_emit))
 
 
 @app.command()
-def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt) -> None:
+def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt,
+              host_maddrs: Optional[list[str]] = HostOpt, announce_maddrs: Optional[list[str]] = AnnounceOpt,
+              identity_path: Optional[str] = IdentityOpt, startup_timeout: Optional[float] = StartupOpt,
+              initial_peers: Optional[list[str]] = PeersOpt,
+              log_interval: float = typer.Option(30.0, "--log-interval", min=0.1, help="seconds between health logs")
+              ) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
-    not_built("bootstrap")
+    from swarmnode.identity import IdentityError
+    from swarmnode.membership import identity_for, run_bootstrap
+
+    cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
+                                                         announce_maddrs, identity_path, startup_timeout))
+    try:
+        identity = identity_for(cfg, "bootstrap.key")
+    except IdentityError as exc:
+        fail(str(exc))
+    _run_swarm_command(lambda stop: run_bootstrap(cfg, identity, stop, as_json=as_json, log_interval=log_interval,
+                                                  emit=_emit))
+
+
+def _emit(line: str) -> None:
+    typer.echo(line)
+    sys.stdout.flush()
 
 
 @app.command()
 def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-           initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt) -> None:
+           initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
+           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
     """List the peers of a run (role, version, last seen)."""
-    not_built("status")
+    from swarmnode.membership import format_status, query_status
+
+    cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"],
+                                                         None, None, startup_timeout))
+    if not cfg.network.initial_peers:
+        fail("status needs --initial-peers (the address `swarmnode bootstrap` prints)")
+    doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)
+    if as_json:
+        print_json(doc)
+    else:
+        typer.echo(format_status(doc))
 
 
 @app.command()

@@ -1,0 +1,155 @@
+"""The run's DHT: an in-process hivemind `DHTNode` on the caller's asyncio loop, sharing the node's P2P.
+
+Keys (namespaced by run id; every subkey owned and signed, see `swarmnode.swarm.validator`):
+- `<run>/peers`     subkey `<peer id>`            -> PeerRecord, expiring after `missed_beats_to_expire` beats
+- `<run>/versions`  subkey `<version>@<peer id>`  -> VersionAnnouncement (learners only)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from hivemind.dht.node import DHTNode
+from hivemind.p2p import P2P
+from hivemind.utils import get_dht_time
+
+from swarmnode.config import NodeConfig
+from swarmnode.identity import Identity
+from swarmnode.protocol.announce import VersionAnnouncement
+from swarmnode.protocol.codec import InvalidRecord
+from swarmnode.protocol.peer import PeerRecord
+from swarmnode.swarm.p2p import parse_initial_peer, start_p2p, stop_p2p
+from swarmnode.swarm.validator import SwarmValidator, owned_subkey, run_keys
+
+logger = logging.getLogger(__name__)
+
+VERSION_TTL_S = 120.0  # an announcement lives this long unless re-announced (the learner's heartbeat does)
+
+
+class SwarmDHT:
+    """One node's view of the run's DHT. Create with `await SwarmDHT.create(...)`; `await shutdown()` at the end."""
+
+    def __init__(self, cfg: NodeConfig, identity: Identity, p2p: P2P, node: DHTNode, validator: SwarmValidator,
+                 owns_p2p: bool):
+        self.cfg, self.identity, self.p2p, self.node = cfg, identity, p2p, node
+        self.validator = validator
+        self._owns_p2p = owns_p2p
+        self._keys = run_keys(cfg.run_id)
+        self._last_announcement: tuple[int, dict] | None = None
+
+    @classmethod
+    async def create(cls, cfg: NodeConfig, identity: Identity, p2p: P2P | None = None, *,
+                     client_mode: bool = False) -> "SwarmDHT":
+        """Join the run's DHT through the initial peers the P2P host reached (starts a host if `p2p` is None)."""
+        client_mode = client_mode or cfg.network.client_mode
+        owns_p2p = p2p is None
+        if p2p is None:
+            p2p = await start_p2p(cfg, identity, client_mode=client_mode)
+        try:
+            connected = {str(info.peer_id) for info in await p2p.list_peers()}
+            initial = [t for t in cfg.network.initial_peers if str(parse_initial_peer(t).peer_id) in connected]
+            validator = SwarmValidator(cfg.run_id, identity)
+            node = await DHTNode.create(
+                p2p=p2p,
+                initial_peers=initial,
+                client_mode=client_mode,
+                record_validator=validator,
+                ensure_bootstrap_success=False,
+                cache_locally=False,  # a cached copy would outlive withdrawn ("leaving") records
+                cache_nearest=0,
+            )
+        except BaseException:
+            if owns_p2p:
+                await stop_p2p(p2p)
+            raise
+        return cls(cfg, identity, p2p, node, validator, owns_p2p)
+
+    @property
+    def record_ttl(self) -> float:
+        """Seconds a peer record stays visible without a heartbeat."""
+        net = self.cfg.network
+        return net.heartbeat_interval * net.missed_beats_to_expire
+
+    async def publish_peer(self, record: PeerRecord) -> bool:
+        """Store this node's record (must be our own); True if at least one DHT peer (or we) kept it."""
+        if record.peer_id != self.identity.peer_id:
+            raise ValueError("a node can only publish its own peer record")
+        return bool(await self.node.store(
+            self._keys["peers"], record.encode(), get_dht_time() + self.record_ttl, subkey=record.peer_id
+        ))
+
+    async def _subkeys(self, key: str) -> dict[str, bytes]:
+        found = await self.node.get(key, latest=True)
+        if found is None or not isinstance(found.value, dict):
+            return {}
+        return {sub: item.value for sub, item in found.value.items() if isinstance(item.value, bytes)}
+
+    async def all_peers(self) -> list[PeerRecord]:
+        """Every unexpired peer record, including those marked leaving."""
+        records = []
+        for subkey, payload in (await self._subkeys(self._keys["peers"])).items():
+            try:
+                record = PeerRecord.decode(payload)  # already validated on receipt; decoded here for the object
+            except InvalidRecord:
+                continue
+            if record.peer_id == subkey:
+                records.append(record)
+        return sorted(records, key=lambda r: (r.role, r.peer_id))
+
+    async def live_peers(self, role: str | None = None) -> list[PeerRecord]:
+        """Peers with a live record (not expired, not leaving), optionally of one role."""
+        return [r for r in await self.all_peers() if r.state == "up" and (role is None or r.role == role)]
+
+    async def announce_version(self, version: int, pointer: dict[str, Any]) -> bool:
+        """Announce that this learner published `version` (re-announced by `refresh_announcement`)."""
+        announcement = VersionAnnouncement(self.identity.peer_id, int(version), dict(pointer), time.time())
+        payload = announcement.encode()
+        VersionAnnouncement.decode(payload)  # fail at the source, not at every receiver
+        self._last_announcement = (int(version), dict(pointer))
+        return bool(await self.node.store(
+            self._keys["versions"], payload, get_dht_time() + VERSION_TTL_S,
+            subkey=owned_subkey(self.identity.peer_id, str(version)),
+        ))
+
+    async def refresh_announcement(self) -> None:
+        """Re-store the newest announcement so it does not expire while the learner lives."""
+        if self._last_announcement is not None:
+            await self.announce_version(*self._last_announcement)
+
+    async def announcements(self) -> list[VersionAnnouncement]:
+        """Unexpired announcements from accepted learners (`learner.learner_keys`, or any if that is empty)."""
+        allowed = set(self.cfg.learner.learner_keys)
+        out = []
+        for payload in (await self._subkeys(self._keys["versions"])).values():
+            try:
+                announcement = VersionAnnouncement.decode(payload)
+            except InvalidRecord:
+                continue
+            if not allowed or announcement.peer_id in allowed:
+                out.append(announcement)
+        return out
+
+    async def newest_version(self) -> tuple[int, dict] | None:
+        """(version, pointer) of the newest announced version, or None if nothing is announced."""
+        found = await self.announcements()
+        if not found:
+            return None
+        newest = max(found, key=lambda a: (a.version, a.timestamp))
+        return newest.version, newest.pointer
+
+    async def holders(self, version: int) -> list[PeerRecord]:
+        """Live peers that hold or can serve `version`."""
+        return [r for r in await self.live_peers() if r.version == version or version in r.versions]
+
+    async def shutdown(self) -> None:
+        """Leave the DHT; stop the P2P host too if this object started it."""
+        try:
+            await asyncio.wait_for(self.node.shutdown(), timeout=10)
+        except (asyncio.TimeoutError, Exception) as exc:  # a broken daemon must not block leaving
+            logger.warning("DHT node did not shut down cleanly: %r", exc)
+        finally:
+            if self._owns_p2p:
+                await stop_p2p(self.p2p)

@@ -1,0 +1,121 @@
+"""Owner-only, schema-checked DHT records for one run (an Ed25519 hivemind RecordValidator).
+
+Every record under the run's keys must
+- use a subkey naming its owner: `<peer id>` or `<label>@<peer id>` (an Ed25519 peer id embeds its public key,
+  so no separate owner marker is needed),
+- carry a 64-byte signature by that owner over (key, subkey, value, expiration time) — so a record cannot be
+  moved to another key, subkey or lifetime,
+- fit in `MAX_RECORD_BYTES` and decode with the schema registered for its key.
+Records under any other key are refused: strangers cannot use the run's DHT as free storage.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import msgpack
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+
+from swarmnode.identity import SIGNATURE_BYTES, Identity, verify
+from swarmnode.protocol.announce import VersionAnnouncement
+from swarmnode.protocol.codec import InvalidRecord, pack
+from swarmnode.protocol.peer import PeerRecord
+
+logger = logging.getLogger(__name__)
+
+MAX_RECORD_BYTES = 16 * 1024
+# schema(owner peer id, subkey label, payload) raises InvalidRecord if the payload is not acceptable there
+Schema = Callable[[str, str, bytes], None]
+
+
+def _peer_schema(owner: str, label: str, payload: bytes) -> None:
+    record = PeerRecord.decode(payload)
+    if label or record.peer_id != owner:
+        raise InvalidRecord("peer record stored under another peer's subkey")
+
+
+def _version_schema(owner: str, label: str, payload: bytes) -> None:
+    announcement = VersionAnnouncement.decode(payload)
+    if announcement.peer_id != owner or label != str(announcement.version):
+        raise InvalidRecord("version announcement does not match its subkey")
+
+
+def run_keys(run_id: str) -> dict[str, str]:
+    """The DHT keys of a run, by short name."""
+    return {"peers": f"{run_id}/peers", "versions": f"{run_id}/versions"}
+
+
+def owned_subkey(peer_id: str, label: str = "") -> str:
+    """The subkey a peer may write: its peer id, optionally prefixed by `label@`."""
+    return f"{label}@{peer_id}" if label else peer_id
+
+
+def split_subkey(subkey: str) -> tuple[str, str]:
+    """(label, owner peer id) of an owned subkey."""
+    label, _, owner = subkey.rpartition("@")
+    return label, owner
+
+
+class SwarmValidator(RecordValidatorBase):
+    """Signs this node's records with `identity` and validates everyone's for run `run_id`."""
+
+    def __init__(self, run_id: str, identity: Identity, extra_schemas: dict[str, Schema] | None = None):
+        keys = run_keys(run_id)
+        schemas: dict[str, Schema] = {keys["peers"]: _peer_schema, keys["versions"]: _version_schema}
+        schemas.update(extra_schemas or {})
+        self._schemas = {DHTID.generate(source=key).to_bytes(): schema for key, schema in schemas.items()}
+        self._identity = identity
+        self.rejected = 0  # records refused since start (for health output)
+
+    @staticmethod
+    def _signed_bytes(record: DHTRecord, value: bytes) -> bytes:
+        return pack({"k": record.key, "s": record.subkey, "v": value, "e": record.expiration_time})
+
+    def sign_value(self, record: DHTRecord) -> bytes:
+        return record.value + self._identity.sign(self._signed_bytes(record, record.value))
+
+    def strip_value(self, record: DHTRecord) -> bytes:
+        return record.value[:-SIGNATURE_BYTES]
+
+    def validate(self, record: DHTRecord) -> bool:
+        try:
+            self._check(record)
+            return True
+        except InvalidRecord as exc:
+            self.rejected += 1
+            logger.info("rejected DHT record: %s", exc)
+            return False
+
+    def _check(self, record: DHTRecord) -> None:
+        schema = self._schemas.get(record.key)
+        if schema is None:
+            raise InvalidRecord("key is not one of this run's keys")
+        if len(record.value) > MAX_RECORD_BYTES:
+            raise InvalidRecord(f"value of {len(record.value)} bytes exceeds {MAX_RECORD_BYTES}")
+        if len(record.value) <= SIGNATURE_BYTES:
+            raise InvalidRecord("value too short to hold a signature")
+        subkey = _loads(record.subkey, 512)
+        if not isinstance(subkey, str):
+            raise InvalidRecord("subkey must be text naming its owner")
+        label, owner = split_subkey(subkey)
+        value, signature = record.value[:-SIGNATURE_BYTES], record.value[-SIGNATURE_BYTES:]
+        if not verify(owner, self._signed_bytes(record, value), signature):
+            raise InvalidRecord(f"signature does not match subkey owner {owner[:16]}...")
+        payload = _loads(value, MAX_RECORD_BYTES)
+        if not isinstance(payload, bytes):
+            raise InvalidRecord("value must be a binary record")
+        schema(owner, label, payload)
+
+    def merge_with(self, other: RecordValidatorBase) -> bool:
+        return False
+
+
+def _loads(data: bytes, limit: int) -> object:
+    try:
+        return msgpack.unpackb(data, raw=False, max_bin_len=limit, max_str_len=limit,
+                               max_array_len=0, max_map_len=0, max_ext_len=0)
+    except Exception as exc:  # msgpack raises many types
+        raise InvalidRecord(f"not a msgpack scalar ({type(exc).__name__})") from None
+
