@@ -1,0 +1,105 @@
+"""The sampler loop's network-free core: prompts -> engine -> rewards -> signed RolloutGroups -> send.
+
+Weights handed in with `offer_weights` (from any thread) are swapped into the engine between batches, never
+during one, so every group carries the version that really generated it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from typing import Callable
+
+import torch
+
+from swarmnode.config import NodeConfig
+from swarmnode.identity import Identity
+from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.sampler.engines import GenerationEngine
+from swarmnode.tasks import Task
+
+log = logging.getLogger(__name__)
+
+
+class SamplerLoop:
+    """One batch per `step()`: sample prompts, generate G completions each, score, build, send."""
+
+    def __init__(
+        self,
+        engine: GenerationEngine,
+        task: Task,
+        cfg: NodeConfig,
+        identity: Identity,
+        send: Callable[[RolloutGroup], None],
+        lineage: str = "",
+        seed: int | None = None,
+    ):
+        self.engine = engine
+        self.task = task
+        self.cfg = cfg
+        self.identity = identity
+        self.send = send
+        self.lineage = lineage
+        self.rng = random.Random(cfg.task.seed if seed is None else seed)
+        self._pending: tuple[dict[str, torch.Tensor], int] | None = None
+        self._lock = threading.Lock()
+        self.groups_sent = 0
+        self.send_errors = 0
+        self.last_mean_reward: float | None = None
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    def offer_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Hand in a newer state; it is loaded before the next batch (older or equal versions are ignored)."""
+        with self._lock:
+            newest = self._pending[1] if self._pending else self.engine.version
+            if version > newest:
+                self._pending = (state, version)
+
+    def _swap_in(self) -> bool:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return False
+        state, version = pending
+        self.engine.load_state_dict(state, version)
+        return True
+
+    def step(self) -> list[RolloutGroup]:
+        """Generate, score and send one batch; returns the groups built (also those whose send failed)."""
+        self._swap_in()
+        sampler = self.cfg.sampler
+        version = self.engine.version
+        prompts = self.task.sample(sampler.prompts_per_batch, self.rng)
+        gens = self.engine.generate(
+            [p.text for p in prompts], sampler.num_generations, sampler.temperature, sampler.max_completion_length
+        )
+        groups, rewards_seen = [], []
+        for prompt, gen in zip(prompts, gens):
+            rewards = [self.task.reward(prompt, text) for text in gen.texts]
+            rewards_seen.extend(rewards)
+            group = RolloutGroup.create(
+                identity=self.identity,
+                run_id=self.cfg.run_id,
+                prompt_id=prompt.prompt_id,
+                prompt_tokens=gen.prompt_tokens,
+                completions=gen.completions,
+                logprobs=gen.logprobs,
+                temperature=sampler.temperature,
+                rewards=rewards,
+                policy_version=version,
+                lineage=self.lineage,
+            )
+            groups.append(group)
+            try:
+                self.send(group)
+                self.groups_sent += 1
+            except Exception as exc:  # a failing transport must not stop generation; counted for the health view
+                self.send_errors += 1
+                log.warning("sending rollout group %s failed: %s", group.group_id[:12], exc)
+        if rewards_seen:
+            self.last_mean_reward = sum(rewards_seen) / len(rewards_seen)
+        return groups
