@@ -18,7 +18,7 @@ IDENTITY = Identity.generate()
 OTHER = Identity.generate()
 LIMITS = RolloutLimits(vocab_size=128, max_generations=8, max_completion_tokens=16, max_prompt_tokens=32,
                        max_bytes=64 * 1024)
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 tokens = st.integers(0, LIMITS.vocab_size - 1)
 logprob = st.floats(-50.0, 0.0, allow_nan=False, width=32)
@@ -160,7 +160,7 @@ def test_vocab_limit_applies():
     _rejects(_example().encode(), "not a token id", RolloutLimits(vocab_size=50))
 
 
-@settings(SETTINGS, max_examples=1500)
+@settings(SETTINGS, max_examples=1000)
 @given(groups(), st.data())
 def test_random_mutations_never_crash(group, data):
     raw = bytearray(group.encode())
@@ -207,10 +207,11 @@ json_like = st.recursive(
 @given(st.data())
 def test_well_formed_msgpack_with_wrong_values_never_crashes(data):
     obj = _wire(_example())
+    resign = data.draw(st.booleans())  # re-signing rewrites group_id and signature, so mutate only content then
+    keys = sorted(k for k in obj if not (resign and k in ("group_id", "signature")))
     for _ in range(data.draw(st.integers(1, 3))):
-        key = data.draw(st.sampled_from(sorted(obj)))
-        obj[key] = data.draw(json_like)
-    _rejects(_resigned(obj) if data.draw(st.booleans()) else pack(obj))
+        obj[data.draw(st.sampled_from(keys))] = data.draw(json_like)
+    _rejects(_resigned(obj) if resign else pack(obj))
 
 
 @settings(max_examples=50, deadline=None)
