@@ -53,10 +53,25 @@ def not_built(command: str) -> NoReturn:
     fail(f"`swarmnode {command}` is not built yet in this version", code=3)
 
 
+RoleOpt = typer.Option(None, "--role", help="auto | sampler | learner (overrides the config's role)")
+
+
 @app.command()
-def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt) -> None:
+def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt,
+             role: Optional[str] = RoleOpt) -> None:
     """Probe this machine and show the role it would take for the configured model."""
-    not_built("hardware")
+    from swarmnode.hardware import format_report, hardware_report
+    from swarmnode.models import ModelLoadError
+
+    cfg = config_from_cli(config, set_, role=role)
+    try:
+        report = hardware_report(cfg)
+    except ModelLoadError as exc:
+        fail(str(exc), code=1)
+    if as_json:
+        print_json(report)
+    else:
+        typer.echo(format_report(report))
 
 
 HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeatable (network.host_maddrs)")
@@ -165,9 +180,34 @@ def demo(as_json: bool = JsonOpt) -> None:
 
 
 @app.command("train-local")
-def train_local(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt) -> None:
+def train_local(
+    config: Optional[str] = ConfigOpt,
+    set_: Optional[list[str]] = SetOpt,
+    as_json: bool = JsonOpt,
+    steps: int = typer.Option(100, "--steps", min=1, help="learner steps in total (a resumed run counts its earlier ones)"),
+    staleness: int = typer.Option(0, "--staleness", min=0, help="train on rollouts from the weights of k versions ago"),
+    loss_type: Optional[str] = typer.Option(None, "--loss-type", help="gepo | gspo | grpo (= learner.loss_type)"),
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="checkpoint here; resume from it"),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0, help="stop (with a checkpoint) after this long"),
+) -> None:
     """Single-process sampler+learner loop: the reference the swarm is compared against."""
-    not_built("train-local")
+    cfg = config_from_cli(config, set_, **{"learner.loss_type": loss_type})
+    from swarmnode.learner.checkpoint import CheckpointError
+    from swarmnode.local_trainer import train_local as run_local
+    from swarmnode.models import ModelLoadError
+
+    progress = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
+    try:
+        result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds)
+    except (CheckpointError, ModelLoadError, ValueError) as exc:
+        fail(str(exc), code=1)
+    if result["stopped"] == "signal":
+        progress(f"stopped by signal: checkpoint at step {result['learner_steps']}, version {result['version']}")
+    if as_json:
+        print_json(result)
+    else:
+        typer.echo(f"done: {result['learner_steps']} steps, version {result['version']}, "
+                   f"reward {result['reward_start']} -> {result['reward_end']}")
 
 
 def main() -> None:

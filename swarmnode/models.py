@@ -172,20 +172,37 @@ def pick_device(spec: str = "auto") -> torch.device:
     return torch.device(spec)
 
 
-def count_parameters(model: ModelConfig) -> int:
-    """Parameter count from the model's config alone (no weights loaded): for the hardware decision."""
+# Architectures of the presets' models (from their published config.json), so that sizing them for the
+# hardware decision needs no download. Anything else is read with AutoConfig (local dir, HF cache or hub).
+KNOWN_ARCHITECTURES: dict[str, dict] = {
+    "Qwen/Qwen3-0.6B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                            num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    "Qwen/Qwen3-1.7B": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                            num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+}
+
+
+def model_architecture(model: ModelConfig):
+    """The transformers config of the configured model, without loading weights (no download for known ones)."""
     from transformers import AutoConfig
 
     if model.name == BUILTIN_TINY:
-        cfg = tiny_config(model.tiny, build_char_tokenizer())
-    else:
-        try:
-            cfg = AutoConfig.from_pretrained(
-                resolve_model_path(model), revision=model.revision, trust_remote_code=model.trust_remote_code
-            )
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"model {model.name!r}: cannot read config ({str(exc).splitlines()[0]})") from None
-    return estimate_parameters(cfg)
+        return tiny_config(model.tiny, build_char_tokenizer())
+    if model.name in KNOWN_ARCHITECTURES and not Path(model.name).expanduser().is_dir():
+        from transformers import Qwen3Config
+
+        return Qwen3Config(**KNOWN_ARCHITECTURES[model.name])
+    try:
+        return AutoConfig.from_pretrained(
+            resolve_model_path(model), revision=model.revision, trust_remote_code=model.trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"model {model.name!r}: cannot read config ({str(exc).splitlines()[0]})") from None
+
+
+def count_parameters(model: ModelConfig) -> int:
+    """Parameter count from the model's config alone (no weights loaded): for the hardware decision."""
+    return estimate_parameters(model_architecture(model))
 
 
 def estimate_parameters(cfg) -> int:
