@@ -1,0 +1,295 @@
+"""Rollout gossip over real hivemind P2P daemons on 127.0.0.1: exactly-once delivery across process restarts,
+rejection of bad traffic with logged reasons, the pull path, and the bounded outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hivemind.p2p import P2P
+
+from swarmnode.identity import Identity
+from swarmnode.protocol.codec import pack
+from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.swarm.frames import read_control, write_frame
+from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender, push_protocol
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gossip_peer import LIMITS, RUN, make_group  # noqa: E402
+
+PEER_SCRIPT = str(Path(__file__).parent / "gossip_peer.py")
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+@contextlib.asynccontextmanager
+async def daemons(n: int, identities: list[Identity] | None = None, tmp: Path | None = None):
+    """`n` real p2pd daemons on loopback (optionally with given identities); always shut down."""
+    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, check_if_identity_free=False)
+    peers: list[P2P] = []
+    try:
+        for i in range(n):
+            extra = {}
+            if identities:
+                path = tmp / f"id{i}.key"
+                path.write_bytes(identities[i].libp2p_key_bytes())
+                extra["identity_path"] = str(path)
+            if peers:
+                extra["initial_peers"] = await peers[0].get_visible_maddrs()
+            peers.append(await P2P.create(**kw, **extra))
+        yield peers
+    finally:
+        for p in peers:
+            with contextlib.suppress(Exception):
+                await p.shutdown()
+
+
+class Collector:
+    """The learner side's buffer stand-in: records what was handed over, in order."""
+
+    def __init__(self):
+        self.ids: list[str] = []
+
+    def __call__(self, group: RolloutGroup) -> str:
+        self.ids.append(group.group_id)
+        return "ok"
+
+
+async def wait_for(cond, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+# ----------------------------------------------------------------------------- processes and restarts
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Procs:
+    """Subprocesses started by a test, stopped by pid (never by name) even when the test fails."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args: str, ready: Path, timeout: float = 60.0) -> subprocess.Popen:
+        ready.unlink(missing_ok=True)
+        log = open(self.tmp / f"{ready.stem}.{len(self.procs)}.log", "w")
+        proc = subprocess.Popen([sys.executable, PEER_SCRIPT, *args, "--ready", str(ready)], stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        self.procs.append(proc)
+        deadline = time.monotonic() + timeout
+        while not (ready.exists() and ready.read_text()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"peer {args[0]} did not start: {log.name}")
+            time.sleep(0.05)
+        return proc
+
+    def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)  # its own session: the peer and its p2pd
+        return proc.wait(timeout)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # a p2pd left behind by a SIGKILLed peer
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
+    port = free_port()
+    learner_args = ["learner", "--identity", str(tmp_path / "learner.key"), "--port", str(port),
+                    "--journal", str(tmp_path / "journal"), "--received", str(tmp_path / "received")]
+    ready = tmp_path / "learner.ready"
+    learner = procs.start(*learner_args, ready=ready)
+    addr = ready.read_text()
+
+    def start_sampler(i: int, part: int, count: int) -> subprocess.Popen:
+        return procs.start("sampler", "--identity", str(tmp_path / f"s{i}.key"), "--learner", addr,
+                           "--count", str(count), "--interval", "0.05", "--created", str(tmp_path / f"created{i}"),
+                           "--tag", f"s{i}p{part}", ready=tmp_path / f"s{i}.ready")
+
+    samplers = [start_sampler(i, 0, 60) for i in range(3)]
+    time.sleep(1.0)
+    # restart a sampler mid-run (graceful: it flushes), and continue it under the same identity
+    assert procs.stop(samplers[0]) == 0
+    samplers[0] = start_sampler(0, 1, 30)
+    # crash the learner mid-run (SIGKILL: no goodbye), bring it back on the same address and journal
+    procs.stop(learner, signal.SIGKILL)
+    time.sleep(0.5)
+    learner = procs.start(*learner_args, ready=ready)
+    for proc in samplers:
+        assert proc.wait(120) == 0, "a sampler could not deliver everything"
+    procs.stop(learner)
+
+    created = [line for i in range(3) for line in (tmp_path / f"created{i}").read_text().split()]
+    received = [line.split()[0] for line in (tmp_path / "received").read_text().splitlines()]
+    assert len(created) == len(set(created)) > 100
+    assert len(received) == len(set(received)), "a group was handed to the learner twice"
+    assert set(received) == set(created), "a group was lost"
+
+
+# --------------------------------------------------------------------------------------------- rejections
+def test_bad_traffic_rejected_with_reasons_while_good_traffic_continues(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="swarmnode.swarm.gossip")
+    good_id, flood_id, junk_id = Identity.generate(), Identity.generate(), Identity.generate()
+    got = Collector()
+
+    async def scenario():
+        async with daemons(4, [Identity.generate(), good_id, flood_id, junk_id], tmp_path) as (lp, gp, fp, jp):
+            receiver = RolloutReceiver(RUN, got, LIMITS, rate=20.0, burst=20.0, strikes_to_ban=6, ban_seconds=30)
+            await receiver.start(lp)
+            sender = RolloutSender(gp, RUN, ack_timeout=5, max_backoff=0.5)
+            await sender.start()
+            sender.set_destinations([lp.peer_id])
+            rng = random.Random(0)
+            good = [make_group(good_id, rng, "good", i) for i in range(30)]
+
+            async def good_traffic():
+                for g in good:
+                    sender.send(g)
+                    await asyncio.sleep(0.02)
+
+            async def push_raw(p2p: P2P, frames: list[bytes]) -> list[str]:
+                _, reader, writer = await p2p.call_binary_stream_handler(lp.peer_id, push_protocol(RUN))
+                statuses = []
+                try:
+                    for f in frames:
+                        await write_frame(writer, f)
+                        statuses.append((await read_control(reader))["status"])
+                finally:
+                    writer.close()
+                return statuses
+
+            async def flood():  # 150 valid groups as fast as possible from one peer
+                return await push_raw(fp, [make_group(flood_id, rng, "flood", i).encode() for i in range(150)])
+
+            async def garbage():
+                out = {}
+                tampered = make_group(junk_id, rng, "junk", 0)
+                tampered.rewards[0] = 1.0 - tampered.rewards[0]  # content no longer matches its id
+                out["tampered"] = await push_raw(jp, [tampered.encode()])
+                forged = make_group(junk_id, rng, "junk", 2)
+                forged.signature = make_group(junk_id, rng, "junk", 3).signature  # another record's signature
+                out["forged"] = await push_raw(jp, [forged.encode()])
+                out["not msgpack"] = await push_raw(jp, [b"\x00garbage"])
+                out["replayed"] = await push_raw(jp, [good[0].encode()])  # someone else's group
+                # oversized: announce more than the limit; the receiver answers without reading the body
+                _, reader, writer = await jp.call_binary_stream_handler(lp.peer_id, push_protocol(RUN))
+                writer.write((LIMITS.max_bytes + 1).to_bytes(8, "big"))
+                await writer.drain()
+                out["oversized"] = [(await read_control(reader))["status"]]
+                writer.close()
+                # truncated: announce 1000 bytes, send 10, hang up
+                _, reader, writer = await jp.call_binary_stream_handler(lp.peer_id, push_protocol(RUN))
+                writer.write((1000).to_bytes(8, "big") + b"x" * 10)
+                await writer.drain()
+                writer.close()
+                await wait_for(lambda: receiver.rejections["truncated"] >= 1)
+                out["after ban"] = await push_raw(jp, [make_group(junk_id, rng, "junk", 1).encode()])
+                return out
+
+            _, flood_statuses, junk = await asyncio.gather(good_traffic(), flood(), garbage())
+            assert await sender.flush(20)
+            await sender.close()
+            receiver.close()
+            return flood_statuses, junk, sender
+
+    flood_statuses, junk, sender = asyncio.run(scenario())
+    # good traffic: every group delivered exactly once
+    assert sorted(got.ids) == sorted({*got.ids}) and sender.delivered == 30
+    assert sender.statuses["ok"] == 30
+    # flood: the burst got in, the rest was refused with a reason (and never decoded)
+    assert flood_statuses.count("ok") >= 20 and flood_statuses.count("rate_limited") >= 50
+    # garbage: each rejected, then the peer is ignored
+    assert junk["tampered"] == junk["forged"] == junk["not msgpack"] == ["invalid"]
+    assert junk["replayed"] == ["invalid"] and junk["oversized"] == ["oversized"]
+    assert junk["after ban"] == ["banned"]
+    text = caplog.text
+    for reason in ("does not match the content hash", "bad signature", "not valid msgpack", "but sent by", "oversized message", "truncated stream",
+                   "flood", "ignoring"):
+        assert reason in text, reason
+
+
+# ------------------------------------------------------------------------------------------ pull, outbox
+def test_late_learner_pulls_recent_groups(tmp_path):
+    sid = Identity.generate()
+    got = Collector()
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            sender = RolloutSender(sp, RUN, recent_size=16)
+            await sender.start()
+            rng = random.Random(1)
+            groups = []
+            for i in range(20):  # no destination yet: groups only go to the recent ring
+                g = make_group(sid, rng, "late", i)
+                g_created = g.created_at
+                groups.append((g_created, g))
+                sender.send(g)
+            receiver = RolloutReceiver(RUN, got, LIMITS)
+            first = await receiver.pull(lp, sp.peer_id, limit=100)
+            again = await receiver.pull(lp, sp.peer_id, limit=100)
+            cutoff = groups[-5][0]
+            newer = await receiver.pull(lp, sp.peer_id, since=cutoff, limit=100)
+            await sender.close()
+            return first, again, newer, [g for _, g in groups]
+
+    first, again, newer, groups = asyncio.run(scenario())
+    assert first == {"ok": 16}  # the ring is bounded: the 16 newest
+    assert got.ids == [g.group_id for g in groups[-16:]]
+    assert again == {"duplicate": 16}
+    assert sum(newer.values()) == 4
+
+
+def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path):
+    sid = Identity.generate()
+    got = Collector()
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            sender = RolloutSender(sp, RUN, outbox_size=5, base_backoff=0.05, max_backoff=0.2)
+            await sender.start()
+            sender.set_destinations([lp.peer_id])  # reachable, but no receiver yet: pushes fail and retry
+            rng = random.Random(2)
+            groups = [make_group(sid, rng, "box", i) for i in range(12)]
+            for g in groups:
+                sender.send(g)
+            await asyncio.sleep(0.5)
+            assert sender.dropped == 7 and sender.pending == 5 and sender.retries >= 1
+            receiver = RolloutReceiver(RUN, got, LIMITS)
+            await receiver.start(lp)
+            assert await sender.flush(20)
+            await sender.close()
+            return groups
+
+    groups = asyncio.run(scenario())
+    assert got.ids == [g.group_id for g in groups[-5:]]
