@@ -60,10 +60,10 @@ RoleOpt = typer.Option(None, "--role", help="auto | sampler | learner (overrides
 def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt,
              role: Optional[str] = RoleOpt) -> None:
     """Probe this machine and show the role it would take for the configured model."""
+    cfg = config_from_cli(config, set_, role=role)
     from swarmnode.hardware import format_report, hardware_report
     from swarmnode.models import ModelLoadError
 
-    cfg = config_from_cli(config, set_, role=role)
     try:
         report = hardware_report(cfg)
     except ModelLoadError as exc:
