@@ -1,0 +1,340 @@
+"""Swarm membership with real p2pd daemons and real subprocesses on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord
+from hivemind.utils import get_dht_time
+
+from swarmnode.config import load_config
+from swarmnode.identity import Identity
+from swarmnode.protocol.codec import InvalidRecord, pack
+from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
+from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.p2p import SwarmStartError, clean_stale_sockets, p2pd_pid, parse_initial_peer, stop_p2p
+from swarmnode.swarm.validator import SwarmValidator
+from tests.swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm, pid_alive, swarmnode_cmd
+
+RUN = "test-run"
+
+
+def cfg_with(*sets: str):
+    return load_config(None, [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]", *sets])
+
+
+def roles_of(doc: dict) -> dict[str, str]:
+    return {p["peer_id"]: p["role"] for p in doc["peers"]}
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+# ---------------------------------------------------------------- PeerRecord and the validator (no network)
+
+
+def test_peer_record_roundtrip_and_tamper():
+    me = Identity.generate()
+    record = PeerRecord.create(me, role="sampler", version=3, versions=[2, 3], throughput=12.5,
+                               hardware={"gpu": "none", "ram_gb": 8.0}, health={"loss": [0.1, 0.2]})
+    again = PeerRecord.decode(record.encode())
+    assert again == record
+    tampered = dict(msgpack.unpackb(record.encode(), raw=False), role="learner")
+    with pytest.raises(InvalidRecord, match="signature"):
+        PeerRecord.decode(pack(tampered))
+    with pytest.raises(InvalidRecord):
+        PeerRecord.create(me, role="sampler", health={"x": "y" * 1000})
+    with pytest.raises(InvalidRecord):
+        PeerRecord.create(me, role="wizard")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=600))
+def test_peer_record_decode_only_raises_invalid_record(blob):
+    with pytest.raises(InvalidRecord):
+        PeerRecord.decode(blob)
+
+
+def _record(validator: SwarmValidator, key: str, subkey: str, payload: bytes, expiration: float) -> DHTRecord:
+    unsigned = DHTRecord(DHTID.generate(source=key).to_bytes(), msgpack.packb(subkey), msgpack.packb(payload),
+                         expiration)
+    return DHTRecord(unsigned.key, unsigned.subkey, validator.sign_value(unsigned), expiration)
+
+
+def test_validator_owner_only_signed_and_schema_checked():
+    owner, other = Identity.generate(), Identity.generate()
+    v_owner, v_other = SwarmValidator(RUN, owner), SwarmValidator(RUN, other)
+    payload = PeerRecord.create(owner, role="learner").encode()
+    good = _record(v_owner, f"{RUN}/peers", owner.peer_id, payload, 1e10)
+    assert v_other.validate(good)
+    assert v_owner.strip_value(good) == msgpack.packb(payload)
+    # a subkey written by another key
+    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", owner.peer_id, payload, 1e10))
+    # the owner's signature, moved to a longer life, another key, or another run
+    assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value, 2e10))
+    assert not v_owner.validate(_record(v_owner, f"{RUN}/junk", owner.peer_id, payload, 1e10))
+    assert not SwarmValidator("other-run", owner).validate(good)
+    # bad signature bytes
+    assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value[:-64] + bytes(64), 1e10))
+    # wrong schema, properly signed by the subkey owner
+    assert not v_other.validate(_record(v_other, f"{RUN}/peers", other.peer_id, b"hello", 1e10))
+    # somebody else's (valid) peer record under my subkey
+    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", other.peer_id, payload, 1e10))
+    # oversized
+    assert not v_other.validate(_record(v_other, f"{RUN}/peers", other.peer_id, bytes(MAX_PEER_RECORD_BYTES + 1),
+                                        1e10))
+    assert v_owner.rejected >= 5
+
+
+def test_parse_initial_peer_errors():
+    with pytest.raises(SwarmStartError, match="/p2p/"):
+        parse_initial_peer("/ip4/127.0.0.1/tcp/1")
+    with pytest.raises(SwarmStartError):
+        parse_initial_peer("not an address")
+
+
+def test_clean_stale_sockets_removes_only_dead_ones(tmp_path):
+    dead, live = "/tmp/hivemind-p2pd-swarmnodetest-dead.sock", "/tmp/hivemind-p2pd-swarmnodetest-live.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        for path in (dead, live):
+            if os.path.exists(path):
+                os.unlink(path)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(dead)  # bound, never listening, closed: what a SIGKILLed daemon leaves behind
+        listener.bind(live)
+        listener.listen()
+        old = time.time() - 3600
+        for path in (dead, live):
+            os.utime(path, (old, old))
+        removed = clean_stale_sockets()
+        assert dead in removed and not os.path.exists(dead)
+        assert os.path.exists(live)
+    finally:
+        listener.close()
+        for path in (dead, live):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+# ---------------------------------------------------------------- in-process DHT with a forging attacker
+
+
+class _Forger(SwarmValidator):
+    """Signs like the real validator (or not at all) but accepts anything: an attacker's node."""
+
+    def __init__(self, identity, mode: str = "sign"):
+        super().__init__(RUN, identity)
+        self.mode = mode
+
+    def sign_value(self, record):
+        if self.mode == "garbage-signature":
+            return record.value + os.urandom(64)
+        return super().sign_value(record)
+
+    def validate(self, record):
+        return True
+
+
+async def _forgery_scenario():
+    honest_id, victim, attacker = Identity.generate(), Identity.generate(), Identity.generate()
+    honest = await SwarmDHT.create(cfg_with(), honest_id)
+    try:
+        bootstrap = f"{(await honest.p2p.get_visible_maddrs())[0]}"
+        cfg = cfg_with(f"network.initial_peers=[{bootstrap}]")
+        await honest.publish_peer(PeerRecord.create(honest_id, role="bootstrap"))
+        # attacker: a hivemind DHT node on its own p2pd, signing with its own key (or junk) and validating nothing
+        bad = await SwarmDHT.create(cfg, attacker)
+        results = {}
+        try:
+            peers_key, exp = f"{RUN}/peers", get_dht_time() + 30
+            forger = _Forger(attacker)
+            bad.node.protocol.record_validator = forger
+            fake_victim = PeerRecord.create(attacker, role="learner").encode()
+            results["foreign subkey"] = await bad.node.store(peers_key, fake_victim, exp, subkey=victim.peer_id)
+            results["wrong schema"] = await bad.node.store(peers_key, b"not a record", exp, subkey=attacker.peer_id)
+            results["oversized"] = await bad.node.store(peers_key, bytes(20_000), exp, subkey=attacker.peer_id)
+            results["unknown key"] = await bad.node.store(f"{RUN}/free-storage", b"x", exp, subkey=attacker.peer_id)
+            forger.mode = "garbage-signature"
+            results["bad signature"] = await bad.node.store(
+                peers_key, PeerRecord.create(attacker, role="sampler").encode(), exp, subkey=attacker.peer_id)
+        finally:
+            await bad.shutdown()
+        reader = await SwarmDHT.create(cfg, Identity.generate(), client_mode=True)
+        try:
+            seen = [r.peer_id for r in await reader.all_peers()]
+        finally:
+            await reader.shutdown()
+        return results, seen, honest_id.peer_id, honest.validator.rejected
+    finally:
+        await honest.shutdown()
+
+
+def test_forged_records_are_rejected_and_never_shown():
+    results, seen, honest_peer, rejected = asyncio.run(_forgery_scenario())
+    # the honest node refused each store (the attacker's only copy was its own, gone with it)
+    assert len(results) == 5
+    assert seen == [honest_peer]
+    assert rejected >= len(results)
+
+
+async def _versions_scenario():
+    learner, intruder = Identity.generate(), Identity.generate()
+    node = await SwarmDHT.create(cfg_with(f"learner.learner_keys=[{learner.peer_id}]"), learner)
+    try:
+        assert await node.newest_version() is None
+        await node.announce_version(3, {"manifest": "abc", "bytes": 10})
+        await node.announce_version(4, {"manifest": "def", "bytes": 10})
+        await node.publish_peer(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
+        boot = str((await node.p2p.get_visible_maddrs())[0])
+        other = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]",
+                                               f"learner.learner_keys=[{learner.peer_id}]"), intruder)
+        try:
+            await other.announce_version(99, {"manifest": "evil"})  # valid record, but not from a learner key
+            newest = await other.newest_version()
+            holders = [r.peer_id for r in await other.holders(3)]
+            learners = [r.peer_id for r in await other.live_peers("learner")]
+            samplers = await other.live_peers("sampler")
+        finally:
+            await other.shutdown()
+        return newest, holders, learners, samplers, learner.peer_id
+    finally:
+        await node.shutdown()
+
+
+def test_versions_newest_holders_and_roles():
+    newest, holders, learners, samplers, learner = asyncio.run(_versions_scenario())
+    assert newest == (4, {"manifest": "def", "bytes": 10})
+    assert holders == [learner] and learners == [learner] and samplers == []
+
+
+# ---------------------------------------------------------------- real subprocess swarms
+
+
+def test_swarm_status_roles_expiry_and_no_orphans(tmp_path):
+    with LocalSwarm(tmp_path) as swarm:
+        boot = swarm.bootstrap()
+        nodes = {name: swarm.join(name, role, wait=False) for name, role in
+                 [("s1", "sampler"), ("l1", "learner"), ("s2", "sampler")]}  # started in parallel
+        ids = {name: node.ready_fields()["peer_id"] for name, node in nodes.items()}
+        start = time.monotonic()
+        doc = swarm.status()
+        assert time.monotonic() - start < 30
+        assert doc["schema_version"] == 1 and doc["run_id"] == RUN
+        roles = roles_of(doc)
+        expected = {ids["s1"]: "sampler", ids["l1"]: "learner", ids["s2"]: "sampler"}
+        assert {k: roles.get(k) for k in expected} == expected
+        assert boot.ready_fields()["peer_id"] in roles and doc["count"] == 4
+        assert all(p["age_s"] < 10 for p in doc["peers"])
+
+        # SIGKILL: the node's p2pd dies with it (by pid), its record expires (2 missed 1 s beats)
+        victim = nodes["s1"]
+        daemons = victim.p2pd
+        assert daemons and all(pid_alive(pid) for pid in daemons)
+        victim.popen.send_signal(signal.SIGKILL)
+        victim.popen.wait(10)
+        assert wait_until(lambda: not any(pid_alive(pid) for pid in daemons), timeout=10), "orphan p2pd"
+        # SIGTERM: a clean leave marks the record as leaving at once
+        assert nodes["s2"].stop() == 0
+
+        def expired():
+            d = swarm.status()
+            return d if ids["s1"] not in roles_of(d) else None
+
+        doc = wait_until(expired, timeout=20)
+        assert doc is not None, "killed node still listed after its records expired"
+        assert ids["s2"] not in roles_of(doc)
+        assert roles_of(doc).get(ids["l1"]) == "learner"
+        # the bootstrap's health lines count what it sees
+        assert '"event": "health"' in boot.stdout()
+
+
+def test_restart_keeps_peer_id_and_duplicate_identity_is_refused(tmp_path):
+    with LocalSwarm(tmp_path) as swarm:
+        swarm.bootstrap()
+        key = tmp_path / "node.key"
+        first = swarm.join("first", identity=key)
+        peer_id = first.ready_fields()["peer_id"]
+        assert (key.stat().st_mode & 0o777) == 0o600
+        # a second live process with the same key on this machine: the lock refuses it at once
+        twin = swarm.join("twin", identity=key, wait=False)
+        # ... and on "another machine" (no shared lock dir): the DHT heartbeat check refuses it
+        remote = swarm.join("remote-twin", identity=key, wait=False, env={"TMPDIR": str(tmp_path)})
+        assert twin.popen.wait(30) == 1
+        assert "already used by a live node" in twin.stderr() and "Traceback" not in twin.stderr()
+        assert remote.popen.wait(40) == 1
+        assert "already used by another live node" in remote.stderr(), remote.stderr()[-2000:]
+        assert first.popen.poll() is None
+        # restart after a clean stop: same peer id, joins without waiting
+        assert first.stop() == 0
+        again = swarm.join("again", identity=key)
+        assert again.ready_fields()["peer_id"] == peer_id
+
+
+def test_unreachable_bootstrap_names_peer_retries_and_exits(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    ghost = f"/ip4/127.0.0.1/tcp/{port}/p2p/{Identity.generate().peer_id}"
+    start = time.monotonic()
+    result = subprocess.run(
+        swarmnode_cmd("join", *[a for s in FAST_NET for a in ("--set", s)], "--host-maddrs", LOOPBACK,
+                      "--identity-path", str(tmp_path / "k.key"), "--initial-peers", ghost, "--startup-timeout", "3"),
+        capture_output=True, text=True, timeout=60,
+    )
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1
+    err = result.stderr
+    assert "Traceback" not in err
+    assert err.count(f"initial peer {ghost} unreachable") >= 2, err  # it retried, naming the peer
+    assert "error: none of the initial peers answered within 3 s" in err and "connection refused" in err
+    assert elapsed < 30
+
+
+def test_one_dead_initial_peer_does_not_stop_the_join(tmp_path):
+    with LocalSwarm(tmp_path) as swarm:
+        swarm.bootstrap()
+        ghost = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"
+        node = swarm.join("node", initial_peers=[ghost, swarm.initial_peers])
+        assert node.ready_fields()["role"] == "sampler"
+        assert f"initial peer {ghost} unreachable" in node.stderr()
+
+
+def test_bad_multiaddr_is_a_clear_error(tmp_path):
+    result = subprocess.run(
+        swarmnode_cmd("status", "--initial-peers", "/ip4/127.0.0.1/tcp/1", "--startup-timeout", "2"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "/p2p/<peer id>" in result.stderr
+
+
+def test_in_process_p2pd_dies_with_stop(tmp_path):
+    async def scenario():
+        dht = await SwarmDHT.create(cfg_with(), Identity.generate())
+        pid = p2pd_pid(dht.p2p)
+        assert pid_alive(pid)
+        await dht.shutdown()
+        await stop_p2p(dht.p2p)  # idempotent
+        return pid
+
+    pid = asyncio.run(scenario())
+    assert wait_until(lambda: not pid_alive(pid), timeout=5)
