@@ -25,7 +25,7 @@ from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.p2p import SwarmStartError, clean_stale_sockets, p2pd_pid, parse_initial_peer, stop_p2p
 from swarmnode.swarm.validator import SwarmValidator
-from tests.swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm, pid_alive, swarmnode_cmd
+from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm, pid_alive, swarmnode_cmd
 
 RUN = "test-run"
 
