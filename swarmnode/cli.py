@@ -78,7 +78,7 @@ HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeata
 AnnounceOpt = typer.Option(None, "--announce-maddrs", help="public multiaddr(s) to advertise, repeatable")
 IdentityOpt = typer.Option(None, "--identity-path", help="key file (created 0600 on first use); keeps the peer id")
 StartupOpt = typer.Option(None, "--startup-timeout", help="seconds to start p2pd and reach an initial peer")
-BOOTSTRAP_MADDRS = ["/ip4/0.0.0.0/tcp/31337", "/ip6/::/tcp/31337"]
+BOOTSTRAP_MADDRS = ["/ip4/0.0.0.0/tcp/31337", "/ip4/0.0.0.0/udp/31337/quic-v1"]
 
 
 def _network_flags(initial_peers=None, host_maddrs=None, announce_maddrs=None, identity_path=None,
