@@ -161,6 +161,15 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     root.mkdir(parents=True, exist_ok=True)
     run = DemoRun(root)
     console = Console(stderr=True, quiet=quiet)
+    from swarmnode.config import load_config
+    from swarmnode.identity import Identity
+    from swarmnode.models import resolve_model_path
+
+    cfg = load_config("tiny-cpu", sets)
+    console.print("preparing the built-in tiny model (built once, then cached)...")
+    resolve_model_path(cfg.model, cfg.task, progress=console.print)
+    learner_key = Identity.load_or_create(root / "learner.key").peer_id  # samplers trust only this learner
+    sets = [*sets, f"learner.learner_keys=[{learner_key}]"]
     common = ["--config", "tiny-cpu", *[a for s in sets for a in ("--set", s)]]
     start = time.monotonic()
     try:

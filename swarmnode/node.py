@@ -1,0 +1,280 @@
+"""A Node: identity + DHT membership + data plane + the loop of its role, with one lifecycle.
+
+`run_node(cfg, identity, stop)` is what `swarmnode join` runs. It joins the run (Membership), decides the role
+(hardware, made swarm-aware: a node able to train becomes a learner only while the run has fewer learners than
+it wants), then runs `LearnerRole` or `SamplerRole` until `stop` is set, and leaves cleanly (checkpoint, withdraw
+the peer record, stop p2pd). Model work runs in a worker thread so the event loop keeps serving the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from hivemind.p2p import PeerID
+
+from swarmnode.config import NodeConfig
+from swarmnode.delay import parse_delay
+from swarmnode.identity import Identity
+from swarmnode.membership import Membership
+
+logger = logging.getLogger("swarmnode.node")
+Emit = Callable[[str], None]
+STEPS_FILE = "learner_steps.jsonl"
+
+
+def decide_swarm_role(cfg: NodeConfig, learners_in_run: int) -> tuple[str, list[str]]:
+    """The hardware decision for `cfg`, given how many learners the run already has."""
+    from swarmnode.hardware import decide_role, estimate_memory, probe_hardware
+
+    decision = decide_role(probe_hardware(), estimate_memory(cfg), cfg.role, learners_in_run,
+                           cfg.learner.max_learners)
+    return decision.role, list(decision.reasons)
+
+
+def _peer_ids(records) -> list[PeerID]:
+    return [PeerID.from_base58(r.peer_id) for r in records]
+
+
+class _Role:
+    """What both roles share: config, identity, membership, task, tokenizer, the data directory."""
+
+    def __init__(self, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit):
+        from swarmnode.models import load_tokenizer
+        from swarmnode.tasks import build_task
+
+        self.cfg, self.identity, self.member, self.emit = cfg, identity, member, emit
+        self.dht = member.dht
+        self.p2p = member.dht.p2p
+        self.data_dir = cfg.resolved_data_dir()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.task = build_task(cfg.task)
+        self.tokenizer = load_tokenizer(cfg.model, cfg.task)
+        self.started = time.monotonic()
+        self.health: dict[str, Any] = {}
+        self.delay = parse_delay(cfg.sync.simulate_delay)
+        self.delay_rng = random.Random()
+
+    def delay_for(self, what: str) -> float:
+        """Seconds to hold back a `what` ('weights' or 'rollouts') delivery, per --simulate-delay."""
+        if self.delay is None or self.cfg.sync.delay_target not in (what, "both"):
+            return 0.0
+        return self.delay.sample(self.delay_rng)
+
+    def publish_health(self, **fields: Any) -> None:
+        self.health.update(fields, uptime=round(time.monotonic() - self.started, 1))
+        small = {k: v for k, v in self.health.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        self.member.update(health=small)
+
+
+class LearnerRole(_Role):
+    """Receive rollout groups into the buffer, train with GEPO, publish versions, serve their chunks."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        from swarmnode.learner.buffer import ReplayBuffer
+        from swarmnode.learner.loop import LearnerLoop
+        from swarmnode.models import load_model, pick_device
+        from swarmnode.protocol.rollout import RolloutLimits
+        from swarmnode.swarm.gossip import RolloutReceiver
+        from swarmnode.swarm.weights import WeightStore
+
+        cfg = self.cfg
+        loop = asyncio.get_running_loop()
+        self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
+        await self.store.serve(self.p2p)
+        self.emit("loading the model...")
+        model = await asyncio.to_thread(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
+        self.buffer = ReplayBuffer.from_config(cfg, lineage=self.identity.peer_id)
+
+        def publish(version: int, state: dict) -> None:  # called from the training thread
+            manifest = self.store.publish(version, state, self.identity, parent_version=version - 1,
+                                          model_id=cfg.model.name)
+            pointer = {"publisher": self.identity.peer_id, "total_bytes": manifest.total_bytes}
+            asyncio.run_coroutine_threadsafe(self.dht.announce_version(version, pointer), loop)
+            self.member.update(version=version, versions=self.store.versions())
+
+        self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, publish,
+                                   checkpoint_dir=self.data_dir / "checkpoints")
+        if self.learner.version not in self.store.versions():
+            await asyncio.to_thread(publish, self.learner.version, self.learner.state_snapshot())
+        else:
+            await self.dht.announce_version(self.learner.version, {"publisher": self.identity.peer_id})
+            self.member.update(version=self.learner.version, versions=self.store.versions())
+        limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
+        self.receiver = RolloutReceiver(cfg.run_id, self._accept, limits, journal=self.data_dir / "seen_groups")
+        await self.receiver.start(self.p2p)
+        self.emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
+        steps_file = (self.data_dir / STEPS_FILE).open("a")
+        try:
+            while not stop.is_set():
+                diag = await asyncio.to_thread(self.learner.step)
+                if diag is None or not diag.get("trained"):
+                    await _sleep_or_stop(stop, 0.2)
+                    continue
+                record = self._step_record(diag)
+                steps_file.write(json.dumps(record) + "\n")
+                steps_file.flush()
+                self.publish_health(**record)
+        finally:
+            steps_file.close()
+            await asyncio.to_thread(self.learner.save)
+            self.receiver.close()
+
+    def _accept(self, group) -> str:
+        return self.buffer.add(group)
+
+    def _step_record(self, diag: dict) -> dict:
+        stats = self.buffer.stats()
+        rejected = dict(self.receiver.rejections)
+        return {
+            **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in diag.items()},
+            "step": self.learner.step_count,
+            "version": self.learner.version,
+            "groups_received": self.receiver.accepted,
+            "groups_rejected": sum(rejected.values()),
+            "dropped_stale": int(stats.get("dropped_stale", stats.get("stale", 0)) or 0),
+            "time": round(time.time(), 3),
+        }
+
+
+class SamplerRole(_Role):
+    """Generate rollout groups with the newest weights it can get, gossip them to the learners, serve chunks."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        from swarmnode.sampler.engines import build_engine
+        from swarmnode.sampler.loop import SamplerLoop
+        from swarmnode.swarm.gossip import RolloutSender
+        from swarmnode.swarm.weights import WeightFetcher, WeightStore
+
+        cfg = self.cfg
+        self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
+        await self.store.serve(self.p2p)
+        self.sender = RolloutSender(self.p2p, cfg.run_id)
+        await self.sender.start()
+        self.emit("loading the model...")
+        engine = await asyncio.to_thread(build_engine, cfg)
+        self.loop = SamplerLoop(engine, self.task, cfg, self.identity, send=self._send)
+        self.newest = -1
+        self.offered = -1
+        if not cfg.learner.learner_keys:
+            logger.warning("learner.learner_keys is empty: trusting weights from whichever learner announces them")
+        self._fetching: asyncio.Task | None = None
+        await self._refresh_learners()
+        await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
+        self.emit(f"sampler ready: version {self.loop.version}")
+        follower = asyncio.create_task(self._follower(stop))
+        groups, t0 = 0, time.monotonic()
+        try:
+            while not stop.is_set():
+                if cfg.sync.mode == "pull":
+                    await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
+                if self.newest - self.loop.version > cfg.sync.max_staleness:
+                    self.publish_health(paused="too stale")
+                    await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
+                    continue
+                batch = await asyncio.to_thread(self.loop.step)
+                groups += len(batch)
+                elapsed = max(1e-6, time.monotonic() - t0)
+                self.member.update(version=self.loop.version, versions=self.store.versions(),
+                                   throughput=round(engine.tokens_per_second, 2))
+                self.publish_health(version=self.loop.version, lag=max(0, self.newest - self.loop.version),
+                                    rollouts_per_s=round(groups / elapsed, 3),
+                                    tokens_per_s=round(engine.tokens_per_second, 2),
+                                    groups_sent=self.loop.groups_sent, groups_acked=self.sender.delivered,
+                                    groups_dropped=self.sender.dropped, paused="")
+        finally:
+            follower.cancel()
+            await self.sender.close(flush_timeout=5.0)
+
+    def _send(self, group) -> None:  # called from the generation thread
+        hold = self.delay_for("rollouts")
+        if hold:
+            loop = self.sender._loop
+            loop.call_soon_threadsafe(loop.call_later, hold, self.sender.send, group)
+        else:
+            self.sender.send(group)
+
+    async def _refresh_learners(self) -> list:
+        learners = await self.dht.live_peers("learner")
+        self.sender.set_destinations(_peer_ids(learners))
+        return learners
+
+    async def _follower(self, stop: asyncio.Event) -> None:
+        """Background weight following (async mode) and learner discovery, once per heartbeat."""
+        while not stop.is_set():
+            try:
+                await self._refresh_learners()
+                await self._follow_versions(wait=False)
+            except Exception as exc:  # a DHT hiccup must not end the sampler
+                logger.warning("following versions failed: %s", exc)
+            await _sleep_or_stop(stop, self.cfg.network.heartbeat_interval)
+
+    async def _follow_versions(self, wait: bool, timeout: float = 60.0) -> None:
+        """Fetch the newest announced version if newer than ours; `wait` blocks until it is loaded."""
+        newest = await self.dht.newest_version()
+        if newest is None:
+            return
+        self.newest = max(self.newest, newest[0])
+        if newest[0] <= max(self.loop.version, self.offered):
+            return
+        if self._fetching is None or self._fetching.done():
+            self._fetching = asyncio.create_task(self._fetch(newest[0], newest[1]))
+        if wait:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._fetching), timeout)
+            except asyncio.TimeoutError:
+                logger.warning("version %d not fetched within %.0f s; generating with version %d",
+                               newest[0], timeout, self.loop.version)
+
+    async def _fetch(self, version: int, pointer: dict) -> None:
+        from swarmnode.swarm.weights import FetchError, WeightFetcher
+
+        holders = await self.dht.holders(version)
+        publisher = pointer.get("publisher")
+        allowed = self.cfg.learner.learner_keys or ([publisher] if isinstance(publisher, str) else [])
+        ids = _peer_ids([h for h in holders if h.peer_id != self.identity.peer_id])
+        if isinstance(publisher, str) and publisher not in {str(i) for i in ids}:
+            ids.append(PeerID.from_base58(publisher))
+        fetcher = WeightFetcher(self.p2p, self.store, allowed)
+        try:
+            await fetcher.fetch(ids, version)
+        except FetchError as exc:
+            logger.warning("fetching version %d failed: %s", version, exc)
+            return
+        hold = self.delay_for("weights")
+        if hold:
+            await asyncio.sleep(hold)
+        state = await asyncio.to_thread(self.store.state_dict, version)
+        self.loop.offer_weights(state, version)
+        self.offered = max(self.offered, version)
+        self.member.update(versions=self.store.versions())
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+
+
+async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emit: Emit = print) -> None:
+    """`swarmnode join`: join the run, pick a role, run its loop until `stop`, leave cleanly."""
+    async with Membership(cfg, identity, "auto") as member:
+        learners = await member.dht.live_peers("learner")
+        role, reasons = await asyncio.to_thread(decide_swarm_role, cfg, len(learners))
+        for reason in reasons:
+            emit(f"role: {reason}")
+        if role == "none":
+            emit("this node cannot run the configured model; leaving")
+            return
+        member.update(role=role)
+        await member.publish()
+        emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
+        runner = LearnerRole if role == "learner" else SamplerRole
+        node = await asyncio.to_thread(runner, cfg, identity, member, emit)  # may build the tiny model: slow
+        await node.run(stop)
