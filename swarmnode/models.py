@@ -25,6 +25,7 @@ PAD, EOS, BOS, UNK = SPECIAL_TOKENS
 CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
 TINY_VOCAB_SIZE = 128  # specials + CHARS = 100, padded with reserved tokens for friendlier kernels
 RESERVED_TOKENS = [f"<reserved{i}>" for i in range(TINY_VOCAB_SIZE - len(SPECIAL_TOKENS) - len(CHARS))]
+TINY_FORMAT = 2  # bump when the saved directory changes (2: byte-level char vocab that reloads faithfully)
 
 
 class ModelLoadError(RuntimeError):
@@ -35,21 +36,32 @@ def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def build_char_tokenizer():
-    """A character-level PreTrainedTokenizerFast: one token per character of CHARS, plus specials."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def _byte_level(char: str) -> str:
+    """GPT-2 byte-level alias of an ASCII character (space -> 'Ġ', newline -> 'Ċ', printable ASCII -> itself)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARS) + RESERVED_TOKENS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
+    return bytes_to_unicode()[ord(char)]
+
+
+def build_char_tokenizer():
+    """A character-level tokenizer: one token per character of CHARS, plus specials.
+
+    It is a Qwen2 byte-level BPE with no merges over byte-level character names. That is on purpose: for a
+    `qwen2` model directory, transformers' AutoTokenizer (and so vLLM) rebuilds a `Qwen2Tokenizer` from the
+    vocabulary whatever `tokenizer_config.json` says, and this vocabulary makes that rebuild tokenize exactly
+    like this object (a plain WordLevel tokenizer lost every space and newline on reload). Characters outside
+    CHARS are dropped.
+    """
+    from transformers import Qwen2Tokenizer
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + [_byte_level(c) for c in CHARS] + RESERVED_TOKENS)}
+    return Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[],
+        unk_token=UNK,
         pad_token=PAD,
         eos_token=EOS,
         bos_token=BOS,
-        unk_token=UNK,
         additional_special_tokens=RESERVED_TOKENS,
         clean_up_tokenization_spaces=False,
         padding_side="left",
@@ -83,7 +95,11 @@ def tiny_config(tiny: TinyModelConfig, tokenizer):
 
 
 def _tiny_key(tiny: TinyModelConfig, task: TaskConfig | None) -> str:
-    spec = {"tiny": tiny.model_dump(), "task": task.model_dump() if task and tiny.warm_start_steps else None}
+    spec = {
+        "format": TINY_FORMAT,
+        "tiny": tiny.model_dump(),
+        "task": task.model_dump() if task and tiny.warm_start_steps else None,
+    }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
