@@ -543,48 +543,60 @@ class WeightFetcher:
                       work: _Work, stats: FetchStats, on_chunk: Callable[[int, str], None]) -> None:
         name = str(holder)
         writer = None
-        batch: list[int] = []
+        outstanding: collections.deque[int] = collections.deque()  # requested from this holder, not yet read
+        checks: collections.deque[asyncio.Future] = collections.deque()
+
+        async def check(i: int, data: bytes) -> None:
+            chunk = manifest.chunks[i]
+            if not data:
+                stats.missing_chunks += 1
+                work.give_back([i], name)
+            elif len(data) != chunk.size or await asyncio.to_thread(_sha256, data) != chunk.sha256:
+                stats.bad_chunks += 1
+                logger.warning("weights: bad chunk %s from %s (hash mismatch); trying another holder",
+                               chunk.hex[:12], name[-8:])
+                work.give_back([i], name)
+            else:
+                view[offsets[i] : offsets[i] + chunk.size] = data
+                work.done(i)
+                on_chunk(i, name)
+
         try:
             _, reader, writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
             while True:
-                batch = work.take(name, self.chunks_per_request)
-                if not batch:
+                # keep up to two requests in flight, so the holder never waits for our next request
+                while len(outstanding) < 2 * self.chunks_per_request:
+                    batch = work.take(name, self.chunks_per_request)
+                    if not batch:
+                        break
+                    outstanding.extend(batch)
+                    await write_frame(writer, pack({"op": "chunks", "hashes": [manifest.chunks[i].sha256
+                                                                               for i in batch]}))
+                if not outstanding:
                     if work.finished() or (work.pending and not work.can_help(name)):
                         break  # all done, or nothing left that this holder has not failed
                     changed = work.changed  # chunks in flight elsewhere may come back
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(changed.wait(), 0.5)
                     continue
-                hashes = [manifest.chunks[i].sha256 for i in batch]
-                await write_frame(writer, pack({"op": "chunks", "hashes": hashes}))
-                while batch:
-                    i = batch[0]
-                    chunk = manifest.chunks[i]
-                    data = await asyncio.wait_for(read_frame(reader, chunk.size), self.timeout)
-                    batch.pop(0)
-                    if not data:
-                        stats.missing_chunks += 1
-                        work.give_back([i], name)
-                        continue
-                    if len(data) != chunk.size or await asyncio.to_thread(_sha256, data) != chunk.sha256:
-                        stats.bad_chunks += 1
-                        logger.warning("weights: bad chunk %s from %s (hash mismatch); trying another holder",
-                                       chunk.hex[:12], name[-8:])
-                        work.give_back([i], name)
-                        continue
-                    view[offsets[i] : offsets[i] + chunk.size] = data
-                    work.done(i)
-                    on_chunk(i, name)
-                batch = []
+                i = outstanding[0]
+                data = await asyncio.wait_for(read_frame(reader, manifest.chunks[i].size), self.timeout)
+                outstanding.popleft()
+                checks.append(asyncio.ensure_future(check(i, data)))  # hash off the loop; keep reading
+                while len(checks) > 2:
+                    await checks.popleft()
+            await asyncio.gather(*checks)
             await write_frame(writer, pack({"op": "bye"}))
         except InvalidRecord as exc:
             logger.warning("weights: holder %s broke protocol: %s", name[-8:], exc)
-            work.give_back(batch, name)
+            work.give_back(outstanding, name)
         except Exception as exc:  # timeouts, resets, truncated streams, daemon errors: another holder takes over
             logger.info("weights: holder %s failed (%s: %s); others continue", name[-8:], type(exc).__name__, exc)
-            work.give_back(batch, name)
+            work.give_back(outstanding, name)
         finally:
+            if checks:
+                await asyncio.gather(*checks, return_exceptions=True)
             if writer is not None:
                 writer.close()
 
