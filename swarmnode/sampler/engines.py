@@ -202,8 +202,6 @@ class VLLMEngine(GenerationEngine):
         self.tokens_per_second = 0.0
         self.eos_ids = _eos_ids(tokenizer)
         self._weights_dir = Path(tempfile.mkdtemp(prefix="swarmnode-vllm-"))
-        self._seed = seed
-        self._calls = 0
         self.llm = LLM(
             model=model_path,
             tokenizer=model_path,
@@ -225,7 +223,6 @@ class VLLMEngine(GenerationEngine):
             return []
         if temperature <= 0:
             raise EngineError(f"temperature must be > 0 (got {temperature})")
-        self._calls += 1
         params = SamplingParams(
             n=num_generations,
             temperature=temperature,
@@ -236,8 +233,7 @@ class VLLMEngine(GenerationEngine):
             logprobs=0,
             stop_token_ids=sorted(self.eos_ids),
             skip_special_tokens=True,
-            seed=self._seed * 1_000_003 + self._calls,
-        )
+        )  # no per-request seed: one seed for every prompt would correlate their samples
         prompt_ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
         start = time.perf_counter()
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
@@ -276,16 +272,13 @@ class VLLMEngine(GenerationEngine):
         self.version = version
 
     def close(self) -> None:
-        """Free the engine and its temporary weights directory."""
+        """Stop the engine's worker processes and remove its temporary weights directory."""
         shutil.rmtree(self._weights_dir, ignore_errors=True)
-        llm = getattr(self, "llm", None)
+        llm = self.__dict__.pop("llm", None)
         if llm is not None:
-            del self.llm
             try:
-                from vllm.distributed.parallel_state import destroy_model_parallel
-
-                destroy_model_parallel()
-            except Exception:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # already down, or an engine layout without this hook
                 pass
 
 
