@@ -92,12 +92,13 @@ def _run_swarm_command(main, timeout: float | None = None) -> Any:
     """Run a membership coroutine; user-facing failures become one error line and exit code 1."""
     from swarmnode.identity import IdentityError
     from swarmnode.membership import quiet_hivemind, run_until_signal
+    from swarmnode.models import ModelLoadError
     from swarmnode.swarm.p2p import SwarmStartError
 
     quiet_hivemind()
     try:
         return run_until_signal(main, timeout)
-    except (SwarmStartError, IdentityError) as exc:
+    except (SwarmStartError, IdentityError, ModelLoadError) as exc:
         fail(str(exc), code=1)
 
 
@@ -106,20 +107,28 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
          initial_peers: Optional[list[str]] = PeersOpt,
          role: Optional[str] = typer.Option(None, "--role", help="auto | sampler | learner"),
          host_maddrs: Optional[list[str]] = HostOpt, announce_maddrs: Optional[list[str]] = AnnounceOpt,
-         identity_path: Optional[str] = IdentityOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
+         identity_path: Optional[str] = IdentityOpt, startup_timeout: Optional[float] = StartupOpt,
+         simulate_delay: Optional[str] = typer.Option(
+             None, "--simulate-delay", help="hold back deliveries: fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]"),
+         idle: bool = typer.Option(False, "--idle", help="only advertise the role (no model, no work): a network check"),
+         ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
     from swarmnode.identity import IdentityError
     from swarmnode.membership import identity_for, run_membership
+    from swarmnode.node import run_node
 
-    cfg = config_from_cli(config, set_, role=role, **_network_flags(initial_peers, host_maddrs, announce_maddrs,
-                                                                    identity_path, startup_timeout))
+    cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay},
+                          **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout))
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
     try:
         identity = identity_for(cfg, "identity.key")
     except IdentityError as exc:
         fail(str(exc))
-    _run_swarm_command(lambda stop: run_membership(cfg, identity, cfg.role, stop, emit=_emit))
+    if idle:
+        _run_swarm_command(lambda stop: run_membership(cfg, identity, cfg.role, stop, emit=_emit))
+    else:
+        _run_swarm_command(lambda stop: run_node(cfg, identity, stop, emit=_emit))
 
 
 @app.command()
@@ -174,9 +183,27 @@ def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
 
 
 @app.command()
-def demo(as_json: bool = JsonOpt) -> None:
+def demo(
+    as_json: bool = JsonOpt,
+    set_: Optional[list[str]] = SetOpt,
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="stop after this many learner steps"),
+    minutes: float = typer.Option(10.0, "--minutes", min=0.1, help="stop after this many minutes at most"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="where the nodes keep keys, logs and data"),
+) -> None:
     """Run a local swarm (bootstrap, one learner, two samplers) with the tiny model and watch it learn."""
-    not_built("demo")
+    from swarmnode.demo import DemoError, run_demo
+
+    config_from_cli("tiny-cpu", set_)  # a bad --set fails here, before any process starts
+    try:
+        summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir)
+    except DemoError as exc:
+        fail(str(exc), code=1)
+    if as_json:
+        print_json(summary)
+    else:
+        curve = summary.pop("reward_curve")
+        typer.echo("\n".join(f"{k}: {v}" for k, v in summary.items()))
+        typer.echo(f"reward curve ({len(curve)} steps): " + " ".join(f"{x:.2f}" for x in curve[:: max(1, len(curve) // 20)]))
 
 
 @app.command("train-local")

@@ -149,9 +149,10 @@ class LocalSwarm:
 
     def join(self, name: str, role: str = "sampler", *, identity: Path | None = None, wait: bool = True,
              extra: list[str] | None = None, env: dict[str, str] | None = None,
-             initial_peers: list[str] | None = None) -> NodeProc:
+             initial_peers: list[str] | None = None, work: bool = False) -> NodeProc:
+        """A joined node; `work=False` (default) advertises the role with `--idle` (no model, no role loop)."""
         peers = initial_peers or [self.initial_peers]
-        args = ["join", *self._set_args(), "--role", role, "--host-maddrs", LOOPBACK,
+        args = ["join", *self._set_args(), "--role", role, "--host-maddrs", LOOPBACK, *([] if work else ["--idle"]),
                 "--identity-path", str(identity or self.root / f"{name}.key"), *(extra or [])]
         for peer in peers:
             args += ["--initial-peers", peer]
