@@ -428,7 +428,7 @@ class WeightFetcher:
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
                  streams_per_holder: int = 2, chunks_per_request: int = 4, timeout: float = 30.0,
-                 max_rounds: int = 5, write_to_disk: bool = True):
+                 max_rounds: int = 5):
         self.p2p = p2p
         self.store = store
         self.allowed_publishers = set(allowed_publishers)
@@ -436,7 +436,6 @@ class WeightFetcher:
         self.chunks_per_request = chunks_per_request
         self.timeout = timeout
         self.max_rounds = max_rounds
-        self.write_to_disk = write_to_disk
         self.rejected_manifests = 0
         self.last_stats: FetchStats | None = None
 
@@ -511,8 +510,7 @@ class WeightFetcher:
             chunk = manifest.chunks[i]
             piece = view[offsets[i] : offsets[i] + chunk.size]
             self.store.expose_chunk(manifest.version, chunk.hex, piece)
-            if self.write_to_disk:
-                writes.append(asyncio.ensure_future(asyncio.to_thread(self.store.write_chunk, chunk.hex, piece)))
+            writes.append(asyncio.ensure_future(asyncio.to_thread(self.store.write_chunk, chunk.hex, piece)))
             stats.fetched_bytes += chunk.size
             stats.chunks_by_holder[holder] += 1
             done_bytes += chunk.size
