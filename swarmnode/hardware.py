@@ -72,6 +72,12 @@ class HardwareProbe:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def for_config(self, cfg: NodeConfig) -> "HardwareProbe":
+        """This probe as the node may use it: without GPUs when both roles are pinned to `device: cpu`."""
+        if cfg.sampler.device == "cpu" and cfg.learner.device == "cpu":
+            return HardwareProbe((), self.cpu_count, self.ram_total_bytes, self.ram_available_bytes)
+        return self
+
 
 def probe_hardware() -> HardwareProbe:
     """Probe this machine (GPUs through torch.cuda, RAM through psutil)."""
@@ -278,7 +284,7 @@ def decide_role(
 
 def hardware_report(cfg: NodeConfig, requested_role: str | None = None, probe: HardwareProbe | None = None) -> dict:
     """Probe, estimate and decide for `cfg`: what `swarmnode hardware` prints."""
-    probe = probe or probe_hardware()
+    probe = (probe or probe_hardware()).for_config(cfg)
     estimate = estimate_memory(cfg)
     decision = decide_role(probe, estimate, requested_role or cfg.role, max_learners=cfg.learner.max_learners)
     return {"probe": probe.to_dict(), "estimate": estimate.to_dict(), **decision.to_dict()}

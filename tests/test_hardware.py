@@ -181,3 +181,15 @@ def test_cli_hardware_role_override_and_text():
     assert "role: sampler" in result.stdout and "requested explicitly" in result.stdout
     bad = run_cli("hardware", "--config", "tiny-cpu", "--role", "boss")
     assert bad.returncode == 2 and "role" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cpu_pinned_config_ignores_gpus(estimates):
+    from swarmnode.hardware import hardware_report
+
+    gpu = gpu_machine(24)
+    assert gpu.for_config(load_config("tiny-cpu")).gpus == ()  # tiny-cpu pins both roles to the CPU
+    assert gpu.for_config(load_config("qwen3-0.6b-math")) is gpu
+    report = hardware_report(load_config("tiny-cpu"), probe=gpu)
+    assert report["device"] == "cpu" and not report["probe"]["gpus"]
+    report = hardware_report(load_config("tiny-cpu", ["sampler.device=auto", "learner.device=auto"]), probe=gpu)
+    assert report["device"] == "cuda:0" and report["role"] == "learner"
