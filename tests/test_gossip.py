@@ -293,3 +293,21 @@ def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path
 
     groups = asyncio.run(scenario())
     assert got.ids == [g.group_id for g in groups[-5:]]
+
+
+def test_seen_journal_survives_restart_and_compacts(tmp_path):
+    from swarmnode.swarm.gossip import SeenIds
+
+    journal = tmp_path / "seen"
+    seen = SeenIds(capacity=4, journal=journal)
+    for i in range(9):  # the 9th add crosses 2x capacity and rewrites the journal with the 4 newest
+        seen.add(f"id{i}")
+    seen.close()
+    assert journal.read_text().split() == ["id5", "id6", "id7", "id8"]
+    with open(journal, "ab") as f:
+        f.write(b"id9-cut-by-a-cra")  # a crash in the middle of a line
+    again = SeenIds(capacity=4, journal=journal)
+    assert "id8" in again and "id5" in again and "id4" not in again and len(again) == 4
+    again.add("id10")
+    again.close()
+    assert journal.read_text().split()[-1] == "id10" and "id9-cut-by-a-cra" not in journal.read_text()

@@ -14,7 +14,7 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.weights import FetchError, WeightFetcher, WeightStore, protocol_name
+from swarmnode.swarm.weights import FetchError, WeightFetcher, WeightStore, protocol_name, rich_progress
 
 RUN = "test-run"
 CHUNK = 64 << 10
@@ -125,7 +125,8 @@ def test_fetch_delta_and_resume(tmp_path):
             # delta: only the chunks under the changed tensor travel
             state["layer.0.norm"] += 1
             m2 = ls.publish(2, state, learner, parent_version=1)
-            await fetcher.fetch([lp.peer_id], 2)
+            with rich_progress("v2") as bar:  # the interactive progress bar takes the same callback
+                await fetcher.fetch([lp.peer_id], 2, progress=bar)
             changed = {c.hex for c in m2.chunks} - {c.hex for c in m1.chunks}
             assert fetcher.last_stats.fetched_bytes == sum(c.size for c in m2.chunks if c.hex in changed)
             assert_same(ss.state_dict(2), state)

@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import random
 import time
 from pathlib import Path
@@ -74,8 +75,10 @@ class SeenIds:
         self.capacity = capacity
         self._ids: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._file = None
+        self._path: Path | None = None
+        self._lines = 0
         if journal is not None:
-            path = Path(journal)
+            path = self._path = Path(journal)
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.exists():
                 data = path.read_bytes()
@@ -83,7 +86,9 @@ class SeenIds:
                 if len(complete) != len(data):
                     with open(path, "r+b") as f:
                         f.truncate(len(complete))
-                for line in complete.decode(errors="replace").splitlines()[-capacity:]:
+                lines = complete.decode(errors="replace").splitlines()
+                self._lines = len(lines)
+                for line in lines[-capacity:]:
                     self._remember(line)
             self._file = open(path, "a", buffering=1)
 
@@ -98,6 +103,19 @@ class SeenIds:
         if self._file is not None:
             self._file.write(group_id + "\n")
             self._file.flush()
+            self._lines += 1
+            if self._lines > 2 * self.capacity:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the journal with only the ids still remembered (atomic rename)."""
+        assert self._path is not None and self._file is not None
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text("".join(i + "\n" for i in self._ids))
+        self._file.close()
+        os.replace(tmp, self._path)
+        self._file = open(self._path, "a", buffering=1)
+        self._lines = len(self._ids)
 
     def close(self) -> None:
         if self._file is not None:
