@@ -19,7 +19,6 @@ import pytest
 from hivemind.p2p import P2P
 
 from swarmnode.identity import Identity
-from swarmnode.protocol.codec import pack
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame
 from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender, push_protocol
