@@ -23,6 +23,7 @@ import collections
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import random
 import time
@@ -370,43 +371,54 @@ class FetchStats:
 
 
 class _Work:
-    """The chunks still wanted, which are in flight, and which holders failed which chunk."""
+    """The chunks still wanted, which are in flight, and which holders not to ask for which chunk until when.
+
+    A holder that failed a chunk (bad hash, broken stream) is not asked for it again this round; one that
+    did not have it yet (a peer still fetching) is asked again after `MISS_RETRY_S`, so fetchers that start
+    together keep serving each other as their copies fill up.
+    """
+
+    MISS_RETRY_S = 0.3
 
     def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int):
         self.pending = collections.deque(indices)
         self.in_flight = 0
         self.failed: set[int] = set()
         self.failures: collections.Counter[int] = collections.Counter()
-        self.excluded: dict[int, set[str]] = collections.defaultdict(set)
+        self.misses: collections.Counter[int] = collections.Counter()
+        self.excluded: dict[int, dict[str, float]] = collections.defaultdict(dict)  # chunk -> holder -> until
         self.holders = set(holders)
         self.max_failures = max_failures
+        self.max_misses = 100 * max(1, len(holders))
         self.changed = asyncio.Event()
 
     def finished(self) -> bool:
         return not self.pending and not self.in_flight
 
     def can_help(self, holder: str) -> bool:
-        return any(holder not in self.excluded[i] for i in self.pending)
+        """Whether some pending chunk may still come from `holder` (now or after a miss expires)."""
+        return any(self.excluded[i].get(holder) != math.inf for i in self.pending)
 
     def take(self, holder: str, n: int) -> list[int]:
-        got, skipped = [], []
+        got, skipped, now = [], [], time.monotonic()
         while self.pending and len(got) < n:
             i = self.pending.popleft()
-            (skipped if holder in self.excluded[i] else got).append(i)
+            (skipped if self.excluded[i].get(holder, 0.0) > now else got).append(i)
         self.pending.extendleft(reversed(skipped))
         self.in_flight += len(got)
         return got
 
-    def give_back(self, indices: Iterable[int], holder: str | None = None) -> None:
-        """Return chunks that were not delivered; `holder` (if given) failed them and is not asked again."""
+    def give_back(self, indices: Iterable[int], holder: str | None = None, *, missing: bool = False) -> None:
+        """Return chunks not delivered: `holder` failed them (or, with `missing`, did not have them yet)."""
         for i in indices:
             self.in_flight -= 1
             if holder is not None:
-                self.failures[i] += 1
-                if self.failures[i] >= self.max_failures:
+                counter, limit = (self.misses, self.max_misses) if missing else (self.failures, self.max_failures)
+                counter[i] += 1
+                if counter[i] >= limit:
                     self.failed.add(i)
                     continue
-                self.excluded[i].add(holder)
+                self.excluded[i][holder] = time.monotonic() + self.MISS_RETRY_S if missing else math.inf
             self.pending.append(i)
         self._poke()
 
@@ -548,7 +560,7 @@ class WeightFetcher:
             chunk = manifest.chunks[i]
             if not data:
                 stats.missing_chunks += 1
-                work.give_back([i], name)
+                work.give_back([i], name, missing=True)
             elif len(data) != chunk.size or await asyncio.to_thread(_sha256, data) != chunk.sha256:
                 stats.bad_chunks += 1
                 logger.warning("weights: bad chunk %s from %s (hash mismatch); trying another holder",
@@ -576,7 +588,7 @@ class WeightFetcher:
                         break  # all done, or nothing left that this holder has not failed
                     changed = work.changed  # chunks in flight elsewhere may come back
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(changed.wait(), 0.5)
+                        await asyncio.wait_for(changed.wait(), _Work.MISS_RETRY_S)
                     continue
                 i = outstanding[0]
                 data = await asyncio.wait_for(read_frame(reader, manifest.chunks[i].size), self.timeout)
