@@ -7,6 +7,8 @@ with a left-padded batch. The logits of the last T+1 positions are all that is c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -33,21 +35,27 @@ def pad_batch(
 
 
 def completion_logprobs(
-    model, prompt_tokens: list[list[int]], completions: list[list[int]], temperature: float, pad_id: int
+    model,
+    prompt_tokens: list[list[int]],
+    completions: list[list[int]],
+    temperature: float | Sequence[float],
+    pad_id: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp [B, T] float32 with grad, mask [B, T] bool) of each completion token given its prompt.
 
+    `temperature` is one value or one per row (rows sampled at different temperatures can share a batch).
     Padding positions hold 0 in `logp` and False in `mask`; the EOS token, when a completion has one, is an
     ordinary completion token and inside the mask.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (got {temperature})")
     device = next(model.parameters()).device
     ids, attn, mask, T = pad_batch(prompt_tokens, completions, pad_id)
+    temps = torch.as_tensor(temperature, dtype=torch.float32).reshape(-1)
+    if temps.numel() not in (1, ids.shape[0]) or not bool((temps > 0).all()):
+        raise ValueError(f"temperature must be > 0, one value or one per row (got {temperature})")
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temperature  # position P-1+t predicts completion token t
+    logits = out.logits[:, :-1, :].float() / temps.to(device).view(-1, 1, 1)  # position P-1+t predicts completion token t
     targets = ids[:, -T:]
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     logp = picked - torch.logsumexp(logits, dim=-1)
