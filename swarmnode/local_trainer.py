@@ -58,6 +58,8 @@ class LocalTrainer:
         if not self.queue:
             self.queue.append((self.learner.version, self.learner.state_snapshot()))
         self._offer()
+        self.learner.on_step = self._record
+        self.learner.extra_state = self._extra
 
     def _receive(self, group) -> None:
         self.buffer.add(group)
@@ -70,8 +72,9 @@ class LocalTrainer:
         version, state = self.queue[0]  # the weights of `staleness` versions ago (or the oldest we have)
         self.sampler.offer_weights(state, version)  # ignored unless newer than what the sampler holds
 
-    def _sync_extra(self) -> None:
-        self.learner.extra_state = {
+    def _extra(self) -> dict:
+        """The trainer's part of the checkpoint: version queue, sampler RNG, curve."""
+        return {
             "versions": [[v, s] for v, s in self.queue],
             "sampler_rng": self.sampler.rng.getstate(),
             "curve": self.curve,
@@ -90,14 +93,8 @@ class LocalTrainer:
                 stopped = "time"
                 break
             self.sampler.step()
-            while self.learner.step_count < steps:
-                self._sync_extra()
-                diag = self.learner.step()
-                if diag is None:
-                    break
-                if diag.get("trained"):
-                    self._record(diag)
-        self._sync_extra()
+            while self.learner.step_count < steps and self.learner.step() is not None:
+                pass
         self.learner.save()
         return self.summary(stopped)
 

@@ -62,7 +62,8 @@ class LearnerLoop:
         self.version = buffer.version
         self.step_count = 0
         self.rejected: Counter[str] = Counter()
-        self.extra_state: dict[str, Any] = {}
+        self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
+        self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
         self.resumed = self.resume() if self.checkpoint_dir else False
 
     # ---- batch preparation -------------------------------------------------------------------------------
@@ -117,9 +118,12 @@ class LearnerLoop:
         self.step_count += 1
         if self.step_count % self.lc.publish_every == 0:
             self._bump_version()
+        out = {**diag, **summary, **self._status(), "trained": 1.0}
+        if self.on_step is not None:
+            self.on_step(out)
         if self.checkpoint_dir and self.step_count % self.lc.checkpoint_every == 0:
             self.save()
-        return {**diag, **summary, **self._status(), "trained": 1.0}
+        return out
 
     def _optimise(self, groups: list[list[_Row]]) -> dict:
         chunks = [c for c in _split(groups, self.lc.gradient_accumulation_steps) if c]
@@ -189,7 +193,7 @@ class LearnerLoop:
             "rng": rng_state(self.rng),
             "buffer": self.buffer.state_dict(),
             "rejected": dict(self.rejected),
-            "extra": self.extra_state,
+            "extra": self.extra_state() if callable(self.extra_state) else self.extra_state,
         })
 
     def resume(self) -> bool:
