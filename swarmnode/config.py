@@ -88,6 +88,7 @@ class SamplerConfig(_Section):
     top_p: float = Field(1.0, gt=0, le=1)
     max_completion_length: int = Field(8, ge=1, le=131072)
     max_prompt_length: int = Field(64, ge=1, le=131072)
+    max_groups_per_second: float = Field(0.0, ge=0, description="cap on generation rate (0 = none)")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     device: str = "auto"
 

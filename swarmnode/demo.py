@@ -152,11 +152,16 @@ def _live_table(rows: list[dict], elapsed: float):
     return table
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None) -> dict:
     """Start the local swarm, watch the learner until `steps` or `minutes`, stop everything, summarise."""
     from rich.console import Console
     from rich.live import Live
 
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # SIGTERM too runs the `finally` that stops the nodes
     root = Path(workdir or tempfile.mkdtemp(prefix="swarmnode-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     run = DemoRun(root)
@@ -185,17 +190,24 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
                                       "--identity-path", str(root / f"sampler{i}.key")])
         steps_file = root / "learner" / STEPS_FILE
         deadline = start + minutes * 60
+        stopped = "minutes"
         with Live(_live_table([], 0), console=console, refresh_per_second=1, transient=quiet) as live:
-            while True:
-                run.check_alive()
-                rows = read_steps(steps_file)
-                live.update(_live_table(rows, time.monotonic() - start))
-                if (steps is not None and len(rows) >= steps) or time.monotonic() >= deadline:
-                    break
-                time.sleep(1.0)
+            try:
+                while time.monotonic() < deadline:
+                    run.check_alive()
+                    rows = read_steps(steps_file)
+                    live.update(_live_table(rows, time.monotonic() - start))
+                    if steps is not None and len(rows) >= steps:
+                        stopped = "steps"
+                        break
+                    time.sleep(1.0)
+            except KeyboardInterrupt:
+                stopped = "interrupted"
     finally:
+        console.print("stopping the nodes...")
         run.stop()
     rows = read_steps(root / "learner" / STEPS_FILE)
     summary = summarize(rows, time.monotonic() - start)
+    summary["stopped"] = stopped
     summary["workdir"] = str(root)
     return summary

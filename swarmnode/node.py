@@ -22,10 +22,14 @@ from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
 from swarmnode.identity import Identity
 from swarmnode.membership import Membership
+from swarmnode.metrics import HEALTH_METRICS
+
+HEALTH_KEYS = frozenset(HEALTH_METRICS) | {"paused", "staleness_mean", "reward_std"}  # what the DHT record carries
 
 logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
 STEPS_FILE = "learner_steps.jsonl"
+BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
 
 
 def decide_swarm_role(cfg: NodeConfig, learners_in_run: int) -> tuple[str, list[str]]:
@@ -68,7 +72,8 @@ class _Role:
 
     def publish_health(self, **fields: Any) -> None:
         self.health.update(fields, uptime=round(time.monotonic() - self.started, 1))
-        small = {k: v for k, v in self.health.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        small = {k: v for k, v in self.health.items()
+                 if k in HEALTH_KEYS and isinstance(v, (int, float, str)) and not isinstance(v, bool)}
         self.member.update(health=small)
 
 
@@ -177,7 +182,14 @@ class SamplerRole(_Role):
                     self.publish_health(paused="too stale")
                     await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
                     continue
+                if self.sender.pending >= BACKPRESSURE_GROUPS:  # learners accept slower than we generate
+                    await _sleep_or_stop(stop, 0.1)
+                    continue
+                began = time.monotonic()
                 batch = await asyncio.to_thread(self.loop.step)
+                if cfg.sampler.max_groups_per_second:
+                    floor = len(batch) / cfg.sampler.max_groups_per_second
+                    await _sleep_or_stop(stop, max(0.0, floor - (time.monotonic() - began)))
                 groups += len(batch)
                 elapsed = max(1e-6, time.monotonic() - t0)
                 self.member.update(version=self.loop.version, versions=self.store.versions(),
@@ -220,7 +232,7 @@ class SamplerRole(_Role):
         if newest is None:
             return
         self.newest = max(self.newest, newest[0])
-        if newest[0] <= max(self.loop.version, self.offered):
+        if newest[0] <= self.offered:  # until a learner's version arrives we hold only the local base model
             return
         if self._fetching is None or self._fetching.done():
             self._fetching = asyncio.create_task(self._fetch(newest[0], newest[1]))
@@ -250,6 +262,8 @@ class SamplerRole(_Role):
         if hold:
             await asyncio.sleep(hold)
         state = await asyncio.to_thread(self.store.state_dict, version)
+        if isinstance(publisher, str):
+            self.loop.lineage = publisher  # groups name the learner line whose weights made them
         self.loop.offer_weights(state, version)
         self.offered = max(self.offered, version)
         self.member.update(versions=self.store.versions())
