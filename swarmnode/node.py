@@ -142,7 +142,7 @@ class LearnerRole(_Role):
             "version": self.learner.version,
             "groups_received": self.receiver.accepted,
             "groups_rejected": sum(rejected.values()),
-            "dropped_stale": int(stats.get("dropped_stale", stats.get("stale", 0)) or 0),
+            "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
             "time": round(time.time(), 3),
         }
 

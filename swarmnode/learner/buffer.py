@@ -9,9 +9,24 @@ evicted. `draw` removes what it returns (each group is trained on once). Every o
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from collections import Counter, OrderedDict
-from typing import Protocol
+from typing import Callable, Protocol, TypeVar
+
+F = TypeVar("F", bound=Callable)
+
+
+def _locked(method: F) -> F:
+    """Run under the buffer's lock: the network thread adds while the training thread draws."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 ACCEPTED = "ok"
 REASONS = ("ok", "duplicate", "quota", "stale", "future", "lineage", "evicted", "aged_out")
@@ -50,6 +65,7 @@ class ReplayBuffer:
         self._seen_cap = seen_ids or 16 * capacity
         self.counters: Counter[str] = Counter()
         self.drawn = 0
+        self._lock = threading.RLock()
 
     @classmethod
     def from_config(cls, cfg, lineage: str | None = None, version: int = 0) -> "ReplayBuffer":
@@ -57,12 +73,14 @@ class ReplayBuffer:
         lc = cfg.learner
         return cls(lc.buffer_size, cfg.sync.max_staleness, lc.per_sampler_quota, lc.draw_order, lineage, version)
 
+    @_locked
     def __len__(self) -> int:
         return len(self._groups)
 
     def staleness(self, group: _Group) -> int:
         return self.version - int(group.policy_version)
 
+    @_locked
     def add(self, group: _Group) -> str:
         """Offer one group; returns "ok" or the reason it was refused (and counts it)."""
         reason = self._judge(group)
@@ -107,6 +125,7 @@ class ReplayBuffer:
         self._remove(victim.group_id)
         self.counters["evicted"] += 1
 
+    @_locked
     def set_version(self, v: int) -> None:
         """Move the learner's version; drops (and counts as aged_out) groups now staler than the bound."""
         self.version = int(v)
@@ -114,6 +133,7 @@ class ReplayBuffer:
             self._remove(gid)
             self.counters["aged_out"] += 1
 
+    @_locked
     def draw(self, n: int) -> list[_Group]:
         """Remove and return up to `n` groups: newest policy version first, or oldest arrival first."""
         if self.draw_order == "oldest":
@@ -130,6 +150,7 @@ class ReplayBuffer:
         lost = self.counters["stale"] + self.counters["aged_out"]
         return lost / offered if offered else 0.0
 
+    @_locked
     def stats(self) -> dict:
         """Size, counters by reason, per-sampler holdings and the stale-dropped fraction."""
         return {
@@ -142,11 +163,13 @@ class ReplayBuffer:
             "dropped_fraction": self.dropped_fraction(),
         }
 
+    @_locked
     def state_dict(self) -> dict:
         """Position for a checkpoint: version, counters and dedup memory (held groups are not saved)."""
         return {"version": self.version, "counters": dict(self.counters), "drawn": self.drawn,
                 "seen": list(self._seen)}
 
+    @_locked
     def load_state_dict(self, state: dict) -> None:
         self.version = int(state["version"])
         self.counters = Counter({str(k): int(v) for k, v in state["counters"].items()})
