@@ -209,5 +209,6 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     rows = read_steps(root / "learner" / STEPS_FILE)
     summary = summarize(rows, time.monotonic() - start)
     summary["stopped"] = stopped
+    summary["node_pids"] = [proc.popen.pid for proc in run.procs]
     summary["workdir"] = str(root)
     return summary
