@@ -186,7 +186,7 @@ def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
 def demo(
     as_json: bool = JsonOpt,
     set_: Optional[list[str]] = SetOpt,
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="stop after this many learner steps"),
+    steps: Optional[int] = typer.Option(300, "--steps", min=1, help="stop after this many learner steps"),
     minutes: float = typer.Option(10.0, "--minutes", min=0.1, help="stop after this many minutes at most"),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="where the nodes keep keys, logs and data"),
 ) -> None:

@@ -54,6 +54,7 @@ class DemoRun:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the demo only; it stops the nodes itself
+            preexec_fn=_die_with_parent,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         proc = Proc(name, popen, log)
@@ -78,6 +79,16 @@ class DemoRun:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(timeout=10)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM us when the demo dies, even by SIGKILL (Linux prctl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass  # not Linux: the demo's own stop() still stops every node
 
 
 def wait_for_line(proc: Proc, prefix: str, timeout: float) -> str:
