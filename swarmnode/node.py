@@ -291,4 +291,9 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
         emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
         runner = LearnerRole if role == "learner" else SamplerRole
         node = await asyncio.to_thread(runner, cfg, identity, member, emit)  # may build the tiny model: slow
+        if cfg.metrics.port is not None:
+            from swarmnode.metrics import serve_metrics
+
+            port = serve_metrics(cfg.metrics.port, lambda: node.health, role)
+            emit(f"metrics: http://127.0.0.1:{port}/metrics")
         await node.run(stop)
