@@ -8,12 +8,13 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 DEMO_KEYS = ("learner_steps", "versions_published", "reward_start", "reward_end", "staleness_max",
              "rollouts_received")
 
 
-def run_demo(tmp_path, *args: str, timeout: float = 480) -> dict:
+def run_demo(tmp_path, *args: str, timeout: float = 840) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "swarmnode", "demo", "--json", "--workdir", str(tmp_path / "demo"), *args],
         capture_output=True, text=True, timeout=timeout,
@@ -22,6 +23,7 @@ def run_demo(tmp_path, *args: str, timeout: float = 480) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.timeout(900)
 def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
     doc = run_demo(tmp_path, "--steps", "200", "--minutes", "7")
     for key in DEMO_KEYS:
