@@ -208,3 +208,23 @@ def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
     corrupt = subprocess.run(_cli("--checkpoint-dir", str(tmp_path), "--set", FAST[0], home=swarmnode_home),
                              capture_output=True, text=True, timeout=120, env=_env())
     assert corrupt.returncode == 1 and "checkpoint" in corrupt.stderr and "Traceback" not in corrupt.stderr
+
+
+@pytest.mark.parametrize("loss_type", ["gepo", "gspo", "grpo"])
+def test_train_local_raises_reward(loss_type, swarmnode_home):
+    """A short on-policy run on the warm-started tiny model: mean reward over the last 15 steps beats the
+    first 15 by a modest margin (seeded; longer curves: `swarmnode train-local --json`)."""
+    from swarmnode.local_trainer import LocalTrainer
+
+    torch.manual_seed(0)
+    cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu", f"learner.loss_type={loss_type}",
+                                   "learner.learning_rate=3e-4"])
+    result = LocalTrainer(cfg, progress=None).run(RISE_STEPS)
+    rewards = [p["reward_mean"] for p in result["curve"]]
+    assert len(rewards) == RISE_STEPS
+    start, end = sum(rewards[:15]) / 15, sum(rewards[-15:]) / 15
+    assert end > start + RISE_MARGIN, f"{loss_type}: reward {start:.3f} -> {end:.3f}"
+
+
+RISE_STEPS = 80
+RISE_MARGIN = 0.015  # measured (seed 0, lr 3e-4, 80 steps): gepo +0.020, gspo and grpo > +0.03

@@ -219,7 +219,7 @@ def policy_loss(
             "is_weight_max": float(sw.max()),
             "clip_fraction": float(clip_frac),
             "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std()) if rows > 1 else 0.0,
+            "reward_std": float(rewards.std(unbiased=False)),
             "zero_signal_fraction": float(zero_groups.to(dtype).mean()),
             "advantage_abs_mean": float(adv.abs().mean()),
             "completion_length_mean": float(m.sum(dim=1).to(dtype).mean()),
