@@ -199,6 +199,8 @@ def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
     first_new = [p for p in result["curve"] if p["step"] > saved_step]
     assert first_new and first_new[0]["step"] == saved_step + 1 and first_new[0]["version"] == saved_version + 1
     assert len(result["curve"]) == final_steps  # the curve before the kill came back from the checkpoint
+    # --staleness 1: after the first step every batch comes from the weights one version back, also after resume
+    assert [p["staleness_mean"] for p in result["curve"][1:]] == [1.0] * (final_steps - 1)
 
 
 def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
