@@ -54,11 +54,21 @@ class GenerationEngine(ABC):
     version: int = 0
     tokens_per_second: float = 0.0
 
-    @abstractmethod
     def generate(
         self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
     ) -> list[Generation]:
         """One Generation per prompt, each with `num_generations` completions."""
+        if not prompts:
+            return []
+        if temperature <= 0:
+            raise EngineError(f"temperature must be > 0 (got {temperature})")
+        return self._generate(prompts, num_generations, temperature, max_new_tokens)
+
+    @abstractmethod
+    def _generate(
+        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+    ) -> list[Generation]:
+        """`generate` for valid arguments (at least one prompt, temperature > 0)."""
 
     @abstractmethod
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
@@ -112,13 +122,9 @@ class HFEngine(GenerationEngine):
         return ids.to(self.device), mask.to(self.device)
 
     @torch.no_grad()
-    def generate(
+    def _generate(
         self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
     ) -> list[Generation]:
-        if not prompts:
-            return []
-        if temperature <= 0:
-            raise EngineError(f"temperature must be > 0 (got {temperature})")
         prompt_ids = self.encode_prompts(prompts)
         ids, mask = self._left_pad(prompt_ids)
         start = time.perf_counter()
@@ -222,15 +228,11 @@ class VLLMEngine(GenerationEngine):
                 "on CPU try a larger sampler.gpu_memory_utilization (the KV-cache share of RAM)"
             ) from None
 
-    def generate(
+    def _generate(
         self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
     ) -> list[Generation]:
         from vllm import SamplingParams
 
-        if not prompts:
-            return []
-        if temperature <= 0:
-            raise EngineError(f"temperature must be > 0 (got {temperature})")
         params = SamplingParams(
             n=num_generations,
             temperature=temperature,
