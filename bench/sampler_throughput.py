@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from swarmnode.logprobs import behaviour_mismatch
+
 
 def plain_generate_rate(model, tokenizer, prompts, g, temperature, max_new) -> float:
     """Baseline: one `model.generate` call with sampling, no log-probs, no post-processing beyond counting."""
@@ -34,19 +36,6 @@ def engine_rate(engine, prompts, g, temperature, max_new):
     gens = engine.generate(prompts, g, temperature, max_new)
     seconds = time.perf_counter() - start
     return sum(len(c) for x in gens for c in x.completions) / seconds, gens
-
-
-def mismatch(model, gens, temperature, pad_id) -> float:
-    from swarmnode.logprobs import completion_logprobs
-
-    prompts = [x.prompt_tokens for x in gens for _ in x.completions]
-    comps = [c for x in gens for c in x.completions]
-    with torch.no_grad():
-        logp, mask = completion_logprobs(model, prompts, comps, temperature, pad_id)
-    behaviour = torch.zeros_like(logp)
-    for i, lp in enumerate(lp for x in gens for lp in x.logprobs):
-        behaviour[i, : len(lp)] = torch.tensor(lp)
-    return (logp - behaviour).abs()[mask].mean().item()
 
 
 def median(values):
@@ -86,7 +75,7 @@ def main() -> None:
         plain.append(plain_generate_rate(model, tokenizer, prompts, g, t, n))
         rate, gens = engine_rate(hf, prompts, g, t, n)
         ours.append(rate)
-        gaps.append(mismatch(model, gens, t, tokenizer.pad_token_id))
+        gaps.append(behaviour_mismatch(model, gens, t, tokenizer.pad_token_id)[0])
     result = {
         "batch": f"{args.prompts} prompts x G={g}, max_new={n}, T={t}",
         "plain_generate_tok_s": round(median(plain), 1),
@@ -112,7 +101,7 @@ def main() -> None:
                 for _ in range(args.rounds):
                     rate, gens = engine_rate(engine, prompts, g, t, n)
                     rates.append(rate)
-                    vgaps.append(mismatch(model, gens, t, tokenizer.pad_token_id))
+                    vgaps.append(behaviour_mismatch(model, gens, t, tokenizer.pad_token_id)[0])
                 hf_now = median([engine_rate(hf, prompts, g, t, n)[0] for _ in range(args.rounds)])
                 result["vllm_engine_tok_s"] = round(median(rates), 1)
                 result["vllm_vs_hf_ratio"] = round(median(rates) / hf_now, 3)

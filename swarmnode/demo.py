@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STEPS_FILE = "learner_steps.jsonl"
+from swarmnode.node import STEPS_FILE
 
 
 class DemoError(RuntimeError):

@@ -60,3 +60,20 @@ def completion_logprobs(
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     logp = picked - torch.logsumexp(logits, dim=-1)
     return torch.where(mask, logp, torch.zeros_like(logp)), mask
+
+
+def behaviour_mismatch(model, generations, temperature: float, pad_id: int) -> tuple[float, float]:
+    """(mean, max) |behaviour log-prob - learner forward log-prob| per completion token.
+
+    `generations` are engine outputs (`prompt_tokens`, `completions`, `logprobs`): the gap GEPO's weights see
+    between what the sampler reported and what the learner recomputes for the same tokens.
+    """
+    prompts = [g.prompt_tokens for g in generations for _ in g.completions]
+    completions = [c for g in generations for c in g.completions]
+    with torch.no_grad():
+        logp, mask = completion_logprobs(model, prompts, completions, temperature, pad_id)
+    behaviour = torch.zeros_like(logp)
+    for i, lp in enumerate(lp for g in generations for lp in g.logprobs):
+        behaviour[i, : len(lp)] = torch.tensor(lp)
+    diff = (logp - behaviour).abs()[mask]
+    return diff.mean().item(), diff.max().item()

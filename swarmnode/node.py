@@ -36,7 +36,7 @@ def decide_swarm_role(cfg: NodeConfig, learners_in_run: int) -> tuple[str, list[
     """The hardware decision for `cfg`, given how many learners the run already has."""
     from swarmnode.hardware import decide_role, estimate_memory, probe_hardware
 
-    decision = decide_role(probe_hardware(), estimate_memory(cfg), cfg.role, learners_in_run,
+    decision = decide_role(probe_hardware().for_config(cfg), estimate_memory(cfg), cfg.role, learners_in_run,
                            cfg.learner.max_learners)
     return decision.role, list(decision.reasons)
 
@@ -111,7 +111,7 @@ class LearnerRole(_Role):
             await self.dht.announce_version(self.learner.version, {"publisher": self.identity.peer_id})
             self.member.update(version=self.learner.version, versions=self.store.versions())
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
-        self.receiver = RolloutReceiver(cfg.run_id, self._accept, limits, journal=self.data_dir / "seen_groups")
+        self.receiver = RolloutReceiver(cfg.run_id, self.buffer.add, limits, journal=self.data_dir / "seen_groups")
         await self.receiver.start(self.p2p)
         self.emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         steps_file = (self.data_dir / STEPS_FILE).open("a")
@@ -129,9 +129,6 @@ class LearnerRole(_Role):
             steps_file.close()
             await asyncio.to_thread(self.learner.save)
             self.receiver.close()
-
-    def _accept(self, group) -> str:
-        return self.buffer.add(group)
 
     def _step_record(self, diag: dict) -> dict:
         stats = self.buffer.stats()

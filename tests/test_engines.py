@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from swarmnode.config import NodeConfig
-from swarmnode.logprobs import completion_logprobs
+from swarmnode.logprobs import behaviour_mismatch
 from swarmnode.models import load_model, load_tokenizer, resolve_model_path
 from swarmnode.sampler.engines import EngineError, HFEngine, build_engine, cut_at_eos
 
@@ -36,19 +36,6 @@ def perturbed_state(model, scale: float = 0.05, seed: int = 1) -> dict[str, torc
     if "lm_head.weight" in state and model.config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     return state
-
-
-def mismatch(model, gens, temperature: float, pad_id: int) -> tuple[float, float]:
-    """(mean, max) |engine log-prob - learner forward log-prob| per completion token."""
-    prompts = [g.prompt_tokens for g in gens for _ in g.completions]
-    comps = [c for g in gens for c in g.completions]
-    with torch.no_grad():
-        logp, mask = completion_logprobs(model, prompts, comps, temperature, pad_id)
-    behaviour = torch.zeros_like(logp)
-    for i, lp in enumerate(lp for g in gens for lp in g.logprobs):
-        behaviour[i, : len(lp)] = torch.tensor(lp)
-    diff = (logp - behaviour).abs()[mask]
-    return diff.mean().item(), diff.max().item()
 
 
 def check_generations(gens, eos_id: int, vocab: int) -> None:
@@ -84,10 +71,10 @@ def test_hf_engine_generates_groups_with_logprobs(engine, cfg):
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_hf_logprobs_match_learner_forward(engine, temperature):
     gens = engine.generate(PROMPTS, G, temperature, MAX_NEW)
-    mean, worst = mismatch(engine.model, gens, temperature, engine.tokenizer.pad_token_id)
+    mean, worst = behaviour_mismatch(engine.model, gens, temperature, engine.tokenizer.pad_token_id)
     assert mean < 1e-5 and worst < 1e-4, (mean, worst)
     # a wrong temperature is visible: the check itself can fail
-    assert mismatch(engine.model, gens, temperature * 2, engine.tokenizer.pad_token_id)[0] > 1e-2
+    assert behaviour_mismatch(engine.model, gens, temperature * 2, engine.tokenizer.pad_token_id)[0] > 1e-2
 
 
 def test_hf_eos_is_kept_and_cut(cfg):
@@ -113,9 +100,9 @@ def test_hf_load_state_dict_in_place_changes_outputs(cfg, engine):
         assert engine.version == 5 and id(engine.model) == model_id
         assert torch.equal(engine.model.model.embed_tokens.weight, new_state["model.embed_tokens.weight"])
         # the behaviour log-probs of the old samples changed, and the new ones match the new weights
-        assert mismatch(engine.model, before, 1.0, engine.tokenizer.pad_token_id)[0] > 1e-3
+        assert behaviour_mismatch(engine.model, before, 1.0, engine.tokenizer.pad_token_id)[0] > 1e-3
         after = engine.generate(PROMPTS, G, 1.0, MAX_NEW)
-        assert mismatch(engine.model, after, 1.0, engine.tokenizer.pad_token_id)[0] < 1e-5
+        assert behaviour_mismatch(engine.model, after, 1.0, engine.tokenizer.pad_token_id)[0] < 1e-5
     finally:
         engine.load_state_dict(old_state, version=0)
 
