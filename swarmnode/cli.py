@@ -49,10 +49,6 @@ def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
-def not_built(command: str) -> NoReturn:
-    fail(f"`swarmnode {command}` is not built yet in this version", code=3)
-
-
 RoleOpt = typer.Option(None, "--role", help="auto | sampler | learner (overrides the config's role)")
 
 
@@ -78,6 +74,8 @@ HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeata
 AnnounceOpt = typer.Option(None, "--announce-maddrs", help="public multiaddr(s) to advertise, repeatable")
 IdentityOpt = typer.Option(None, "--identity-path", help="key file (created 0600 on first use); keeps the peer id")
 StartupOpt = typer.Option(None, "--startup-timeout", help="seconds to start p2pd and reach an initial peer")
+MetricsPortOpt = typer.Option(None, "--metrics-port", min=0, max=65535,
+                              help="serve Prometheus /metrics on this port (0 = any free port; = metrics.port)")
 BOOTSTRAP_MADDRS = ["/ip4/0.0.0.0/tcp/31337", "/ip4/0.0.0.0/udp/31337/quic-v1"]
 
 
@@ -111,13 +109,14 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
          simulate_delay: Optional[str] = typer.Option(
              None, "--simulate-delay", help="hold back deliveries: fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]"),
          idle: bool = typer.Option(False, "--idle", help="only advertise the role (no model, no work): a network check"),
+         metrics_port: Optional[int] = MetricsPortOpt,
          ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
     from swarmnode.identity import IdentityError
     from swarmnode.membership import identity_for, run_membership
     from swarmnode.node import run_node
 
-    cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay},
+    cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port},
                           **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout))
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
@@ -136,14 +135,16 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               host_maddrs: Optional[list[str]] = HostOpt, announce_maddrs: Optional[list[str]] = AnnounceOpt,
               identity_path: Optional[str] = IdentityOpt, startup_timeout: Optional[float] = StartupOpt,
               initial_peers: Optional[list[str]] = PeersOpt,
-              log_interval: float = typer.Option(30.0, "--log-interval", min=0.1, help="seconds between health logs")
+              log_interval: float = typer.Option(30.0, "--log-interval", min=0.1, help="seconds between health logs"),
+              metrics_port: Optional[int] = MetricsPortOpt,
               ) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
     from swarmnode.identity import IdentityError
     from swarmnode.membership import identity_for, run_bootstrap
 
-    cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
-                                                         announce_maddrs, identity_path, startup_timeout))
+    cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
+                          **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
+                                           announce_maddrs, identity_path, startup_timeout))
     try:
         identity = identity_for(cfg, "bootstrap.key")
     except IdentityError as exc:
@@ -157,17 +158,23 @@ def _emit(line: str) -> None:
     sys.stdout.flush()
 
 
+def _client_config(command: str, config, set_, initial_peers, host_maddrs, startup_timeout) -> NodeConfig:
+    """The config of a read-only client command (status, dashboard): loopback listener unless told otherwise."""
+    cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"],
+                                                         None, None, startup_timeout))
+    if not cfg.network.initial_peers:
+        fail(f"{command} needs --initial-peers (the address `swarmnode bootstrap` prints)")
+    return cfg
+
+
 @app.command()
 def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
            host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
-    """List the peers of a run (role, version, last seen)."""
+    """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v1."""
     from swarmnode.membership import format_status, query_status
 
-    cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"],
-                                                         None, None, startup_timeout))
-    if not cfg.network.initial_peers:
-        fail("status needs --initial-peers (the address `swarmnode bootstrap` prints)")
+    cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
     doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)
     if as_json:
         print_json(doc)
@@ -177,9 +184,15 @@ def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt
 
 @app.command()
 def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-              initial_peers: Optional[list[str]] = PeersOpt) -> None:
-    """A live terminal view of a run's swarm health."""
-    not_built("dashboard")
+              initial_peers: Optional[list[str]] = PeersOpt,
+              host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt,
+              refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
+              once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
+    """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
+    from swarmnode.dashboard import run_dashboard
+
+    cfg = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout)
+    _run_swarm_command(lambda stop: run_dashboard(cfg, stop, refresh=refresh, once=once))
 
 
 @app.command()

@@ -150,6 +150,7 @@ class SyncConfig(_Section):
 
 class MetricsConfig(_Section):
     port: int | None = Field(None, ge=0, le=65535, description="Prometheus port; none = off")
+    addr: str = Field("127.0.0.1", min_length=1, max_length=64, description="address /metrics listens on")
 
 
 class NodeConfig(_Section):

@@ -187,6 +187,13 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                                 cfg.network.announce_maddrs)
         for addr in addrs:
             emit(f"initial-peers: {addr}")
+        own: dict[str, Any] = {"uptime": 0.0, "peers_seen": 0}  # what its record and /metrics carry
+        member.update(health=own)
+        if cfg.metrics.port is not None:
+            from swarmnode.metrics import serve_metrics
+
+            port = serve_metrics(cfg.metrics.port, lambda: own, "bootstrap", cfg.metrics.addr)
+            emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
         emit(f"ready peer_id={identity.peer_id} run={cfg.run_id}")
         while not stop.is_set():
             try:
@@ -201,6 +208,8 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                 logger.warning("health query failed: %s", exc)
                 continue
             doc = health(member, live, connections)
+            own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"])
+            member.update(health=dict(own))
             if as_json:
                 emit(json.dumps(doc, sort_keys=True))
             else:
@@ -209,32 +218,57 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                      f"uptime {doc['uptime_s']:.0f} s")
 
 
-async def query_status(cfg: NodeConfig) -> dict[str, Any]:
-    """Join as a client with a throwaway key, read the run's live peer records, leave; the status document."""
-    member = Membership(cfg, Identity.generate(), "client", client_mode=True)
-    await member.start()
-    try:
-        live = await member.dht.live_peers()
-    finally:
-        await member.stop()
-    now = time.time()
+def client_member(cfg: NodeConfig) -> Membership:
+    """A read-only client-mode member with a throwaway key (for `status` and the dashboard)."""
+    return Membership(cfg, Identity.generate(), "client", client_mode=True)
+
+
+def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None = None) -> dict[str, Any]:
+    """The `status --json` document (schema in `swarmnode.status_schema`) from the run's live peer records."""
+    from swarmnode.health import find_alerts, peer_lag, swarm_summary
+
+    now = time.time() if now is None else now
+    peers = [r.summary(now) for r in live]
+    summary = swarm_summary(peers)
+    for p in peers:
+        p["lag"] = peer_lag(p, summary["newest_version"])
     return {
         "schema_version": STATUS_SCHEMA_VERSION,
         "run_id": cfg.run_id,
         "queried_at": now,
         "count": len(live),
         "roles": dict(Counter(r.role for r in live)),
-        "peers": [r.summary(now) for r in live],
+        **summary,
+        "max_staleness": cfg.sync.max_staleness,
+        "peers": peers,
+        "alerts": find_alerts(peers, cfg.sync.max_staleness),
     }
 
 
+async def read_status(member: Membership) -> dict[str, Any]:
+    """One read of the run's live peer records through a started client member: the status document."""
+    return status_document(member.cfg, await member.dht.live_peers())
+
+
+async def query_status(cfg: NodeConfig) -> dict[str, Any]:
+    """Join as a client with a throwaway key, read the run's live peer records, leave; the status document."""
+    member = await client_member(cfg).start()
+    try:
+        return await read_status(member)
+    finally:
+        await member.stop()
+
+
 def format_status(doc: dict[str, Any]) -> str:
-    """A plain table of the status document."""
-    lines = [f"run {doc['run_id']}: {doc['count']} live peers"]
-    lines.append(f"{'peer id':<54} {'role':<10} {'version':>7} {'last seen':>10}")
+    """A plain table of the status document, then its alerts."""
+    lines = [f"run {doc['run_id']}: {doc['count']} live peers, newest version {doc['newest_version']}, "
+             f"{doc['tokens_per_s']:.0f} tokens/s"]
+    lines.append(f"{'peer id':<54} {'role':<10} {'version':>7} {'lag':>4} {'last seen':>10}")
     for p in doc["peers"]:
         version = "-" if p["version"] < 0 else str(p["version"])
-        lines.append(f"{p['peer_id']:<54} {p['role']:<10} {version:>7} {p['age_s']:>8.1f} s")
+        lag = "-" if p.get("lag") is None else str(p["lag"])
+        lines.append(f"{p['peer_id']:<54} {p['role']:<10} {version:>7} {lag:>4} {p['age_s']:>8.1f} s")
+    lines += [f"{a['severity']}: {a['message']}" for a in doc["alerts"]]
     return "\n".join(lines)
 
 

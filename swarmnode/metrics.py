@@ -34,7 +34,8 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
     "uptime": ("swarmnode_uptime_seconds", "gauge", "seconds since the node started"),
     "peers_seen": ("swarmnode_peers_seen", "gauge", "live peers in the run's DHT"),
 }
-REJECTED_METRIC = "swarmnode_groups_rejected"
+REJECTED_METRIC = "swarmnode_groups_rejected"  # label: reason
+STALENESS_METRIC = "swarmnode_staleness_groups"  # label: bucket ("0", "1", "2-3", "4-7", ...)
 
 
 class HealthCollector(Collector):
@@ -58,6 +59,15 @@ class HealthCollector(Collector):
             family = CounterMetricFamily(REJECTED_METRIC, "rollout groups rejected, by reason", labels=["reason"])
             for reason, count in sorted(rejected.items()):
                 family.add_metric([str(reason)], float(count))
+            yield family
+        buckets = health.get("staleness_hist")
+        if isinstance(buckets, list) and buckets:
+            from swarmnode.health import bucket_label
+
+            family = CounterMetricFamily(STALENESS_METRIC, "groups trained on, by staleness bucket (versions)",
+                                         labels=["bucket"])
+            for index, count in enumerate(buckets):
+                family.add_metric([bucket_label(index)], float(count))
             yield family
 
 

@@ -20,11 +20,10 @@ from hivemind.p2p import PeerID
 
 from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
+from swarmnode.health import MAX_INVALID_PEERS, StalenessHistogram, VersionSeries, record_health
 from swarmnode.identity import Identity
+from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.membership import Membership
-from swarmnode.metrics import HEALTH_METRICS
-
-HEALTH_KEYS = frozenset(HEALTH_METRICS) | {"paused", "staleness_mean", "reward_std"}  # what the DHT record carries
 
 logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
@@ -71,17 +70,28 @@ class _Role:
         return self.delay.sample(self.delay_rng)
 
     def publish_health(self, **fields: Any) -> None:
+        """Update `self.health` (what /metrics renders) and advertise its small form on the next heartbeat."""
         self.health.update(fields, uptime=round(time.monotonic() - self.started, 1))
-        small = {k: v for k, v in self.health.items()
-                 if k in HEALTH_KEYS and isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-        self.member.update(health=small)
+        self.member.update(health=record_health(self.health))
+
+
+class _HistogramBuffer(ReplayBuffer):
+    """The replay buffer, counting the staleness of every group drawn for training (for the health record)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.histogram = StalenessHistogram()
+
+    def draw(self, n: int) -> list:
+        groups = super().draw(n)
+        self.histogram.add(self.staleness(g) for g in groups)
+        return groups
 
 
 class LearnerRole(_Role):
     """Receive rollout groups into the buffer, train with GEPO, publish versions, serve their chunks."""
 
     async def run(self, stop: asyncio.Event) -> None:
-        from swarmnode.learner.buffer import ReplayBuffer
         from swarmnode.learner.loop import LearnerLoop
         from swarmnode.models import load_model, pick_device
         from swarmnode.protocol.rollout import RolloutLimits
@@ -94,7 +104,8 @@ class LearnerRole(_Role):
         await self.store.serve(self.p2p)
         self.emit("loading the model...")
         model = await asyncio.to_thread(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
-        self.buffer = ReplayBuffer.from_config(cfg, lineage=self.identity.peer_id)
+        self.buffer = _HistogramBuffer.from_config(cfg, lineage=self.identity.peer_id)
+        self.series = VersionSeries()
 
         def publish(version: int, state: dict) -> None:  # called from the training thread
             manifest = self.store.publish(version, state, self.identity, parent_version=version - 1,
@@ -113,34 +124,57 @@ class LearnerRole(_Role):
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
         self.receiver = RolloutReceiver(cfg.run_id, self.buffer.add, limits, journal=self.data_dir / "seen_groups")
         await self.receiver.start(self.p2p)
+        self.publish_health(version=self.learner.version, step=self.learner.step_count, **self._health_extras())
         self.emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         steps_file = (self.data_dir / STEPS_FILE).open("a")
         try:
             while not stop.is_set():
+                began = time.monotonic()
                 diag = await asyncio.to_thread(self.learner.step)
                 if diag is None or not diag.get("trained"):
                     await _sleep_or_stop(stop, 0.2)
                     continue
-                record = self._step_record(diag)
+                record = self._step_record(diag, time.monotonic() - began)
                 steps_file.write(json.dumps(record) + "\n")
                 steps_file.flush()
-                self.publish_health(**record)
+                self.series.add(record["version"], record)
+                self.publish_health(**record, **self._health_extras())
         finally:
             steps_file.close()
             await asyncio.to_thread(self.learner.save)
             self.receiver.close()
 
-    def _step_record(self, diag: dict) -> dict:
+    def _step_record(self, diag: dict, step_time: float) -> dict:
+        """One line of the steps file: the step's diagnostics plus the node's counters."""
         stats = self.buffer.stats()
-        rejected = dict(self.receiver.rejections)
         return {
             **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in diag.items()},
             "step": self.learner.step_count,
             "version": self.learner.version,
+            "clip_frac": round(float(diag.get("clip_fraction", 0.0)), 6),
+            "step_time": round(step_time, 4),
             "groups_received": self.receiver.accepted,
-            "groups_rejected": sum(rejected.values()),
+            "groups_rejected": sum(self._rejected().values()),
             "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
             "time": round(time.time(), 3),
+        }
+
+    def _rejected(self) -> dict[str, int]:
+        """Groups refused, by reason: at the door (invalid, duplicate, stale...) and by the learner's checks."""
+        out = {k: v for k, v in self.receiver.statuses.items() if k != "ok" and v}
+        for reason, count in self.learner.rejected.items():
+            if reason != "reward_hint_mismatch" and count:  # a hint mismatch is counted, not refused
+                out[reason] = out.get(reason, 0) + int(count)
+        return out
+
+    def _health_extras(self) -> dict:
+        """The learner's health beyond one step: histogram, per-version history, rejections, offenders."""
+        return {
+            "staleness_hist": list(self.buffer.histogram.counts),
+            **self.series.as_health(),
+            "rejected": self._rejected(),
+            "invalid_peers": self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
+            "max_staleness": self.cfg.sync.max_staleness,
         }
 
 
@@ -275,6 +309,8 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 
 async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emit: Emit = print) -> None:
     """`swarmnode join`: join the run, pick a role, run its loop until `stop`, leave cleanly."""
+    from swarmnode.hardware import probe_hardware
+
     async with Membership(cfg, identity, "auto") as member:
         learners = await member.dht.live_peers("learner")
         role, reasons = await asyncio.to_thread(decide_swarm_role, cfg, len(learners))
@@ -283,7 +319,8 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
         if role == "none":
             emit("this node cannot run the configured model; leaving")
             return
-        member.update(role=role)
+        hardware = await asyncio.to_thread(lambda: probe_hardware().for_config(cfg).summary())
+        member.update(role=role, hardware=hardware)
         await member.publish()
         emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
         runner = LearnerRole if role == "learner" else SamplerRole
@@ -291,6 +328,6 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
         if cfg.metrics.port is not None:
             from swarmnode.metrics import serve_metrics
 
-            port = serve_metrics(cfg.metrics.port, lambda: node.health, role)
-            emit(f"metrics: http://127.0.0.1:{port}/metrics")
+            port = serve_metrics(cfg.metrics.port, lambda: node.health, role, cfg.metrics.addr)
+            emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
         await node.run(stop)

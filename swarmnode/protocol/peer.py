@@ -33,7 +33,7 @@ MAX_VERSION = 2**62
 _MAX_MAP_ITEMS = 32
 _MAX_KEY_LEN = 40
 _MAX_TEXT_LEN = 128
-_MAX_LIST_ITEMS = 16
+_MAX_LIST_ITEMS = 32  # e.g. a learner's reward history over its last 32 versions
 
 
 def _scalar(value: Any, where: str) -> Any:

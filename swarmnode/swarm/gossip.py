@@ -172,6 +172,15 @@ class RolloutReceiver:
             return False
         return True
 
+    def recent_offenders(self) -> list[str]:
+        """Peers that sent invalid data within the last `ban_seconds` (banned or not), most recent first."""
+        now = time.monotonic()
+        last = {p: d[-1] for p, d in self._strikes.items() if d and d[-1] >= now - self.ban_seconds}
+        for peer, until in self._banned_until.items():
+            if until > now:
+                last[peer] = max(last.get(peer, 0.0), until - self.ban_seconds)
+        return sorted(last, key=lambda p: -last[p])
+
     # -- the push path ------------------------------------------------------------------------------------
     async def _handle_push(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(info.peer_id)

@@ -1,0 +1,270 @@
+"""`swarmnode dashboard`: a live terminal view of a run's health, drawn from the `status --json` document.
+
+`build_view(doc, history)` is pure: status document (+ what earlier polls saw) -> a rich renderable. `run_dashboard`
+is the loop: one client-mode DHT member (read-only, throwaway key), `read_status` every few seconds (the same
+code path as `swarmnode status`), a rich Live view, `q` on a terminal quits (cbreak mode, restored on exit),
+Ctrl-C / SIGTERM quit cleanly too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections import deque
+from typing import Any, Iterator
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from swarmnode.health import bucket_label, rejected_by_reason
+
+SPARKS = "▁▂▃▄▅▆▇█"
+ROLE_ORDER = {"learner": 0, "sampler": 1, "bootstrap": 2}
+ROLE_STYLE = {"learner": "bold magenta", "sampler": "cyan", "bootstrap": "dim"}
+
+
+class History:
+    """What earlier polls saw: swarm tokens/s over time, and the last poll error (if the last poll failed)."""
+
+    def __init__(self, length: int = 60) -> None:
+        self.tokens = deque(maxlen=length)
+        self.error: str | None = None
+        self.polls = 0
+
+    def add(self, doc: dict[str, Any]) -> None:
+        self.tokens.append(float(doc.get("tokens_per_s", 0.0)))
+        self.polls += 1
+        self.error = None
+
+
+def sparkline(values: list[Any], width: int = 32) -> str:
+    """Unicode sparkline of the last `width` values, scaled to their min..max (None -> a space)."""
+    vals = list(values)[-width:]
+    nums = [v for v in vals if isinstance(v, (int, float))]
+    if not nums:
+        return ""
+    lo, hi = min(nums), max(nums)
+    span = hi - lo
+    out = []
+    for v in vals:
+        if not isinstance(v, (int, float)):
+            out.append(" ")
+        else:
+            out.append(SPARKS[int((v - lo) / span * (len(SPARKS) - 1)) if span > 0 else len(SPARKS) // 2])
+    return "".join(out)
+
+
+def _short(peer_id: str) -> str:
+    return peer_id[-8:]
+
+
+def _fmt(value: Any, spec: str = ".3f", missing: str = "-") -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return missing
+    return format(value, spec)
+
+
+def _hardware(hw: dict[str, Any]) -> str:
+    if hw.get("gpu"):
+        mem = hw.get("gpu_mem_gb")
+        return f"{hw['gpu']}" + (f" {mem:.0f}G" if isinstance(mem, (int, float)) and mem else "")
+    parts = [f"cpu×{hw['cpus']}" if hw.get("cpus") else "cpu"]
+    if isinstance(hw.get("ram_gb"), (int, float)):
+        parts.append(f"{hw['ram_gb']:.0f}G")
+    return " ".join(parts)
+
+
+def _throughput(p: dict[str, Any]) -> str:
+    h = p.get("health", {})
+    if p["role"] == "sampler":
+        return f"{_fmt(h.get('tokens_per_s'), '.0f')} tok/s {_fmt(h.get('rollouts_per_s'), '.2f')} grp/s"
+    if p["role"] == "learner":
+        return f"step {_fmt(h.get('step'), 'd')} {_fmt(h.get('step_time'), '.2f')} s/step"
+    if p["role"] == "bootstrap":
+        return f"{_fmt(h.get('peers_seen'), 'd')} peers seen"
+    return ""
+
+
+def _header(doc: dict[str, Any], history: History) -> Panel:
+    roles = ", ".join(f"{n} {r}" for r, n in sorted(doc["roles"].items(), key=lambda kv: ROLE_ORDER.get(kv[0], 9)))
+    newest = doc["newest_version"]
+    text = Text()
+    text.append(f"run {doc['run_id']}", style="bold")
+    text.append(f"   peers {doc['count']} ({roles or 'none'})")
+    text.append(f"   newest version {newest if newest >= 0 else '-'}", style="bold green")
+    text.append(f"   swarm {doc['tokens_per_s']:.0f} tokens/s ")
+    text.append(sparkline(list(history.tokens), 20), style="green")
+    text.append(f"   updated {time.strftime('%H:%M:%S', time.localtime(doc['queried_at']))}", style="dim")
+    if history.error:
+        text.append(f"\nlast poll failed: {history.error} (showing the previous data)", style="bold red")
+    return Panel(text, title="swarmnode dashboard", subtitle="q to quit", border_style="blue")
+
+
+def _peers_table(doc: dict[str, Any], max_rows: int) -> Table:
+    table = Table(expand=True, title="peers", title_justify="left", pad_edge=False)
+    for col, justify in (("peer", "left"), ("role", "left"), ("hardware", "left"), ("version", "right"),
+                         ("lag", "right"), ("throughput", "left"), ("last seen", "right"), ("note", "left")):
+        table.add_column(col, justify=justify, no_wrap=True)
+    bad = {a["peer_id"] for a in doc["alerts"] if a["peer_id"]}
+    peers = sorted(doc["peers"], key=lambda p: (ROLE_ORDER.get(p["role"], 9), p["peer_id"]))
+    for p in peers[:max_rows]:
+        version = "-" if p["version"] < 0 else str(p["version"])
+        lag = "-" if p.get("lag") is None else str(p["lag"])
+        note = str(p.get("health", {}).get("paused") or "")
+        table.add_row(_short(p["peer_id"]), Text(p["role"], style=ROLE_STYLE.get(p["role"], "")),
+                      _hardware(p.get("hardware", {})), version, lag, _throughput(p), f"{p['age_s']:.1f} s",
+                      Text(note or ("alert" if p["peer_id"] in bad else ""), style="yellow"),
+                      style="red" if p["peer_id"] in bad else None)
+    if len(peers) > max_rows:
+        table.add_row("…", f"{len(peers) - max_rows} more", *[""] * 6)
+    return table
+
+
+def _histogram(counts: list[int], width: int = 24) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    top = max(counts, default=0) or 1
+    for i, n in enumerate(counts):
+        grid.add_row(Text(f"τ {bucket_label(i):>5}", style="dim"), Text("█" * max(0, round(n / top * width)),
+                                                                         style="cyan"), str(n))
+    return grid
+
+
+def _learner_panel(p: dict[str, Any]) -> Panel:
+    h = p.get("health", {})
+    rewards = h.get("reward_history") or []
+    versions = h.get("reward_versions") or []
+    nums = [r for r in rewards if isinstance(r, (int, float))]
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("step / version", f"{_fmt(h.get('step'), 'd')} / {_fmt(h.get('version'), 'd')}")
+    grid.add_row("reward mean", f"{_fmt(h.get('reward_mean'))}  (best {_fmt(max(nums, default=None))})")
+    span = f"v{versions[0]}..v{versions[-1]}" if versions else ""
+    grid.add_row("reward by version", Text(sparkline(rewards), style="green") + Text(f" {span}", style="dim"))
+    grid.add_row("KL learner-sampler", Text(sparkline(h.get("kl_history") or [], 24), style="yellow")
+                 + Text(f" {_fmt(h.get('kl'), '.4f')}"))
+    grid.add_row("IS-weight variance", Text(sparkline(h.get("is_var_history") or [], 24), style="yellow")
+                 + Text(f" {_fmt(h.get('is_weight_var'), '.4f')}"))
+    grid.add_row("clip fraction", _fmt(h.get("clip_frac")))
+    grid.add_row("groups received", _fmt(h.get("groups_received"), "d"))
+    rejected = rejected_by_reason(h)
+    grid.add_row("rejected", ", ".join(f"{k} {v}" for k, v in rejected.items()) or "0")
+    grid.add_row("dropped as stale", _fmt(h.get("dropped_stale"), "d"))
+    grid.add_row("staleness", _histogram(h.get("staleness_hist") or []))
+    return Panel(grid, title=f"learner {_short(p['peer_id'])}", border_style="magenta")
+
+
+def _versions_panel(doc: dict[str, Any], width: int = 20) -> Panel:
+    grid = Table.grid(padding=(0, 1))
+    holders = doc["versions"]
+    top = max(holders.values(), default=0) or 1
+    for version, n in list(holders.items())[:12]:
+        current = int(version) == doc["newest_version"]
+        grid.add_row(Text(f"v{version}", style="bold green" if current else ""),
+                     Text("█" * max(1, round(n / top * width)), style="green" if current else "cyan"),
+                     f"{n} sampler{'s' if n != 1 else ''}")
+    if not holders:
+        grid.add_row(Text("no sampler holds a version yet", style="dim"))
+    return Panel(grid, title="versions held", border_style="green")
+
+
+def _alerts_panel(doc: dict[str, Any]) -> Panel:
+    if not doc["alerts"]:
+        return Panel(Text("none", style="green"), title="alerts", border_style="green")
+    lines = Text()
+    for i, a in enumerate(doc["alerts"][:10]):
+        style = "bold red" if a["severity"] == "error" else "yellow"
+        lines.append(("\n" if i else "") + f"{a['severity']}: {a['message']}", style=style)
+    return Panel(lines, title=f"alerts ({len(doc['alerts'])})", border_style="red")
+
+
+def build_view(doc: dict[str, Any], history: History | None = None, max_rows: int = 20) -> RenderableType:
+    """The whole dashboard for one status document (pure: no I/O)."""
+    history = history or History()
+    learners = [p for p in doc["peers"] if p["role"] == "learner"][:2]
+    middle = Table.grid(expand=True, padding=(0, 1))
+    for _ in range(len(learners) + 1):
+        middle.add_column(ratio=1)
+    middle.add_row(*[_learner_panel(p) for p in learners], _versions_panel(doc))
+    return Group(_header(doc, history), _peers_table(doc, max_rows), middle, _alerts_panel(doc))
+
+
+# ---------------------------------------------------------------------------------------------- the live loop
+
+
+@contextlib.contextmanager
+def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> Iterator[bool]:
+    """On a terminal: cbreak mode, `q` sets `stop`; the terminal's mode is restored on exit. Yields whether on."""
+    stream = sys.stdin
+    if stream is None or not stream.isatty():
+        yield False
+        return
+    import termios
+    import tty
+
+    fd = stream.fileno()
+    saved = termios.tcgetattr(fd)
+
+    def on_key() -> None:
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            return
+        if not data or b"q" in data.lower():
+            stop.set()
+
+    tty.setcbreak(fd)
+    loop.add_reader(fd, on_key)
+    try:
+        yield True
+    finally:
+        loop.remove_reader(fd)
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once: bool = False,
+                        console: Console | None = None) -> dict[str, Any]:
+    """Poll the run's health every `refresh` s and draw it until `stop` (q, Ctrl-C); returns the last document."""
+    from rich.live import Live
+
+    from swarmnode.membership import client_member, read_status
+    from swarmnode.swarm.p2p import SwarmStartError
+
+    console = console or Console()
+    poll_timeout = max(10.0, 3 * refresh)
+    member = client_member(cfg)
+    try:
+        await asyncio.wait_for(member.start(), cfg.network.startup_timeout + 30)
+    except asyncio.TimeoutError:
+        raise SwarmStartError(f"no answer from the swarm within {cfg.network.startup_timeout + 30:.0f} s") from None
+    try:
+        history = History()
+        doc = await asyncio.wait_for(read_status(member), poll_timeout)
+        history.add(doc)
+        rows = lambda: max(5, console.height - 28)  # noqa: E731 - peers that fit beside the other panels
+        if once:
+            console.print(build_view(doc, history, max_rows=rows()))
+            return doc
+        loop = asyncio.get_running_loop()
+        with Live(build_view(doc, history, rows()), console=console, screen=console.is_terminal,
+                  auto_refresh=False, redirect_stderr=False) as live, key_reader(stop, loop):
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), refresh)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+                try:
+                    doc = await asyncio.wait_for(read_status(member), poll_timeout)
+                    history.add(doc)
+                except Exception as exc:  # keep showing the last view; say the poll failed
+                    history.error = str(exc) or type(exc).__name__
+                live.update(build_view(doc, history, rows()), refresh=True)
+        return doc
+    finally:
+        await member.stop()

@@ -1,0 +1,180 @@
+"""Swarm health as data: what a node's health record holds, how it rides in the PeerRecord, and how the swarm's
+health (summary, versions, alerts) is derived from the peers' records. Pure functions, no network.
+
+A node keeps a full `health` dict (what `/metrics` renders); `record_health` turns it into the small form the
+DHT carries (scalars and short lists, see `swarmnode.protocol.peer.small_map`). `status --json` and the
+dashboard read the peers' records and call `swarm_summary` and `find_alerts`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any, Iterable
+
+from swarmnode.metrics import HEALTH_METRICS
+
+HISTORY_LEN = 32  # versions kept in a learner's reward/KL/IS-variance history
+MAX_BUCKETS = 16  # staleness histogram buckets: [0], [1], [2-3], [4-7], ..., the last one open-ended
+MAX_REASONS = 12
+MAX_INVALID_PEERS = 4
+
+# scalars beyond the Prometheus ones that the record carries
+EXTRA_SCALARS = frozenset({"paused", "staleness_mean", "reward_std", "groups_rejected", "max_staleness"})
+HEALTH_SCALARS = frozenset(HEALTH_METRICS) | EXTRA_SCALARS
+HEALTH_LISTS = frozenset({"staleness_hist", "reward_versions", "reward_history", "kl_history", "is_var_history",
+                          "rejected_reasons", "rejected_counts", "invalid_peers"})
+
+
+def bucket_of(tau: int) -> int:
+    """Index of staleness `tau` in the power-of-two histogram: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ..."""
+    return 0 if tau <= 0 else min(MAX_BUCKETS - 1, int(tau).bit_length())
+
+
+def bucket_label(index: int) -> str:
+    """The staleness range of bucket `index` ("0", "1", "2-3", ..., "16384+" for the last)."""
+    if index <= 1:
+        return str(index)
+    lo = 1 << (index - 1)
+    return f"{lo}+" if index == MAX_BUCKETS - 1 else f"{lo}-{2 * lo - 1}"
+
+
+class StalenessHistogram:
+    """Counts of trained-on groups by staleness bucket (cumulative since the node started)."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def add(self, taus: Iterable[int]) -> None:
+        for tau in taus:
+            i = bucket_of(tau)
+            if i >= len(self.counts):
+                self.counts.extend([0] * (i + 1 - len(self.counts)))
+            self.counts[i] += 1
+
+
+class VersionSeries:
+    """Per-version means of a few per-step figures (reward, KL, IS variance), the last `HISTORY_LEN` versions."""
+
+    FIELDS = {"reward_mean": "reward_history", "kl": "kl_history", "is_weight_var": "is_var_history"}
+
+    def __init__(self, length: int = HISTORY_LEN) -> None:
+        self.length = length
+        self._sums: OrderedDict[int, dict[str, list[float]]] = OrderedDict()
+
+    def add(self, version: int, figures: dict[str, Any]) -> None:
+        slot = self._sums.setdefault(int(version), {k: [0.0, 0] for k in self.FIELDS})
+        for key in self.FIELDS:
+            value = figures.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                slot[key][0] += float(value)
+                slot[key][1] += 1
+        while len(self._sums) > self.length:
+            self._sums.popitem(last=False)
+
+    def as_health(self) -> dict[str, list]:
+        """`reward_versions` plus one list per figure, aligned with it (None where a version had no value)."""
+        out: dict[str, list] = {"reward_versions": list(self._sums)}
+        for key, name in self.FIELDS.items():
+            out[name] = [round(s[key][0] / s[key][1], 5) if s[key][1] else None for s in self._sums.values()]
+        return out
+
+
+def record_health(health: dict[str, Any]) -> dict[str, Any]:
+    """The DHT form of a node's health: known scalars, short lists, `rejected` (dict) as two parallel lists."""
+    out: dict[str, Any] = {}
+    for key, value in health.items():
+        if key in HEALTH_SCALARS and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            if isinstance(value, float) and not math.isfinite(value):
+                continue
+            out[key] = value
+        elif key in HEALTH_LISTS and isinstance(value, (list, tuple)):
+            out[key] = list(value)[-HISTORY_LEN:]
+    rejected = health.get("rejected")
+    if isinstance(rejected, dict) and rejected:
+        top = sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_REASONS]
+        out["rejected_reasons"] = [str(k)[:40] for k, _ in top]
+        out["rejected_counts"] = [int(v) for _, v in top]
+    return out
+
+
+def rejected_by_reason(health: dict[str, Any]) -> dict[str, int]:
+    """The `rejected` dict back from a record's two parallel lists (or the full dict if present)."""
+    if isinstance(health.get("rejected"), dict):
+        return {str(k): int(v) for k, v in health["rejected"].items()}
+    reasons, counts = health.get("rejected_reasons") or [], health.get("rejected_counts") or []
+    return {str(r): int(c) for r, c in zip(reasons, counts) if isinstance(c, (int, float))}
+
+
+# ---------------------------------------------------------------------------------------------- swarm view
+
+
+def _num(value: Any, default: float = 0.0) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def swarm_summary(peers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Newest version, swarm throughput and how many samplers hold each version, from peer summaries."""
+    versions = [p["version"] for p in peers if p.get("version", -1) >= 0]
+    holders: dict[str, int] = {}
+    for p in peers:
+        if p["role"] == "sampler" and p.get("version", -1) >= 0:
+            holders[str(p["version"])] = holders.get(str(p["version"]), 0) + 1
+    samplers = [p for p in peers if p["role"] == "sampler"]
+    return {
+        "newest_version": max(versions, default=-1),
+        "tokens_per_s": round(sum(_num(p.get("health", {}).get("tokens_per_s")) for p in samplers), 2),
+        "rollouts_per_s": round(sum(_num(p.get("health", {}).get("rollouts_per_s")) for p in samplers), 3),
+        "versions": dict(sorted(holders.items(), key=lambda kv: -int(kv[0]))),
+    }
+
+
+def peer_lag(peer: dict[str, Any], newest: int) -> int | None:
+    """Versions a sampler is behind `newest` (None for other roles or a sampler holding no version yet)."""
+    if peer["role"] != "sampler" or peer.get("version", -1) < 0 or newest < 0:
+        return None
+    return max(0, newest - peer["version"])
+
+
+def reward_collapse(rewards: list[float], window: int = 3, drop: float = 0.5,
+                    min_best: float = 0.1) -> tuple[float, float] | None:
+    """(best, recent) if the mean of the last `window` rewards fell below (1 - drop) x the best such mean."""
+    values = [float(r) for r in rewards if isinstance(r, (int, float)) and math.isfinite(r)]
+    if len(values) < 2 * window:
+        return None
+    means = [sum(values[i:i + window]) / window for i in range(len(values) - window + 1)]
+    best, recent = max(means), means[-1]
+    if best >= min_best and recent < (1.0 - drop) * best:
+        return round(best, 4), round(recent, 4)
+    return None
+
+
+def _alert(kind: str, severity: str, message: str, peer_id: str | None = None) -> dict[str, Any]:
+    return {"kind": kind, "severity": severity, "peer_id": peer_id, "message": message}
+
+
+def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[str, Any]]:
+    """What an operator must look at: no learner, samplers beyond `max_staleness`, peers sending invalid
+    data (as the learners report them), a learner whose reward collapsed from its best. Errors first."""
+    alerts = []
+    learners = [p for p in peers if p["role"] == "learner"]
+    if not learners:
+        alerts.append(_alert("no_learner", "error", "no learner in the run: nothing is being trained"))
+    newest = max((p.get("version", -1) for p in peers), default=-1)
+    bounds = [int(_num(p.get("health", {}).get("max_staleness"), max_staleness)) for p in learners]
+    bound = min(bounds, default=max_staleness)
+    for p in peers:
+        lag = peer_lag(p, newest)
+        if lag is not None and lag > bound:
+            alerts.append(_alert("too_stale", "warning", f"sampler {p['peer_id'][-8:]} is {lag} versions behind "
+                                 f"(max_staleness {bound}): its rollouts are dropped", p["peer_id"]))
+    for learner in learners:
+        health = learner.get("health", {})
+        for bad in health.get("invalid_peers") or []:
+            alerts.append(_alert("invalid_data", "warning", f"peer {str(bad)[-8:]} sent invalid rollouts to "
+                                 f"learner {learner['peer_id'][-8:]}", str(bad)))
+        collapsed = reward_collapse(health.get("reward_history") or [])
+        if collapsed:
+            alerts.append(_alert("reward_collapse", "error", f"learner {learner['peer_id'][-8:]}: reward fell "
+                                 f"from {collapsed[0]:.3f} to {collapsed[1]:.3f}", learner["peer_id"]))
+    return sorted(alerts, key=lambda a: a["severity"] != "error")

@@ -1,0 +1,177 @@
+"""The JSON schema of `swarmnode status --json` (schema_version 1) and a validator for it.
+
+`validate(doc)` uses the `jsonschema` package when it is installed and a small built-in validator (the subset of
+JSON Schema used below: type, required, properties, additionalProperties, items, enum, minimum, maximum)
+otherwise. README's "Status JSON" section describes the fields in words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swarmnode.membership import STATUS_SCHEMA_VERSION
+
+_NUM = {"type": "number"}
+_COUNT = {"type": "integer", "minimum": 0}
+_SCALAR = {"type": ["number", "string", "boolean", "null"]}
+
+HEALTH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "the node's health record (keys by role; see README's Metrics section)",
+    "properties": {
+        "version": {"type": "integer", "minimum": -1},
+        "lag": _COUNT,
+        "step": _COUNT,
+        "reward_mean": _NUM,
+        "reward_std": _NUM,
+        "kl": _NUM,
+        "is_weight_var": {"type": "number", "minimum": 0},
+        "clip_frac": {"type": "number", "minimum": 0, "maximum": 1},
+        "grad_norm": _NUM,
+        "staleness_max": _NUM,
+        "staleness_mean": _NUM,
+        "step_time": {"type": "number", "minimum": 0},
+        "max_staleness": _COUNT,
+        "dropped_stale": _COUNT,
+        "groups_received": _COUNT,
+        "groups_rejected": _COUNT,
+        "groups_sent": _COUNT,
+        "groups_acked": _COUNT,
+        "groups_dropped": _COUNT,
+        "rollouts_per_s": {"type": "number", "minimum": 0},
+        "tokens_per_s": {"type": "number", "minimum": 0},
+        "paused": {"type": "string"},
+        "uptime": {"type": "number", "minimum": 0},
+        "peers_seen": _COUNT,
+        "staleness_hist": {"type": "array", "items": _COUNT},
+        "reward_versions": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "reward_history": {"type": "array", "items": {"type": ["number", "null"]}},
+        "kl_history": {"type": "array", "items": {"type": ["number", "null"]}},
+        "is_var_history": {"type": "array", "items": {"type": ["number", "null"]}},
+        "rejected_reasons": {"type": "array", "items": {"type": "string"}},
+        "rejected_counts": {"type": "array", "items": _COUNT},
+        "invalid_peers": {"type": "array", "items": {"type": "string"}},
+    },
+    "additionalProperties": {"type": ["number", "string", "boolean", "null", "array"]},
+}
+
+PEER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["peer_id", "role", "session", "state", "hardware", "version", "versions", "throughput",
+                 "software", "addrs", "health", "timestamp", "age_s", "lag"],
+    "properties": {
+        "peer_id": {"type": "string"},
+        "role": {"enum": ["bootstrap", "sampler", "learner", "auto", "client"]},
+        "session": {"type": "string"},
+        "state": {"enum": ["up", "leaving"]},
+        "hardware": {"type": "object", "additionalProperties": _SCALAR},
+        "version": {"type": "integer", "minimum": -1},
+        "versions": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "throughput": {"type": "number", "minimum": 0},
+        "software": {"type": "string"},
+        "addrs": {"type": "array", "items": {"type": "string"}},
+        "health": HEALTH_SCHEMA,
+        "timestamp": {"type": "number", "minimum": 0},
+        "age_s": {"type": "number", "minimum": 0},
+        "lag": {"type": ["integer", "null"], "minimum": 0},
+    },
+    "additionalProperties": False,
+}
+
+ALERT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["kind", "severity", "peer_id", "message"],
+    "properties": {
+        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse"]},
+        "severity": {"enum": ["error", "warning"]},
+        "peer_id": {"type": ["string", "null"]},
+        "message": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
+STATUS_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "swarmnode status",
+    "type": "object",
+    "required": ["schema_version", "run_id", "queried_at", "count", "roles", "newest_version", "tokens_per_s",
+                 "rollouts_per_s", "versions", "max_staleness", "peers", "alerts"],
+    "properties": {
+        "schema_version": {"enum": [STATUS_SCHEMA_VERSION]},
+        "run_id": {"type": "string"},
+        "queried_at": {"type": "number", "minimum": 0},
+        "count": _COUNT,
+        "roles": {"type": "object", "additionalProperties": _COUNT},
+        "newest_version": {"type": "integer", "minimum": -1},
+        "tokens_per_s": {"type": "number", "minimum": 0},
+        "rollouts_per_s": {"type": "number", "minimum": 0},
+        "versions": {"type": "object", "description": "version -> samplers holding it",
+                     "additionalProperties": _COUNT},
+        "max_staleness": _COUNT,
+        "peers": {"type": "array", "items": PEER_SCHEMA},
+        "alerts": {"type": "array", "items": ALERT_SCHEMA},
+    },
+    "additionalProperties": False,
+}
+
+
+class SchemaError(ValueError):
+    """The document does not fit the schema; the message names the first offending path."""
+
+
+_TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def _check(value: Any, schema: dict[str, Any], path: str) -> None:
+    types = schema.get("type")
+    if types is not None:
+        names = types if isinstance(types, list) else [types]
+        if not any(_TYPES[t](value) for t in names):
+            raise SchemaError(f"{path}: {value!r} is not of type {types}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise SchemaError(f"{path}: {value!r} is not one of {schema['enum']}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise SchemaError(f"{path}: {value} < minimum {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            raise SchemaError(f"{path}: {value} > maximum {schema['maximum']}")
+    if isinstance(value, dict):
+        for key in schema.get("required", []):
+            if key not in value:
+                raise SchemaError(f"{path}: missing {key!r}")
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in props:
+                _check(item, props[key], f"{path}.{key}")
+            elif extra is False:
+                raise SchemaError(f"{path}: unexpected key {key!r}")
+            elif isinstance(extra, dict):
+                _check(item, extra, f"{path}.{key}")
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            _check(item, schema["items"], f"{path}[{i}]")
+
+
+def validate(doc: Any, *, builtin: bool = False) -> None:
+    """Raise SchemaError if `doc` does not fit STATUS_SCHEMA (`builtin=True` forces the built-in validator)."""
+    if not builtin:
+        try:
+            import jsonschema
+        except ImportError:
+            builtin = True
+        else:
+            try:
+                jsonschema.validate(doc, STATUS_SCHEMA)
+            except jsonschema.ValidationError as exc:
+                where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
+                raise SchemaError(f"{where}: {exc.message}") from None
+            return
+    _check(doc, STATUS_SCHEMA, "$")
