@@ -129,7 +129,7 @@ def _histogram(counts: list[int], width: int = 24) -> Table:
     grid = Table.grid(padding=(0, 1))
     top = max(counts, default=0) or 1
     for i, n in enumerate(counts):
-        grid.add_row(Text(f"τ {bucket_label(i):>5}", style="dim"), Text("█" * max(0, round(n / top * width)),
+        grid.add_row(Text(f"τ {bucket_label(i)}", style="dim"), Text("█" * max(0, round(n / top * width)),
                                                                          style="cyan"), str(n))
     return grid
 
@@ -145,16 +145,16 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
     grid.add_row("step / version", f"{_fmt(h.get('step'), 'd')} / {_fmt(h.get('version'), 'd')}")
     grid.add_row("reward mean", f"{_fmt(h.get('reward_mean'))}  (best {_fmt(max(nums, default=None))})")
     span = f"v{versions[0]}..v{versions[-1]}" if versions else ""
-    grid.add_row("reward by version", Text(sparkline(rewards), style="green") + Text(f" {span}", style="dim"))
-    grid.add_row("KL learner-sampler", Text(sparkline(h.get("kl_history") or [], 24), style="yellow")
+    grid.add_row("reward trend", Text(sparkline(rewards), style="green") + Text(f" {span}", style="dim"))
+    grid.add_row("KL vs sampler", Text(sparkline(h.get("kl_history") or [], 24), style="yellow")
                  + Text(f" {_fmt(h.get('kl'), '.4f')}"))
-    grid.add_row("IS-weight variance", Text(sparkline(h.get("is_var_history") or [], 24), style="yellow")
+    grid.add_row("IS-var trend", Text(sparkline(h.get("is_var_history") or [], 24), style="yellow")
                  + Text(f" {_fmt(h.get('is_weight_var'), '.4f')}"))
     grid.add_row("clip fraction", _fmt(h.get("clip_frac")))
-    grid.add_row("groups received", _fmt(h.get("groups_received"), "d"))
+    grid.add_row("received", _fmt(h.get("groups_received"), "d"))
     rejected = rejected_by_reason(h)
     grid.add_row("rejected", ", ".join(f"{k} {v}" for k, v in rejected.items()) or "0")
-    grid.add_row("dropped as stale", _fmt(h.get("dropped_stale"), "d"))
+    grid.add_row("dropped stale", _fmt(h.get("dropped_stale"), "d"))
     grid.add_row("staleness", _histogram(h.get("staleness_hist") or []))
     return Panel(grid, title=f"learner {_short(p['peer_id'])}", border_style="magenta")
 

@@ -136,6 +136,12 @@ def peer_lag(peer: dict[str, Any], newest: int) -> int | None:
     return max(0, newest - peer["version"])
 
 
+def staleness_bound(peers: list[dict[str, Any]], default: int) -> int:
+    """The run's `max_staleness`: the smallest bound its learners publish, else `default` (the reader's config)."""
+    bounds = [int(_num(p.get("health", {}).get("max_staleness"), default)) for p in peers if p["role"] == "learner"]
+    return min(bounds, default=default)
+
+
 def reward_collapse(rewards: list[float], window: int = 3, drop: float = 0.5,
                     min_best: float = 0.1) -> tuple[float, float] | None:
     """(best, recent) if the mean of the last `window` rewards fell below (1 - drop) x the best such mean."""
@@ -154,15 +160,15 @@ def _alert(kind: str, severity: str, message: str, peer_id: str | None = None) -
 
 
 def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[str, Any]]:
-    """What an operator must look at: no learner, samplers beyond `max_staleness`, peers sending invalid
-    data (as the learners report them), a learner whose reward collapsed from its best. Errors first."""
+    """What an operator must look at: no learner, samplers beyond the staleness bound (the learners' own, else
+    `max_staleness`), peers sending invalid data (as the learners report them), a learner whose reward
+    collapsed from its best. Errors first."""
     alerts = []
     learners = [p for p in peers if p["role"] == "learner"]
     if not learners:
         alerts.append(_alert("no_learner", "error", "no learner in the run: nothing is being trained"))
     newest = max((p.get("version", -1) for p in peers), default=-1)
-    bounds = [int(_num(p.get("health", {}).get("max_staleness"), max_staleness)) for p in learners]
-    bound = min(bounds, default=max_staleness)
+    bound = staleness_bound(peers, max_staleness)
     for p in peers:
         lag = peer_lag(p, newest)
         if lag is not None and lag > bound:

@@ -225,7 +225,7 @@ def client_member(cfg: NodeConfig) -> Membership:
 
 def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None = None) -> dict[str, Any]:
     """The `status --json` document (schema in `swarmnode.status_schema`) from the run's live peer records."""
-    from swarmnode.health import find_alerts, peer_lag, swarm_summary
+    from swarmnode.health import find_alerts, peer_lag, staleness_bound, swarm_summary
 
     now = time.time() if now is None else now
     peers = [r.summary(now) for r in live]
@@ -239,7 +239,7 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
         "count": len(live),
         "roles": dict(Counter(r.role for r in live)),
         **summary,
-        "max_staleness": cfg.sync.max_staleness,
+        "max_staleness": staleness_bound(peers, cfg.sync.max_staleness),
         "peers": peers,
         "alerts": find_alerts(peers, cfg.sync.max_staleness),
     }
