@@ -139,10 +139,10 @@ class LocalSwarm:
         self.procs.append(proc)
         return proc
 
-    def bootstrap(self, name: str = "bootstrap", log_interval: float = 1.0) -> NodeProc:
+    def bootstrap(self, name: str = "bootstrap", log_interval: float = 1.0, extra: list[str] | None = None) -> NodeProc:
         proc = self.spawn(name, ["bootstrap", *self._set_args(), "--host-maddrs", LOOPBACK, "--json",
                                  "--identity-path", str(self.root / f"{name}.key"),
-                                 "--log-interval", str(log_interval)])
+                                 "--log-interval", str(log_interval), *(extra or [])])
         self.initial_peers = proc.wait_line("initial-peers:")
         proc.ready_fields()
         return proc

@@ -1,0 +1,180 @@
+"""Swarm health on a real local swarm (bootstrap + 1 learner + 1 sampler at work, real p2pd on 127.0.0.1, the
+tiny model): `status --json` against its schema, `/metrics` scrapes, and `swarmnode dashboard` driven in a real
+terminal (tmux): it shows peers, roles, versions and reward figures, and `q` quits it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from swarmnode.identity import Identity
+from swarmnode.metrics import HEALTH_METRICS
+from swarmnode.status_schema import validate
+from swarm_helpers import LocalSwarm, pid_alive, swarmnode_cmd
+
+pytestmark = pytest.mark.timeout(240)
+NODE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # 2 shared cores: one thread per node
+WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20", "--metrics-port", "0"]
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            assert value, f"timed out after {timeout:.0f} s waiting for {what}"
+            return value
+        time.sleep(interval)
+
+
+def learner_of(doc: dict) -> dict | None:
+    return next((p for p in doc["peers"] if p["role"] == "learner"), None)
+
+
+@pytest.fixture(scope="module")
+def swarm(tmp_path_factory):
+    """A working swarm, trained for a few steps; yields (LocalSwarm, {role: metrics url})."""
+    root = tmp_path_factory.mktemp("dash-swarm")
+    with LocalSwarm(root) as swarm:
+        boot = swarm.bootstrap(extra=["--metrics-port", "0"])
+        learner = swarm.join("learner", "learner", work=True, env=NODE_ENV,
+                             extra=[*WORK, "--set", f"data_dir={root / 'learner'}"])
+        sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV,
+                             extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
+        urls = {name: proc.wait_line("metrics:", 120) for name, proc in
+                (("bootstrap", boot), ("learner", learner), ("sampler", sampler))}
+
+        def trained():
+            doc = swarm.status()
+            learner_rec = learner_of(doc)
+            return doc if learner_rec and learner_rec["health"].get("step", 0) >= 3 else None
+
+        wait_for(trained, 90, 1.0, "3 learner steps")
+        yield swarm, urls
+
+
+def scrape(url: str) -> dict[str, float]:
+    """`/metrics` as {series (name + labels): value}."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            out[series] = float(value)
+    return out
+
+
+def series(name: str, role: str) -> str:
+    kind = HEALTH_METRICS[name][1]
+    return f"{HEALTH_METRICS[name][0]}{'_total' if kind == 'counter' else ''}{{role=\"{role}\"}}"
+
+
+def test_status_json_fits_the_schema_during_a_run(swarm):
+    swarm, _ = swarm
+    doc = swarm.status()
+    validate(doc)
+    validate(doc, builtin=True)
+    assert doc["roles"] == {"bootstrap": 1, "learner": 1, "sampler": 1}
+    learner = learner_of(doc)
+    health = learner["health"]
+    assert health["step"] >= 3 and 0.0 <= health["reward_mean"] <= 1.0
+    assert doc["newest_version"] == learner["version"] >= 3
+    assert len(health["reward_history"]) == len(health["reward_versions"]) >= 2
+    assert all(0.0 <= r <= 1.0 for r in health["reward_history"] if r is not None)
+    assert sum(health["staleness_hist"]) >= 3 * 8 and health["groups_received"] >= 3 * 8
+    assert health["max_staleness"] == doc["max_staleness"] == 16  # tiny-cpu's, as the learner runs it
+    sampler = next(p for p in doc["peers"] if p["role"] == "sampler")
+    assert sampler["health"]["tokens_per_s"] > 0 and sampler["health"]["groups_sent"] > 0
+    assert sampler["lag"] is not None and 0 <= sampler["lag"] <= 16
+    assert doc["tokens_per_s"] == pytest.approx(sampler["health"]["tokens_per_s"])
+    assert next(p for p in doc["peers"] if p["role"] == "bootstrap")["health"]["peers_seen"] >= 1
+    assert doc["alerts"] == []
+
+
+def test_metrics_of_learner_sampler_and_bootstrap(swarm):
+    _, urls = swarm
+    learner = scrape(urls["learner"])
+    for key in ("version", "step", "reward_mean", "kl", "is_weight_var", "clip_frac", "grad_norm", "step_time",
+                "dropped_stale", "groups_received", "uptime"):
+        assert series(key, "learner") in learner, key
+    assert learner[series("step", "learner")] >= 3
+    assert learner[series("version", "learner")] >= 3
+    assert 0.0 <= learner[series("reward_mean", "learner")] <= 1.0
+    assert 0.0 <= learner[series("clip_frac", "learner")] <= 1.0
+    assert learner[series("kl", "learner")] >= 0.0 and learner[series("is_weight_var", "learner")] >= 0.0
+    assert 0.0 < learner[series("step_time", "learner")] < 60.0
+    buckets = {k: v for k, v in learner.items() if k.startswith("swarmnode_staleness_groups_total{")}
+    assert sum(buckets.values()) >= 24 and 'swarmnode_staleness_groups_total{bucket="0"}' in buckets
+
+    sampler = scrape(urls["sampler"])
+    for key in ("version", "lag", "rollouts_per_s", "tokens_per_s", "groups_sent", "groups_acked", "groups_dropped"):
+        assert series(key, "sampler") in sampler, key
+    assert sampler[series("tokens_per_s", "sampler")] > 0 and sampler[series("rollouts_per_s", "sampler")] > 0
+    assert sampler[series("groups_acked", "sampler")] <= sampler[series("groups_sent", "sampler")]
+    assert sampler[series("groups_sent", "sampler")] >= 8
+    assert 0 <= sampler[series("lag", "sampler")] <= 16
+
+    boot = scrape(urls["bootstrap"])
+    wait_for(lambda: scrape(urls["bootstrap"]).get(series("peers_seen", "bootstrap"), 0) >= 2, 15,
+             what="the bootstrap to count its peers")
+    assert boot[series("uptime", "bootstrap")] >= 0
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_dashboard_in_a_real_terminal_shows_the_swarm_and_q_quits(swarm, tmp_path):
+    swarm, _ = swarm
+    sock, name, rc_file = tmp_path / "tmux.sock", f"dash-{os.getpid()}", tmp_path / "dashboard.rc"
+    command = shlex.join(swarmnode_cmd("dashboard", *swarm._set_args(), "--initial-peers", swarm.initial_peers,
+                                       "--refresh", "1"))
+    tmux = ["tmux", "-S", str(sock)]
+    # os.environ explicitly: readline in the pytest process may have set COLUMNS/LINES at the C level (80x24)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    subprocess.run([*tmux, "new-session", "-d", "-s", name, "-x", "160", "-y", "50",
+                    f"{command} 2>{tmp_path / 'dashboard.err'}; echo $? > {rc_file}"], check=True, timeout=20, env=env)
+    try:
+        def capture() -> str:
+            out = subprocess.run([*tmux, "capture-pane", "-p", "-t", name], capture_output=True, text=True,
+                                 timeout=10)
+            return out.stdout
+
+        def ready():
+            text = capture()
+            wanted = ("learner", "sampler", "bootstrap", "newest version", "reward mean", "versions held")
+            return text if all(w in text for w in wanted) and re.search(r"reward mean\s+\d\.\d{3}", text) else None
+
+        text = wait_for(ready, 60, what="the dashboard to show the swarm")
+        doc = swarm.status()
+        learner = learner_of(doc)
+        assert learner["peer_id"][-8:] in text
+        assert next(p for p in doc["peers"] if p["role"] == "sampler")["peer_id"][-8:] in text
+        newest = int(re.search(r"newest version (\d+)", text).group(1))
+        assert 3 <= newest <= doc["newest_version"]
+        reward = float(re.search(r"reward mean\s+(\d\.\d{3})", text).group(1))
+        assert 0.0 <= reward <= 1.0
+        assert re.search(r"τ 0 +█+ +\d+", text), "staleness histogram"
+        assert "1 learner, 1 sampler, 1 bootstrap" in text
+
+        pane_pid = int(subprocess.run([*tmux, "display-message", "-p", "-t", name, "#{pane_pid}"],
+                                      capture_output=True, text=True, timeout=10).stdout)
+        subprocess.run([*tmux, "send-keys", "-t", name, "q"], check=True, timeout=10)
+        wait_for(rc_file.exists, 20, 0.2, "the dashboard to quit on q")
+        assert rc_file.read_text().strip() == "0", (tmp_path / "dashboard.err").read_text()[-2000:]
+        assert "Traceback" not in (tmp_path / "dashboard.err").read_text()
+        wait_for(lambda: not pid_alive(pane_pid), 10, 0.2, "the pane's process to exit")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=10)
+
+
+def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
+    ghost = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"
+    result = subprocess.run(swarmnode_cmd("dashboard", "--initial-peers", ghost, "--startup-timeout", "2"),
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: none of the initial peers answered")
