@@ -50,6 +50,9 @@ class TinyModelConfig(_Section):
     max_position_embeddings: int = Field(128, ge=16)
     seed: int = 0
     warm_start_steps: int = Field(300, ge=0, le=100_000, description="supervised steps on the task format")
+    warm_start_correct: float = Field(
+        0.5, ge=0, le=1, description="share of warm-start answers that are right (the rest are another prompt's)"
+    )
 
 
 class ModelConfig(_Section):

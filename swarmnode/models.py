@@ -124,7 +124,8 @@ def ensure_tiny_model(
         from swarmnode.warmstart import warm_start
 
         progress(f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps)...")
-        warm_start(model, tokenizer, task, steps=tiny.warm_start_steps, seed=tiny.seed)
+        warm_start(model, tokenizer, task, steps=tiny.warm_start_steps, seed=tiny.seed,
+                   correct_fraction=tiny.warm_start_correct)
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)

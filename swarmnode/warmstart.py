@@ -1,7 +1,7 @@
 """A short, seeded supervised warm start of the built-in tiny model on the task's answer FORMAT.
 
 RL from a random init learns the format but plateaus (DESIGN.md: ~0.3 mean reward). The warm start teaches
-"prompt -> answer then EOS" on the task's own prompts, but with label noise: only a fraction `correct_fraction`
+"prompt -> answer then EOS" on the task's own prompts, but with label noise: only a fraction `correct_fraction` (config `model.tiny.warm_start_correct`)
 of the shown answers are right, the rest are the reference of another random prompt. The model leaves it
 producing well-formed answers that are mostly wrong, so the mean reward at temperature 1 starts well below the
 maximum and RL has a visible climb ahead. Deterministic given `seed`.
@@ -15,7 +15,6 @@ import torch
 
 from swarmnode.config import TaskConfig
 
-CORRECT_FRACTION = 0.15
 BATCH_SIZE = 64
 LEARNING_RATE = 3e-3
 
@@ -45,7 +44,7 @@ def _batch(task, tokenizer, rng: random.Random, task_name: str, correct_fraction
 
 
 def warm_start(
-    model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float = CORRECT_FRACTION
+    model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float
 ) -> list[float]:
     """Train `model` in place for `steps` supervised steps; returns the loss per step."""
     from swarmnode.tasks import build_task
