@@ -127,49 +127,83 @@ def test_metrics_of_learner_sampler_and_bootstrap(swarm):
     assert boot[series("uptime", "bootstrap")] >= 0
 
 
+class TmuxDashboard:
+    """`swarmnode dashboard` in a detached 160x50 tmux session on a private server; `close()` kills the server.
+    After the dashboard exits, the pane's shell writes its exit code and the terminal's `stty -a`."""
+
+    def __init__(self, swarm: LocalSwarm, root) -> None:
+        self.root, self.name = root, f"dash-{os.getpid()}"
+        self.tmux = ["tmux", "-S", str(root / "tmux.sock")]
+        self.rc, self.stty, self.err = root / "dashboard.rc", root / "stty.txt", root / "dashboard.err"
+        command = shlex.join(swarmnode_cmd("dashboard", *swarm._set_args(), "--initial-peers", swarm.initial_peers,
+                                           "--refresh", "1"))
+        # os.environ explicitly: readline in the pytest process may have set COLUMNS/LINES at the C level (80x24)
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50",
+                        f"{command} 2>{self.err}; echo $? > {self.rc}.tmp; stty -a > {self.stty}; "
+                        f"mv {self.rc}.tmp {self.rc}"], check=True, timeout=20, env=env)
+        self.pane_pid = int(self._tmux("display-message", "-p", "-t", self.name, "#{pane_pid}"))
+
+    def _tmux(self, *args: str) -> str:
+        return subprocess.run([*self.tmux, *args], capture_output=True, text=True, timeout=10).stdout
+
+    def capture(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", self.name)
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", self.name, *keys)
+
+    def exit_code(self, timeout: float = 20.0) -> int:
+        """Wait for the dashboard to exit; its exit code (the terminal must be back in canonical mode)."""
+        wait_for(self.rc.exists, timeout, 0.2, "the dashboard to exit")
+        assert "Traceback" not in self.err.read_text(), self.err.read_text()[-2000:]
+        modes = self.stty.read_text().split()
+        assert "icanon" in modes and "echo" in modes, "the terminal was left in cbreak mode"
+        return int(self.rc.read_text())
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True, timeout=10)
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_dashboard_in_a_real_terminal_shows_the_swarm_and_q_quits(swarm, tmp_path):
     swarm, _ = swarm
-    sock, name, rc_file = tmp_path / "tmux.sock", f"dash-{os.getpid()}", tmp_path / "dashboard.rc"
-    command = shlex.join(swarmnode_cmd("dashboard", *swarm._set_args(), "--initial-peers", swarm.initial_peers,
-                                       "--refresh", "1"))
-    tmux = ["tmux", "-S", str(sock)]
-    # os.environ explicitly: readline in the pytest process may have set COLUMNS/LINES at the C level (80x24)
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    subprocess.run([*tmux, "new-session", "-d", "-s", name, "-x", "160", "-y", "50",
-                    f"{command} 2>{tmp_path / 'dashboard.err'}; echo $? > {rc_file}"], check=True, timeout=20, env=env)
+    dash = TmuxDashboard(swarm, tmp_path)
     try:
-        def capture() -> str:
-            out = subprocess.run([*tmux, "capture-pane", "-p", "-t", name], capture_output=True, text=True,
-                                 timeout=10)
-            return out.stdout
-
         def ready():
-            text = capture()
+            text = dash.capture()
             wanted = ("learner", "sampler", "bootstrap", "newest version", "reward mean", "versions held")
             return text if all(w in text for w in wanted) and re.search(r"reward mean\s+\d\.\d{3}", text) else None
 
         text = wait_for(ready, 60, what="the dashboard to show the swarm")
         doc = swarm.status()
-        learner = learner_of(doc)
-        assert learner["peer_id"][-8:] in text
-        assert next(p for p in doc["peers"] if p["role"] == "sampler")["peer_id"][-8:] in text
+        for p in doc["peers"]:
+            assert p["peer_id"][-8:] in text, p["role"]
         newest = int(re.search(r"newest version (\d+)", text).group(1))
         assert 3 <= newest <= doc["newest_version"]
         reward = float(re.search(r"reward mean\s+(\d\.\d{3})", text).group(1))
         assert 0.0 <= reward <= 1.0
         assert re.search(r"τ 0 +█+ +\d+", text), "staleness histogram"
         assert "1 learner, 1 sampler, 1 bootstrap" in text
+        assert re.search(r"v\d+ +█+ +1 sampler", text), "versions panel"
 
-        pane_pid = int(subprocess.run([*tmux, "display-message", "-p", "-t", name, "#{pane_pid}"],
-                                      capture_output=True, text=True, timeout=10).stdout)
-        subprocess.run([*tmux, "send-keys", "-t", name, "q"], check=True, timeout=10)
-        wait_for(rc_file.exists, 20, 0.2, "the dashboard to quit on q")
-        assert rc_file.read_text().strip() == "0", (tmp_path / "dashboard.err").read_text()[-2000:]
-        assert "Traceback" not in (tmp_path / "dashboard.err").read_text()
-        wait_for(lambda: not pid_alive(pane_pid), 10, 0.2, "the pane's process to exit")
+        dash.keys("q")
+        assert dash.exit_code() == 0
+        wait_for(lambda: not pid_alive(dash.pane_pid), 10, 0.2, "the pane's process to exit")
     finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=10)
+        dash.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_dashboard_exits_cleanly_on_ctrl_c(swarm, tmp_path):
+    swarm, _ = swarm
+    dash = TmuxDashboard(swarm, tmp_path)
+    try:
+        wait_for(lambda: "newest version" in dash.capture(), 60, what="the dashboard to draw")
+        dash.keys("C-c")
+        assert dash.exit_code() == 0
+    finally:
+        dash.close()
 
 
 def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
