@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import io
 import json
+import random
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -19,8 +21,6 @@ from swarmnode.metrics import HEALTH_METRICS, HealthCollector
 from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
 from swarmnode.status_schema import SchemaError, validate
 from health_fixtures import learner_health, simulated_status
-
-import random
 
 
 def as_json(doc: dict) -> dict:
@@ -200,3 +200,13 @@ def test_prometheus_rendering_of_a_learner_health_dict():
         assert f"{name}{'_total' if kind == 'counter' else ''}{{role=\"learner\"}}" in text, name
     assert 'swarmnode_groups_rejected_total{reason="stale"} 3.0' in text
     assert 'swarmnode_staleness_groups_total{bucket="0"}' in text
+
+
+def test_a_50_peer_view_renders_fast_enough_to_stay_responsive():
+    doc = simulated_status(50, learners=2, lags=[20])
+    render(doc)  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(5):
+        render(doc)
+    per_refresh = (time.perf_counter() - t0) / 5
+    assert per_refresh < 0.5, f"{per_refresh * 1e3:.0f} ms per refresh (bench/dashboard_refresh.py measures it)"
