@@ -150,6 +150,12 @@ async def run_membership(cfg: NodeConfig, identity: Identity, role: str, stop: a
                          emit: Emit = print) -> None:
     """`swarmnode join` without role loops: join, advertise `role`, idle until `stop` is set, leave."""
     async with Membership(cfg, identity, role) as member:
+        if cfg.metrics.port is not None:  # an idle node has only its uptime to report
+            from swarmnode.metrics import serve_metrics
+
+            port = serve_metrics(cfg.metrics.port, lambda: {"uptime": round(time.monotonic() - member.started_at, 1)},
+                                 role, cfg.metrics.addr)
+            emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
         emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
         await stop.wait()
 
