@@ -229,16 +229,25 @@ def train_local(
     loss_type: Optional[str] = typer.Option(None, "--loss-type", help="gepo | gspo | grpo (= learner.loss_type)"),
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="checkpoint here; resume from it"),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0, help="stop (with a checkpoint) after this long"),
+    delay: Optional[str] = typer.Option(
+        None, "--delay", help="per-version weight delay in LEARNER STEPS, drawn as in --simulate-delay "
+        "(fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]); replaces --staleness"),
+    eval_every: int = typer.Option(0, "--eval-every", min=0, help="evaluate on the held-out prompts every N steps"),
 ) -> None:
     """Single-process sampler+learner loop: the reference the swarm is compared against."""
     cfg = config_from_cli(config, set_, **{"learner.loss_type": loss_type})
+    from swarmnode.delay import DelaySpecError, parse_delay
     from swarmnode.learner.checkpoint import CheckpointError
     from swarmnode.local_trainer import train_local as run_local
     from swarmnode.models import ModelLoadError
 
+    try:
+        delay_model = parse_delay(delay)
+    except DelaySpecError as exc:
+        fail(str(exc).replace("--simulate-delay", "--delay"))
     progress = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
     try:
-        result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds)
+        result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
     except (CheckpointError, ModelLoadError, ValueError) as exc:
         fail(str(exc), code=1)
     if result["stopped"] == "signal":

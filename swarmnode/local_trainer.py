@@ -1,10 +1,17 @@
 """Single-process RL: one sampler and one learner in one loop, no network. The swarm's reference point.
 
 Each round the sampler generates one batch with the weights it holds and hands the groups to the learner's
-buffer; the learner then takes every step the buffer allows. Published versions go to the sampler through a
-queue of the last `staleness + 1` versions, so with `staleness = k` rollouts come from the weights of k versions
-ago (artificial staleness; 0 = on-policy). The checkpoint carries the learner state plus the version queue,
-the sampler's prompt RNG and the curve, so a killed run restarts where its last checkpoint left it.
+buffer; the learner then takes every step the buffer allows. How the sampler's weights lag, in learner steps:
+- `staleness = k` (artificial staleness, exact): the sampler always holds the weights of k versions ago
+  (0 = on-policy).
+- `delay = DelayModel` (latency experiments, as HeteroRL did, and as a swarm sampler with `--simulate-delay`
+  on weights behaves): the sampler syncs continually; a sync takes the newest version when it starts and
+  delivers it d steps later (d drawn per sync), then the next sync starts. When the sampler falls
+  `sync.max_staleness` or more behind it syncs to the newest version at once (a swarm sampler pauses and
+  fetches); those are counted as forced syncs.
+Rollouts always carry their true version. Optionally the learner's policy is evaluated on the held-out prompts every few steps.
+The checkpoint carries the learner state plus the versions in flight, the sampler's prompt RNG, the curve and
+the evaluations, so a killed run restarts where its last checkpoint left it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Callable
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.delay import DelayModel
+from swarmnode.evaluation import evaluate
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import StopFlag, as_tuples
@@ -28,36 +37,53 @@ from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 
-CURVE_KEYS = ("step", "version", "reward_mean", "staleness_mean", "loss", "kl", "is_weight_var", "clip_fraction",
-              "grad_norm", "zero_signal_fraction")
+CURVE_KEYS = ("step", "version", "reward_mean", "staleness_mean", "staleness_max", "loss", "kl", "is_weight_var",
+              "clip_fraction", "grad_norm", "zero_signal_fraction")
 
 
 class LocalTrainer:
     """Sampler + learner in one process; `run(steps)` trains until the learner has taken `steps` steps."""
 
     def __init__(self, cfg: NodeConfig, staleness: int = 0, checkpoint_dir: Path | str | None = None,
-                 progress: Callable[[str], None] | None = print):
+                 progress: Callable[[str], None] | None = print, delay: DelayModel | None = None,
+                 eval_every: int = 0, eval_samples: int = 4, seed: int | None = None):
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0 (got {staleness})")
+        if eval_every < 0 or eval_samples < 1:
+            raise ValueError("eval_every must be >= 0 and eval_samples >= 1")
         self.cfg, self.staleness, self.progress = cfg, staleness, progress or (lambda _msg: None)
+        self.delay = delay
+        self.eval_every, self.eval_samples = eval_every, eval_samples
+        # a fixed staleness must not be refused by the learner's own bound; a drawn delay obeys sync.max_staleness
+        self.max_staleness = max(cfg.sync.max_staleness, staleness + 1) if delay is None else cfg.sync.max_staleness
+        self.delay_rng = random.Random(f"delay:{cfg.task.seed if seed is None else seed}")
         self.task = build_task(cfg.task)
-        tokenizer = load_tokenizer(cfg.model, cfg.task)
+        self.tokenizer = load_tokenizer(cfg.model, cfg.task)
         model = load_model(cfg.model, cfg.task, pick_device(cfg.learner.device))
-        # the artificial staleness must not be refused by the learner's own bound
-        self.buffer = ReplayBuffer(cfg.learner.buffer_size, max(cfg.sync.max_staleness, staleness),
-                                   1.0, cfg.learner.draw_order)
-        self.queue: deque[tuple[int, dict[str, torch.Tensor]]] = deque(maxlen=staleness + 1)
-        self.learner = LearnerLoop(model, tokenizer, self.task, cfg, self.buffer, self._published, checkpoint_dir)
-        self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self._receive)
+        self.buffer = ReplayBuffer(cfg.learner.buffer_size, self.max_staleness, 1.0, cfg.learner.draw_order)
+        # the published versions the sampler may still be handed (the newest last), and the sync in flight
+        self.recent: deque[tuple[int, dict[str, torch.Tensor]]] = deque(maxlen=staleness + 1 if delay is None else 1)
+        self.sync: tuple[int, int, dict[str, torch.Tensor]] | None = None  # (arrival step, version, state)
+        self.forced_syncs = 0
+        self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, self._published,
+                                   checkpoint_dir)
+        self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self._receive, seed=seed)
         extra = self.learner.extra_state
         self.curve: list[dict] = list(extra.get("curve", []))
+        self.evals: list[dict] = list(extra.get("evals", []))
         if self.learner.resumed:
-            self.queue.extend((int(v), s) for v, s in extra.get("versions", []))
+            self.recent.extend((int(v), s) for v, s in extra.get("recent", []))
+            if extra.get("sync"):
+                arrival, version, state = extra["sync"]
+                self.sync = (int(arrival), int(version), state)
+            self.forced_syncs = int(extra.get("forced_syncs", 0))
             if "sampler_rng" in extra:
                 self.sampler.rng.setstate(as_tuples(extra["sampler_rng"]))
-        if not self.queue:
-            self.queue.append((self.learner.version, self.learner.state_snapshot()))
-        self._offer()
+            if "delay_rng" in extra:
+                self.delay_rng.setstate(as_tuples(extra["delay_rng"]))
+        if not self.recent:
+            self.recent.append((self.learner.version, self.learner.state_snapshot()))
+        self._deliver()
         self.learner.on_step = self._record
         self.learner.extra_state = self._extra
 
@@ -65,26 +91,56 @@ class LocalTrainer:
         self.buffer.add(group)
 
     def _published(self, version: int, state: dict[str, torch.Tensor]) -> None:
-        self.queue.append((version, state))
-        self._offer()
+        self.recent.append((version, state))
 
-    def _offer(self) -> None:
-        version, state = self.queue[0]  # the weights of `staleness` versions ago (or the oldest we have)
-        self.sampler.offer_weights(state, version)  # ignored unless newer than what the sampler holds
+    def _deliver(self) -> None:
+        """Hand the sampler the weights it is due (see the module docstring); called between sampler batches."""
+        if self.delay is None:  # exactly `staleness` versions behind (or the oldest version there is)
+            version, state = self.recent[0]
+            self.sampler.offer_weights(state, version)
+            return
+        now, (newest, newest_state) = self.learner.step_count, self.recent[-1]
+        if newest - self.sampler.offered_version >= self.max_staleness:
+            self.forced_syncs += 1
+            self.sync = (now, newest, newest_state)
+        if self.sync is not None and self.sync[0] <= now:
+            _arrival, version, state = self.sync
+            self.sampler.offer_weights(state, version)  # ignored unless newer than what the sampler holds
+            self.sync = None
+        if self.sync is None and newest > self.sampler.offered_version:
+            self.sync = (now + round(self.delay.sample(self.delay_rng)), newest, newest_state)
+            if self.sync[0] <= now:
+                self._deliver()
 
     def _extra(self) -> dict:
-        """The trainer's part of the checkpoint: version queue, sampler RNG, curve."""
+        """The trainer's part of the checkpoint: versions the sampler may get, the sync in flight, RNGs, curve, evaluations."""
         return {
-            "versions": [[v, s] for v, s in self.queue],
+            "recent": [[v, s] for v, s in self.recent],
+            "sync": list(self.sync) if self.sync else None,
             "sampler_rng": self.sampler.rng.getstate(),
+            "delay_rng": self.delay_rng.getstate(),
+            "forced_syncs": self.forced_syncs,
             "curve": self.curve,
+            "evals": self.evals,
             "staleness": self.staleness,
         }
+
+    def evaluate_now(self) -> dict:
+        """Evaluate the learner's current policy on the held-out prompts; recorded in `evals`."""
+        sc = self.cfg.sampler
+        point = {"step": self.learner.step_count, "version": self.learner.version,
+                 **evaluate(self.learner.model, self.tokenizer, self.task, samples=self.eval_samples,
+                            temperature=sc.temperature, max_new_tokens=sc.max_completion_length,
+                            max_prompt_tokens=sc.max_prompt_length, seed=self.cfg.task.seed)}
+        self.evals.append(point)
+        return point
 
     def run(self, steps: int, stop: StopFlag | None = None, max_seconds: float | None = None) -> dict:
         """Train until `steps` learner steps in total (counting those before a resume); returns the summary."""
         start = time.monotonic()
         stopped = None
+        if self.eval_every and not self.evals:
+            self.evaluate_now()
         while self.learner.step_count < steps:
             if stop is not None and stop.requested:
                 stopped = "signal"
@@ -92,6 +148,7 @@ class LocalTrainer:
             if max_seconds is not None and time.monotonic() - start > max_seconds:
                 stopped = "time"
                 break
+            self._deliver()
             self.sampler.step()
             while self.learner.step_count < steps and self.learner.step() is not None:
                 pass
@@ -99,8 +156,10 @@ class LocalTrainer:
         return self.summary(stopped)
 
     def _record(self, diag: dict) -> None:
-        point = {k: float(diag[k]) for k in CURVE_KEYS if k in diag}
+        point = {k: float(v) for k, v in diag.items() if k in CURVE_KEYS or k.startswith("kl_tau_")}
         self.curve.append(point)
+        if self.eval_every and int(diag["step"]) % self.eval_every == 0:
+            self.evaluate_now()
         self.progress(
             f"step {int(diag['step']):4d}  v{int(diag['version'])}  reward {diag['reward_mean']:.3f}  "
             f"staleness {diag.get('staleness_mean', 0):.1f}  loss {diag['loss']:+.4f}  kl {diag['kl']:.4f}  "
@@ -122,15 +181,18 @@ class LocalTrainer:
             "reward_end": statistics.fmean(rewards[-tenth:]) if rewards else None,
             "buffer": self.buffer.stats(),
             "rejected": dict(self.learner.rejected),
+            "forced_syncs": self.forced_syncs,
             "curve": self.curve,
+            "evals": self.evals,
         }
 
 
 def train_local(cfg: NodeConfig, steps: int, staleness: int = 0, checkpoint_dir: Path | str | None = None,
-                progress: Callable[[str], None] | None = print, max_seconds: float | None = None) -> dict:
+                progress: Callable[[str], None] | None = print, max_seconds: float | None = None,
+                delay: DelayModel | None = None, eval_every: int = 0) -> dict:
     """Build a LocalTrainer and run it to `steps` with SIGTERM/SIGINT turned into checkpoint-and-stop."""
     random.seed(cfg.task.seed)
     torch.manual_seed(cfg.task.seed)
-    trainer = LocalTrainer(cfg, staleness, checkpoint_dir, progress)
+    trainer = LocalTrainer(cfg, staleness, checkpoint_dir, progress, delay=delay, eval_every=eval_every)
     with StopFlag() as stop:
         return trainer.run(steps, stop, max_seconds)

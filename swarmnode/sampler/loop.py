@@ -52,6 +52,12 @@ class SamplerLoop:
     def version(self) -> int:
         return self.engine.version
 
+    @property
+    def offered_version(self) -> int:
+        """The newest version this sampler holds or has been handed (swapped in before the next batch)."""
+        with self._lock:
+            return self._pending[1] if self._pending else self.engine.version
+
     def offer_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Hand in a newer state; it is loaded before the next batch (older or equal versions are ignored)."""
         with self._lock:
