@@ -7,7 +7,6 @@ import copy
 import io
 import json
 import random
-import time
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -202,11 +201,16 @@ def test_prometheus_rendering_of_a_learner_health_dict():
     assert 'swarmnode_staleness_groups_total{bucket="0"}' in text
 
 
-def test_a_50_peer_view_renders_fast_enough_to_stay_responsive():
+def test_a_50_peer_view_renders_every_peer_and_the_lagging_alert():
+    """50 simulated peers fit one view (peers table, versions panel, alerts); the refresh time is measured in
+    bench/dashboard_refresh.py, not asserted here."""
     doc = simulated_status(50, learners=2, lags=[20])
-    render(doc)  # warm-up
-    t0 = time.perf_counter()
-    for _ in range(5):
-        render(doc)
-    per_refresh = (time.perf_counter() - t0) / 5
-    assert per_refresh < 0.5, f"{per_refresh * 1e3:.0f} ms per refresh (bench/dashboard_refresh.py measures it)"
+    console = Console(width=200, height=200, file=io.StringIO(), color_system=None)
+    console.print(build_view(doc, None, max_rows=60))
+    text = console.file.getvalue()
+    shown = [p for p in doc["peers"] if p["peer_id"][-8:] in text]
+    assert len(doc["peers"]) == 50 and len(shown) == 50, f"{len(shown)} of 50 peers shown"
+    console = Console(width=200, height=60, file=io.StringIO(), color_system=None)
+    console.print(build_view(doc, None, max_rows=20))
+    assert "30 more" in console.file.getvalue()  # a short terminal says how many rows it left out
+    assert "samplers beyond" in text or "behind" in text, text[-2000:]
