@@ -1,17 +1,20 @@
 """Data-plane benchmark: weight fetch vs raw hivemind stream vs plain TCP, 1 vs 4 fetchers, delta bytes,
 rollout latency with 8 nodes. Every figure is printed next to its baseline from the same run.
 
-    python bench/data_plane.py [--mb 500] [--fetchers 4] [--samplers 7] [--groups 60]
+    python bench/data_plane.py [--mb 500] [--fetchers 4] [--repeat 2] [--samplers 7] [--groups 60]
+                               [--skip-rollouts] [--profile DIR] [--json FILE]
 
 The publisher (learner) lives in this process; each receiver is its own process with its own p2pd, so
-fetchers run in parallel as they would on separate machines. Targets (issue 6): fetch >= 0.9x the raw
-stream, 4 fetchers <= 1.5x the time of one, rollout p99 < 200 ms.
+fetchers run in parallel as they would on separate machines. CPU seconds (python + its p2pd, both sides) are
+printed per GB: on a shared 2-core machine they are steadier than wall time. Targets (issue 6): fetch >= 0.9x
+the raw stream, 4 fetchers <= 1.5x the time of one, rollout p99 < 200 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import torch
 from hivemind.p2p import P2P, PeerID
 
@@ -37,6 +41,24 @@ PIECE = 4 << 20
 P2P_KW = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False)
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process and of its p2pd daemon(s)."""
+    me = psutil.Process()
+    daemons = 0.0
+    for child in me.children():  # direct children only: the bench's workers are children of the publisher
+        with contextlib.suppress(psutil.Error):
+            if "p2pd" in child.name():
+                t = child.cpu_times()
+                daemons += t.user + t.system
+    t = me.cpu_times()
+    return {"python": t.user + t.system, "p2pd": daemons}
+
+
+def cpu_delta(before: dict[str, float]) -> dict[str, float]:
+    after = cpu_seconds()
+    return {k: after[k] - before[k] for k in before}
+
+
 def make_state(mb: int) -> dict[str, torch.Tensor]:
     """`mb` MB of float32 in 4 MB tensors (a ~125M-parameter model at 500 MB)."""
     g = torch.Generator().manual_seed(0)
@@ -45,7 +67,7 @@ def make_state(mb: int) -> dict[str, torch.Tensor]:
 
 # ------------------------------------------------------------------------------------------------ workers
 async def worker(args) -> None:
-    """A receiving peer: reads JSON commands on stdin, answers JSON lines on stdout."""
+    """A receiving peer: reads JSON commands on stdin, answers JSON lines on stdout (with CPU seconds used)."""
     out = lambda obj: print(json.dumps(obj), flush=True)  # noqa: E731
     p2p = await P2P.create(initial_peers=[args.initial], **P2P_KW)
     store = WeightStore(args.dir, RUN, keep_versions=4)
@@ -54,52 +76,70 @@ async def worker(args) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    fresh = 0
     while line := await reader.readline():
         cmd = json.loads(line)
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
         if cmd["op"] == "fetch":
-            fetcher = WeightFetcher(p2p, store, [cmd["learner_key"]])
-            t0 = time.perf_counter()
-            await fetcher.fetch([PeerID.from_base58(h) for h in cmd["holders"]], cmd["version"])
+            target = store
+            if cmd.get("fresh"):  # a throwaway store: the same version fetched again from nothing
+                fresh += 1
+                target = WeightStore(Path(args.dir) / f"fresh{fresh}", RUN, keep_versions=4)
+            fetcher = WeightFetcher(p2p, target, [cmd["learner_key"]])
+            with profiled(args.profile and f"{args.profile}/fetch{fresh}.prof"):
+                await fetcher.fetch([PeerID.from_base58(h) for h in cmd["holders"]], cmd["version"])
             s = fetcher.last_stats
-            out({"seconds": time.perf_counter() - t0, "fetched": s.fetched_bytes, "reused": s.reused_bytes,
-                 "served_chunks": store.served_chunks})
+            res = {"fetched": s.fetched_bytes, "reused": s.reused_bytes, "served_chunks": store.served_chunks}
+            if target is not store:
+                shutil.rmtree(target.root, ignore_errors=True)
         elif cmd["op"] == "raw_p2p":
-            n = cmd["bytes"]
-            buf = bytearray(n)
-            t0 = time.perf_counter()
             _, r, w = await p2p.call_binary_stream_handler(PeerID.from_base58(cmd["peer"]), RAW)
-            await _read_into(r, buf)
-            w.write(b"k")
-            await w.drain()
-            out({"seconds": time.perf_counter() - t0})
-            w.close()
+            await _read_into(r, bytearray(cmd["bytes"]), w)
+            res = {}
         elif cmd["op"] == "raw_tcp":
-            buf = bytearray(cmd["bytes"])
-            t0 = time.perf_counter()
             r, w = await asyncio.open_connection("127.0.0.1", cmd["port"], limit=PIECE)
-            await _read_into(r, buf)
-            w.write(b"k")
-            await w.drain()
-            out({"seconds": time.perf_counter() - t0})
-            w.close()
-        elif cmd["op"] == "served":
-            out({"served_chunks": store.served_chunks})
+            await _read_into(r, bytearray(cmd["bytes"]), w)
+            res = {}
+        else:
+            raise ValueError(cmd)
+        out({"seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0), **res})
     await p2p.shutdown()
 
 
-async def _read_into(reader: asyncio.StreamReader, buf: bytearray) -> None:
+@contextlib.contextmanager
+def profiled(path: str | None):
+    """cProfile the block into `path` (no-op without a path)."""
+    if not path:
+        yield
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        yield
+    finally:
+        prof.disable()
+        prof.dump_stats(path)
+
+
+async def _read_into(reader: asyncio.StreamReader, buf: bytearray, writer: asyncio.StreamWriter) -> None:
+    """The raw baseline's receive path: pieces copied into one preallocated buffer, then a 1-byte ack."""
     view, pos = memoryview(buf), 0
     while pos < len(buf):
         piece = await reader.readexactly(min(PIECE, len(buf) - pos))
         view[pos : pos + len(piece)] = piece
         pos += len(piece)
+    writer.write(b"k")
+    await writer.drain()
+    writer.close()
 
 
 class Worker:
-    def __init__(self, initial: str, directory: Path):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", "--initial", initial, "--dir",
-                                      str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+    def __init__(self, initial: str, directory: Path, profile: str | None = None):
+        cmd = [sys.executable, __file__, "--worker", "--initial", initial, "--dir", str(directory)]
+        self.proc = subprocess.Popen(cmd + (["--profile", profile] if profile else []), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.peer_id = self.recv()["peer_id"]
 
     def send(self, **cmd) -> None:
@@ -112,6 +152,10 @@ class Worker:
             raise RuntimeError("worker died")
         return json.loads(line)
 
+    async def ask(self, **cmd) -> dict:
+        self.send(**cmd)
+        return await asyncio.to_thread(self.recv)
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
@@ -123,6 +167,14 @@ class Worker:
 
 
 # ------------------------------------------------------------------------------------------------ phases
+async def measured(coro) -> dict:
+    """Run one worker command; add the sender side's (this process + its p2pd) CPU seconds."""
+    cpu0 = cpu_seconds()
+    res = await coro
+    res["sender_cpu"] = cpu_delta(cpu0)
+    return res
+
+
 async def weights_bench(args, tmp: Path) -> dict:
     learner = Identity.generate()
     p2p = await P2P.create(**P2P_KW)
@@ -131,7 +183,7 @@ async def weights_bench(args, tmp: Path) -> dict:
     await store.serve(p2p)
     state = make_state(args.mb)
     t0 = time.perf_counter()
-    m1 = store.publish(1, state, learner)
+    store.publish(1, state, learner)
     publish_s = time.perf_counter() - t0
     payload = memoryview(store.buffer(1))
     nbytes = len(payload)
@@ -146,44 +198,40 @@ async def weights_bench(args, tmp: Path) -> dict:
     await p2p.add_binary_stream_handler(RAW, raw_handler)
     tcp = await asyncio.start_server(lambda r, w: raw_handler(None, r, w), "127.0.0.1", 0)
     port = tcp.sockets[0].getsockname()[1]
-    workers = [Worker(initial, tmp / f"w{i}") for i in range(args.fetchers)]
-    res: dict = {"mb": nbytes / 1e6, "publish_s": publish_s}
+    workers = [Worker(initial, tmp / f"w{i}", args.profile) for i in range(args.fetchers)]
+    res: dict = {"mb": nbytes / 1e6, "publish_s": publish_s, "tcp": [], "raw": [], "fetch": []}
+    me = str(p2p.peer_id)
     try:
         one = workers[0]
-
-        async def ask(w: Worker, **cmd) -> dict:
-            w.send(**cmd)
-            return await asyncio.to_thread(w.recv)
-
-        best = lambda xs: min(xs)  # noqa: E731  (best of N: least disturbed by other load)
-        res["tcp_s"] = best([(await ask(one, op="raw_tcp", port=port, bytes=nbytes))["seconds"] for _ in range(2)])
-        res["raw_s"] = best([(await ask(one, op="raw_p2p", peer=str(p2p.peer_id), bytes=nbytes))["seconds"]
-                             for _ in range(2)])
-        r1 = await ask(one, op="fetch", holders=[str(p2p.peer_id)], version=1, learner_key=learner.peer_id)
-        res["fetch_s"] = r1["seconds"]
-        # 4 concurrent fetchers of version 2 (fresh content), each told about the learner and every other worker
+        for _ in range(args.repeat):  # interleaved, so load changes hit every method alike
+            res["tcp"].append(await measured(one.ask(op="raw_tcp", port=port, bytes=nbytes)))
+            res["raw"].append(await measured(one.ask(op="raw_p2p", peer=me, bytes=nbytes)))
+            res["fetch"].append(await measured(one.ask(op="fetch", holders=[me], version=1, fresh=True,
+                                                       learner_key=learner.peer_id)))
+        if args.fetchers < 2:
+            return res
+        # N concurrent fetchers of version 2 (fresh content), each told about the learner and every other worker
         for t in state.values():
             t.mul_(-1)
         store.publish(2, state, learner, parent_version=1)
         others = workers[1:]
-        t0 = time.perf_counter()
+        served0, cpu0, t0 = store.served_chunks, cpu_seconds(), time.perf_counter()
         rs = await asyncio.gather(*[
-            ask(w, op="fetch", holders=[str(p2p.peer_id)] + [o.peer_id for o in others if o is not w], version=2,
-                learner_key=learner.peer_id) for w in others])
-        res["concurrent_n"] = len(others)
+            w.ask(op="fetch", holders=[me] + [o.peer_id for o in others if o is not w], version=2,
+                  learner_key=learner.peer_id) for w in others])
         res["concurrent_s"] = time.perf_counter() - t0
-        r_alone = await ask(one, op="fetch", holders=[str(p2p.peer_id)], version=2, learner_key=learner.peer_id)
-        res["alone_s"] = r_alone["seconds"]
+        res["concurrent_sender_cpu"] = cpu_delta(cpu0)
+        res["concurrent"] = rs
+        res["concurrent_n"] = len(others)
+        res["learner_served_chunks"] = store.served_chunks - served0
         res["peer_served_chunks"] = sum(r["served_chunks"] for r in rs)
-        res["learner_served_chunks"] = store.served_chunks
+        res["alone"] = await measured(one.ask(op="fetch", holders=[me], version=2, learner_key=learner.peer_id))
         # delta: change 10% of the tensors; a fetcher holding v2 fetches v3
-        names = list(state)
-        for name in names[:: 10]:
+        for name in list(state)[::10]:
             state[name].add_(1.0)
         m3 = store.publish(3, state, learner, parent_version=2)
-        r3 = await ask(one, op="fetch", holders=[str(p2p.peer_id)], version=3, learner_key=learner.peer_id)
+        r3 = await one.ask(op="fetch", holders=[me], version=3, learner_key=learner.peer_id)
         res["delta_total"], res["delta_fetched"], res["delta_reused"] = m3.total_bytes, r3["fetched"], r3["reused"]
-        del m1
     finally:
         for w in workers:
             w.close()
@@ -229,12 +277,53 @@ def rollout_bench(args, tmp: Path) -> dict:
     return {"groups": len(lat), "p50_ms": q[49], "p99_ms": q[98], "max_ms": lat[-1], "nodes": args.samplers + 1}
 
 
+def cpu_per_gb(run: dict, nbytes: float) -> str:
+    """Receiver and sender CPU seconds per GB moved (python + p2pd each)."""
+    rc, sc = run["cpu"], run["sender_cpu"]
+    gb = nbytes / 1e9
+    return (f"recv {rc['python'] / gb:.2f}+{rc['p2pd'] / gb:.2f}, send {sc['python'] / gb:.2f}+{sc['p2pd'] / gb:.2f} "
+            f"CPU-s/GB (python+p2pd)")
+
+
+def report(w: dict) -> None:
+    mb = w["mb"]
+    best = {k: min(w[k], key=lambda r: r["seconds"]) for k in ("tcp", "raw", "fetch")}
+    sec = {k: v["seconds"] for k, v in best.items()}
+    print(f"weights: {mb:.0f} MB state, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} "
+          f"(publish {w['publish_s']:.2f} s); best of {len(w['tcp'])}, CPU of that run")
+    print(f"  plain TCP loopback      {mb / sec['tcp']:8.0f} MB/s   {cpu_per_gb(best['tcp'], mb * 1e6)}")
+    print(f"  raw hivemind stream     {mb / sec['raw']:8.0f} MB/s   ({sec['tcp'] / sec['raw']:.2f}x TCP)   "
+          f"{cpu_per_gb(best['raw'], mb * 1e6)}")
+    print(f"  WeightFetcher (1 peer)  {mb / sec['fetch']:8.0f} MB/s   ({sec['raw'] / sec['fetch']:.2f}x raw stream, "
+          f"{sec['tcp'] / sec['fetch']:.2f}x TCP; target >= 0.9x raw)   {cpu_per_gb(best['fetch'], mb * 1e6)}")
+    pairs = [r["seconds"] / f["seconds"] for r, f in zip(w["raw"], w["fetch"])]
+    print(f"  fetch/raw speed per interleaved pair: {', '.join(f'{x:.2f}' for x in pairs)}")
+    if "concurrent_s" not in w:
+        return
+    n, alone = w["concurrent_n"], w["alone"]["seconds"]
+    total_cpu = sum(sum(r["cpu"].values()) for r in w["concurrent"]) + sum(w["concurrent_sender_cpu"].values())
+    alone_cpu = sum(w["alone"]["cpu"].values()) + sum(w["alone"]["sender_cpu"].values())
+    print(f"  1 fetcher alone {alone:.2f} s ({alone_cpu:.1f} CPU-s); {n} concurrent {w['concurrent_s']:.2f} s "
+          f"({total_cpu:.1f} CPU-s, all processes) = {w['concurrent_s'] / alone:.2f}x (target <= 1.5x); "
+          f"CPU-bound floor on {os.cpu_count()} cores: {total_cpu / os.cpu_count() / alone:.2f}x")
+    each = ", ".join(f"{r['seconds']:.2f} s" for r in w["concurrent"])
+    print(f"    each: {each}; chunks served by peers "
+          f"{w['peer_served_chunks']}, by the learner {w['learner_served_chunks']}")
+    print(f"  delta update (10% of tensors changed): fetched {w['delta_fetched'] / 1e6:.1f} MB of "
+          f"{w['delta_total'] / 1e6:.0f} MB ({w['delta_fetched'] / w['delta_total']:.1%}), reused "
+          f"{w['delta_reused'] / 1e6:.0f} MB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=500)
     ap.add_argument("--fetchers", type=int, default=4, help="concurrent fetchers (plus one more for baselines)")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved TCP / raw / fetch runs (best is reported)")
     ap.add_argument("--samplers", type=int, default=7)
     ap.add_argument("--groups", type=int, default=60, help="groups per sampler (10/s each)")
+    ap.add_argument("--skip-rollouts", action="store_true")
+    ap.add_argument("--profile", help="directory: cProfile each worker fetch into it")
+    ap.add_argument("--json", help="also write every figure to this JSON file")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--initial")
     ap.add_argument("--dir")
@@ -246,23 +335,15 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="swarmnode-bench-"))
     try:
         w = asyncio.run(weights_bench(args, tmp))
-        r = rollout_bench(args, tmp)
+        report(w)
+        r = None if args.skip_rollouts else rollout_bench(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    mb = w["mb"]
-    print(f"weights: {mb:.0f} MB state, {os.cpu_count()} CPUs (publish {w['publish_s']:.2f} s)")
-    print(f"  plain TCP loopback      {mb / w['tcp_s']:8.0f} MB/s")
-    print(f"  raw hivemind stream     {mb / w['raw_s']:8.0f} MB/s   ({w['tcp_s'] / w['raw_s']:.2f}x TCP)")
-    print(f"  WeightFetcher (1 peer)  {mb / w['fetch_s']:8.0f} MB/s   ({w['raw_s'] / w['fetch_s']:.2f}x raw stream, "
-          f"{w['tcp_s'] / w['fetch_s']:.2f}x TCP; target >= 0.9x raw)")
-    print(f"  1 fetcher alone {w['alone_s']:.2f} s; {w['concurrent_n']} concurrent {w['concurrent_s']:.2f} s "
-          f"({w['concurrent_s'] / w['alone_s']:.2f}x; target <= 1.5x); chunks served by peers "
-          f"{w['peer_served_chunks']}, by the learner {w['learner_served_chunks']}")
-    print(f"  delta update (10% of tensors changed): fetched {w['delta_fetched'] / 1e6:.1f} MB of "
-          f"{w['delta_total'] / 1e6:.0f} MB ({w['delta_fetched'] / w['delta_total']:.1%}), reused "
-          f"{w['delta_reused'] / 1e6:.0f} MB")
-    print(f"rollouts: {r['nodes']} nodes, {r['groups']} groups, send -> learner buffer p50 {r['p50_ms']:.1f} ms, "
-          f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms (target p99 < 200 ms)")
+    if r:
+        print(f"rollouts: {r['nodes']} nodes, {r['groups']} groups, send -> learner buffer p50 {r['p50_ms']:.1f} ms, "
+              f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms (target p99 < 200 ms)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"weights": w, "rollouts": r, "load": os.getloadavg()}, indent=1))
 
 
 if __name__ == "__main__":

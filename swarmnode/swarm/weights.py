@@ -37,7 +37,7 @@ from hivemind.p2p import P2P, PeerID
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack, unpack
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, ChunkEntry, TensorEntry, WeightManifest
-from swarmnode.swarm.frames import read_frame, write_frame
+from swarmnode.swarm.frames import FrameSink, read_frame, write_frame
 
 logger = logging.getLogger(__name__)
 
@@ -207,8 +207,10 @@ class WeightStore:
         """Persist one verified chunk atomically (tmp file + rename)."""
         path = self.root / "chunks" / hex_digest
         tmp = path.with_name(f".{hex_digest}.{os.getpid()}.{random.getrandbits(32):x}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
+        with open(tmp, "wb", buffering=0) as f:  # straight from the caller's buffer, no copy in between
+            view, pos = memoryview(data), 0
+            while pos < len(view):
+                pos += f.write(view[pos:])
         os.replace(tmp, path)
 
     def begin(self, manifest: WeightManifest, buf: bytearray) -> None:
@@ -439,13 +441,14 @@ class WeightFetcher:
     """Fetches versions into a WeightStore from many holders in parallel, verifying everything."""
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
-                 streams_per_holder: int = 2, chunks_per_request: int = 4, timeout: float = 30.0,
-                 max_rounds: int = 5):
+                 streams_per_holder: int = 2, chunks_per_request: int = 4, window: int | None = None,
+                 timeout: float = 30.0, max_rounds: int = 5):
         self.p2p = p2p
         self.store = store
         self.allowed_publishers = set(allowed_publishers)
         self.streams_per_holder = streams_per_holder
         self.chunks_per_request = chunks_per_request
+        self.window = window or 2 * chunks_per_request  # chunks requested and not yet received, per stream
         self.timeout = timeout
         self.max_rounds = max_rounds
         self.rejected_manifests = 0
@@ -515,14 +518,12 @@ class WeightFetcher:
         if progress:
             progress(done_bytes, manifest.total_bytes)
         work = _Work(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)))
-        writes: list[asyncio.Future] = []
 
         def on_chunk(i: int, holder: str) -> None:
             nonlocal done_bytes
             chunk = manifest.chunks[i]
             piece = view[offsets[i] : offsets[i] + chunk.size]
             self.store.expose_chunk(manifest.version, chunk.hex, piece)
-            writes.append(asyncio.ensure_future(asyncio.to_thread(self.store.write_chunk, chunk.hex, piece)))
             stats.fetched_bytes += chunk.size
             stats.chunks_by_holder[holder] += 1
             done_bytes += chunk.size
@@ -538,8 +539,6 @@ class WeightFetcher:
             workers = [self._worker(h, manifest, view, offsets, work, stats, on_chunk)
                        for h in holders for _ in range(self.streams_per_holder)]
             await asyncio.gather(*workers)
-        if writes:
-            await asyncio.gather(*writes)
         missing = len(work.pending) + len(work.failed)
         if missing:
             raise FetchError(f"version {manifest.version}: {missing} chunks unavailable from "
@@ -552,37 +551,38 @@ class WeightFetcher:
     async def _worker(self, holder: PeerID, manifest: WeightManifest, view: memoryview, offsets: list[int],
                       work: _Work, stats: FetchStats, on_chunk: Callable[[int, str], None]) -> None:
         name = str(holder)
-        writer = None
-        outstanding: collections.deque[int] = collections.deque()  # requested from this holder, not yet read
+        sink: FrameSink | None = None
+        outstanding: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()  # asked, not read
         checks: collections.deque[asyncio.Future] = collections.deque()
 
-        async def check(i: int, data: bytes) -> None:
+        async def check(i: int, n: int) -> None:
             chunk = manifest.chunks[i]
-            if not data:
+            piece = view[offsets[i] : offsets[i] + chunk.size]
+            if not n:
                 stats.missing_chunks += 1
                 work.give_back([i], name, missing=True)
-            elif len(data) != chunk.size or await asyncio.to_thread(_sha256, data) != chunk.sha256:
+            elif n != chunk.size or not await asyncio.to_thread(self._verify_and_persist, chunk, piece):
                 stats.bad_chunks += 1
                 logger.warning("weights: bad chunk %s from %s (hash mismatch); trying another holder",
                                chunk.hex[:12], name[-8:])
                 work.give_back([i], name)
             else:
-                view[offsets[i] : offsets[i] + chunk.size] = data
                 work.done(i)
                 on_chunk(i, name)
 
         try:
             _, reader, writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
+            sink = FrameSink.attach(reader, writer)  # chunks land in `view` directly
             while True:
-                # keep up to two requests in flight, so the holder never waits for our next request
-                while len(outstanding) < 2 * self.chunks_per_request:
-                    batch = work.take(name, self.chunks_per_request)
+                # keep a window of requests in flight, so the holder never waits for our next request
+                while len(outstanding) < self.window:
+                    batch = work.take(name, min(self.chunks_per_request, self.window - len(outstanding)))
                     if not batch:
                         break
-                    outstanding.extend(batch)
-                    await write_frame(writer, pack({"op": "chunks", "hashes": [manifest.chunks[i].sha256
-                                                                               for i in batch]}))
+                    outstanding.extend((i, sink.expect(view[offsets[i] : offsets[i] + manifest.chunks[i].size]))
+                                       for i in batch)
+                    sink.send(pack({"op": "chunks", "hashes": [manifest.chunks[i].sha256 for i in batch]}))
                 if not outstanding:
                     if work.finished() or (work.pending and not work.can_help(name)):
                         break  # all done, or nothing left that this holder has not failed
@@ -590,29 +590,40 @@ class WeightFetcher:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(changed.wait(), _Work.MISS_RETRY_S)
                     continue
-                i = outstanding[0]
-                data = await asyncio.wait_for(read_frame(reader, manifest.chunks[i].size), self.timeout)
+                i, answer = outstanding[0]
+                n = await asyncio.wait_for(answer, self.timeout)
                 outstanding.popleft()
-                checks.append(asyncio.ensure_future(check(i, data)))  # hash off the loop; keep reading
+                checks.append(asyncio.ensure_future(check(i, n)))  # hash and persist off the loop; keep reading
                 while len(checks) > 2:
                     await checks.popleft()
             await asyncio.gather(*checks)
-            await write_frame(writer, pack({"op": "bye"}))
+            sink.send(pack({"op": "bye"}))
         except InvalidRecord as exc:
             logger.warning("weights: holder %s broke protocol: %s", name[-8:], exc)
-            work.give_back(outstanding, name)
+            self._drop(sink, outstanding, work, name)
         except Exception as exc:  # timeouts, resets, truncated streams, daemon errors: another holder takes over
             logger.info("weights: holder %s failed (%s: %s); others continue", name[-8:], type(exc).__name__, exc)
-            work.give_back(outstanding, name)
+            self._drop(sink, outstanding, work, name)
         finally:
+            if sink is not None:
+                sink.close()
             if checks:
                 await asyncio.gather(*checks, return_exceptions=True)
-            if writer is not None:
-                writer.close()
 
+    @staticmethod
+    def _drop(sink: FrameSink | None, outstanding: collections.deque, work: _Work, holder: str) -> None:
+        """Stop the stream first (nothing more lands in the buffer), then give its chunks to other holders."""
+        if sink is not None:
+            sink.close()
+        work.give_back([i for i, _ in outstanding], holder)
+        outstanding.clear()
 
-def _sha256(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()
+    def _verify_and_persist(self, chunk: ChunkEntry, piece: memoryview) -> bool:
+        """In a worker thread: check the chunk's hash, then write it to the store (both release the GIL)."""
+        if hashlib.sha256(piece).digest() != chunk.sha256:
+            return False
+        self.store.write_chunk(chunk.hex, piece)
+        return True
 
 
 @contextlib.contextmanager
