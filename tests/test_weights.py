@@ -83,6 +83,23 @@ def test_publish_roundtrip_delta_and_gc(tmp_path):
     assert on_disk == needed  # v1-only chunks were collected
 
 
+def test_have_map_complete_partial_and_unknown(tmp_path):
+    learner = Identity.generate()
+    ls = store(tmp_path, "l")
+    m = ls.publish(1, make_state(), learner)
+    n = len(m.chunks)
+    assert int.from_bytes(ls.have_map(1), "little") == (1 << n) - 1 and len(ls.have_map(1)) == (n + 7) // 8
+    assert ls.have_map(2) == b""  # neither held nor being fetched
+    fs = store(tmp_path, "f")
+    buf = bytearray(m.total_bytes)
+    fs.begin(m, buf)
+    assert ls.have_map(1) != fs.have_map(1) == bytes((n + 7) // 8)  # being fetched, nothing yet
+    offsets = m.chunk_offsets()
+    for i in (0, 3, n - 1):
+        fs.expose_chunk(1, m.chunks[i].hex, memoryview(buf)[offsets[i] : offsets[i] + m.chunks[i].size])
+    assert int.from_bytes(fs.have_map(1), "little") == (1 << 0) | (1 << 3) | (1 << (n - 1))
+
+
 def test_manifest_validation():
     learner = Identity.generate()
     s_state = make_state()
@@ -176,9 +193,14 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
                 await fetcher.fetch([evil.peer_id], 5)
             assert fetcher.rejected_manifests == 1
 
-            # a holder serving truncated streams, and a holder whose chunk on disk is corrupt
+            # a holder serving truncated streams (claiming every chunk), and a holder whose chunks on disk are corrupt
+            n_chunks = len(ls.manifest(1).chunks)
+
             async def truncating(info, reader, writer):
                 while (req := await read_control(reader)) is not None:
+                    if req.get("op") == "have":
+                        await write_frame(writer, b"\xff" * ((n_chunks + 7) // 8))
+                        continue
                     if req.get("op") == "chunks":  # announce a whole chunk, send 100 bytes, hang up
                         writer.write((CHUNK).to_bytes(8, "big") + b"x" * 100)
                         await writer.drain()
@@ -238,7 +260,10 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
             for s in stores:
                 assert_same(s.state_dict(1), state)
             served_by_samplers = sum(s.served_chunks for s in stores)
+            print(f"served by samplers {served_by_samplers}, by the learner {ls.served_chunks}")
             assert served_by_samplers >= 1, "no sampler served another sampler"
+            # holders are asked only for chunks their have-maps show, so no request meets a "not yet"
+            assert sum(f.last_stats.missing_chunks for f in fetchers) == 0
             # counters agree between both sides
             from_samplers = sum(f.last_stats.chunks_by_holder[str(q.peer_id)] for f in fetchers for q in samplers)
             assert from_samplers == served_by_samplers

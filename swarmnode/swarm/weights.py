@@ -12,7 +12,9 @@ learner lists tensors and chunks. On disk, under the store's root:
 Wire protocol (one hivemind binary stream per worker, persistent): the client sends requests as frames
 (8-byte big-endian length + msgpack), the server answers each with frames; an empty frame means "I do not
 have it". Requests: {"op": "manifest", "version": v} (v = -1: newest), {"op": "chunks", "hashes": [...]},
-{"op": "bye"}. The client closes only after its last answer arrived and "bye" was sent (closing right after
+{"op": "have", "version": v} (answer: a bitmap of the version's chunks held, bit i = byte i // 8, bit i % 8;
+empty if none), {"op": "bye"}. Fetchers poll holders' bitmaps and ask each holder only for chunks it has,
+rarest first, so concurrent fetchers spread the publisher's chunks and then serve each other. The client closes only after its last answer arrived and "bye" was sent (closing right after
 the last write truncated QUIC streams, see DESIGN.md).
 """
 
@@ -22,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import hashlib
+import heapq
 import logging
 import math
 import os
@@ -107,6 +110,13 @@ def cut_chunks(buf: bytearray, chunk_bytes: int) -> list[ChunkEntry]:
             for i in range(0, len(buf), chunk_bytes)]
 
 
+def _bitmap(indices: Iterable[int], n: int) -> bytes:
+    bits = 0
+    for i in indices:
+        bits |= 1 << i
+    return bits.to_bytes((n + 7) // 8, "little")
+
+
 # ----------------------------------------------------------------------------------------------------- store
 class WeightStore:
     """A node's local weight versions: publish, keep a window, serve chunks to peers, materialise tensors."""
@@ -123,6 +133,8 @@ class WeightStore:
         self._buffers: collections.OrderedDict[int, bytearray] = collections.OrderedDict()
         self._mem: dict[str, memoryview] = {}  # chunk hex -> bytes in a cached version's buffer
         self._exposed: dict[int, dict[str, memoryview]] = {}  # version being fetched -> chunks it already has
+        self._fetching: dict[int, WeightManifest] = {}  # version being fetched -> its manifest
+        self._full_maps: dict[int, bytes] = {}  # complete version -> its (all ones) have-map
         self.served_chunks = 0
         self.served_bytes = 0
         self.served_chunks_by_peer: collections.Counter[str] = collections.Counter()
@@ -146,6 +158,18 @@ class WeightStore:
 
     def has_chunk(self, hex_digest: str) -> bool:
         return self._in_memory(hex_digest) is not None or (self.root / "chunks" / hex_digest).exists()
+
+    def have_map(self, version: int) -> bytes:
+        """Bitmap of the chunks of `version` held here (bit i = byte i // 8, bit i % 8); empty if none."""
+        if (full := self._full_maps.get(version)) is not None:
+            return full
+        if (m := self.manifest(version)) is not None:
+            self._full_maps[version] = _bitmap(range(len(m.chunks)), len(m.chunks))
+            return self._full_maps[version]
+        if (m := self._fetching.get(version)) is None:
+            return b""
+        exposed = self._exposed.get(version, {})
+        return _bitmap((i for i, c in enumerate(m.chunks) if c.hex in exposed), len(m.chunks))
 
     def _in_memory(self, hex_digest: str) -> memoryview | None:
         if (mv := self._mem.get(hex_digest)) is not None:
@@ -217,6 +241,7 @@ class WeightStore:
         """Record a version being fetched: its chunks survive GC and a restart resumes from them."""
         self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
         self._exposed.setdefault(manifest.version, {})
+        self._fetching[manifest.version] = manifest
 
     def expose_chunk(self, version: int, hex_digest: str, view: memoryview) -> None:
         """Serve a verified chunk from memory (a fetch in progress shares what it already has)."""
@@ -228,6 +253,7 @@ class WeightStore:
         with contextlib.suppress(FileNotFoundError):
             (self.root / "partial" / f"{manifest.version}.bin").unlink()
         self._exposed.pop(manifest.version, None)
+        self._fetching.pop(manifest.version, None)
         self._cache(manifest.version, manifest, buf)
         self.gc()
 
@@ -238,6 +264,7 @@ class WeightStore:
         for v in dropped:
             with contextlib.suppress(FileNotFoundError):
                 (self.root / "manifests" / f"{v}.bin").unlink()
+            self._full_maps.pop(v, None)
             if v in self._buffers:
                 del self._buffers[v]
         keep: set[str] = set()
@@ -328,10 +355,13 @@ class WeightStore:
         op = req.get("op")
         if op == "bye":
             return False
-        if op == "manifest":
+        if op in ("manifest", "have"):
             version = req.get("version")
             if not isinstance(version, int) or isinstance(version, bool):
-                raise InvalidRecord("manifest request needs an int version")
+                raise InvalidRecord(f"{op} request needs an int version")
+            if op == "have":
+                await write_frame(writer, self.have_map(version) if version >= 0 else b"")
+                return True
             v = self.latest() if version < 0 else version
             m = self.manifest(v) if v is not None else None
             await write_frame(writer, m.encode() if m else b"")
@@ -372,18 +402,24 @@ class FetchStats:
         return self.fetched_bytes / self.seconds if self.seconds > 0 else 0.0
 
 
-class _Work:
-    """The chunks still wanted, which are in flight, and which holders not to ask for which chunk until when.
+_HAVE = -1  # an outstanding have-map request, in a worker's queue of answers
 
-    A holder that failed a chunk (bad hash, broken stream) is not asked for it again this round; one that
-    did not have it yet (a peer still fetching) is asked again after `MISS_RETRY_S`, so fetchers that start
-    together keep serving each other as their copies fill up.
+
+class _Work:
+    """The chunks still wanted, who holds which (holders' have-maps), and which holder not to ask for what.
+
+    A holder is asked only for chunks its latest have-map shows (unknown map: any), rarest first (fewest known
+    holders, then this fetcher's random order), so the publisher's upload goes to chunks no peer has yet and
+    peers serve the rest. A holder that failed a chunk (bad hash, broken stream) is not asked for it again this
+    round; one that answered "not yet" is asked again after `MISS_RETRY_S`.
     """
 
     MISS_RETRY_S = 0.3
+    HAVE_REFRESH_S = 0.05
 
-    def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int):
-        self.pending = collections.deque(indices)
+    def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int, n_chunks: int):
+        self.pending: dict[int, int] = {i: rank for rank, i in enumerate(indices)}  # chunk -> random rank
+        self.rank = dict(self.pending)
         self.in_flight = 0
         self.failed: set[int] = set()
         self.failures: collections.Counter[int] = collections.Counter()
@@ -392,6 +428,10 @@ class _Work:
         self.holders = set(holders)
         self.max_failures = max_failures
         self.max_misses = 100 * max(1, len(holders))
+        self.n_chunks = n_chunks
+        self.have: dict[str, int] = {}  # holder -> bitmap of chunks it holds (absent: not known yet)
+        self.count = [0] * n_chunks  # known holders per chunk
+        self.have_asked: dict[str, float] = {}  # holder -> when its have-map was last requested
         self.changed = asyncio.Event()
 
     def finished(self) -> bool:
@@ -401,12 +441,41 @@ class _Work:
         """Whether some pending chunk may still come from `holder` (now or after a miss expires)."""
         return any(self.excluded[i].get(holder) != math.inf for i in self.pending)
 
+    def complete(self, holder: str) -> bool:
+        """Whether `holder`'s have-map shows every chunk (no need to ask it again)."""
+        return self.have.get(holder, 0).bit_count() == self.n_chunks
+
+    def want_have(self, holder: str) -> bool:
+        """Whether to ask `holder` for its have-map now (not complete, none asked recently); records the ask."""
+        now = time.monotonic()
+        if self.complete(holder) or now - self.have_asked.get(holder, -math.inf) < self.HAVE_REFRESH_S:
+            return False
+        self.have_asked[holder] = now
+        return True
+
+    def set_have(self, holder: str, bitmap: bytes) -> None:
+        """Record `holder`'s have-map and update the per-chunk holder counts."""
+        new = int.from_bytes(bitmap, "little") & ((1 << self.n_chunks) - 1)
+        old = self.have.get(holder, 0)
+        self.have[holder] = new
+        diff = (new ^ old).to_bytes((self.n_chunks + 7) // 8, "little")
+        for byte_index, byte in enumerate(diff):
+            while byte:
+                low = byte & -byte
+                i = byte_index * 8 + low.bit_length() - 1
+                self.count[i] += 1 if new >> i & 1 else -1
+                byte ^= low
+        if new & ~old:
+            self._poke()
+
     def take(self, holder: str, n: int) -> list[int]:
-        got, skipped, now = [], [], time.monotonic()
-        while self.pending and len(got) < n:
-            i = self.pending.popleft()
-            (skipped if self.excluded[i].get(holder, 0.0) > now else got).append(i)
-        self.pending.extendleft(reversed(skipped))
+        """Up to `n` pending chunks `holder` has, rarest first."""
+        now, bits = time.monotonic(), self.have.get(holder)
+        candidates = [i for i in self.pending
+                      if (bits is None or bits >> i & 1) and self.excluded.get(i, {}).get(holder, 0.0) <= now]
+        got = heapq.nsmallest(n, candidates, key=lambda i: (self.count[i], self.pending[i]))
+        for i in got:
+            del self.pending[i]
         self.in_flight += len(got)
         return got
 
@@ -421,7 +490,7 @@ class _Work:
                     self.failed.add(i)
                     continue
                 self.excluded[i][holder] = time.monotonic() + self.MISS_RETRY_S if missing else math.inf
-            self.pending.append(i)
+            self.pending[i] = self.rank[i]
         self._poke()
 
     def done(self, i: int) -> None:
@@ -511,13 +580,15 @@ class WeightFetcher:
         for i, (chunk, off) in enumerate(zip(manifest.chunks, offsets)):
             if self.store._load_chunk_into(chunk, view[off : off + chunk.size]):
                 stats.reused_bytes += chunk.size
+                self.store.expose_chunk(manifest.version, chunk.hex, view[off : off + chunk.size])
             else:
                 todo.append(i)
         random.shuffle(todo)  # concurrent fetchers start on different chunks, so they can serve each other
         done_bytes = stats.reused_bytes
         if progress:
             progress(done_bytes, manifest.total_bytes)
-        work = _Work(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)))
+        work = _Work(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)),
+                     n_chunks=len(manifest.chunks))
 
         def on_chunk(i: int, holder: str) -> None:
             nonlocal done_bytes
@@ -570,13 +641,18 @@ class WeightFetcher:
                 work.done(i)
                 on_chunk(i, name)
 
+        have_buf, have_asked = bytearray((len(manifest.chunks) + 7) // 8), False
         try:
             _, reader, writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
             sink = FrameSink.attach(reader, writer)  # chunks land in `view` directly
             while True:
+                if not have_asked and work.want_have(name):  # what does this holder have by now?
+                    outstanding.append((_HAVE, sink.expect(memoryview(have_buf))))
+                    sink.send(pack({"op": "have", "version": manifest.version}))
+                    have_asked = True
                 # keep a window of requests in flight, so the holder never waits for our next request
-                while len(outstanding) < self.window:
+                while len(outstanding) < self.window and name in work.have:
                     batch = work.take(name, min(self.chunks_per_request, self.window - len(outstanding)))
                     if not batch:
                         break
@@ -586,13 +662,19 @@ class WeightFetcher:
                 if not outstanding:
                     if work.finished() or (work.pending and not work.can_help(name)):
                         break  # all done, or nothing left that this holder has not failed
-                    changed = work.changed  # chunks in flight elsewhere may come back
+                    changed = work.changed  # chunks in flight elsewhere may come back, holders gain chunks
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(changed.wait(), _Work.MISS_RETRY_S)
+                        await asyncio.wait_for(changed.wait(), _Work.HAVE_REFRESH_S)
                     continue
                 i, answer = outstanding[0]
                 n = await asyncio.wait_for(answer, self.timeout)
                 outstanding.popleft()
+                if i == _HAVE:
+                    if n not in (0, len(have_buf)):
+                        raise InvalidRecord(f"have-map of {n} bytes for {len(manifest.chunks)} chunks")
+                    work.set_have(name, have_buf[:n])
+                    have_asked = False
+                    continue
                 checks.append(asyncio.ensure_future(check(i, n)))  # hash and persist off the loop; keep reading
                 while len(checks) > 2:
                     await checks.popleft()
@@ -615,7 +697,7 @@ class WeightFetcher:
         """Stop the stream first (nothing more lands in the buffer), then give its chunks to other holders."""
         if sink is not None:
             sink.close()
-        work.give_back([i for i, _ in outstanding], holder)
+        work.give_back([i for i, _ in outstanding if i != _HAVE], holder)
         outstanding.clear()
 
     def _verify_and_persist(self, chunk: ChunkEntry, piece: memoryview) -> bool:
