@@ -202,13 +202,16 @@ def demo(
     steps: Optional[int] = typer.Option(300, "--steps", min=1, help="stop after this many learner steps"),
     minutes: float = typer.Option(10.0, "--minutes", min=0.1, help="stop after this many minutes at most"),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="where the nodes keep keys, logs and data"),
+    kill_sampler_at: Optional[int] = typer.Option(
+        None, "--kill-sampler-at", min=1, help="at this learner step, kill sampler2 (SIGKILL) and start it again"),
 ) -> None:
     """Run a local swarm (bootstrap, one learner, two samplers) with the tiny model and watch it learn."""
     from swarmnode.demo import DemoError, run_demo
 
     config_from_cli("tiny-cpu", set_)  # a bad --set fails here, before any process starts
     try:
-        summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir)
+        summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
+                           kill_sampler_at=kill_sampler_at)
     except DemoError as exc:
         fail(str(exc), code=1)
     if as_json:

@@ -45,6 +45,7 @@ class DemoRun:
 
     workdir: Path
     procs: list[Proc] = field(default_factory=list)
+    killed: list[Proc] = field(default_factory=list)  # killed on purpose (a restart test), no longer watched
 
     def start(self, name: str, args: list[str]) -> Proc:
         log = self.workdir / f"{name}.log"
@@ -60,6 +61,14 @@ class DemoRun:
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the node `name` and its process group (its p2pd's watchdog then stops the daemon)."""
+        proc = next(p for p in self.procs if p.name == name)
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+        proc.popen.wait(timeout=30)
+        self.procs.remove(proc)
+        self.killed.append(proc)
 
     def check_alive(self) -> None:
         for proc in self.procs:
@@ -167,8 +176,22 @@ def _exit_on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None) -> dict:
-    """Start the local swarm, watch the learner until `steps` or `minutes`, stop everything, summarise."""
+def sampler_contributions(rows: list[dict], samplers: dict[str, str]) -> dict[str, dict]:
+    """Per sampler name: how many learner steps trained on its groups, and the first and last such step."""
+    out = {}
+    for name, peer_id in samplers.items():
+        steps = [int(r.get("step", i + 1)) for i, r in enumerate(rows) if peer_id in r.get("sampler_ids", ())]
+        out[name] = {"steps": len(steps), "first_step": min(steps, default=None), "last_step": max(steps, default=None)}
+    return out
+
+
+def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None,
+             kill_sampler_at: int | None = None) -> dict:
+    """Start the local swarm, watch the learner until `steps` or `minutes`, stop everything, summarise.
+
+    `kill_sampler_at`: when the learner reaches that step, SIGKILL sampler2 (and its p2pd) and start it again
+    with the same identity and data directory; the summary says when, and which steps trained on its groups.
+    """
     from rich.console import Console
     from rich.live import Live
 
@@ -187,7 +210,9 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     learner_key = Identity.load_or_create(root / "learner.key").peer_id  # samplers trust only this learner
     sets = [*sets, f"learner.learner_keys=[{learner_key}]"]
     common = ["--config", "tiny-cpu", *[a for s in sets for a in ("--set", s)]]
+    samplers = {f"sampler{i}": Identity.load_or_create(root / f"sampler{i}.key").peer_id for i in (1, 2)}
     start = time.monotonic()
+    restarted_at = None
     try:
         boot = run.start("bootstrap", ["bootstrap", *common, "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
                                        "--identity-path", str(root / "bootstrap.key")])
@@ -196,9 +221,10 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
         node_args = ["join", *common, "--initial-peers", peers]
         run.start("learner", [*node_args, "--role", "learner", "--set", f"data_dir={root / 'learner'}",
                               "--identity-path", str(root / "learner.key")])
-        for i in (1, 2):
-            run.start(f"sampler{i}", [*node_args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
-                                      "--identity-path", str(root / f"sampler{i}.key")])
+        sampler_args = {i: [*node_args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
+                            "--identity-path", str(root / f"sampler{i}.key")] for i in (1, 2)}
+        for i, args in sampler_args.items():
+            run.start(f"sampler{i}", args)
         steps_file = root / "learner" / STEPS_FILE
         deadline = start + minutes * 60
         stopped = "minutes"
@@ -211,6 +237,11 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
                     if steps is not None and len(rows) >= steps:
                         stopped = "steps"
                         break
+                    if kill_sampler_at is not None and restarted_at is None and len(rows) >= kill_sampler_at:
+                        restarted_at = len(rows)
+                        run.kill("sampler2")
+                        console.print(f"step {restarted_at}: killed sampler2 (SIGKILL); starting it again")
+                        run.start("sampler2-restarted", sampler_args[2])
                     time.sleep(1.0)
             except KeyboardInterrupt:
                 stopped = "interrupted"
@@ -220,6 +251,8 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     rows = read_steps(root / "learner" / STEPS_FILE)
     summary = summarize(rows, time.monotonic() - start)
     summary["stopped"] = stopped
-    summary["node_pids"] = [proc.popen.pid for proc in run.procs]
+    summary["sampler_killed_at_step"] = restarted_at
+    summary["samplers"] = sampler_contributions(rows, samplers)
+    summary["node_pids"] = [proc.popen.pid for proc in run.killed + run.procs]
     summary["workdir"] = str(root)
     return summary

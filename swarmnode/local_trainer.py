@@ -157,6 +157,7 @@ class LocalTrainer:
 
     def _record(self, diag: dict) -> None:
         point = {k: float(v) for k, v in diag.items() if k in CURVE_KEYS or k.startswith("kl_tau_")}
+        point["time"] = round(time.time(), 3)  # wall clock, as the swarm learner's steps file records it
         self.curve.append(point)
         if self.eval_every and int(diag["step"]) % self.eval_every == 0:
             self.evaluate_now()

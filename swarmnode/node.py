@@ -29,6 +29,7 @@ logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
 STEPS_FILE = "learner_steps.jsonl"
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
+PROGRESS_EVERY_S = 20.0  # a working sampler prints one progress line this often
 
 
 def decide_swarm_role(cfg: NodeConfig, learners_in_run: int) -> tuple[str, list[str]]:
@@ -205,8 +206,13 @@ class SamplerRole(_Role):
         self.emit(f"sampler ready: version {self.loop.version}")
         follower = asyncio.create_task(self._follower(stop))
         groups, t0 = 0, time.monotonic()
+        next_report = t0 + PROGRESS_EVERY_S
         try:
             while not stop.is_set():
+                if time.monotonic() >= next_report:
+                    next_report = time.monotonic() + PROGRESS_EVERY_S
+                    self.emit(f"sampler: version {self.loop.version} (newest {self.newest}), {groups} groups made, "
+                              f"{self.sender.delivered} acked, {self.sender.pending} waiting to be sent")
                 if cfg.sync.mode == "pull":
                     await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
                 if self.newest - self.loop.version > cfg.sync.max_staleness:

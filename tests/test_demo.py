@@ -23,18 +23,53 @@ def run_demo(tmp_path, *args: str, timeout: float = 840) -> dict:
     return json.loads(result.stdout)
 
 
-@pytest.mark.timeout(900)
-def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
-    doc = run_demo(tmp_path, "--steps", "200", "--minutes", "7")
-    for key in DEMO_KEYS:
-        assert key in doc, key
-    assert doc["learner_steps"] >= 200, doc
-    assert doc["versions_published"] >= 150
-    assert doc["rollouts_received"] >= 8 * 200  # each step trains on 8 groups from the samplers
-    assert doc["staleness_max"] >= 1, "async mode: some rollouts must come from older versions"
-    # The climb over 200 swarm steps is still within noise (measured +0.045 and +0.001 in two runs; issue #7
-    # stays open for it), so this asserts only that training on stale data does not collapse the policy.
-    assert doc["reward_end"] > doc["reward_start"] - 0.05, doc
+def assert_no_node_left(doc: dict) -> None:
     alive = [pid for pid in doc["node_pids"] if psutil.pid_exists(pid)
              and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"demo left nodes running: {alive}"
+
+
+def assert_climbs(doc: dict) -> None:
+    assert doc["reward_end"] > doc["reward_start"] + CLIMB, (doc["reward_start"], doc["reward_end"], doc["reward_curve"])
+
+
+CLIMB = 0.03  # measured over STEPS swarm steps: see README "Measured so far" (demo rows)
+STEPS = 120
+
+
+@pytest.mark.timeout(600)
+def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
+    doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6")
+    for key in DEMO_KEYS:
+        assert key in doc, key
+    assert doc["learner_steps"] >= STEPS, doc
+    assert doc["versions_published"] >= STEPS * 3 // 4
+    assert doc["rollouts_received"] >= 8 * STEPS  # each step trains on 8 groups from the samplers
+    assert doc["staleness_max"] >= 1, "async mode: some rollouts must come from older versions"
+    assert all(s["steps"] > STEPS // 4 for s in doc["samplers"].values()), doc["samplers"]
+    assert_climbs(doc)
+    assert_no_node_left(doc)
+
+
+@pytest.mark.timeout(600)
+def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
+    kill_at = 40
+    doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6", "--set", "sync.mode=pull",
+                   "--kill-sampler-at", str(kill_at))
+    assert doc["learner_steps"] >= STEPS and doc["sampler_killed_at_step"] >= kill_at, doc
+    restarted = doc["samplers"]["sampler2"]
+    assert restarted["last_step"] > doc["sampler_killed_at_step"] + 20, doc["samplers"]  # it came back and served
+    # pull: a sampler fetches the newest version before every batch, so rollouts are at most a step or two old
+    assert doc["staleness_mean"] < 1.5, doc["staleness_mean"]
+    assert_climbs(doc)
+    assert_no_node_left(doc)
+
+
+@pytest.mark.timeout(600)
+def test_demo_learns_with_simulated_weight_delay(tmp_path):
+    doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6", "--set", "sync.delay_target=weights",
+                   "--set", "sync.simulate_delay=lognormal:1.0,0.5,6")
+    assert doc["learner_steps"] >= STEPS, doc
+    assert doc["staleness_max"] >= 3, "held-back weights must show up as staler rollouts"
+    assert_climbs(doc)
+    assert_no_node_left(doc)

@@ -98,7 +98,8 @@ class LearnerLoop:
         """One optimiser step from the buffer; its diagnostics, or None when the buffer holds too few groups."""
         if len(self.buffer) < self.lc.prompts_per_step:
             return None
-        groups = [rows for g in self.buffer.draw(self.lc.prompts_per_step) if (rows := self._rows(g))]
+        drawn = self.buffer.draw(self.lc.prompts_per_step)
+        groups = [rows for g in drawn if (rows := self._rows(g))]
         rewards = [r.reward for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]
         summary = {
@@ -107,6 +108,7 @@ class LearnerLoop:
             "zero_signal_fraction": 1 - len(signal) / len(groups) if groups else 0.0,
             "groups": float(len(groups)),
             "groups_trained": float(len(signal)),
+            "sampler_ids": sorted({g.sampler_id for g in drawn}),
         }
         if groups:
             taus = [rows[0].staleness for rows in groups]
