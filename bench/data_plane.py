@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -59,9 +60,9 @@ def cpu_delta(before: dict[str, float]) -> dict[str, float]:
     return {k: after[k] - before[k] for k in before}
 
 
-def make_state(mb: int) -> dict[str, torch.Tensor]:
+def make_state(mb: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """`mb` MB of float32 in 4 MB tensors (a ~125M-parameter model at 500 MB)."""
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     return {f"layer.{i}.weight": torch.randn(1024, 1024, generator=g) for i in range(mb // 4)}
 
 
@@ -69,10 +70,13 @@ def make_state(mb: int) -> dict[str, torch.Tensor]:
 async def worker(args) -> None:
     """A receiving peer: reads JSON commands on stdin, answers JSON lines on stdout (with CPU seconds used)."""
     out = lambda obj: print(json.dumps(obj), flush=True)  # noqa: E731
-    p2p = await P2P.create(initial_peers=[args.initial], **P2P_KW)
+    kw = {**P2P_KW, "host_maddrs": [f"/ip4/{args.host}/tcp/0"]}
+    p2p = await P2P.create(initial_peers=[args.initial] if args.initial else [], **kw)
     store = WeightStore(args.dir, RUN, keep_versions=4)
     await store.serve(p2p)
-    out({"peer_id": str(p2p.peer_id)})
+    identity = Identity.generate()  # signs what this peer publishes (the swarm phase's learner)
+    maddr = str((await p2p.get_visible_maddrs())[0]) + f"/p2p/{p2p.peer_id}"
+    out({"peer_id": str(p2p.peer_id), "maddr": maddr, "key": identity.peer_id})
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -100,6 +104,11 @@ async def worker(args) -> None:
             r, w = await asyncio.open_connection("127.0.0.1", cmd["port"], limit=PIECE)
             await _read_into(r, bytearray(cmd["bytes"]), w)
             res = {}
+        elif cmd["op"] == "publish":  # fresh content per version
+            store.publish(cmd["version"], make_state(cmd["mb"], seed=cmd["version"]), identity)
+            res = {}
+        elif cmd["op"] == "served":
+            res = {"served_chunks": store.served_chunks}
         else:
             raise ValueError(cmd)
         out({"seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0), **res})
@@ -136,11 +145,14 @@ async def _read_into(reader: asyncio.StreamReader, buf: bytearray, writer: async
 
 
 class Worker:
-    def __init__(self, initial: str, directory: Path, profile: str | None = None):
-        cmd = [sys.executable, __file__, "--worker", "--initial", initial, "--dir", str(directory)]
-        self.proc = subprocess.Popen(cmd + (["--profile", profile] if profile else []), stdin=subprocess.PIPE,
+    def __init__(self, initial: str | None, directory: Path, profile: str | None = None, *,
+                 netns: str | None = None, host: str = "127.0.0.1"):
+        cmd = [sys.executable, __file__, "--worker", "--dir", str(directory), "--host", host]
+        cmd += (["--initial", initial] if initial else []) + (["--profile", profile] if profile else [])
+        self.proc = subprocess.Popen((["ip", "netns", "exec", netns] if netns else []) + cmd, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
-        self.peer_id = self.recv()["peer_id"]
+        hello = self.recv()
+        self.peer_id, self.maddr, self.key = hello["peer_id"], hello["maddr"], hello["key"]
 
     def send(self, **cmd) -> None:
         self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -224,7 +236,7 @@ async def weights_bench(args, tmp: Path) -> dict:
         res["concurrent"] = rs
         res["concurrent_n"] = len(others)
         res["learner_served_chunks"] = store.served_chunks - served0
-        res["peer_served_chunks"] = sum(r["served_chunks"] for r in rs)
+        res["peer_served_chunks"] = sum([(await w.ask(op="served"))["served_chunks"] for w in others])
         res["alone"] = await measured(one.ask(op="fetch", holders=[me], version=2, learner_key=learner.peer_id))
         # delta: change 10% of the tensors; a fetcher holding v2 fetches v3
         for name in list(state)[::10]:
@@ -238,6 +250,70 @@ async def weights_bench(args, tmp: Path) -> dict:
         tcp.close()
         await p2p.shutdown()
     return res
+
+
+@contextlib.contextmanager
+def limited_hosts(n: int, mbit: int):
+    """`n` network namespaces on one bridge, each host's upload limited to `mbit` (tc tbf): separate machines
+    on one switch. Yields (namespace, address) pairs; removes everything it made, even on failure."""
+    tag = f"swnb{os.getpid() % 100000}"
+    namespaces, links = [], []
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    try:
+        sh("ip", "link", "add", f"{tag}br", "type", "bridge")
+        links.append(f"{tag}br")
+        sh("ip", "link", "set", f"{tag}br", "up")
+        hosts = []
+        for k in range(n):
+            ns, veth, ip = f"{tag}n{k}", f"{tag}v{k}", f"10.231.77.{k + 2}"
+            sh("ip", "netns", "add", ns)
+            namespaces.append(ns)
+            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            links.append(veth)
+            sh("ip", "link", "set", veth, "master", f"{tag}br")
+            sh("ip", "link", "set", veth, "up")
+            inside = ("ip", "netns", "exec", ns)
+            sh(*inside, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
+            sh(*inside, "ip", "link", "set", "eth0", "up")
+            sh(*inside, "ip", "link", "set", "lo", "up")
+            sh(*inside, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", f"{mbit}mbit", "burst", "256kb",
+               "latency", "50ms")
+            hosts.append((ns, ip))
+        yield hosts
+    finally:
+        for ns in namespaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for link in links:
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+
+
+async def swarm_bench(args, tmp: Path) -> dict:
+    """1 vs N fetchers when every host's upload is limited (network-bound, not CPU-bound): the publisher and
+    each fetcher in its own namespace."""
+    with limited_hosts(args.fetchers + 1, args.swarm_mbit) as hosts:
+        (pub_ns, pub_ip), rest = hosts[0], hosts[1:]
+        nodes = [Worker(None, tmp / "pub", netns=pub_ns, host=pub_ip)]
+        try:
+            pub = nodes[0]
+            nodes += [Worker(pub.maddr, tmp / f"s{i}", netns=ns, host=ip) for i, (ns, ip) in enumerate(rest)]
+            one, others = nodes[1], nodes[2:]
+            await pub.ask(op="publish", mb=args.mb, version=1)
+            alone = await one.ask(op="fetch", holders=[pub.peer_id], version=1, learner_key=pub.key)
+            await pub.ask(op="publish", mb=args.mb, version=2)
+            served0, t0 = (await pub.ask(op="served"))["served_chunks"], time.perf_counter()
+            rs = await asyncio.gather(*[
+                w.ask(op="fetch", holders=[pub.peer_id] + [o.peer_id for o in others if o is not w], version=2,
+                      learner_key=pub.key) for w in others])
+            return {"mbit": args.swarm_mbit, "alone_s": alone["seconds"], "concurrent_s": time.perf_counter() - t0,
+                    "each_s": [r["seconds"] for r in rs], "n": len(others),
+                    "learner_served": (await pub.ask(op="served"))["served_chunks"] - served0,
+                    "peer_served": sum([(await w.ask(op="served"))["served_chunks"] for w in others])}
+        finally:
+            for w in nodes:
+                w.close()
 
 
 def rollout_bench(args, tmp: Path) -> dict:
@@ -322,20 +398,34 @@ def main() -> None:
     ap.add_argument("--samplers", type=int, default=7)
     ap.add_argument("--groups", type=int, default=60, help="groups per sampler (10/s each)")
     ap.add_argument("--skip-rollouts", action="store_true")
+    ap.add_argument("--skip-loopback", action="store_true", help="only the upload-limited phase (and rollouts)")
+    ap.add_argument("--swarm-mbit", type=int, default=200,
+                    help="upload limit per host for the namespaced 1-vs-N phase (0: skip; needs root, iproute2)")
     ap.add_argument("--profile", help="directory: cProfile each worker fetch into it")
     ap.add_argument("--json", help="also write every figure to this JSON file")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--initial")
+    ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--dir")
     args = ap.parse_args()
     if args.worker:
+        logging.basicConfig(level=os.environ.get("BENCH_LOG", "WARNING"), stream=sys.stderr)
         asyncio.run(worker(args))
         return
     args.fetchers += 1
     tmp = Path(tempfile.mkdtemp(prefix="swarmnode-bench-"))
     try:
-        w = asyncio.run(weights_bench(args, tmp))
-        report(w)
+        w = {} if args.skip_loopback else asyncio.run(weights_bench(args, tmp))
+        if w:
+            report(w)
+        if args.swarm_mbit:
+            sw = asyncio.run(swarm_bench(args, tmp))
+            w["swarm"] = sw
+            mb_s = args.swarm_mbit / 8 * 1e6 / 2**20 * 1.048576
+            print(f"  upload-limited hosts ({sw['mbit']} Mbit/s = {mb_s:.0f} MB/s each, tc tbf, one namespace per "
+                  f"node): 1 fetcher {sw['alone_s']:.2f} s; {sw['n']} concurrent {sw['concurrent_s']:.2f} s = "
+                  f"{sw['concurrent_s'] / sw['alone_s']:.2f}x (target <= 1.5x); chunks served by peers "
+                  f"{sw['peer_served']}, by the publisher {sw['learner_served']}")
         r = None if args.skip_rollouts else rollout_bench(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -12,9 +12,10 @@ learner lists tensors and chunks. On disk, under the store's root:
 Wire protocol (one hivemind binary stream per worker, persistent): the client sends requests as frames
 (8-byte big-endian length + msgpack), the server answers each with frames; an empty frame means "I do not
 have it". Requests: {"op": "manifest", "version": v} (v = -1: newest), {"op": "chunks", "hashes": [...]},
-{"op": "have", "version": v} (answer: a bitmap of the version's chunks held, bit i = byte i // 8, bit i % 8;
-empty if none), {"op": "bye"}. Fetchers poll holders' bitmaps and ask each holder only for chunks it has,
-rarest first, so concurrent fetchers spread the publisher's chunks and then serve each other. The client closes only after its last answer arrived and "bye" was sent (closing right after
+{"op": "have", "version": v} (answer: two bitmaps of the version's chunks, held then being fetched, bit i =
+byte i // 8, bit i % 8; empty if none), {"op": "bye"}. Fetchers poll holders' bitmaps and ask each holder only
+for chunks it has, rarest first (counting chunks on their way to a holder), so concurrent fetchers spread the
+publisher's chunks instead of each pulling the same ones, and then serve each other. The client closes only after its last answer arrived and "bye" was sent (closing right after
 the last write truncated QUIC streams, see DESIGN.md).
 """
 
@@ -135,6 +136,7 @@ class WeightStore:
         self._exposed: dict[int, dict[str, memoryview]] = {}  # version being fetched -> chunks it already has
         self._fetching: dict[int, WeightManifest] = {}  # version being fetched -> its manifest
         self._full_maps: dict[int, bytes] = {}  # complete version -> its (all ones) have-map
+        self._incoming: dict[int, set[int]] = {}  # version being fetched -> chunk indices requested, not yet in
         self.served_chunks = 0
         self.served_bytes = 0
         self.served_chunks_by_peer: collections.Counter[str] = collections.Counter()
@@ -160,16 +162,24 @@ class WeightStore:
         return self._in_memory(hex_digest) is not None or (self.root / "chunks" / hex_digest).exists()
 
     def have_map(self, version: int) -> bytes:
-        """Bitmap of the chunks of `version` held here (bit i = byte i // 8, bit i % 8); empty if none."""
+        """Bitmaps of the chunks of `version` held here, then of those being fetched (bit i = byte i // 8,
+        bit i % 8); empty if none."""
         if (full := self._full_maps.get(version)) is not None:
             return full
         if (m := self.manifest(version)) is not None:
-            self._full_maps[version] = _bitmap(range(len(m.chunks)), len(m.chunks))
+            n = len(m.chunks)
+            self._full_maps[version] = _bitmap(range(n), n) + bytes((n + 7) // 8)
             return self._full_maps[version]
         if (m := self._fetching.get(version)) is None:
             return b""
-        exposed = self._exposed.get(version, {})
-        return _bitmap((i for i, c in enumerate(m.chunks) if c.hex in exposed), len(m.chunks))
+        exposed, n = self._exposed.get(version, {}), len(m.chunks)
+        return (_bitmap((i for i, c in enumerate(m.chunks) if c.hex in exposed), n)
+                + _bitmap(self._incoming.get(version, ()), n))
+
+    def incoming(self, version: int) -> set[int]:
+        """The live set of chunk indices of `version` a fetch has requested and not yet received (advertised in
+        the have-map, so other fetchers get those chunks elsewhere)."""
+        return self._incoming.setdefault(version, set())
 
     def _in_memory(self, hex_digest: str) -> memoryview | None:
         if (mv := self._mem.get(hex_digest)) is not None:
@@ -242,6 +252,7 @@ class WeightStore:
         self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
         self._exposed.setdefault(manifest.version, {})
         self._fetching[manifest.version] = manifest
+        self._incoming[manifest.version] = set()
 
     def expose_chunk(self, version: int, hex_digest: str, view: memoryview) -> None:
         """Serve a verified chunk from memory (a fetch in progress shares what it already has)."""
@@ -254,6 +265,7 @@ class WeightStore:
             (self.root / "partial" / f"{manifest.version}.bin").unlink()
         self._exposed.pop(manifest.version, None)
         self._fetching.pop(manifest.version, None)
+        self._incoming.pop(manifest.version, None)
         self._cache(manifest.version, manifest, buf)
         self.gc()
 
@@ -417,7 +429,8 @@ class _Work:
     MISS_RETRY_S = 0.3
     HAVE_REFRESH_S = 0.05
 
-    def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int, n_chunks: int):
+    def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int, n_chunks: int,
+                 incoming: set[int] | None = None):
         self.pending: dict[int, int] = {i: rank for rank, i in enumerate(indices)}  # chunk -> random rank
         self.rank = dict(self.pending)
         self.in_flight = 0
@@ -430,7 +443,9 @@ class _Work:
         self.max_misses = 100 * max(1, len(holders))
         self.n_chunks = n_chunks
         self.have: dict[str, int] = {}  # holder -> bitmap of chunks it holds (absent: not known yet)
-        self.count = [0] * n_chunks  # known holders per chunk
+        self.coming: dict[str, int] = {}  # holder -> bitmap of chunks on their way to it
+        self.count = [0] * n_chunks  # known holders per chunk, counting those it is on its way to
+        self.incoming = incoming if incoming is not None else set()  # ours, in flight (advertised to others)
         self.have_asked: dict[str, float] = {}  # holder -> when its have-map was last requested
         self.changed = asyncio.Event()
 
@@ -453,11 +468,19 @@ class _Work:
         self.have_asked[holder] = now
         return True
 
-    def set_have(self, holder: str, bitmap: bytes) -> None:
-        """Record `holder`'s have-map and update the per-chunk holder counts."""
-        new = int.from_bytes(bitmap, "little") & ((1 << self.n_chunks) - 1)
+    def set_have(self, holder: str, answer: bytes) -> None:
+        """Record `holder`'s have-map answer (held bitmap, then coming bitmap; empty: nothing)."""
+        nb, mask = (self.n_chunks + 7) // 8, (1 << self.n_chunks) - 1
+        held = int.from_bytes(answer[:nb], "little") & mask
+        coming = int.from_bytes(answer[nb:], "little") & mask & ~held
         old = self.have.get(holder, 0)
-        self.have[holder] = new
+        self._count(old, held)
+        self._count(self.coming.get(holder, 0), coming)
+        self.have[holder], self.coming[holder] = held, coming
+        if held & ~old:
+            self._poke()
+
+    def _count(self, old: int, new: int) -> None:
         diff = (new ^ old).to_bytes((self.n_chunks + 7) // 8, "little")
         for byte_index, byte in enumerate(diff):
             while byte:
@@ -465,8 +488,6 @@ class _Work:
                 i = byte_index * 8 + low.bit_length() - 1
                 self.count[i] += 1 if new >> i & 1 else -1
                 byte ^= low
-        if new & ~old:
-            self._poke()
 
     def take(self, holder: str, n: int) -> list[int]:
         """Up to `n` pending chunks `holder` has, rarest first."""
@@ -476,6 +497,7 @@ class _Work:
         got = heapq.nsmallest(n, candidates, key=lambda i: (self.count[i], self.pending[i]))
         for i in got:
             del self.pending[i]
+        self.incoming.update(got)
         self.in_flight += len(got)
         return got
 
@@ -483,6 +505,7 @@ class _Work:
         """Return chunks not delivered: `holder` failed them (or, with `missing`, did not have them yet)."""
         for i in indices:
             self.in_flight -= 1
+            self.incoming.discard(i)
             if holder is not None:
                 counter, limit = (self.misses, self.max_misses) if missing else (self.failures, self.max_failures)
                 counter[i] += 1
@@ -495,6 +518,7 @@ class _Work:
 
     def done(self, i: int) -> None:
         self.in_flight -= 1
+        self.incoming.discard(i)
         self._poke()
 
     def new_round(self) -> None:
@@ -510,7 +534,7 @@ class WeightFetcher:
     """Fetches versions into a WeightStore from many holders in parallel, verifying everything."""
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
-                 streams_per_holder: int = 2, chunks_per_request: int = 4, window: int | None = None,
+                 streams_per_holder: int = 1, chunks_per_request: int = 1, window: int | None = None,
                  timeout: float = 30.0, max_rounds: int = 5):
         self.p2p = p2p
         self.store = store
@@ -588,7 +612,7 @@ class WeightFetcher:
         if progress:
             progress(done_bytes, manifest.total_bytes)
         work = _Work(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)),
-                     n_chunks=len(manifest.chunks))
+                     n_chunks=len(manifest.chunks), incoming=self.store.incoming(manifest.version))
 
         def on_chunk(i: int, holder: str) -> None:
             nonlocal done_bytes
@@ -641,7 +665,7 @@ class WeightFetcher:
                 work.done(i)
                 on_chunk(i, name)
 
-        have_buf, have_asked = bytearray((len(manifest.chunks) + 7) // 8), False
+        have_buf, have_asked = bytearray(2 * ((len(manifest.chunks) + 7) // 8)), False
         try:
             _, reader, writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
