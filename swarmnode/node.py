@@ -215,7 +215,7 @@ class SamplerRole(_Role):
                               f"{self.sender.delivered} acked, {self.sender.pending} waiting to be sent")
                 if cfg.sync.mode == "pull":
                     await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
-                if self.newest - self.loop.version > cfg.sync.max_staleness:
+                if self.newest - self.loop.offered_version > cfg.sync.max_staleness:  # offered = swapped in next
                     self.publish_health(paused="too stale")
                     await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
                     continue

@@ -26,7 +26,7 @@ from swarmnode.swarm.validator import SwarmValidator, owned_subkey, run_keys
 
 logger = logging.getLogger(__name__)
 
-VERSION_TTL_S = 120.0  # an announcement lives this long unless re-announced (the learner's heartbeat does)
+VERSION_TTL_MIN_S = 10.0  # announcements live max(this, heartbeat x missed beats) unless re-announced
 
 
 class SwarmDHT:
@@ -110,9 +110,17 @@ class SwarmDHT:
         VersionAnnouncement.decode(payload)  # fail at the source, not at every receiver
         self._last_announcement = (int(version), dict(pointer))
         return bool(await self.node.store(
-            self._keys["versions"], payload, get_dht_time() + VERSION_TTL_S,
+            self._keys["versions"], payload, get_dht_time() + self.announcement_ttl,
             subkey=owned_subkey(self.identity.peer_id, str(version)),
         ))
+
+    @property
+    def announcement_ttl(self) -> float:
+        """Seconds an announcement lives: like a peer record, it expires after missed heartbeats. Only the newest
+        is refreshed, so a learner publishing every step leaves ~ttl x versions/s subkeys for readers to verify
+        (a 120 s TTL at 2 versions/s made every `newest_version` verify ~240 signatures per responding peer)."""
+        net = self.cfg.network
+        return max(VERSION_TTL_MIN_S, net.heartbeat_interval * net.missed_beats_to_expire)
 
     async def refresh_announcement(self) -> None:
         """Re-store the newest announcement so it does not expire while the learner lives."""
