@@ -130,8 +130,9 @@ def test_fetch_delta_and_resume(tmp_path):
     learner = Identity.generate()
 
     async def scenario():
-        async with daemons(2) as (lp, sp):
+        async with daemons(3) as (lp, sp, empty):
             ls, ss = store(tmp_path, "l"), store(tmp_path, "s")
+            await store(tmp_path, "e").serve(empty)  # a peer that never gets any version
             await ls.serve(lp)
             state = make_state()
             m1 = ls.publish(1, state, learner)
@@ -166,6 +167,10 @@ def test_fetch_delta_and_resume(tmp_path):
                 await task
             await asyncio.sleep(0.2)  # let the chunk writes already handed to threads land
             assert rs.versions() == [] and rs.partial_manifest(3) is not None
+            # resuming from a holder that has nothing (its have-map stays empty) gives up after `timeout`
+            stuck = WeightFetcher(sp, store(tmp_path, "r"), [learner.peer_id], timeout=1.0, max_rounds=1)
+            with pytest.raises(FetchError, match="unavailable"):
+                await asyncio.wait_for(stuck.fetch([empty.peer_id], 3), 20)
             restarted = WeightFetcher(sp, store(tmp_path, "r"), [learner.peer_id])
             await restarted.fetch([lp.peer_id], 3)
             st = restarted.last_stats

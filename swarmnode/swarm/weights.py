@@ -447,6 +447,7 @@ class _Work:
         self.count = [0] * n_chunks  # known holders per chunk, counting those it is on its way to
         self.incoming = incoming if incoming is not None else set()  # ours, in flight (advertised to others)
         self.have_asked: dict[str, float] = {}  # holder -> when its have-map was last requested
+        self.last_progress = time.monotonic()  # a chunk arrived or a holder gained one
         self.changed = asyncio.Event()
 
     def finished(self) -> bool:
@@ -478,6 +479,7 @@ class _Work:
         self._count(self.coming.get(holder, 0), coming)
         self.have[holder], self.coming[holder] = held, coming
         if held & ~old:
+            self.last_progress = time.monotonic()
             self._poke()
 
     def _count(self, old: int, new: int) -> None:
@@ -519,6 +521,7 @@ class _Work:
     def done(self, i: int) -> None:
         self.in_flight -= 1
         self.incoming.discard(i)
+        self.last_progress = time.monotonic()
         self._poke()
 
     def new_round(self) -> None:
@@ -686,6 +689,8 @@ class WeightFetcher:
                 if not outstanding:
                     if work.finished() or (work.pending and not work.can_help(name)):
                         break  # all done, or nothing left that this holder has not failed
+                    if not work.in_flight and time.monotonic() - work.last_progress > self.timeout:
+                        break  # no holder has gained a missing chunk for a while: end this round
                     changed = work.changed  # chunks in flight elsewhere may come back, holders gain chunks
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(changed.wait(), _Work.HAVE_REFRESH_S)
