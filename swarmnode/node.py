@@ -203,7 +203,7 @@ class SamplerRole(_Role):
         self._fetching: asyncio.Task | None = None
         await self._refresh_learners()
         await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
-        self.emit(f"sampler ready: version {self.loop.version}")
+        self.emit(f"sampler ready: version {self.loop.offered_version}")
         follower = asyncio.create_task(self._follower(stop))
         groups, t0 = 0, time.monotonic()
         next_report = t0 + PROGRESS_EVERY_S
