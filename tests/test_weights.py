@@ -167,8 +167,10 @@ def test_fetch_delta_and_resume(tmp_path):
                 await task
             await asyncio.sleep(0.2)  # let the chunk writes already handed to threads land
             assert rs.versions() == [] and rs.partial_manifest(3) is not None
-            # resuming from a holder that has nothing (its have-map stays empty) gives up after `timeout`
-            stuck = WeightFetcher(sp, store(tmp_path, "r"), [learner.peer_id], timeout=1.0, max_rounds=1)
+            # resuming (no chunk on disk yet) from a holder that has nothing (its have-map stays empty) gives up
+            # after `timeout` instead of waiting for chunks forever
+            store(tmp_path, "z").begin(m3, bytearray(m3.total_bytes))
+            stuck = WeightFetcher(sp, store(tmp_path, "z"), [learner.peer_id], timeout=1.0, max_rounds=1)
             with pytest.raises(FetchError, match="unavailable"):
                 await asyncio.wait_for(stuck.fetch([empty.peer_id], 3), 20)
             restarted = WeightFetcher(sp, store(tmp_path, "r"), [learner.peer_id])
