@@ -24,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import hashlib
 import heapq
 import logging
 import math
+import mmap
 import os
 import random
 import time
@@ -47,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 4 << 20
 ALIGN = 64
+_BLOCK = 4096  # O_DIRECT alignment (address and length)
 MAX_REQUEST_BYTES = 64 << 10
 MAX_HASHES_PER_REQUEST = 64
 _DTYPES = {
@@ -57,6 +60,7 @@ _DTYPES = {
 _TORCH = {v: k for k, v in _DTYPES.items()}
 
 ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total)
+Buffer = bytearray | mmap.mmap  # a version's flat buffer (writable, fixed size)
 
 
 class FetchError(RuntimeError):
@@ -82,7 +86,7 @@ def plan_layout(state: dict[str, torch.Tensor]) -> tuple[list[TensorEntry], int]
     return entries, pos
 
 
-def flatten_into(state: dict[str, torch.Tensor], tensors: list[TensorEntry], buf: bytearray) -> None:
+def flatten_into(state: dict[str, torch.Tensor], tensors: list[TensorEntry], buf: Buffer) -> None:
     """Copy every tensor's raw bytes into its place in `buf` (one copy, no intermediate)."""
     flat = torch.frombuffer(buf, dtype=torch.uint8) if len(buf) else torch.empty(0, dtype=torch.uint8)
     for entry in tensors:
@@ -91,7 +95,7 @@ def flatten_into(state: dict[str, torch.Tensor], tensors: list[TensorEntry], buf
             flat[entry.offset : entry.offset + entry.nbytes].copy_(src)
 
 
-def tensors_from_buffer(manifest: WeightManifest, buf: bytearray) -> dict[str, torch.Tensor]:
+def tensors_from_buffer(manifest: WeightManifest, buf: Buffer) -> dict[str, torch.Tensor]:
     """Tensors viewing `buf` (zero copy); the caller copies them into its model."""
     out = {}
     for e in manifest.tensors:
@@ -104,11 +108,39 @@ def tensors_from_buffer(manifest: WeightManifest, buf: bytearray) -> dict[str, t
     return out
 
 
-def cut_chunks(buf: bytearray, chunk_bytes: int) -> list[ChunkEntry]:
+def cut_chunks(buf: Buffer, chunk_bytes: int) -> list[ChunkEntry]:
     """Fixed-size chunks of `buf` with their sha256."""
     view = memoryview(buf)
     return [ChunkEntry(hashlib.sha256(view[i : i + chunk_bytes]).digest(), len(view[i : i + chunk_bytes]))
             for i in range(0, len(buf), chunk_bytes)]
+
+
+def aligned_buffer(n: int) -> Buffer:
+    """A zeroed, page-aligned, writable buffer of `n` bytes (an anonymous mapping): chunks in it can go to disk
+    with O_DIRECT, straight from the buffer."""
+    return mmap.mmap(-1, n) if n else bytearray()
+
+
+def _direct_write(path: Path, view: memoryview) -> bool:
+    """Write `view` to a new file with O_DIRECT (the disk reads the buffer; no copy into the page cache) when
+    buffer and length are block-aligned and the filesystem allows it; False means: write it the usual way."""
+    if not hasattr(os, "O_DIRECT") or len(view) % _BLOCK or view.readonly:
+        return False
+    if ctypes.addressof(ctypes.c_char.from_buffer(view)) % _BLOCK:
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    except OSError:  # e.g. tmpfs
+        return False
+    try:
+        pos = 0
+        while pos < len(view):
+            pos += os.write(fd, view[pos:])
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _bitmap(indices: Iterable[int], n: int) -> bytes:
@@ -131,7 +163,7 @@ class WeightStore:
         self.cache_versions = cache_versions
         for sub in ("chunks", "manifests", "partial"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self._buffers: collections.OrderedDict[int, bytearray] = collections.OrderedDict()
+        self._buffers: collections.OrderedDict[int, Buffer] = collections.OrderedDict()
         self._mem: dict[str, memoryview] = {}  # chunk hex -> bytes in a cached version's buffer
         self._exposed: dict[int, dict[str, memoryview]] = {}  # version being fetched -> chunks it already has
         self._fetching: dict[int, WeightManifest] = {}  # version being fetched -> its manifest
@@ -198,7 +230,7 @@ class WeightStore:
         except OSError:
             return None
 
-    def buffer(self, version: int) -> bytearray:
+    def buffer(self, version: int) -> Buffer:
         """The flat buffer of a complete version (cached, else read from disk into one preallocated buffer)."""
         if version in self._buffers:
             self._buffers.move_to_end(version)
@@ -206,7 +238,7 @@ class WeightStore:
         manifest = self.manifest(version)
         if manifest is None:
             raise KeyError(f"version {version} is not held here")
-        buf = bytearray(manifest.total_bytes)
+        buf = aligned_buffer(manifest.total_bytes)
         for chunk, off in zip(manifest.chunks, manifest.chunk_offsets()):
             if not self._load_chunk_into(chunk, memoryview(buf)[off : off + chunk.size]):
                 raise FetchError(f"version {version}: chunk {chunk.hex[:12]} missing or corrupt on disk")
@@ -225,7 +257,7 @@ class WeightStore:
                 parent_version: int = -1, model_id: str = "") -> WeightManifest:
         """Write `state` as version `version` (new chunks only), sign its manifest, GC old versions."""
         tensors, total = plan_layout(state)
-        buf = bytearray(total)
+        buf = aligned_buffer(total)
         flatten_into(state, tensors, buf)
         chunks = cut_chunks(buf, self.chunk_bytes)
         manifest = WeightManifest.create(identity=identity, run_id=self.run_id, version=version,
@@ -241,13 +273,15 @@ class WeightStore:
         """Persist one verified chunk atomically (tmp file + rename)."""
         path = self.root / "chunks" / hex_digest
         tmp = path.with_name(f".{hex_digest}.{os.getpid()}.{random.getrandbits(32):x}.tmp")
-        with open(tmp, "wb", buffering=0) as f:  # straight from the caller's buffer, no copy in between
-            view, pos = memoryview(data), 0
-            while pos < len(view):
-                pos += f.write(view[pos:])
+        view = memoryview(data)
+        if not _direct_write(tmp, view):
+            with open(tmp, "wb", buffering=0) as f:  # straight from the caller's buffer, no copy in between
+                pos = 0
+                while pos < len(view):
+                    pos += f.write(view[pos:])
         os.replace(tmp, path)
 
-    def begin(self, manifest: WeightManifest, buf: bytearray) -> None:
+    def begin(self, manifest: WeightManifest, buf: Buffer) -> None:
         """Record a version being fetched: its chunks survive GC and a restart resumes from them."""
         self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
         self._exposed.setdefault(manifest.version, {})
@@ -258,7 +292,7 @@ class WeightStore:
         """Serve a verified chunk from memory (a fetch in progress shares what it already has)."""
         self._exposed.setdefault(version, {})[hex_digest] = view
 
-    def commit(self, manifest: WeightManifest, buf: bytearray) -> None:
+    def commit(self, manifest: WeightManifest, buf: Buffer) -> None:
         """Mark a version complete (all chunks on disk), cache its buffer, and GC beyond the window."""
         self._atomic_write(self.root / "manifests" / f"{manifest.version}.bin", manifest.encode())
         with contextlib.suppress(FileNotFoundError):
@@ -292,14 +326,14 @@ class WeightStore:
         return dropped
 
     # -- internals ----------------------------------------------------------------------------------------
-    def _cache(self, version: int, manifest: WeightManifest, buf: bytearray) -> None:
+    def _cache(self, version: int, manifest: WeightManifest, buf: Buffer) -> None:
         self._buffers[version] = buf
         self._buffers.move_to_end(version)
         while len(self._buffers) > self.cache_versions:
             self._buffers.popitem(last=False)
         self._reindex_memory(extra=(manifest, buf))
 
-    def _reindex_memory(self, extra: tuple[WeightManifest, bytearray] | None = None) -> None:
+    def _reindex_memory(self, extra: tuple[WeightManifest, Buffer] | None = None) -> None:
         live = []
         for v, buf in self._buffers.items():
             m = extra[0] if extra and extra[0].version == v else self.manifest(v)
@@ -598,7 +632,7 @@ class WeightFetcher:
             manifest = await self.fetch_manifest(holders, version)
             if (m := self.store.manifest(manifest.version)) is not None:
                 return m
-        buf = bytearray(manifest.total_bytes)  # the one preallocated buffer chunks land in
+        buf = aligned_buffer(manifest.total_bytes)  # the one preallocated buffer chunks land in
         self.store.begin(manifest, buf)
         stats = FetchStats(manifest.version, manifest.total_bytes, chunks_by_holder=collections.Counter())
         offsets = manifest.chunk_offsets()
