@@ -650,12 +650,15 @@ class WeightFetcher:
             progress(done_bytes, manifest.total_bytes)
         work = _Work(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)),
                      n_chunks=len(manifest.chunks), incoming=self.store.incoming(manifest.version))
+        writes: list[asyncio.Future] = []
 
         def on_chunk(i: int, holder: str) -> None:
             nonlocal done_bytes
             chunk = manifest.chunks[i]
             piece = view[offsets[i] : offsets[i] + chunk.size]
             self.store.expose_chunk(manifest.version, chunk.hex, piece)
+            # persisted in the background: a slow disk does not hold up reading (the bytes are in `buf` already)
+            writes.append(asyncio.ensure_future(asyncio.to_thread(self.store.write_chunk, chunk.hex, piece)))
             stats.fetched_bytes += chunk.size
             stats.chunks_by_holder[holder] += 1
             done_bytes += chunk.size
@@ -671,6 +674,8 @@ class WeightFetcher:
             workers = [self._worker(h, manifest, view, offsets, work, stats, on_chunk)
                        for h in holders for _ in range(self.streams_per_holder)]
             await asyncio.gather(*workers)
+        if writes:
+            await asyncio.gather(*writes)
         missing = len(work.pending) + len(work.failed)
         if missing:
             raise FetchError(f"version {manifest.version}: {missing} chunks unavailable from "
@@ -693,7 +698,7 @@ class WeightFetcher:
             if not n:
                 stats.missing_chunks += 1
                 work.give_back([i], name, missing=True)
-            elif n != chunk.size or not await asyncio.to_thread(self._verify_and_persist, chunk, piece):
+            elif n != chunk.size or not await asyncio.to_thread(_hash_matches, chunk, piece):
                 stats.bad_chunks += 1
                 logger.warning("weights: bad chunk %s from %s (hash mismatch); trying another holder",
                                chunk.hex[:12], name[-8:])
@@ -763,12 +768,11 @@ class WeightFetcher:
         work.give_back([i for i, _ in outstanding if i != _HAVE], holder)
         outstanding.clear()
 
-    def _verify_and_persist(self, chunk: ChunkEntry, piece: memoryview) -> bool:
-        """In a worker thread: check the chunk's hash, then write it to the store (both release the GIL)."""
-        if hashlib.sha256(piece).digest() != chunk.sha256:
-            return False
-        self.store.write_chunk(chunk.hex, piece)
-        return True
+
+
+def _hash_matches(chunk: ChunkEntry, piece: memoryview) -> bool:
+    """In a worker thread (hashlib releases the GIL for large buffers)."""
+    return hashlib.sha256(piece).digest() == chunk.sha256
 
 
 @contextlib.contextmanager
