@@ -356,27 +356,27 @@ def rollout_bench(args, tmp: Path) -> dict:
     return {"groups": len(lat), "p50_ms": q[49], "p99_ms": q[98], "max_ms": lat[-1], "nodes": args.samplers + 1}
 
 
-def cpu_per_gb(run: dict, nbytes: float) -> str:
-    """Receiver and sender CPU seconds per GB moved (python + p2pd each)."""
-    rc, sc = run["cpu"], run["sender_cpu"]
+def cpu_per_gb(runs: list[dict], nbytes: float) -> str:
+    """Median receiver and sender CPU seconds per GB moved (python + p2pd each, and all four together)."""
     gb = nbytes / 1e9
-    return (f"recv {rc['python'] / gb:.2f}+{rc['p2pd'] / gb:.2f}, send {sc['python'] / gb:.2f}+{sc['p2pd'] / gb:.2f} "
-            f"CPU-s/GB (python+p2pd)")
+    med = lambda side, part: statistics.median(r[side][part] for r in runs) / gb  # noqa: E731
+    parts = [med(side, part) for side in ("cpu", "sender_cpu") for part in ("python", "p2pd")]
+    total = statistics.median(sum(r["cpu"].values()) + sum(r["sender_cpu"].values()) for r in runs) / gb
+    return (f"CPU-s/GB recv {parts[0]:.2f}+{parts[1]:.2f}, send {parts[2]:.2f}+{parts[3]:.2f} (python+p2pd), "
+            f"total {total:.2f}")
 
 
 def report(w: dict) -> None:
     mb = w["mb"]
-    best = {k: min(w[k], key=lambda r: r["seconds"]) for k in ("tcp", "raw", "fetch")}
-    sec = {k: v["seconds"] for k, v in best.items()}
+    sec = {k: min(r["seconds"] for r in w[k]) for k in ("tcp", "raw", "fetch")}
     print(f"weights: {mb:.0f} MB state, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} "
-          f"(publish {w['publish_s']:.2f} s); best of {len(w['tcp'])}, CPU of that run")
-    print(f"  plain TCP loopback      {mb / sec['tcp']:8.0f} MB/s   {cpu_per_gb(best['tcp'], mb * 1e6)}")
-    print(f"  raw hivemind stream     {mb / sec['raw']:8.0f} MB/s   ({sec['tcp'] / sec['raw']:.2f}x TCP)   "
-          f"{cpu_per_gb(best['raw'], mb * 1e6)}")
-    print(f"  WeightFetcher (1 peer)  {mb / sec['fetch']:8.0f} MB/s   ({sec['raw'] / sec['fetch']:.2f}x raw stream, "
-          f"{sec['tcp'] / sec['fetch']:.2f}x TCP; target >= 0.9x raw)   {cpu_per_gb(best['fetch'], mb * 1e6)}")
+          f"(publish {w['publish_s']:.2f} s); best speed of {len(w['tcp'])} interleaved runs, median CPU")
+    print(f"  plain TCP loopback      {mb / sec['tcp']:6.0f} MB/s   {cpu_per_gb(w['tcp'], mb * 1e6)}")
+    print(f"  raw hivemind stream     {mb / sec['raw']:6.0f} MB/s   {cpu_per_gb(w['raw'], mb * 1e6)}")
+    print(f"  WeightFetcher (1 peer)  {mb / sec['fetch']:6.0f} MB/s   {cpu_per_gb(w['fetch'], mb * 1e6)}")
     pairs = [r["seconds"] / f["seconds"] for r, f in zip(w["raw"], w["fetch"])]
-    print(f"  fetch/raw speed per interleaved pair: {', '.join(f'{x:.2f}' for x in pairs)}")
+    print(f"  fetch vs raw stream: {sec['raw'] / sec['fetch']:.2f}x best-of, {statistics.median(pairs):.2f}x median "
+          f"of interleaved pairs ({', '.join(f'{x:.2f}' for x in pairs)}); target >= 0.9x")
     if "concurrent_s" not in w:
         return
     n, alone = w["concurrent_n"], w["alone"]["seconds"]
@@ -397,7 +397,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=500)
     ap.add_argument("--fetchers", type=int, default=4, help="concurrent fetchers (plus one more for baselines)")
-    ap.add_argument("--repeat", type=int, default=2, help="interleaved TCP / raw / fetch runs (best is reported)")
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved TCP / raw / fetch runs")
     ap.add_argument("--samplers", type=int, default=7)
     ap.add_argument("--groups", type=int, default=60, help="groups per sampler (10/s each)")
     ap.add_argument("--skip-rollouts", action="store_true")
