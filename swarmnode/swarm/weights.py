@@ -568,7 +568,14 @@ class _Work:
 
 
 class WeightFetcher:
-    """Fetches versions into a WeightStore from many holders in parallel, verifying everything."""
+    """Fetches versions into a WeightStore from many holders in parallel, verifying everything.
+
+    Each holder gets a window of requests in flight sized to `PIPELINE_S` of its measured rate (2 to
+    `MAX_WINDOW` chunks): a fast holder streams without gaps, a slow one does not sit on chunks others could
+    serve sooner."""
+
+    PIPELINE_S = 0.1
+    MAX_WINDOW = 8
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
                  streams_per_holder: int = 1, chunks_per_request: int = 1, window: int | None = None,
@@ -578,7 +585,7 @@ class WeightFetcher:
         self.allowed_publishers = set(allowed_publishers)
         self.streams_per_holder = streams_per_holder
         self.chunks_per_request = chunks_per_request
-        self.window = window or 2 * chunks_per_request  # chunks requested and not yet received, per stream
+        self.window = window  # chunks requested and not yet received, per stream (None: adapts to the holder)
         self.timeout = timeout
         self.max_rounds = max_rounds
         self.rejected_manifests = 0
@@ -708,6 +715,7 @@ class WeightFetcher:
                 on_chunk(i, name)
 
         have_buf, have_asked = bytearray(2 * ((len(manifest.chunks) + 7) // 8)), False
+        rate, last_arrival, window = 0.0, 0.0, self.window or 2  # this holder's bytes/s, measured
         try:
             _, reader, writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
@@ -718,8 +726,8 @@ class WeightFetcher:
                     sink.send(pack({"op": "have", "version": manifest.version}))
                     have_asked = True
                 # keep a window of requests in flight, so the holder never waits for our next request
-                while len(outstanding) < self.window and name in work.have:
-                    batch = work.take(name, min(self.chunks_per_request, self.window - len(outstanding)))
+                while len(outstanding) < window and name in work.have:
+                    batch = work.take(name, min(self.chunks_per_request, window - len(outstanding)))
                     if not batch:
                         break
                     outstanding.extend((i, sink.expect(view[offsets[i] : offsets[i] + manifest.chunks[i].size]))
@@ -743,6 +751,13 @@ class WeightFetcher:
                     work.set_have(name, have_buf[:n])
                     have_asked = False
                     continue
+                now = time.monotonic()
+                if last_arrival and now > last_arrival:
+                    sample = n / (now - last_arrival)
+                    rate = 0.7 * rate + 0.3 * sample if rate else sample
+                    if not self.window:
+                        window = max(2, min(self.MAX_WINDOW, 1 + math.ceil(rate * self.PIPELINE_S / max(1, n))))
+                last_arrival = now
                 checks.append(asyncio.ensure_future(check(i, n)))  # hash and persist off the loop; keep reading
                 while len(checks) > 2:
                     await checks.popleft()
