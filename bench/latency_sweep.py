@@ -165,14 +165,15 @@ def markdown(rows: list[dict], header: str) -> str:
 
 
 def figure(cells: list[dict], rows: list[dict], variants: list[str], delays: list[int], path: Path) -> None:
-    """Left: mean held-out eval curves per variant at the largest delay vs delay 0. Right: best/last vs delay."""
+    """Left: mean held-out eval curves per variant at the largest delay vs delay 0. Middle: best/last vs delay.
+    Right: max gradient norm and IS-weight variance vs delay (log scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [v.partition(":")[0] for v in variants]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.8))
     colors = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for name in names:
         for d, style in ((0, ":"), (max(delays), "-")):
@@ -191,8 +192,20 @@ def figure(cells: list[dict], rows: list[dict], variants: list[str], delays: lis
                  label=f"{name} best")
         ax2.plot([r["delay"] for r in mine], [r["eval_last"] for r in mine], "x--", color=colors[name],
                  label=f"{name} last")
+    for name in names:
+        mine = [r for r in rows if r["variant"] == name]
+        ax3.plot([r["delay"] for r in mine], [r["grad_norm_max"] for r in mine], "o-", color=colors[name],
+                 label=f"{name} max grad norm")
+        ax3.plot([r["delay"] for r in mine], [r["is_weight_var"] for r in mine], "s:", color=colors[name],
+                 label=f"{name} IS-weight var")
+    ax3.set(xlabel="max delay (learner steps)", title="max gradient norm and IS-weight variance", yscale="log")
+    ax3.set_ylim(bottom=1e-3)  # on-policy GRPO/GSPO weights are exactly 1: variance ~1e-13
+    ax3.legend(fontsize=7)
+    for ax in (ax2, ax3):
+        ax.set_xscale("symlog", linthresh=8)
+        ax.set_xticks(delays, [str(d) for d in delays])
+        ax.minorticks_off()
     ax2.set(xlabel="max delay (learner steps)", ylabel="held-out mean@k reward", title="best and last vs delay")
-    ax2.set_xscale("symlog", linthresh=8)
     ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -254,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"# Latency sweep\n\nCommand: `python bench/latency_sweep.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
               f"\n\n{len(cells)} cells, {args.steps} learner steps each, eval every {args.eval_every} steps on the "
               f"held-out prompts (mean@{args.eval_samples} at the sampling temperature; best = max of the 3-point "
-              f"moving average, last = its final point). Cost: {cell_seconds / 60:.1f} CPU-minutes of cells "
-              f"({wall / 60:.1f} min wall this invocation, --jobs {args.jobs}) on {platform.machine()} "
-              f"with {multiprocessing.cpu_count()} cores. Delay per version: log-normal, median max/sqrt(32), "
+              f"moving average, last = its final point). Cost: the cells' run times add up to {cell_seconds / 60:.1f} "
+              f"minutes (one torch thread each, {platform.machine()}, {multiprocessing.cpu_count()} cores shared "
+              f"with other work; {len(jobs)} cells run by this invocation in {wall / 60:.1f} min wall, --jobs "
+              f"{args.jobs}). Delay per version: log-normal, median max/sqrt(32), "
               f"sigma ln(32)/4, capped at the max (0 = on-policy).")
     out.with_suffix(".md").write_text(markdown(rows, header))
     (out / "rows.json").write_text(json.dumps(rows, indent=1))

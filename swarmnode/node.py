@@ -283,10 +283,12 @@ class SamplerRole(_Role):
     async def _fetch(self, version: int, pointer: dict) -> None:
         from swarmnode.swarm.weights import FetchError, WeightFetcher
 
-        holders = await self.dht.holders(version)
+        # every live peer, not only those advertising the whole version: a peer fetching the same version right
+        # now serves the chunks it has (holders answer `have` with their chunk maps), so samplers help each other
+        peers = await self.dht.live_peers()
         publisher = pointer.get("publisher")
         allowed = self.cfg.learner.learner_keys or ([publisher] if isinstance(publisher, str) else [])
-        ids = _peer_ids([h for h in holders if h.peer_id != self.identity.peer_id])
+        ids = _peer_ids([p for p in peers if p.peer_id != self.identity.peer_id and p.role in ("learner", "sampler")])
         if isinstance(publisher, str) and publisher not in {str(i) for i in ids}:
             ids.append(PeerID.from_base58(publisher))
         fetcher = WeightFetcher(self.p2p, self.store, allowed)
