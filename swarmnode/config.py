@@ -106,6 +106,7 @@ class LearnerConfig(_Section):
     epsilon_high: float | None = Field(
         None, gt=0, le=10, description="PPO clip, high side; unset: epsilon if set, else 0.2 (gepo/grpo) or 4e-4 (gspo)"
     )
+    # kl_coef 0 and defensive_lambda 0 were chosen by bench/latency_sweep.py (README: Latency tolerance)
     kl_coef: float = Field(0.0, ge=0, le=100, description="learner-sampler k3 KL coefficient")
     defensive_lambda: float = Field(0.0, ge=0, le=1, description="GEPO defensive sampling blend (0 = off)")
     defensive_schedule: Literal["fixed", "staleness"] = "fixed"
@@ -136,7 +137,9 @@ class SyncConfig(_Section):
     """Echo's two protocols and the staleness bound both sides respect."""
 
     mode: Literal["async", "pull"] = "async"
-    max_staleness: int = Field(64, ge=0, le=1_000_000, description="in learner versions")
+    max_staleness: int = Field(  # 64: GEPO needed no tighter bound up to 64 steps (bench/latency_sweep.py)
+        64, ge=0, le=1_000_000, description="in learner versions"
+    )
     simulate_delay: str | None = Field(
         None, description="e.g. 'fixed:2', 'lognormal:1,0.5', 'weibull:2,1.5' (seconds)"
     )
