@@ -128,6 +128,14 @@ def read_steps(path: Path) -> list[dict]:
     return rows
 
 
+def staleness_histogram(rows: list[dict]) -> dict[str, int]:
+    """Groups trained on, by staleness bucket ('0', '1', '2-3', ...), from the learner's cumulative counts."""
+    from swarmnode.health import bucket_label
+
+    counts = rows[-1].get("staleness_hist", []) if rows else []
+    return {bucket_label(i): int(c) for i, c in enumerate(counts)}
+
+
 def summarize(rows: list[dict], wall: float) -> dict:
     """The final document: steps, versions, reward at start/end (first/last 10% of steps), staleness."""
     n = len(rows)
@@ -146,6 +154,7 @@ def summarize(rows: list[dict], wall: float) -> dict:
         "staleness_mean": mean([float(r.get("staleness_mean", 0.0)) for r in rows]),
         "rollouts_received": max((int(r.get("groups_received", 0)) for r in rows), default=0),
         "dropped_stale": max((int(r.get("dropped_stale", 0)) for r in rows), default=0),
+        "staleness_hist": staleness_histogram(rows),
         "wall_seconds": round(wall, 1),
         "reward_curve": [round(x, 4) for x in rewards],
     }

@@ -157,6 +157,7 @@ class LearnerRole(_Role):
             "groups_received": self.receiver.accepted,
             "groups_rejected": sum(self._rejected().values()),
             "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
+            "staleness_hist": list(self.buffer.histogram.counts),  # cumulative, power-of-two buckets
             "time": round(time.time(), 3),
         }
 

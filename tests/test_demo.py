@@ -46,6 +46,8 @@ def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
     assert doc["versions_published"] >= STEPS * 3 // 4
     assert doc["rollouts_received"] >= 8 * STEPS  # each step trains on 8 groups from the samplers
     assert doc["staleness_max"] >= 1, "async mode: some rollouts must come from older versions"
+    hist = doc["staleness_hist"]  # groups trained on, by staleness bucket: stale data really happens
+    assert sum(hist.values()) >= 8 * STEPS and sum(1 for c in hist.values() if c) >= 2, hist
     assert all(s["steps"] > STEPS // 4 for s in doc["samplers"].values()), doc["samplers"]
     assert_climbs(doc)
     assert_no_node_left(doc)
