@@ -186,18 +186,13 @@ def figure(cells: list[dict], rows: list[dict], variants: list[str], delays: lis
             ax1.plot(steps, smoothed(mean), style, color=colors[name], label=f"{name} delay {d}")
     ax1.set(xlabel="learner step", ylabel="held-out mean@k reward", title="eval reward (3-point average)")
     ax1.legend(fontsize=7)
+    panels = ((ax2, "eval_best", "o-", "best"), (ax2, "eval_last", "x--", "last"),
+              (ax3, "grad_norm_max", "o-", "max grad norm"), (ax3, "is_weight_var", "s:", "IS-weight var"))
     for name in names:
         mine = [r for r in rows if r["variant"] == name]
-        ax2.plot([r["delay"] for r in mine], [r["eval_best"] for r in mine], "o-", color=colors[name],
-                 label=f"{name} best")
-        ax2.plot([r["delay"] for r in mine], [r["eval_last"] for r in mine], "x--", color=colors[name],
-                 label=f"{name} last")
-    for name in names:
-        mine = [r for r in rows if r["variant"] == name]
-        ax3.plot([r["delay"] for r in mine], [r["grad_norm_max"] for r in mine], "o-", color=colors[name],
-                 label=f"{name} max grad norm")
-        ax3.plot([r["delay"] for r in mine], [r["is_weight_var"] for r in mine], "s:", color=colors[name],
-                 label=f"{name} IS-weight var")
+        for ax, key, style, label in panels:
+            ax.plot([r["delay"] for r in mine], [r[key] for r in mine], style, color=colors[name],
+                    label=f"{name} {label}")
     ax3.set(xlabel="max delay (learner steps)", title="max gradient norm and IS-weight variance", yscale="log")
     ax3.set_ylim(bottom=1e-3)  # on-policy GRPO/GSPO weights are exactly 1: variance ~1e-13
     ax3.legend(fontsize=7)
