@@ -139,7 +139,7 @@ class LearnerRole(_Role):
                 steps_file.write(json.dumps(record) + "\n")
                 steps_file.flush()
                 self.series.add(record["version"], record)
-                self.publish_health(**record, **self._health_extras())
+                self.publish_health(**{**record, **self._health_extras()})
         finally:
             steps_file.close()
             await asyncio.to_thread(self.learner.save)
