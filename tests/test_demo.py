@@ -33,8 +33,8 @@ def assert_climbs(doc: dict) -> None:
     assert doc["reward_end"] > doc["reward_start"] + CLIMB, (doc["reward_start"], doc["reward_end"], doc["reward_curve"])
 
 
-CLIMB = 0.03  # measured over STEPS swarm steps: see README "Measured so far" (demo rows)
-STEPS = 120
+CLIMB = 0.03  # measured over 200 steps: +0.12 (pull with a restart, twice), see README "Measured so far"
+STEPS = 200
 
 
 @pytest.mark.timeout(600)
