@@ -226,7 +226,7 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
         boot = run.start("bootstrap", ["bootstrap", *common, "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
                                        "--identity-path", str(root / "bootstrap.key")])
         peers = wait_for_line(boot, "initial-peers:", timeout=90)
-        console.print(f"bootstrap up: {peers}")
+        console.print(f"bootstrap up: {peers}", soft_wrap=True)  # one line, so the address can be copied
         node_args = ["join", *common, "--initial-peers", peers]
         run.start("learner", [*node_args, "--role", "learner", "--set", f"data_dir={root / 'learner'}",
                               "--identity-path", str(root / "learner.key")])
@@ -255,7 +255,7 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
             except KeyboardInterrupt:
                 stopped = "interrupted"
     finally:
-        console.print("stopping the nodes...")
+        console.print("\nstopping the nodes...")
         run.stop()
     rows = read_steps(root / "learner" / STEPS_FILE)
     summary = summarize(rows, time.monotonic() - start)
