@@ -260,7 +260,11 @@ async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once:
                 except asyncio.TimeoutError:
                     pass
                 try:
-                    doc = await asyncio.wait_for(read_status(member), poll_timeout)
+                    fresh = await asyncio.wait_for(read_status(member), poll_timeout)
+                    if not fresh["peers"] and not await member.dht.p2p.list_peers():
+                        raise ConnectionError("lost contact with the swarm: connected to none of its peers "
+                                              "(is the bootstrap down?)")
+                    doc = fresh
                     history.add(doc)
                 except Exception as exc:  # keep showing the last view; say the poll failed
                     history.error = str(exc) or type(exc).__name__

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 import urllib.request
@@ -204,6 +205,26 @@ def test_dashboard_exits_cleanly_on_ctrl_c(swarm, tmp_path):
         assert dash.exit_code() == 0
     finally:
         dash.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_dashboard_says_when_it_lost_contact_with_the_swarm(tmp_path):
+    with LocalSwarm(tmp_path / "lonely", run_id="lonely-run") as lonely:
+        boot = lonely.bootstrap()
+        dash = TmuxDashboard(lonely, tmp_path)
+        try:
+            wait_for(lambda: "1 bootstrap" in dash.capture(), 60, what="the dashboard to show the bootstrap")
+            boot.stop(signal.SIGKILL)
+            def lost() -> str | None:
+                text = dash.capture()
+                return text if "lost contact with the swarm" in text else None
+
+            text = wait_for(lost, 60, what="the dashboard to say it lost contact")
+            assert "showing the previous data" in text and "1 bootstrap" in text  # the last view stays up
+            dash.keys("q")
+            assert dash.exit_code() == 0
+        finally:
+            dash.close()
 
 
 def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
