@@ -6,9 +6,10 @@ a delay drawn log-normally up to the maximum (median max/sqrt(32), sigma ln(32)/
 spans 1:32 like the paper's 60-1920 s, capped at the maximum): it syncs continually, each sync delivering the
 version that was newest when it started (as a swarm sampler does with `--simulate-delay` on weights), and
 rollouts carry their true version. A seed sets the RL run's randomness (torch, prompt order, delays); the
-warm-started model and the held-out prompts are the same in every cell. KL figures are medians over steps (the k3 estimate is heavy-tailed: one token whose probability fell
-by e^6 makes a step's mean jump to ~10). The learner's policy is evaluated every few steps on the held-out prompts: mean reward of k samples
-per prompt at the sampling temperature (mean@k; exact@k is the share of fully right answers).
+warm-started model and the held-out prompts are the same in every cell. KL figures are medians over steps (the
+k3 estimate is heavy-tailed: one token whose probability fell by e^6 makes a step's mean jump to ~10). The
+learner's policy is evaluated every few steps on the held-out prompts: mean reward of k samples per prompt at
+the sampling temperature (mean@k; exact@k is the share of fully right answers).
 
 Each finished cell is written to `<out>/cells/<cell>.json` at once and skipped when the sweep is run again, so a
 long sweep can be stopped and resumed. At the end the table (`<out>.md`) and the figure (`<out>.png`) are
@@ -218,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--eval-samples", type=int, default=16)
     ap.add_argument("--max-staleness", type=int, default=0, help="sync.max_staleness; 0 = max delay + 8 (never binds)")
-    ap.add_argument("--jobs", type=int, default=1, help="cells run in parallel, in worker processes (one torch thread each); 1 = in this process")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="cells run in parallel, in worker processes (one torch thread each); 1 = in this process")
     ap.add_argument("--out", default="bench/results/latency_sweep", help="writes <out>.md, <out>.png, <out>/cells/")
     ap.add_argument("--quick", action="store_true", help="pipeline check: seed 0, delays 0 and 8, 12 steps")
     args = ap.parse_args(argv)

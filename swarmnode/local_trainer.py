@@ -9,7 +9,8 @@ buffer; the learner then takes every step the buffer allows. How the sampler's w
   delivers it d steps later (d drawn per sync), then the next sync starts. When the sampler falls
   `sync.max_staleness` or more behind it syncs to the newest version at once (a swarm sampler pauses and
   fetches); those are counted as forced syncs.
-Rollouts always carry their true version. Optionally the learner's policy is evaluated on the held-out prompts every few steps.
+Rollouts always carry their true version. Optionally the learner's policy is evaluated on the held-out prompts
+every few steps.
 The checkpoint carries the learner state plus the versions in flight, the sampler's prompt RNG, the curve and
 the evaluations, so a killed run restarts where its last checkpoint left it.
 """
@@ -113,7 +114,8 @@ class LocalTrainer:
                 self._deliver()
 
     def _extra(self) -> dict:
-        """The trainer's part of the checkpoint: versions the sampler may get, the sync in flight, RNGs, curve, evaluations."""
+        """The trainer's part of the checkpoint: versions the sampler may get, the sync in flight, RNGs, curve,
+        evaluations."""
         return {
             "recent": [[v, s] for v, s in self.recent],
             "sync": list(self.sync) if self.sync else None,

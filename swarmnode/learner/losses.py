@@ -24,6 +24,7 @@ import math
 import torch
 
 from swarmnode.config import LearnerConfig
+from swarmnode.health import bucket_label, bucket_of
 
 LOSS_TYPES = ("gepo", "gspo", "grpo")
 ADV_EPS = 1e-4  # GRPO/GSPO: A = (r - mean) / (std + 1e-4)
@@ -153,20 +154,10 @@ def _staleness_stats(staleness: torch.Tensor, kl_seq: torch.Tensor) -> dict[str,
         "staleness_max": float(tau.max()),
         "staleness_mean": float(tau.float().mean()),
     }
-    for lo, hi in staleness_buckets(int(tau.max())):
-        sel = (tau >= lo) & (tau <= hi)
-        if sel.any():
-            out[f"kl_tau_{lo}" if lo == hi else f"kl_tau_{lo}-{hi}"] = float(kl_seq[sel].mean())
+    buckets = torch.tensor([bucket_of(t) for t in tau.tolist()], device=kl_seq.device)  # as the health histogram
+    for index in sorted(set(buckets.tolist())):
+        out[f"kl_tau_{bucket_label(index)}"] = float(kl_seq[buckets == index].mean())
     return out
-
-
-def staleness_buckets(max_tau: int) -> list[tuple[int, int]]:
-    """Power-of-two staleness buckets covering 0..max_tau: [0], [1], [2-3], [4-7], ..."""
-    buckets, lo = [(0, 0)], 1
-    while lo <= max_tau:
-        buckets.append((lo, 2 * lo - 1))
-        lo *= 2
-    return buckets
 
 
 def policy_loss(
