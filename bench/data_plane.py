@@ -93,20 +93,25 @@ async def worker(args) -> None:
                 fresh += 1
                 target = WeightStore(Path(args.dir) / f"fresh{fresh}", RUN, keep_versions=4)
             fetcher = WeightFetcher(p2p, target, [cmd["learner_key"]])
+            cpu0, t0 = cpu_seconds(), time.perf_counter()  # the fetch alone, not making or removing the store
             with profiled(args.profile and f"{args.profile}/fetch{fresh}.prof"):
                 await fetcher.fetch([PeerID.from_base58(h) for h in cmd["holders"]], cmd["version"])
             s = fetcher.last_stats
-            res = {"fetched": s.fetched_bytes, "reused": s.reused_bytes, "served_chunks": store.served_chunks}
+            res = {"fetched": s.fetched_bytes, "reused": s.reused_bytes, "served_chunks": store.served_chunks,
+                   "seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0)}
             if target is not store:
-                shutil.rmtree(target.root, ignore_errors=True)
+                del target, fetcher  # the buffer goes with them
+                shutil.rmtree(Path(args.dir) / f"fresh{fresh}", ignore_errors=True)
         elif cmd["op"] == "raw_p2p":
+            buf = bytearray(cmd["bytes"])
             _, r, w = await p2p.call_binary_stream_handler(PeerID.from_base58(cmd["peer"]), RAW)
-            await _read_into(r, bytearray(cmd["bytes"]), w)
-            res = {}
+            await _read_into(r, buf, w)
+            res = {"seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0)}  # freeing `buf` is not timed
         elif cmd["op"] == "raw_tcp":
+            buf = bytearray(cmd["bytes"])
             r, w = await asyncio.open_connection("127.0.0.1", cmd["port"], limit=PIECE)
-            await _read_into(r, bytearray(cmd["bytes"]), w)
-            res = {}
+            await _read_into(r, buf, w)
+            res = {"seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0)}
         elif cmd["op"] == "publish":  # fresh content per version
             store.publish(cmd["version"], make_state(cmd["mb"], seed=cmd["version"]), identity)
             res = {}
@@ -114,7 +119,8 @@ async def worker(args) -> None:
             res = {"served_chunks": store.served_chunks}
         else:
             raise ValueError(cmd)
-        out({"seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0), **res})
+        out({"seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0), **res})  # res may time its own part
+        buf = None
     await p2p.shutdown()
 
 
@@ -240,12 +246,14 @@ async def weights_bench(args, tmp: Path) -> dict:
         res["concurrent_n"] = len(others)
         res["learner_served_chunks"] = store.served_chunks - served0
         res["peer_served_chunks"] = sum([(await w.ask(op="served"))["served_chunks"] for w in others])
-        res["alone"] = await measured(one.ask(op="fetch", holders=[me], version=2, learner_key=learner.peer_id))
-        # delta: change 10% of the tensors; a fetcher holding v2 fetches v3
+        # into an empty store, like the concurrent fetchers' (`one` already holds version 1)
+        res["alone"] = await measured(one.ask(op="fetch", holders=[me], version=2, fresh=True,
+                                              learner_key=learner.peer_id))
+        # delta: change 10% of the tensors; a fetcher holding v2 (from the concurrent phase) fetches v3
         for name in list(state)[::10]:
             state[name].add_(1.0)
         m3 = store.publish(3, state, learner, parent_version=2)
-        r3 = await one.ask(op="fetch", holders=[me], version=3, learner_key=learner.peer_id)
+        r3 = await others[0].ask(op="fetch", holders=[me], version=3, learner_key=learner.peer_id)
         res["delta_total"], res["delta_fetched"], res["delta_reused"] = m3.total_bytes, r3["fetched"], r3["reused"]
     finally:
         for w in workers:
@@ -323,9 +331,10 @@ def rollout_bench(args, tmp: Path) -> dict:
     """1 learner + N sampler processes (each its own p2pd): send -> learner buffer latency."""
     script = str(ROOT / "tests" / "gossip_peer.py")
     procs: list[subprocess.Popen] = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
     def start(*a: str, ready: Path) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, script, *a, "--ready", str(ready)], start_new_session=True,
+        p = subprocess.Popen([sys.executable, script, *a, "--ready", str(ready)], start_new_session=True, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(p)
         while not (ready.exists() and ready.read_text()):
