@@ -102,6 +102,50 @@ def test_have_map_complete_partial_and_unknown(tmp_path):
     assert bits(fs.have_map(1)) == ((1 << 0) | (1 << 3) | (1 << (n - 1)), (1 << 1) | (1 << 2))
 
 
+def have(n: int, held: set[int], coming: set[int] = frozenset()) -> bytes:
+    """A have-map answer as holders send it."""
+    nb = (n + 7) // 8
+    return sum(1 << i for i in held).to_bytes(nb, "little") + sum(1 << i for i in coming).to_bytes(nb, "little")
+
+
+def test_work_queue_rarest_first_requeues_and_exclusions():
+    from swarmnode.swarm.weights import _Work
+
+    async def scenario():
+        n = 6
+        work = _Work(range(n), ["A", "B", "C"], max_failures=5, n_chunks=n)  # random rank = chunk index here
+        work.set_have("A", have(n, set(range(n))))
+        work.set_have("B", have(n, {0, 1, 2}))
+        work.set_have("C", have(n, {0, 1}, coming={2}))  # chunk 2 is on its way to C: counts as held by 2
+        assert work.complete("A") and not work.complete("B")
+        assert work.take("A", 2) == [3, 4]  # only A has them: rarest
+        assert work.take("B", 2) == [0, 1]  # 0, 1 and 2 are each held by 3 (2 coming to C): rank breaks the tie
+        assert work.take("C", 1) == []  # C's chunks are taken
+        work.give_back([0], "B")  # B failed chunk 0: not asked of B again this round
+        assert work.take("B", 5) == [2]
+        work.give_back([1], "B", missing=True)  # "not yet" from B: asked again later, others first
+        assert work.take("B", 5) == []
+        assert work.take("C", 5) == [0, 1]
+        work.give_back([0, 1], "C")
+        work.set_have("B", have(n, {0, 1, 2, 5}))  # B gains 5: 5 is now held by 2, 0 and 1 by 3
+        assert work.take("A", 5) == [5, 0, 1]  # rarer first, then rank
+        work.give_back([5, 0, 1], "A")
+        assert work.take("A", 5) == [] and not work.can_help("A")
+        work.new_round()  # every holder may be asked for everything again
+        assert sorted(work.take("A", 5)) == [0, 1, 5] and work.pending == {}
+
+        big = 20_000  # a manifest of many chunks: each is handed out exactly once, holders' maps respected
+        work = _Work(range(big), ["P", "Q"], max_failures=3, n_chunks=big)
+        work.set_have("P", have(big, set(range(big))))
+        work.set_have("Q", have(big, set(range(0, big, 2))))
+        got_q = [i for _ in range(big) for i in work.take("Q", 1)]
+        got_p = [i for _ in range(big) for i in work.take("P", 3)]
+        assert set(got_q) == set(range(0, big, 2)) and set(got_p) == set(range(1, big, 2))
+        assert not work.pending
+
+    asyncio.run(scenario())
+
+
 def test_manifest_validation():
     learner = Identity.generate()
     s_state = make_state()
@@ -232,6 +276,9 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
                 with pytest.raises(FetchError, match="unavailable"):  # a valid manifest, every chunk bad
                     await only_corrupt.fetch([corrupt_host.peer_id], 1)
                 assert only_corrupt.store.versions() == []
+                only_truncating = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], max_rounds=1, timeout=5)
+                with pytest.raises(FetchError, match="unavailable"):  # resumes the partial version from `bad` alone
+                    await only_truncating.fetch([bad.peer_id], 1)
                 good = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], max_rounds=3, timeout=5)
                 await good.fetch([bad.peer_id, corrupt_host.peer_id, lp.peer_id], 1)
                 assert_same(store(tmp_path, "s").state_dict(1), state)  # good traffic continued

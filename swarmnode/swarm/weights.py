@@ -37,6 +37,7 @@ import math
 import mmap
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,10 +150,11 @@ def _direct_write(path: Path, view: memoryview) -> bool:
 
 
 def _bitmap(indices: Iterable[int], n: int) -> bytes:
-    bits = 0
+    """Bit i set for each index (bit i = byte i // 8, bit i % 8)."""
+    bits = bytearray((n + 7) // 8)
     for i in indices:
-        bits |= 1 << i
-    return bits.to_bytes((n + 7) // 8, "little")
+        bits[i >> 3] |= 1 << (i & 7)
+    return bytes(bits)
 
 
 # ----------------------------------------------------------------------------------------------------- store
@@ -172,6 +174,8 @@ class WeightStore:
         self._mem: dict[str, memoryview] = {}  # chunk hex -> bytes in a cached version's buffer
         self._exposed: dict[int, dict[str, memoryview]] = {}  # version being fetched -> chunks it already has
         self._fetching: dict[int, WeightManifest] = {}  # version being fetched -> its manifest
+        self._held_bits: dict[int, bytearray] = {}  # version being fetched -> have-map of the chunks it has
+        self._positions: dict[int, dict[str, list[int]]] = {}  # version being fetched -> chunk -> indices
         self._full_maps: dict[int, bytes] = {}  # complete version -> its (all ones) have-map
         self._incoming: dict[int, set[int]] = {}  # version being fetched -> chunk indices requested, not yet in
         self.served_chunks = 0
@@ -209,9 +213,7 @@ class WeightStore:
             return self._full_maps[version]
         if (m := self._fetching.get(version)) is None:
             return b""
-        exposed, n = self._exposed.get(version, {}), len(m.chunks)
-        return (_bitmap((i for i, c in enumerate(m.chunks) if c.hex in exposed), n)
-                + _bitmap(self._incoming.get(version, ()), n))
+        return bytes(self._held_bits[version]) + _bitmap(self._incoming.get(version, ()), len(m.chunks))
 
     def incoming(self, version: int) -> set[int]:
         """The live set of chunk indices of `version` a fetch has requested and not yet received (advertised in
@@ -291,11 +293,20 @@ class WeightStore:
         self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
         self._exposed.setdefault(manifest.version, {})
         self._fetching[manifest.version] = manifest
+        self._held_bits[manifest.version] = bytearray((len(manifest.chunks) + 7) // 8)
+        positions = self._positions[manifest.version] = {}
+        for i, chunk in enumerate(manifest.chunks):
+            positions.setdefault(chunk.hex, []).append(i)
+        for hex_digest, view in list(self._exposed[manifest.version].items()):  # a fetch resumed in this process
+            self.expose_chunk(manifest.version, hex_digest, view)
         self._incoming[manifest.version] = set()
 
     def expose_chunk(self, version: int, hex_digest: str, view: memoryview) -> None:
         """Serve a verified chunk from memory (a fetch in progress shares what it already has)."""
         self._exposed.setdefault(version, {})[hex_digest] = view
+        if (bits := self._held_bits.get(version)) is not None:
+            for i in self._positions[version].get(hex_digest, ()):
+                bits[i >> 3] |= 1 << (i & 7)
 
     def commit(self, manifest: WeightManifest, buf: Buffer) -> None:
         """Mark a version complete (all chunks on disk), cache its buffer, and GC beyond the window."""
@@ -304,6 +315,8 @@ class WeightStore:
             (self.root / "partial" / f"{manifest.version}.bin").unlink()
         self._exposed.pop(manifest.version, None)
         self._fetching.pop(manifest.version, None)
+        self._held_bits.pop(manifest.version, None)
+        self._positions.pop(manifest.version, None)
         self._incoming.pop(manifest.version, None)
         self._cache(manifest.version, manifest, buf)
         self.gc()
@@ -459,10 +472,14 @@ _HAVE = -1  # an outstanding have-map request, in a worker's queue of answers
 class _Work:
     """The chunks still wanted, who holds which (holders' have-maps), and which holder not to ask for what.
 
-    A holder is asked only for chunks its latest have-map shows (unknown map: any), rarest first (fewest known
-    holders, then this fetcher's random order), so the publisher's upload goes to chunks no peer has yet and
-    peers serve the rest. A holder that failed a chunk (bad hash, broken stream) is not asked for it again this
-    round; one that answered "not yet" is asked again after `MISS_RETRY_S`.
+    A holder is asked only for chunks its latest have-map shows, rarest first (fewest known holders, then this
+    fetcher's random order), so the publisher's upload goes to chunks no peer has yet and peers serve the rest.
+    A holder that failed a chunk (bad hash, broken stream) is not asked for it again this round; one that
+    answered "not yet" is asked again after `MISS_RETRY_S`.
+
+    Scales to manifests of many thousand chunks: each holder has a heap of the pending chunks it holds, keyed
+    by rarity, whose stale entries (chunk taken elsewhere, rarity changed) are dropped or re-keyed when they
+    surface, so a take costs O(log n) and a have-map update O(chunks it changed), not O(n) per request.
     """
 
     MISS_RETRY_S = 0.3
@@ -481,9 +498,11 @@ class _Work:
         self.max_failures = max_failures
         self.max_misses = 100 * max(1, len(holders))
         self.n_chunks = n_chunks
-        self.have: dict[str, int] = {}  # holder -> bitmap of chunks it holds (absent: not known yet)
-        self.coming: dict[str, int] = {}  # holder -> bitmap of chunks on their way to it
+        self.have: dict[str, bytes] = {}  # holder -> bitmap of chunks it holds (absent: not known yet)
+        self.coming: dict[str, bytes] = {}  # holder -> bitmap of chunks on their way to it
+        self.held_count: dict[str, int] = {}
         self.count = [0] * n_chunks  # known holders per chunk, counting those it is on its way to
+        self.heaps: dict[str, list[tuple[int, int, int]]] = {}  # holder -> (count, rank, chunk) it holds
         self.incoming = incoming if incoming is not None else set()  # ours, in flight (advertised to others)
         self.have_asked: dict[str, float] = {}  # holder -> when its have-map was last requested
         self.last_progress = time.monotonic()  # a chunk arrived or a holder gained one
@@ -494,11 +513,12 @@ class _Work:
 
     def can_help(self, holder: str) -> bool:
         """Whether some pending chunk may still come from `holder` (now or after a miss expires)."""
-        return any(self.excluded[i].get(holder) != math.inf for i in self.pending)
+        blocked = sum(1 for i, until in self.excluded.items() if i in self.pending and until.get(holder) == math.inf)
+        return len(self.pending) > blocked
 
     def complete(self, holder: str) -> bool:
         """Whether `holder`'s have-map shows every chunk (no need to ask it again)."""
-        return self.have.get(holder, 0).bit_count() == self.n_chunks
+        return self.held_count.get(holder, 0) == self.n_chunks
 
     def want_have(self, holder: str) -> bool:
         """Whether to ask `holder` for its have-map now (not complete, none asked recently); records the ask."""
@@ -511,33 +531,65 @@ class _Work:
     def set_have(self, holder: str, answer: bytes) -> None:
         """Record `holder`'s have-map answer (held bitmap, then coming bitmap; empty: nothing)."""
         nb, mask = (self.n_chunks + 7) // 8, (1 << self.n_chunks) - 1
-        held = int.from_bytes(answer[:nb], "little") & mask
-        coming = int.from_bytes(answer[nb:], "little") & mask & ~held
-        old = self.have.get(holder, 0)
+        held_bits = int.from_bytes(answer[:nb], "little") & mask
+        coming_bits = int.from_bytes(answer[nb : 2 * nb], "little") & mask & ~held_bits
+        held, coming = held_bits.to_bytes(nb, "little"), coming_bits.to_bytes(nb, "little")
+        old = self.have.get(holder, bytes(nb))
+        gained = [i for i in _set_bits(held, old) if _bit(held, i)]
         self._count(old, held)
-        self._count(self.coming.get(holder, 0), coming)
+        self._count(self.coming.get(holder, bytes(nb)), coming)
         self.have[holder], self.coming[holder] = held, coming
-        if held & ~old:
+        self.held_count[holder] = held_bits.bit_count()
+        heap = self.heaps.setdefault(holder, [])
+        entries = [(self.count[i], self.pending[i], i) for i in gained if i in self.pending]
+        if len(entries) > len(heap) // 8:  # many (a first map): one O(n) heapify beats n pushes
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                heapq.heappush(heap, entry)
+        if gained:
             self.last_progress = time.monotonic()
             self._poke()
 
-    def _count(self, old: int, new: int) -> None:
-        diff = (new ^ old).to_bytes((self.n_chunks + 7) // 8, "little")
-        for byte_index, byte in enumerate(diff):
-            while byte:
-                low = byte & -byte
-                i = byte_index * 8 + low.bit_length() - 1
-                self.count[i] += 1 if new >> i & 1 else -1
-                byte ^= low
+    def _count(self, old: bytes, new: bytes) -> None:
+        """Apply a holder's bitmap change to the per-chunk holder counts; a chunk that got rarer is re-queued
+        at its new rank for the holders that have it (one that got commoner is re-keyed when it surfaces)."""
+        for i in _set_bits(new, old):
+            if _bit(new, i):
+                self.count[i] += 1
+            else:
+                self.count[i] -= 1
+                if i in self.pending:
+                    self._push(i)
+
+    def _push(self, i: int) -> None:
+        """Queue pending chunk `i` at its current rarity for every holder that has it."""
+        entry = (self.count[i], self.pending[i], i)
+        for holder, bits in self.have.items():
+            if _bit(bits, i):
+                heapq.heappush(self.heaps[holder], entry)
 
     def take(self, holder: str, n: int) -> list[int]:
         """Up to `n` pending chunks `holder` has, rarest first."""
-        now, bits = time.monotonic(), self.have.get(holder)
-        candidates = [i for i in self.pending
-                      if (bits is None or bits >> i & 1) and self.excluded.get(i, {}).get(holder, 0.0) <= now]
-        got = heapq.nsmallest(n, candidates, key=lambda i: (self.count[i], self.pending[i]))
-        for i in got:
+        heap, now, got, later = self.heaps.get(holder, []), time.monotonic(), [], []
+        while heap and len(got) < n:
+            count, rank, i = heapq.heappop(heap)
+            if i not in self.pending or not _bit(self.have[holder], i):
+                continue  # taken from another holder or done (a chunk given back is queued again), or gone
+            if count != self.count[i]:
+                heapq.heappush(heap, (self.count[i], rank, i))  # commoner now: back in line at its rank
+                continue
+            until = self.excluded[i].get(holder, 0.0) if i in self.excluded else 0.0
+            if until == math.inf:
+                continue  # failed from this holder this round (new_round queues it again)
+            if until > now:
+                later.append((count, rank, i))  # "not yet" from this holder: ask again after a while
+                continue
+            got.append(i)
             del self.pending[i]
+        for entry in later:
+            heapq.heappush(heap, entry)
         self.incoming.update(got)
         self.in_flight += len(got)
         return got
@@ -555,6 +607,7 @@ class _Work:
                     continue
                 self.excluded[i][holder] = time.monotonic() + self.MISS_RETRY_S if missing else math.inf
             self.pending[i] = self.rank[i]
+            self._push(i)
         self._poke()
 
     def done(self, i: int) -> None:
@@ -566,10 +619,31 @@ class _Work:
     def new_round(self) -> None:
         """Every holder may be asked for every pending chunk again."""
         self.excluded.clear()
+        for holder, bits in self.have.items():
+            self.heaps[holder] = [(self.count[i], r, i) for i, r in self.pending.items() if _bit(bits, i)]
+            heapq.heapify(self.heaps[holder])
 
     def _poke(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+def _bit(bits: bytes, i: int) -> bool:
+    return bool(bits[i >> 3] >> (i & 7) & 1)
+
+
+def _set_bits(a: bytes, b: bytes) -> Iterator[int]:
+    """Indices whose bit differs between two bitmaps of equal length (O(length) bytes, O(1) per difference)."""
+    diff = (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(len(a), "little")
+    for match in _NONZERO.finditer(diff):  # zero bytes are skipped at C speed
+        byte_index, byte = match.start(), diff[match.start()]
+        while byte:
+            low = byte & -byte
+            yield byte_index * 8 + low.bit_length() - 1
+            byte ^= low
 
 
 class WeightFetcher:
