@@ -83,6 +83,18 @@ def test_publish_roundtrip_delta_and_gc(tmp_path):
     assert on_disk == needed  # v1-only chunks were collected
 
 
+def test_states_beyond_the_chunk_limit_get_bigger_chunks(tmp_path, monkeypatch):
+    import swarmnode.swarm.weights as weights
+
+    learner = Identity.generate()
+    monkeypatch.setattr(weights, "MAX_CHUNKS", 8)  # the real limit (16,384) would take a 64 GB state here
+    ls = store(tmp_path, "l")
+    m = ls.publish(1, make_state(), learner)
+    assert len(m.chunks) <= 8 and m.chunks[0].size > CHUNK and m.chunks[0].size % 4096 == 0
+    assert WeightManifest.decode(m.encode()).chunks == m.chunks
+    assert_same(store(tmp_path, "l").state_dict(1), make_state())
+
+
 def test_have_map_complete_partial_and_unknown(tmp_path):
     learner = Identity.generate()
     ls = store(tmp_path, "l")

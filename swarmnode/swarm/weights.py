@@ -48,7 +48,7 @@ from hivemind.p2p import P2P, PeerID
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack, unpack
-from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, ChunkEntry, TensorEntry, WeightManifest
+from swarmnode.protocol.manifest import MAX_CHUNKS, MAX_MANIFEST_BYTES, ChunkEntry, TensorEntry, WeightManifest
 from swarmnode.swarm.frames import FrameSink, read_frame, write_frame
 
 logger = logging.getLogger(__name__)
@@ -266,7 +266,7 @@ class WeightStore:
         tensors, total = plan_layout(state)
         buf = aligned_buffer(total)
         flatten_into(state, tensors, buf)
-        chunks = cut_chunks(buf, self.chunk_bytes)
+        chunks = cut_chunks(buf, self.chunk_bytes_for(total))
         manifest = WeightManifest.create(identity=identity, run_id=self.run_id, version=version,
                                          parent_version=parent_version, model_id=model_id,
                                          tensors=tensors, chunks=chunks)
@@ -275,6 +275,13 @@ class WeightStore:
                 self.write_chunk(chunk.hex, memoryview(buf)[off : off + chunk.size])
         self.commit(manifest, buf)
         return manifest
+
+    def chunk_bytes_for(self, total: int) -> int:
+        """The configured chunk size, or the smallest block multiple that keeps a state of `total` bytes within
+        the manifest's chunk limit (a 140 GB state gets ~8.5 MB chunks; the same size every version, so
+        unchanged tensors are still reused)."""
+        needed = -(-total // MAX_CHUNKS)
+        return max(self.chunk_bytes, -(-needed // _BLOCK) * _BLOCK)
 
     def write_chunk(self, hex_digest: str, data: bytes | memoryview) -> None:
         """Persist one verified chunk atomically (tmp file + rename)."""
