@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -29,12 +30,14 @@ ROLE_STYLE = {"learner": "bold magenta", "sampler": "cyan", "bootstrap": "dim"}
 
 
 class History:
-    """What earlier polls saw: swarm tokens/s over time, and the last poll error (if the last poll failed)."""
+    """What earlier polls saw: swarm tokens/s over time, the last poll error (if the last poll failed), and the
+    last log lines this process wrote while the live view was up (they are shown in the view, not on stderr)."""
 
     def __init__(self, length: int = 60) -> None:
         self.tokens = deque(maxlen=length)
         self.error: str | None = None
         self.polls = 0
+        self.logs: deque[str] = deque(maxlen=3)
 
     def add(self, doc: dict[str, Any]) -> None:
         self.tokens.append(float(doc.get("tokens_per_s", 0.0)))
@@ -102,6 +105,8 @@ def _header(doc: dict[str, Any], history: History) -> Panel:
     text.append(f"   updated {time.strftime('%H:%M:%S', time.localtime(doc['queried_at']))}", style="dim")
     if history.error:
         text.append(f"\nlast poll failed: {history.error} (showing the previous data)", style="bold red")
+    for line in history.logs:
+        text.append(f"\n{line}", style="yellow")
     return Panel(text, title="swarmnode dashboard", subtitle="q to quit", border_style="blue")
 
 
@@ -186,12 +191,66 @@ def _alerts_panel(doc: dict[str, Any]) -> Panel:
 def build_view(doc: dict[str, Any], history: History | None = None, max_rows: int = 20) -> RenderableType:
     """The whole dashboard for one status document (pure: no I/O)."""
     history = history or History()
-    learners = [p for p in doc["peers"] if p["role"] == "learner"][:2]
+    learners = [p for p in doc["peers"] if p["role"] == "learner"]
+    shown, rest = learners[:2], learners[2:]
     middle = Table.grid(expand=True, padding=(0, 1))
-    for _ in range(len(learners) + 1):
+    for _ in range(len(shown) + 1):
         middle.add_column(ratio=1)
-    middle.add_row(*[_learner_panel(p) for p in learners], _versions_panel(doc))
-    return Group(_header(doc, history), _peers_table(doc, max_rows), middle, _alerts_panel(doc))
+    middle.add_row(*[_learner_panel(p) for p in shown], _versions_panel(doc))
+    parts = [_header(doc, history), _peers_table(doc, max_rows), middle]
+    if rest:
+        parts.append(_other_learners(rest))
+    return Group(*parts, _alerts_panel(doc))
+
+
+def _other_learners(learners: list[dict[str, Any]]) -> Table:
+    """Learners beyond the two with panels, a line each."""
+    table = Table(expand=True, title=f"{len(learners)} more learner{'s' if len(learners) != 1 else ''}",
+                  title_justify="left", pad_edge=False)
+    for col in ("learner", "step", "version", "reward", "KL", "IS var", "received", "dropped stale"):
+        table.add_column(col, justify="left" if col == "learner" else "right")
+    for p in learners:
+        h = p.get("health", {})
+        table.add_row(_short(p["peer_id"]), _fmt(h.get("step"), "d"), _fmt(h.get("version"), "d"),
+                      _fmt(h.get("reward_mean")), _fmt(h.get("kl"), ".4f"), _fmt(h.get("is_weight_var"), ".4f"),
+                      _fmt(h.get("groups_received"), "d"), _fmt(h.get("dropped_stale"), "d"))
+    return table
+
+
+class _ToHistory(logging.Handler):
+    def __init__(self, history: History) -> None:
+        super().__init__(logging.WARNING)
+        self.history = history
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            when = time.strftime("%H:%M:%S", time.localtime(record.created))
+            self.history.logs.append(f"{when} {record.levelname.lower()} {record.name}: {record.getMessage()}"[:200])
+
+
+@contextlib.contextmanager
+def logs_into(history: History) -> Iterator[None]:
+    """While the live view is up, log lines that would go to the terminal (root, hivemind and any other logger
+    with a stderr/stdout handler) go to `history` instead (warnings and worse), so they do not draw over it."""
+    terminal = {sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__}
+    loggers = [logging.getLogger()] + [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)]
+    swapped: list[tuple[logging.Logger, list[logging.Handler]]] = []
+    sink = _ToHistory(history)
+    for logger in loggers:
+        mine = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler) and getattr(h, "stream", None) in terminal]
+        if mine:
+            for h in mine:
+                logger.removeHandler(h)
+            logger.addHandler(sink)
+            swapped.append((logger, mine))
+    try:
+        yield
+    finally:
+        for logger, handlers in swapped:
+            logger.removeHandler(sink)
+            for h in handlers:
+                logger.addHandler(h)
 
 
 # ---------------------------------------------------------------------------------------------- the live loop
@@ -246,13 +305,18 @@ async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once:
         history = History()
         doc = await asyncio.wait_for(read_status(member), poll_timeout)
         history.add(doc)
-        rows = lambda: max(5, console.height - 28)  # noqa: E731 - peers that fit beside the other panels
+
+        def rows() -> int:
+            """Peer rows that fit beside the other panels (and the extra learners' table, log lines)."""
+            extra = max(0, sum(p["role"] == "learner" for p in doc["peers"]) - 2)
+            return max(5, console.height - 28 - (extra + 4 if extra else 0) - len(history.logs))
+
         if once:
             console.print(build_view(doc, history, max_rows=rows()))
             return doc
         loop = asyncio.get_running_loop()
         with Live(build_view(doc, history, rows()), console=console, screen=console.is_terminal,
-                  auto_refresh=False, redirect_stderr=False) as live, key_reader(stop, loop):
+                  auto_refresh=False, redirect_stderr=False) as live, key_reader(stop, loop), logs_into(history):
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), refresh)

@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import random
+import sys
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -183,6 +184,40 @@ def test_view_limits_rows_and_survives_narrow_terminals_and_empty_swarms():
     failed = History()
     failed.error = "poll timed out"
     assert "last poll failed: poll timed out" in render(doc, history=failed)
+
+
+def test_view_has_a_line_for_every_learner_beyond_the_two_panels():
+    doc = simulated_status(12, learners=4)
+    learners = [p for p in doc["peers"] if p["role"] == "learner"]
+    text = render(doc, width=200)
+    assert len(learners) == 4 and "2 more learners" in text
+    section = text.split("2 more learners")[1].split("alerts")[0]
+    for p in learners[2:]:  # no panel, but a line with its step and reward
+        line = next(ln for ln in section.splitlines() if p["peer_id"][-8:] in ln)
+        assert str(p["health"]["step"]) in line and f"{p['health']['reward_mean']:.3f}" in line
+    assert not any(p["peer_id"][-8:] in section for p in learners[:2])  # those two have panels
+
+
+def test_log_lines_go_into_the_view_not_onto_the_terminal(capsys):
+    import logging
+
+    from swarmnode.dashboard import logs_into
+
+    noisy = logging.getLogger("hivemind.fake")  # a library logger with its own terminal handler
+    handler = logging.StreamHandler(sys.stderr)
+    noisy.addHandler(handler)
+    history = History()
+    try:
+        with logs_into(history):
+            noisy.warning("daemon hiccup %d", 7)
+            noisy.info("chatter")  # below warning: dropped
+        noisy.warning("after the view")
+    finally:
+        noisy.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "daemon hiccup" not in err and "after the view" in err  # handler restored afterwards
+    assert len(history.logs) == 1 and "hivemind.fake: daemon hiccup 7" in history.logs[0]
+    assert "daemon hiccup 7" in render(simulated_status(3), history=history)
 
 
 # ------------------------------------------------------------------------------------------------- metrics
