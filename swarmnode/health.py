@@ -9,7 +9,8 @@ dashboard read the peers' records and call `swarm_summary` and `find_alerts`.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from typing import Any, Iterable
 
 from swarmnode.metrics import HEALTH_METRICS
@@ -37,6 +38,23 @@ def bucket_label(index: int) -> str:
         return str(index)
     lo = 1 << (index - 1)
     return f"{lo}+" if index == MAX_BUCKETS - 1 else f"{lo}-{2 * lo - 1}"
+
+
+class RateMeter:
+    """The rate of a growing total (bytes served, ...) over about the last `window` seconds."""
+
+    def __init__(self, window: float = 30.0) -> None:
+        self.window = window
+        self.samples: deque[tuple[float, float]] = deque()
+
+    def update(self, total: float, now: float | None = None) -> float:
+        """Record the total now; its rate per second since the oldest sample still inside the window."""
+        now = time.monotonic() if now is None else now
+        self.samples.append((now, total))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
+            self.samples.popleft()
+        t0, v0 = self.samples[0]
+        return (total - v0) / (now - t0) if now > t0 else 0.0
 
 
 class StalenessHistogram:

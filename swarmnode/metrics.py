@@ -31,6 +31,10 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
     "groups_dropped": ("swarmnode_groups_dropped", "counter", "rollout groups dropped from a full outbox"),
     "rollouts_per_s": ("swarmnode_rollouts_per_second", "gauge", "rollout groups generated per second"),
     "tokens_per_s": ("swarmnode_tokens_per_second", "gauge", "tokens generated per second"),
+    "fetch_mb_s": ("swarmnode_weight_fetch_mb_per_second", "gauge", "rate of the last weight fetch (MB/s fetched)"),
+    "fetch_seconds": ("swarmnode_weight_fetch_seconds", "gauge", "wall time of the last weight fetch"),
+    "served_mb": ("swarmnode_weight_served_mb", "counter", "MB of weight chunks served to peers"),
+    "serve_mb_s": ("swarmnode_weight_serve_mb_per_second", "gauge", "MB/s of weight chunks served, last 30 s"),
     "uptime": ("swarmnode_uptime_seconds", "gauge", "seconds since the node started"),
     "peers_seen": ("swarmnode_peers_seen", "gauge", "live peers in the run's DHT"),
 }

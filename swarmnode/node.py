@@ -20,7 +20,7 @@ from hivemind.p2p import PeerID
 
 from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
-from swarmnode.health import MAX_INVALID_PEERS, StalenessHistogram, VersionSeries, record_health
+from swarmnode.health import MAX_INVALID_PEERS, RateMeter, StalenessHistogram, VersionSeries, record_health
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.membership import Membership
@@ -61,6 +61,7 @@ class _Role:
         self.tokenizer = load_tokenizer(cfg.model, cfg.task)
         self.started = time.monotonic()
         self.health: dict[str, Any] = {}
+        self.serve_rate = RateMeter()
         self.delay = parse_delay(cfg.sync.simulate_delay)
         self.delay_rng = random.Random()
 
@@ -73,6 +74,9 @@ class _Role:
     def publish_health(self, **fields: Any) -> None:
         """Update `self.health` (what /metrics renders) and advertise its small form on the next heartbeat."""
         self.health.update(fields, uptime=round(time.monotonic() - self.started, 1))
+        if (store := getattr(self, "store", None)) is not None:  # weight chunks this node served to peers
+            self.health.update(served_mb=round(store.served_bytes / 1e6, 1),
+                               serve_mb_s=round(self.serve_rate.update(store.served_bytes) / 1e6, 2))
         self.member.update(health=record_health(self.health))
 
 
@@ -282,7 +286,7 @@ class SamplerRole(_Role):
                                newest[0], timeout, self.loop.version)
 
     async def _fetch(self, version: int, pointer: dict) -> None:
-        from swarmnode.swarm.weights import FetchError, WeightFetcher
+        from swarmnode.swarm.weights import FetchError, WeightFetcher, fetch_progress
 
         # every live peer, not only those advertising the whole version: a peer fetching the same version right
         # now serves the chunks it has (holders answer `have` with their chunk maps), so samplers help each other
@@ -294,10 +298,18 @@ class SamplerRole(_Role):
             ids.append(PeerID.from_base58(publisher))
         fetcher = WeightFetcher(self.p2p, self.store, allowed)
         try:
-            await fetcher.fetch(ids, version)
+            with fetch_progress(f"weights v{version}", emit=self.emit) as progress:
+                await fetcher.fetch(ids, version, progress=progress)
         except FetchError as exc:
             logger.warning("fetching version %d failed: %s", version, exc)
             return
+        if (stats := fetcher.last_stats) is not None and stats.version == version:
+            self.health.update(fetch_mb_s=round(stats.bytes_per_second / 1e6, 2),
+                               fetch_seconds=round(stats.seconds, 3))
+            if stats.seconds >= 2.0:  # worth a line (a small model's fetches take milliseconds)
+                self.emit(f"fetched weights v{version}: {stats.fetched_bytes / 1e6:,.0f} MB in {stats.seconds:.1f} s "
+                          f"({stats.bytes_per_second / 1e6:,.0f} MB/s), {stats.reused_bytes / 1e6:,.0f} MB reused, "
+                          f"from {len(stats.chunks_by_holder)} peer(s)")
         hold = self.delay_for("weights")
         if hold:
             await asyncio.sleep(hold)

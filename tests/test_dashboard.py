@@ -93,6 +93,8 @@ def test_status_json_fits_the_schema_during_a_run(swarm):
     assert health["max_staleness"] == doc["max_staleness"] == 16  # tiny-cpu's, as the learner runs it
     sampler = next(p for p in doc["peers"] if p["role"] == "sampler")
     assert sampler["health"]["tokens_per_s"] > 0 and sampler["health"]["groups_sent"] > 0
+    assert sampler["health"]["fetch_mb_s"] > 0 and sampler["health"]["fetch_seconds"] > 0  # it fetched weights
+    assert health["served_mb"] > 0 and health["serve_mb_s"] >= 0  # the learner served them
     assert sampler["lag"] is not None and 0 <= sampler["lag"] <= 16
     assert doc["tokens_per_s"] == pytest.approx(sampler["health"]["tokens_per_s"])
     assert next(p for p in doc["peers"] if p["role"] == "bootstrap")["health"]["peers_seen"] >= 1
@@ -121,6 +123,7 @@ def test_metrics_of_learner_sampler_and_bootstrap(swarm):
     assert sampler[series("groups_acked", "sampler")] <= sampler[series("groups_sent", "sampler")]
     assert sampler[series("groups_sent", "sampler")] >= 8
     assert 0 <= sampler[series("lag", "sampler")] <= 16
+    assert sampler[series("fetch_mb_s", "sampler")] > 0 and learner[series("served_mb", "learner")] > 0
 
     boot = scrape(urls["bootstrap"])
     wait_for(lambda: scrape(urls["bootstrap"]).get(series("peers_seen", "bootstrap"), 0) >= 2, 15,

@@ -14,7 +14,7 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.weights import FetchError, WeightFetcher, WeightStore, protocol_name, rich_progress
+from swarmnode.swarm.weights import FetchError, WeightFetcher, WeightStore, fetch_progress, protocol_name
 
 RUN = "test-run"
 CHUNK = 64 << 10
@@ -158,6 +158,19 @@ def test_work_queue_rarest_first_requeues_and_exclusions():
     asyncio.run(scenario())
 
 
+def test_fetch_progress_lines_for_slow_fetches_and_nothing_for_quick_ones():
+    lines: list[str] = []
+    with fetch_progress("weights v3", emit=lines.append, interactive=False, after_s=0, every_s=0) as update:
+        update(0, 100_000_000)
+        update(50_000_000, 100_000_000)
+        update(100_000_000, 100_000_000)  # done: no line
+    assert len(lines) == 2 and lines[1].startswith("weights v3: 50 of 100 MB (50%) after")
+    quiet: list[str] = []
+    with fetch_progress("weights v4", emit=quiet.append, interactive=False) as update:  # done within 2 s
+        update(1, 2)
+    assert quiet == []
+
+
 def test_manifest_validation():
     learner = Identity.generate()
     s_state = make_state()
@@ -201,7 +214,7 @@ def test_fetch_delta_and_resume(tmp_path):
             # delta: only the chunks under the changed tensor travel
             state["layer.0.norm"] += 1
             m2 = ls.publish(2, state, learner, parent_version=1)
-            with rich_progress("v2") as bar:  # the interactive progress bar takes the same callback
+            with fetch_progress("v2", interactive=True, after_s=0) as bar:  # the terminal's bar takes the same callback
                 await fetcher.fetch([lp.peer_id], 2, progress=bar)
             changed = {c.hex for c in m2.chunks} - {c.hex for c in m1.chunks}
             assert fetcher.last_stats.fetched_bytes == sum(c.size for c in m2.chunks if c.hex in changed)
