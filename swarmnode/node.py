@@ -9,8 +9,10 @@ the peer record, stop p2pd). Model work runs in a worker thread so the event loo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import random
 import time
 from pathlib import Path
@@ -29,6 +31,7 @@ logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
 STEPS_FILE = "learner_steps.jsonl"
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
+HINT_POLL_S = 0.25  # a sampler looks up a version its learner's acks mention at most this often
 PROGRESS_EVERY_S = 20.0  # a working sampler prints one progress line this often
 
 
@@ -127,7 +130,15 @@ class LearnerRole(_Role):
             await self.dht.announce_version(self.learner.version, {"publisher": self.identity.peer_id})
             self.member.update(version=self.learner.version, versions=self.store.versions())
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
-        self.receiver = RolloutReceiver(cfg.run_id, self.buffer.add, limits, journal=self.data_dir / "seen_groups")
+        arrived = asyncio.Event()  # a group reached the buffer (the receiver runs on this loop)
+
+        def admit(group) -> str:
+            status = self.buffer.add(group)
+            arrived.set()
+            return status
+
+        self.receiver = RolloutReceiver(cfg.run_id, admit, limits, journal=self.data_dir / "seen_groups",
+                                        version=lambda: self.learner.version)
         await self.receiver.start(self.p2p)
         self.publish_health(version=self.learner.version, step=self.learner.step_count, **self._health_extras())
         self.emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
@@ -135,9 +146,13 @@ class LearnerRole(_Role):
         try:
             while not stop.is_set():
                 began = time.monotonic()
+                arrived.clear()
                 diag = await asyncio.to_thread(self.learner.step)
-                if diag is None or not diag.get("trained"):
-                    await _sleep_or_stop(stop, 0.2)
+                if diag is None:  # too few groups: go again as soon as one arrives (not after a fixed nap)
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(arrived.wait(), 0.5)
+                    continue
+                if not diag.get("trained"):  # the groups drawn had no reward signal; they are used up
                     continue
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_file.write(json.dumps(record) + "\n")
@@ -206,6 +221,8 @@ class SamplerRole(_Role):
         if not cfg.learner.learner_keys:
             logger.warning("learner.learner_keys is empty: trusting weights from whichever learner announces them")
         self._fetching: asyncio.Task | None = None
+        self._hint_task: asyncio.Task | None = None
+        self._hint_polled = -math.inf
         await self._refresh_learners()
         await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
         self.emit(f"sampler ready: version {self.loop.offered_version}")
@@ -229,6 +246,7 @@ class SamplerRole(_Role):
                     continue
                 began = time.monotonic()
                 batch = await asyncio.to_thread(self.loop.step)
+                self._follow_hint()
                 if cfg.sampler.max_groups_per_second:
                     floor = len(batch) / cfg.sampler.max_groups_per_second
                     await _sleep_or_stop(stop, max(0.0, floor - (time.monotonic() - began)))
@@ -257,6 +275,24 @@ class SamplerRole(_Role):
         learners = await self.dht.live_peers("learner")
         self.sender.set_destinations(_peer_ids(learners))
         return learners
+
+    def _follow_hint(self) -> None:
+        """A learner's ack named a version newer than ours: look it up in the DHT now, not at the next heartbeat
+        (at most every HINT_POLL_S, and not while a fetch runs)."""
+        now = time.monotonic()
+        if (self.sender.newest_hint <= self.offered or now - self._hint_polled < HINT_POLL_S
+                or (self._fetching is not None and not self._fetching.done())
+                or (self._hint_task is not None and not self._hint_task.done())):
+            return
+        self._hint_polled = now
+
+        async def follow() -> None:
+            try:
+                await self._follow_versions(wait=False)
+            except Exception as exc:  # a DHT hiccup: the heartbeat's follower tries again
+                logger.info("following the acked version failed: %s", exc)
+
+        self._hint_task = asyncio.create_task(follow())
 
     async def _follower(self, stop: asyncio.Event) -> None:
         """Background weight following (async mode) and learner discovery, once per heartbeat."""

@@ -294,6 +294,38 @@ def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path
     assert got.ids == [g.group_id for g in groups[-5:]]
 
 
+def test_acks_tell_the_learners_version_and_senders_keep_the_highest(tmp_path):
+    """Samplers follow a fast learner within an ack (they then check the DHT), not within a heartbeat."""
+    sid = Identity.generate()
+    got = Collector()
+    version = [7]
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            receiver = RolloutReceiver(RUN, got, LIMITS, version=lambda: version[0])
+            await receiver.start(lp)
+            sender = RolloutSender(sp, RUN)
+            await sender.start()
+            sender.set_destinations([lp.peer_id])
+            assert sender.newest_hint == -1
+            rng = random.Random(3)
+            sender.send(make_group(sid, rng, "hint", 0))
+            assert await sender.flush(20)
+            first = sender.newest_hint
+            version[0] = 12
+            sender.send(make_group(sid, rng, "hint", 1))
+            assert await sender.flush(20)
+            second = sender.newest_hint
+            version[0] = 3  # an ack never lowers it
+            sender.send(make_group(sid, rng, "hint", 2))
+            assert await sender.flush(20)
+            await sender.close()
+            return first, second, sender.newest_hint
+
+    assert asyncio.run(scenario()) == (7, 12, 12)
+    assert len(got.ids) == 3
+
+
 def test_seen_journal_survives_restart_and_compacts(tmp_path):
     from swarmnode.swarm.gossip import SeenIds
 

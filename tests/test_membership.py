@@ -210,6 +210,7 @@ async def _versions_scenario():
         try:
             await other.announce_version(99, {"manifest": "evil"})  # valid record, but not from a learner key
             newest = await other.newest_version()
+            assert len(await other.announcements()) == 1  # one subkey per learner, not one per version
             holders = [r.peer_id for r in await other.holders(3)]
             learners = [r.peer_id for r in await other.live_peers("learner")]
             samplers = await other.live_peers("sampler")

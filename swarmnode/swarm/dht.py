@@ -2,7 +2,7 @@
 
 Keys (namespaced by run id; every subkey owned and signed, see `swarmnode.swarm.validator`):
 - `<run>/peers`     subkey `<peer id>`            -> PeerRecord, expiring after `missed_beats_to_expire` beats
-- `<run>/versions`  subkey `<version>@<peer id>`  -> VersionAnnouncement (learners only)
+- `<run>/versions`  subkey `newest@<peer id>`    -> VersionAnnouncement of that learner's newest version
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.swarm.p2p import parse_initial_peer, start_p2p, stop_p2p
-from swarmnode.swarm.validator import SwarmValidator, owned_subkey, run_keys
+from swarmnode.swarm.validator import ANNOUNCEMENT_LABEL, SwarmValidator, owned_subkey, run_keys
 
 logger = logging.getLogger(__name__)
 
@@ -111,14 +111,15 @@ class SwarmDHT:
         self._last_announcement = (int(version), dict(pointer))
         return bool(await self.node.store(
             self._keys["versions"], payload, get_dht_time() + self.announcement_ttl,
-            subkey=owned_subkey(self.identity.peer_id, str(version)),
+            subkey=owned_subkey(self.identity.peer_id, ANNOUNCEMENT_LABEL),  # each announcement replaces the last
         ))
 
     @property
     def announcement_ttl(self) -> float:
-        """Seconds an announcement lives: like a peer record, it expires after missed heartbeats. Only the newest
-        is refreshed, so a learner publishing every step leaves ~ttl x versions/s subkeys for readers to verify
-        (a 120 s TTL at 2 versions/s made every `newest_version` verify ~240 signatures per responding peer)."""
+        """Seconds an announcement lives: like a peer record, it expires after missed heartbeats (the learner
+        re-announces on every heartbeat). One subkey per learner: with a subkey per version, a learner publishing
+        every step left ttl x versions/s signed subkeys that every DHT read and every announcement's store had to
+        verify (in the demo, ~35 % of the learner's event loop went to those signature checks)."""
         net = self.cfg.network
         return max(VERSION_TTL_MIN_S, net.heartbeat_interval * net.missed_beats_to_expire)
 

@@ -10,9 +10,11 @@ rollouts, which at RL group rates (a few per second per sampler) costs little.
 
 Wire format, both directions: frames of an 8-byte big-endian length and a payload.
 - push stream `swarmnode/<run>/rollouts/1` (persistent): sender writes an encoded RolloutGroup, receiver answers
-  {"id": group id or "", "status": reason}. Final statuses: "ok", "duplicate", the buffer's own refusals
+  {"id": group id or "", "status": reason, "v": the learner's policy version (optional)}. Final statuses: "ok", "duplicate", the buffer's own refusals
   ("quota", "stale", ...), "invalid"; retried after backoff: "rate_limited", "busy". After "oversized",
-  "truncated" or "banned" the receiver closes the stream.
+  "truncated" or "banned" the receiver closes the stream. The version in acks is a hint, not a claim: a sampler
+  that sees a newer one looks the version up in the DHT (signed announcements) at once instead of at its next
+  heartbeat, so weights follow a fast learner within one ack (Echo's push-pull), not within a heartbeat.
 - pull stream `swarmnode/<run>/rollouts-pull/1`: learner writes {"since": unix time, "limit": n}; the sampler
   answers with up to n encoded groups from its recent ring, newer than `since`, then an empty frame; the learner
   writes {"op": "bye"} before anyone closes (closing right after the last write truncated QUIC streams).
@@ -33,6 +35,7 @@ from typing import Any, Callable, Iterable
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.codec import InvalidRecord, pack
+from swarmnode.protocol.peer import MAX_VERSION
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.swarm.frames import read_control, read_header, write_frame
 
@@ -139,9 +142,10 @@ class RolloutReceiver:
     def __init__(self, run_id: str, on_group: Callable[[RolloutGroup], str], limits: RolloutLimits, *,
                  rate: float = 50.0, burst: float = 100.0, strikes_to_ban: int = 3, ban_seconds: float = 60.0,
                  seen_capacity: int = 200_000, journal: str | Path | None = None, idle_timeout: float = 300.0,
-                 read_timeout: float = 30.0):
+                 read_timeout: float = 30.0, version: Callable[[], int] | None = None):
         self.run_id = run_id
         self.on_group = on_group
+        self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
         self.rate, self.burst = rate, burst
@@ -249,7 +253,10 @@ class RolloutReceiver:
         return group.group_id, status
 
     async def _ack(self, writer: asyncio.StreamWriter, group_id: str, status: str) -> None:
-        await write_frame(writer, pack({"id": group_id, "status": status}))
+        ack: dict[str, object] = {"id": group_id, "status": status}
+        if self.version is not None:
+            ack["v"] = int(self.version())
+        await write_frame(writer, pack(ack))
 
     def _count(self, status: str, peer: str, reason: str | None = None) -> None:
         self.statuses[status] += 1
@@ -355,6 +362,7 @@ class RolloutSender:
         self.statuses: collections.Counter[str] = collections.Counter()
         self.latencies: collections.deque[float] = collections.deque(maxlen=10_000)  # enqueue -> ack, seconds
         self.on_delivered: Callable[[str, str, str], None] | None = None  # (peer, group id, status)
+        self.newest_hint = -1  # the highest policy version a learner's ack mentioned (a hint: check the DHT)
         self._links: dict[str, _Link] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -498,6 +506,9 @@ class RolloutSender:
         status = ack.get("status")
         if not isinstance(status, str):
             raise InvalidRecord("ack without a status")
+        hint = ack.get("v")
+        if isinstance(hint, int) and not isinstance(hint, bool) and 0 <= hint <= MAX_VERSION:
+            self.newest_hint = max(self.newest_hint, hint)
         return status
 
     async def _handle_pull(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -36,9 +36,12 @@ def _peer_schema(owner: str, label: str, payload: bytes) -> None:
         raise InvalidRecord("peer record stored under another peer's subkey")
 
 
+ANNOUNCEMENT_LABEL = "newest"  # a learner's announcement subkey: `newest@<peer id>` (one per learner)
+
+
 def _version_schema(owner: str, label: str, payload: bytes) -> None:
     announcement = VersionAnnouncement.decode(payload)
-    if announcement.peer_id != owner or label != str(announcement.version):
+    if announcement.peer_id != owner or label != ANNOUNCEMENT_LABEL:
         raise InvalidRecord("version announcement does not match its subkey")
 
 

@@ -177,6 +177,7 @@ class WeightStore:
         self._held_bits: dict[int, bytearray] = {}  # version being fetched -> have-map of the chunks it has
         self._positions: dict[int, dict[str, list[int]]] = {}  # version being fetched -> chunk -> indices
         self._full_maps: dict[int, bytes] = {}  # complete version -> its (all ones) have-map
+        self._decoded: collections.OrderedDict[tuple, WeightManifest] = collections.OrderedDict()
         self._incoming: dict[int, set[int]] = {}  # version being fetched -> chunk indices requested, not yet in
         self.served_chunks = 0
         self.served_bytes = 0
@@ -390,10 +391,22 @@ class WeightStore:
         return True
 
     def _read_manifest(self, path: Path) -> WeightManifest | None:
+        """The verified manifest in `path`, or None. Decoded manifests are kept while the file is unchanged
+        (same inode, size and mtime): GC, the memory index and every peer's manifest or have request read them,
+        and each decode verifies a signature (a fifth of a tiny-model learner's publish time went to this)."""
         try:
-            return WeightManifest.decode(path.read_bytes())
+            st = path.stat()
+            key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+            if (m := self._decoded.get(key)) is not None:
+                self._decoded.move_to_end(key)
+                return m
+            m = WeightManifest.decode(path.read_bytes())
         except (OSError, InvalidRecord):
             return None
+        self._decoded[key] = m
+        while len(self._decoded) > 4 * (self.keep_versions + 4):
+            self._decoded.popitem(last=False)
+        return m
 
     @staticmethod
     def _atomic_write(path: Path, data: bytes) -> None:
