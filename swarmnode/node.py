@@ -31,7 +31,6 @@ logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
 STEPS_FILE = "learner_steps.jsonl"
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
-HINT_POLL_S = 0.25  # a sampler looks up a version its learner's acks mention at most this often
 PROGRESS_EVERY_S = 20.0  # a working sampler prints one progress line this often
 
 
@@ -221,8 +220,8 @@ class SamplerRole(_Role):
         if not cfg.learner.learner_keys:
             logger.warning("learner.learner_keys is empty: trusting weights from whichever learner announces them")
         self._fetching: asyncio.Task | None = None
-        self._hint_task: asyncio.Task | None = None
-        self._hint_polled = -math.inf
+        self._peers: list = []  # live peer records, as of `_peers_at`
+        self._peers_at = -math.inf
         await self._refresh_learners()
         await self._follow_versions(wait=True, timeout=cfg.network.startup_timeout)
         self.emit(f"sampler ready: version {self.loop.offered_version}")
@@ -272,27 +271,29 @@ class SamplerRole(_Role):
             self.sender.send(group)
 
     async def _refresh_learners(self) -> list:
-        learners = await self.dht.live_peers("learner")
+        """Read the live peers (kept for weight holders until the next heartbeat); send groups to the learners."""
+        self._peers = await self.dht.live_peers()
+        self._peers_at = time.monotonic()
+        learners = [p for p in self._peers if p.role == "learner"]
         self.sender.set_destinations(_peer_ids(learners))
         return learners
 
+    async def _holders(self) -> list:
+        """Live learners and samplers but us: the heartbeat's list, re-read only when older than a heartbeat (a
+        fast learner's versions come several times a second; each read verifies every peer record)."""
+        if time.monotonic() - self._peers_at > self.cfg.network.heartbeat_interval:
+            await self._refresh_learners()
+        return [p for p in self._peers if p.peer_id != self.identity.peer_id and p.role in ("learner", "sampler")]
+
     def _follow_hint(self) -> None:
-        """A learner's ack named a version newer than ours: look it up in the DHT now, not at the next heartbeat
-        (at most every HINT_POLL_S, and not while a fetch runs)."""
-        now = time.monotonic()
-        if (self.sender.newest_hint <= self.offered or now - self._hint_polled < HINT_POLL_S
-                or (self._fetching is not None and not self._fetching.done())
-                or (self._hint_task is not None and not self._hint_task.done())):
+        """A learner's ack told a version newer than ours: fetch it from that learner now (its manifest must be
+        signed by it, and it must be one of the run's learners), not at the next DHT look a heartbeat later."""
+        hint, learner = self.sender.newest_hint, self.sender.hint_peer
+        if hint <= self.offered or learner is None or (self._fetching is not None and not self._fetching.done()):
             return
-        self._hint_polled = now
-
-        async def follow() -> None:
-            try:
-                await self._follow_versions(wait=False)
-            except Exception as exc:  # a DHT hiccup: the heartbeat's follower tries again
-                logger.info("following the acked version failed: %s", exc)
-
-        self._hint_task = asyncio.create_task(follow())
+        if self.cfg.learner.learner_keys and learner not in self.cfg.learner.learner_keys:
+            return
+        self._fetching = asyncio.create_task(self._fetch(hint, {"publisher": learner}))
 
     async def _follower(self, stop: asyncio.Event) -> None:
         """Background weight following (async mode) and learner discovery, once per heartbeat."""
@@ -326,10 +327,9 @@ class SamplerRole(_Role):
 
         # every live peer, not only those advertising the whole version: a peer fetching the same version right
         # now serves the chunks it has (holders answer `have` with their chunk maps), so samplers help each other
-        peers = await self.dht.live_peers()
         publisher = pointer.get("publisher")
         allowed = self.cfg.learner.learner_keys or ([publisher] if isinstance(publisher, str) else [])
-        ids = _peer_ids([p for p in peers if p.peer_id != self.identity.peer_id and p.role in ("learner", "sampler")])
+        ids = _peer_ids(await self._holders())
         if isinstance(publisher, str) and publisher not in {str(i) for i in ids}:
             ids.append(PeerID.from_base58(publisher))
         fetcher = WeightFetcher(self.p2p, self.store, allowed)

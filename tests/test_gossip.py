@@ -295,7 +295,7 @@ def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path
 
 
 def test_acks_tell_the_learners_version_and_senders_keep_the_highest(tmp_path):
-    """Samplers follow a fast learner within an ack (they then check the DHT), not within a heartbeat."""
+    """Samplers follow a fast learner within an ack (fetching from the learner that told them), not a heartbeat."""
     sid = Identity.generate()
     got = Collector()
     version = [7]
@@ -320,9 +320,10 @@ def test_acks_tell_the_learners_version_and_senders_keep_the_highest(tmp_path):
             sender.send(make_group(sid, rng, "hint", 2))
             assert await sender.flush(20)
             await sender.close()
-            return first, second, sender.newest_hint
+            return first, second, sender.newest_hint, sender.hint_peer, str(lp.peer_id)
 
-    assert asyncio.run(scenario()) == (7, 12, 12)
+    first, second, last, teller, learner = asyncio.run(scenario())
+    assert (first, second, last) == (7, 12, 12) and teller == learner  # who told it: the stream's peer
     assert len(got.ids) == 3
 
 

@@ -12,9 +12,9 @@ Wire format, both directions: frames of an 8-byte big-endian length and a payloa
 - push stream `swarmnode/<run>/rollouts/1` (persistent): sender writes an encoded RolloutGroup, receiver answers
   {"id": group id or "", "status": reason, "v": the learner's policy version (optional)}. Final statuses: "ok", "duplicate", the buffer's own refusals
   ("quota", "stale", ...), "invalid"; retried after backoff: "rate_limited", "busy". After "oversized",
-  "truncated" or "banned" the receiver closes the stream. The version in acks is a hint, not a claim: a sampler
-  that sees a newer one looks the version up in the DHT (signed announcements) at once instead of at its next
-  heartbeat, so weights follow a fast learner within one ack (Echo's push-pull), not within a heartbeat.
+  "truncated" or "banned" the receiver closes the stream. The version in a learner's acks lets its samplers
+  fetch that version at once (from the learner the stream authenticates, manifest signed by it) instead of at
+  their next DHT look, so weights follow a fast learner within one ack (Echo's push-pull), not a heartbeat.
 - pull stream `swarmnode/<run>/rollouts-pull/1`: learner writes {"since": unix time, "limit": n}; the sampler
   answers with up to n encoded groups from its recent ring, newer than `since`, then an empty frame; the learner
   writes {"op": "bye"} before anyone closes (closing right after the last write truncated QUIC streams).
@@ -362,7 +362,8 @@ class RolloutSender:
         self.statuses: collections.Counter[str] = collections.Counter()
         self.latencies: collections.deque[float] = collections.deque(maxlen=10_000)  # enqueue -> ack, seconds
         self.on_delivered: Callable[[str, str, str], None] | None = None  # (peer, group id, status)
-        self.newest_hint = -1  # the highest policy version a learner's ack mentioned (a hint: check the DHT)
+        self.newest_hint = -1  # the highest policy version a destination's ack told
+        self.hint_peer: str | None = None  # the destination (stream-authenticated peer id) that told it
         self._links: dict[str, _Link] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -507,8 +508,8 @@ class RolloutSender:
         if not isinstance(status, str):
             raise InvalidRecord("ack without a status")
         hint = ack.get("v")
-        if isinstance(hint, int) and not isinstance(hint, bool) and 0 <= hint <= MAX_VERSION:
-            self.newest_hint = max(self.newest_hint, hint)
+        if isinstance(hint, int) and not isinstance(hint, bool) and self.newest_hint < hint <= MAX_VERSION:
+            self.newest_hint, self.hint_peer = hint, str(link.peer)
         return status
 
     async def _handle_pull(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
