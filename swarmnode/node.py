@@ -329,7 +329,11 @@ class SamplerRole(_Role):
         # now serves the chunks it has (holders answer `have` with their chunk maps), so samplers help each other
         publisher = pointer.get("publisher")
         allowed = self.cfg.learner.learner_keys or ([publisher] if isinstance(publisher, str) else [])
-        ids = _peer_ids(await self._holders())
+        try:
+            ids = _peer_ids(await self._holders())
+        except Exception as exc:  # a DHT hiccup: the publisher alone still serves the version
+            logger.info("could not list weight holders (%s); fetching from the publisher", exc)
+            ids = []
         if isinstance(publisher, str) and publisher not in {str(i) for i in ids}:
             ids.append(PeerID.from_base58(publisher))
         fetcher = WeightFetcher(self.p2p, self.store, allowed)
