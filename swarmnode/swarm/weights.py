@@ -2,7 +2,8 @@
 pulls a version from every holder at once.
 
 Layout: a state dict becomes one flat buffer (tensors back to back, 64-byte aligned, raw bytes as in
-safetensors) cut into fixed-size chunks named by their sha256. A manifest (protocol/manifest.py) signed by the
+safetensors) cut into fixed-size chunks named by their sha256 (4 MiB; bigger, the same every version, for a
+state that would exceed the manifest's chunk limit). A manifest (protocol/manifest.py) signed by the
 learner lists tensors and chunks. On disk, under the store's root:
 
     chunks/<sha256 hex>          verified chunk bytes (shared by every version that contains them)
