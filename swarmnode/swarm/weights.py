@@ -39,6 +39,7 @@ import mmap
 import os
 import random
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -897,8 +898,6 @@ def fetch_progress(description: str, *, emit: Callable[[str], None] | None = Non
     one, unless `interactive` says otherwise) a rich bar with bytes, rate and time left that goes away when done;
     elsewhere (logs, the demo's prefixed output) a line through `emit` every `every_s` seconds. Quick fetches,
     such as a small model's every few seconds, show nothing."""
-    import sys
-
     interactive = sys.stderr.isatty() if interactive is None else interactive
     start = time.monotonic()
     last_line = -math.inf
