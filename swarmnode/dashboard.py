@@ -233,7 +233,8 @@ def logs_into(history: History) -> Iterator[None]:
     """While the live view is up, log lines that would go to the terminal (root, hivemind and any other logger
     with a stderr/stdout handler) go to `history` instead (warnings and worse), so they do not draw over it."""
     terminal = {sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__}
-    loggers = [logging.getLogger()] + [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)]
+    known = list(logging.Logger.manager.loggerDict.values())  # placeholders (no handlers) are not loggers
+    loggers = [logging.getLogger()] + [lg for lg in known if isinstance(lg, logging.Logger)]
     swapped: list[tuple[logging.Logger, list[logging.Handler]]] = []
     sink = _ToHistory(history)
     for logger in loggers:

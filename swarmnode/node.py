@@ -285,11 +285,16 @@ class SamplerRole(_Role):
             await self._refresh_learners()
         return [p for p in self._peers if p.peer_id != self.identity.peer_id and p.role in ("learner", "sampler")]
 
+    @property
+    def _fetch_idle(self) -> bool:
+        """No weight fetch is running (one at a time: a newer version waits for the current one)."""
+        return self._fetching is None or self._fetching.done()
+
     def _follow_hint(self) -> None:
         """A learner's ack told a version newer than ours: fetch it from that learner now (its manifest must be
         signed by it, and it must be one of the run's learners), not at the next DHT look a heartbeat later."""
         hint, learner = self.sender.newest_hint, self.sender.hint_peer
-        if hint <= self.offered or learner is None or (self._fetching is not None and not self._fetching.done()):
+        if hint <= self.offered or learner is None or not self._fetch_idle:
             return
         if self.cfg.learner.learner_keys and learner not in self.cfg.learner.learner_keys:
             return
@@ -313,7 +318,7 @@ class SamplerRole(_Role):
         self.newest = max(self.newest, newest[0])
         if newest[0] <= self.offered:  # until a learner's version arrives we hold only the local base model
             return
-        if self._fetching is None or self._fetching.done():
+        if self._fetch_idle:
             self._fetching = asyncio.create_task(self._fetch(newest[0], newest[1]))
         if wait:
             try:

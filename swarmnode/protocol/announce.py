@@ -1,8 +1,8 @@
 """VersionAnnouncement: a learner's small DHT pointer saying "version v exists; here is where its manifest is".
 
 Stored under `<run>/versions` with subkey `newest@<learner peer id>` (each learner's newest replaces its last);
-the DHT validator checks that the learner signed it (swarmnode.swarm.validator). The pointer is a small map of scalars (e.g. manifest hash,
-total bytes, lineage) so the key stays far below p2pd's 4 MiB message cap.
+the DHT validator checks that the learner signed it (swarmnode.swarm.validator). The pointer is a small map of
+scalars (e.g. manifest hash, total bytes, lineage) so the key stays far below p2pd's 4 MiB message cap.
 """
 
 from __future__ import annotations

@@ -10,11 +10,12 @@ rollouts, which at RL group rates (a few per second per sampler) costs little.
 
 Wire format, both directions: frames of an 8-byte big-endian length and a payload.
 - push stream `swarmnode/<run>/rollouts/1` (persistent): sender writes an encoded RolloutGroup, receiver answers
-  {"id": group id or "", "status": reason, "v": the learner's policy version (optional)}. Final statuses: "ok", "duplicate", the buffer's own refusals
-  ("quota", "stale", ...), "invalid"; retried after backoff: "rate_limited", "busy". After "oversized",
-  "truncated" or "banned" the receiver closes the stream. The version in a learner's acks lets its samplers
-  fetch that version at once (from the learner the stream authenticates, manifest signed by it) instead of at
-  their next DHT look, so weights follow a fast learner within one ack (Echo's push-pull), not a heartbeat.
+  {"id": group id or "", "status": reason, "v": the learner's policy version (optional)}. Final statuses: "ok",
+  "duplicate", the buffer's own refusals ("quota", "stale", ...), "invalid"; retried after backoff:
+  "rate_limited", "busy". After "oversized", "truncated" or "banned" the receiver closes the stream. The
+  version in a learner's acks lets its samplers fetch that version at once (from the learner the stream
+  authenticates, manifest signed by it) instead of at their next DHT look, so weights follow a fast learner
+  within one ack (Echo's push-pull), not a heartbeat.
 - pull stream `swarmnode/<run>/rollouts-pull/1`: learner writes {"since": unix time, "limit": n}; the sampler
   answers with up to n encoded groups from its recent ring, newer than `since`, then an empty frame; the learner
   writes {"op": "bye"} before anyone closes (closing right after the last write truncated QUIC streams).
