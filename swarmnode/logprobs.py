@@ -1,15 +1,30 @@
-"""Per-token log-probs of completions under a causal LM, from temperature-scaled logits.
+"""Per-token log-probs (and the sampling distribution's entropy) of completions under a causal LM.
 
 Layout: prompts are left-padded so every prompt ends at the same column P, completions are right-padded after
 it, and position ids count only real tokens (cumsum of the attention mask), exactly what HF `generate` does
-with a left-padded batch. The logits of the last T+1 positions are all that is computed (`logits_to_keep`).
+with a left-padded batch.
+
+Two paths compute the same numbers from temperature-scaled logits:
+- `completion_scores` (the learner's): the decoder's last hidden states of the completion tokens go through
+  `ChunkedLMHeadLogProbs`, which never materialises [B, T, V] logits. It projects [token_chunk, vocab_chunk]
+  tiles, folds each into an online logsumexp (and the running sum of p*z for the entropy), and recomputes the
+  tiles in backward. Padding positions are not projected at all. Memory for the logits: one tile plus a few
+  fp32 numbers per token, instead of about four [B, T, V] fp32 copies (measured in bench/learner_memory.py).
+- `full_logits_logprobs`: the plain path (the model's [B, T+1, V] logits, fp32 log-softmax), kept as the
+  reference the chunked path is tested against, and used for models whose head is not a plain linear layer.
+The chunked design follows TRL's `ChunkedLogProbFunction` (trl/kernels/chunked_logprob.py) and prime-rl's
+chunked lm_head, in plain torch: the projections run on the BLAS, gradients are accumulated in fp32.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+
+TOKEN_CHUNK = 2048  # tokens per lm_head tile
+VOCAB_CHUNK = 16384  # vocabulary columns per tile: a 2048 x 16384 fp32 tile is 128 MiB
 
 
 def pad_batch(
@@ -34,19 +49,114 @@ def pad_batch(
     return ids, attn, comp_mask, T
 
 
-def completion_logprobs(
-    model,
-    prompt_tokens: list[list[int]],
-    completions: list[list[int]],
-    temperature: float | Sequence[float],
-    pad_id: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logp [B, T] float32 with grad, mask [B, T] bool) of each completion token given its prompt.
+def _mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with an fp32 result; half inputs on CUDA are multiplied in their dtype with fp32 output."""
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return torch.mm(a.float(), b.float())
 
-    `temperature` is one value or one per row (rows sampled at different temperatures can share a batch).
-    Padding positions hold 0 in `logp` and False in `mask`; the EOS token, when a completion has one, is an
-    ordinary completion token and inside the mask.
+
+def _compute_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The projection's dtype: the autocast dtype inside autocast, else the weight's."""
+    kind = hidden.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else weight.dtype
+
+
+class ChunkedLMHeadLogProbs(torch.autograd.Function):
+    """(log p(target), entropy) per token of `softmax((hidden @ weight.T + bias) * inv_temp)`, tile by tile.
+
+    hidden [N, H], weight [V, H], bias [V] or None, targets [N] long, inv_temp [N] (1 / temperature per token).
+    Both outputs are float32 [N] and differentiable with respect to hidden, weight and bias.
     """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, inv_temp, token_chunk: int, vocab_chunk: int):
+        ctx.set_materialize_grads(False)
+        cdt = _compute_dtype(hidden, weight)
+        N, V = hidden.shape[0], weight.shape[0]
+        dev = hidden.device
+        running_max = torch.full((N,), float("-inf"), device=dev)
+        sum_exp = torch.zeros(N, device=dev)
+        sum_exp_z = torch.zeros(N, device=dev)  # sum_v exp(z_v - max) * z_v, for the entropy
+        target_z = torch.zeros(N, device=dev)
+        inv_temp = inv_temp.float()
+        with torch.autocast(dev.type, enabled=False):
+            for t0 in range(0, N, token_chunk):
+                rows = slice(t0, min(t0 + token_chunk, N))
+                h = hidden[rows].to(cdt)
+                for v0 in range(0, V, vocab_chunk):
+                    v1 = min(v0 + vocab_chunk, V)
+                    z = _mm_fp32(h, weight[v0:v1].to(cdt).t())
+                    if bias is not None:
+                        z += bias[v0:v1].float()
+                    z *= inv_temp[rows, None]
+                    new_max = torch.maximum(running_max[rows], z.amax(dim=1))
+                    rescale = torch.exp(running_max[rows] - new_max)
+                    e = torch.exp(z - new_max[:, None])
+                    sum_exp[rows] = sum_exp[rows] * rescale + e.sum(dim=1)
+                    sum_exp_z[rows] = sum_exp_z[rows] * rescale + (e * z).sum(dim=1)
+                    running_max[rows] = new_max
+                    local = targets[rows] - v0
+                    inside = (local >= 0) & (local < v1 - v0)
+                    picked = z.gather(1, local.clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)
+                    target_z[rows] = torch.where(inside, picked, target_z[rows])
+        log_z = running_max + torch.log(sum_exp)
+        logp = target_z - log_z
+        entropy = log_z - sum_exp_z / sum_exp
+        ctx.save_for_backward(hidden, weight, bias, targets, inv_temp, log_z, entropy)
+        ctx.cdt, ctx.token_chunk, ctx.vocab_chunk = cdt, token_chunk, vocab_chunk
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, bias, targets, inv_temp, log_z, entropy = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        cdt, N, V = ctx.cdt, hidden.shape[0], weight.shape[0]
+        g_h = torch.zeros(hidden.shape, device=hidden.device) if need_h else None
+        g_w = torch.zeros(weight.shape, device=weight.device) if need_w else None
+        g_b = torch.zeros(bias.shape, device=bias.device) if need_b and bias is not None else None
+        for t0 in range(0, N, ctx.token_chunk):
+            rows = slice(t0, min(t0 + ctx.token_chunk, N))
+            h = hidden[rows].to(cdt)
+            for v0 in range(0, V, ctx.vocab_chunk):
+                v1 = min(v0 + ctx.vocab_chunk, V)
+                w = weight[v0:v1].to(cdt)
+                z = _mm_fp32(h, w.t())
+                if bias is not None:
+                    z += bias[v0:v1].float()
+                z *= inv_temp[rows, None]
+                log_p = z - log_z[rows, None]
+                p = torch.exp(log_p)
+                grad = torch.zeros_like(z)
+                if grad_logp is not None:  # d log p_target / dz_j = 1[j = target] - p_j
+                    grad -= grad_logp[rows, None].float() * p
+                    local = targets[rows] - v0
+                    inside = (local >= 0) & (local < v1 - v0)
+                    hit = torch.where(inside, grad_logp[rows].float(), torch.zeros_like(log_z[rows]))
+                    grad.scatter_add_(1, local.clamp(0, v1 - v0 - 1)[:, None], hit[:, None])
+                if grad_entropy is not None:  # d H / dz_j = -p_j (log p_j + H)
+                    grad -= grad_entropy[rows, None].float() * p * (log_p + entropy[rows, None])
+                grad *= inv_temp[rows, None]  # back through the temperature, onto the raw logits
+                if g_h is not None:
+                    g_h[rows] += _mm_fp32(grad.to(cdt), w)
+                if g_w is not None:
+                    g_w[v0:v1] += _mm_fp32(grad.t().to(cdt), h)
+                if g_b is not None:
+                    g_b[v0:v1] += grad.sum(dim=0)
+        cast = lambda g, like: g.to(like.dtype) if g is not None else None  # noqa: E731
+        return cast(g_h, hidden), cast(g_w, weight), cast(g_b, bias), None, None, None, None
+
+
+@dataclass
+class CompletionScores:
+    """Per completion token: log-prob (with grad), entropy of the sampling distribution, and the mask [B, T]."""
+
+    logp: torch.Tensor
+    mask: torch.Tensor
+    entropy: torch.Tensor
+
+
+def _prepare(model, prompt_tokens, completions, temperature, pad_id):
     device = next(model.parameters()).device
     ids, attn, mask, T = pad_batch(prompt_tokens, completions, pad_id)
     temps = torch.as_tensor(temperature, dtype=torch.float32).reshape(-1)
@@ -54,12 +164,75 @@ def completion_logprobs(
         raise ValueError(f"temperature must be > 0, one value or one per row (got {temperature})")
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    return ids, attn, position_ids, mask, T, temps.expand(ids.shape[0]).to(device)
+
+
+def _plain_linear_head(model) -> torch.nn.Module | None:
+    """The output layer when the logits are exactly `head(last_hidden_state)` (no scaling or soft-capping)."""
+    cfg = getattr(model, "config", None)
+    if any(getattr(cfg, k, None) for k in ("final_logit_softcapping", "logit_scale", "logits_scaling")):
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if isinstance(head, torch.nn.Linear) and hasattr(model, "get_decoder") else None
+
+
+def completion_scores(
+    model,
+    prompt_tokens: list[list[int]],
+    completions: list[list[int]],
+    temperature: float | Sequence[float],
+    pad_id: int,
+    token_chunk: int = TOKEN_CHUNK,
+    vocab_chunk: int = VOCAB_CHUNK,
+) -> CompletionScores:
+    """Log-probs and entropies [B, T] of each completion token given its prompt, without [B, T, V] logits.
+
+    `temperature` is one value or one per row. Padding positions hold 0 in both tensors and False in the mask;
+    the EOS token, when a completion has one, is an ordinary completion token and inside the mask.
+    """
+    head = _plain_linear_head(model)
+    if head is None:
+        return full_logits_scores(model, prompt_tokens, completions, temperature, pad_id)
+    ids, attn, position_ids, mask, T, temps = _prepare(model, prompt_tokens, completions, temperature, pad_id)
+    out = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False)
+    hidden = out.last_hidden_state[:, -(T + 1) : -1]  # position P-1+t predicts completion token t
+    inv_temp = (1.0 / temps)[:, None].expand(-1, T)
+    logp_sel, ent_sel = ChunkedLMHeadLogProbs.apply(
+        hidden[mask], head.weight, head.bias, ids[:, -T:][mask], inv_temp[mask], token_chunk, vocab_chunk
+    )
+    zeros = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    return CompletionScores(zeros.masked_scatter(mask, logp_sel), mask, zeros.masked_scatter(mask, ent_sel))
+
+
+def full_logits_scores(
+    model,
+    prompt_tokens: list[list[int]],
+    completions: list[list[int]],
+    temperature: float | Sequence[float],
+    pad_id: int,
+) -> CompletionScores:
+    """The reference path: the model's full [B, T+1, V] logits, fp32 log-softmax."""
+    ids, attn, position_ids, mask, T, temps = _prepare(model, prompt_tokens, completions, temperature, pad_id)
     out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temps.to(device).view(-1, 1, 1)  # position P-1+t predicts completion token t
+    logits = out.logits[:, :-1, :].float() / temps.view(-1, 1, 1)
     targets = ids[:, -T:]
-    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    logp = picked - torch.logsumexp(logits, dim=-1)
-    return torch.where(mask, logp, torch.zeros_like(logp)), mask
+    log_z = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+    entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    return CompletionScores(torch.where(mask, logp, zero), mask, torch.where(mask, entropy, zero))
+
+
+def completion_logprobs(
+    model,
+    prompt_tokens: list[list[int]],
+    completions: list[list[int]],
+    temperature: float | Sequence[float],
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp [B, T] float32 with grad, mask [B, T] bool): `completion_scores` without the entropy."""
+    scores = completion_scores(model, prompt_tokens, completions, temperature, pad_id)
+    return scores.logp, scores.mask
 
 
 def behaviour_mismatch(model, generations, temperature: float, pad_id: int) -> tuple[float, float]:
