@@ -31,17 +31,19 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_VARIANTS = ["grpo", "gspo", "gepo", "gepo-def0.5:learner.defensive_lambda=0.5"]
+DEFAULT_VARIANTS = ["grpo", "gspo", "gepo", "gepo-def0.5:learner.gepo_defensive_lambda=0.5"]
 SPREAD = 32.0  # max/min delay ratio of the paper's log-normal (60 s .. 1920 s)
 
 
 def parse_variant(spec: str) -> tuple[str, list[str]]:
     """'name[:k=v,k=v]' -> (name, overrides); the loss type is the name's part before the first '-'."""
+    from swarmnode.config import LEVEL_OF_ALGORITHM
+
     name, _, sets = spec.partition(":")
     loss = name.split("-")[0]
     if loss not in ("grpo", "gspo", "gepo"):
         raise SystemExit(f"variant {spec!r}: its name must start with grpo, gspo or gepo")
-    return name, [f"learner.loss_type={loss}", *[s for s in sets.split(",") if s]]
+    return name, [f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[loss]}", *[s for s in sets.split(",") if s]]
 
 
 def delay_model(max_delay: int):

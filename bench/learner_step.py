@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from swarmnode.config import load_config
+from swarmnode.config import LEVEL_OF_ALGORITHM, load_config
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
@@ -51,7 +51,7 @@ def main() -> None:
     base = load_model(cfg.model, cfg.task, "cpu")
     loops = {}
     for lt in LOSS_TYPES:
-        c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"loss_type": lt})})
+        c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"importance_sampling_level": LEVEL_OF_ALGORITHM[lt]})})
         loops[lt] = LearnerLoop(copy.deepcopy(base), tokenizer, task, c, ReplayBuffer.from_config(c))
     times: dict[str, list[float]] = {lt: [] for lt in LOSS_TYPES}
     for rep in range(args.repeats + 2):

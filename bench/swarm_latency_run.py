@@ -69,7 +69,9 @@ def main() -> None:
     ap.add_argument("--steps-per-second", type=float, default=None, help="skip the calibration run")
     ap.add_argument("--rows", default=str(ROOT / "bench/results/latency_sweep/rows.json"))
     args = ap.parse_args()
-    base = [f"learner.loss_type={args.loss}"]
+    from swarmnode.config import LEVEL_OF_ALGORITHM
+
+    base = [f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[args.loss]}"]
     with tempfile.TemporaryDirectory(prefix="swarm-latency-") as tmp:
         rate = args.steps_per_second
         if rate is None:

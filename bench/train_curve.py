@@ -15,7 +15,7 @@ import statistics
 
 import torch
 
-from swarmnode.config import load_config
+from swarmnode.config import LEVEL_OF_ALGORITHM, load_config
 from swarmnode.local_trainer import LocalTrainer
 
 
@@ -39,7 +39,7 @@ def main() -> None:
     for tau in args.staleness:
         for lt in args.loss:
             torch.manual_seed(0)
-            cfg = load_config(args.config, [*args.sets, f"learner.loss_type={lt}"])
+            cfg = load_config(args.config, [*args.sets, f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[lt]}"])
             r = LocalTrainer(cfg, staleness=tau, progress=None).run(args.steps)
             rewards = [p["reward_mean"] for p in r["curve"]]
             last = r["curve"][-1] if r["curve"] else {}

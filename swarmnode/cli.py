@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="preset name (e.g. tiny-cpu) or YAML path")
-SetOpt = typer.Option(None, "--set", "-s", help="override a config key, e.g. learner.loss_type=gepo (repeatable)")
+SetOpt = typer.Option(None, "--set", "-s", help="override a config key, e.g. learner.beta=0.005 (repeatable)")
 JsonOpt = typer.Option(False, "--json", help="print machine-readable JSON")
 PeersOpt = typer.Option(None, "--initial-peers", help="bootstrap multiaddr(s), repeatable")
 
@@ -229,7 +229,7 @@ def train_local(
     as_json: bool = JsonOpt,
     steps: int = typer.Option(100, "--steps", min=1, help="learner steps in total (a resumed run counts its earlier ones)"),
     staleness: int = typer.Option(0, "--staleness", min=0, help="train on rollouts from the weights of k versions ago"),
-    loss_type: Optional[str] = typer.Option(None, "--loss-type", help="gepo | gspo | grpo (= learner.loss_type)"),
+    loss_type: Optional[str] = typer.Option(None, "--loss-type", help="gepo | gspo | grpo (= learner.importance_sampling_level group | sequence | token)"),
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="checkpoint here; resume from it"),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0, help="stop (with a checkpoint) after this long"),
     delay: Optional[str] = typer.Option(
@@ -238,7 +238,11 @@ def train_local(
     eval_every: int = typer.Option(0, "--eval-every", min=0, help="evaluate on the held-out prompts every N steps"),
 ) -> None:
     """Single-process sampler+learner loop: the reference the swarm is compared against."""
-    cfg = config_from_cli(config, set_, **{"learner.loss_type": loss_type})
+    from swarmnode.config import LEVEL_OF_ALGORITHM
+
+    if loss_type is not None and loss_type not in LEVEL_OF_ALGORITHM:
+        fail(f"--loss-type {loss_type!r}: expected gepo, gspo or grpo")
+    cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(loss_type)})
     from swarmnode.delay import DelaySpecError, parse_delay
     from swarmnode.learner.checkpoint import CheckpointError
     from swarmnode.local_trainer import train_local as run_local

@@ -96,26 +96,36 @@ class SamplerConfig(_Section):
     device: str = "auto"
 
 
-class LearnerConfig(_Section):
-    """GEPO/GSPO/GRPO and the optimiser; names follow TRL where they mean the same thing."""
+ALGORITHM_OF_LEVEL = {"token": "grpo", "sequence": "gspo", "group": "gepo"}
+LEVEL_OF_ALGORITHM = {v: k for k, v in ALGORITHM_OF_LEVEL.items()}
 
-    loss_type: Literal["gepo", "gspo", "grpo"] = "gepo"
-    epsilon: float | None = Field(
-        None, gt=0, le=10, description="PPO clip, low side; unset: 0.2 (gepo/grpo) or 3e-4 (gspo)"
+
+class LearnerConfig(_Section):
+    """GEPO/GSPO/GRPO and the optimiser. Names shared with TRL's GRPOConfig mean what they mean there
+    (`beta`, `epsilon`, `epsilon_high`, `importance_sampling_level`, `loss_type`, `scale_rewards`); GEPO's own
+    options start with `gepo_`. Old names (see `DEPRECATED_LEARNER_KEYS`) are mapped with a one-time warning."""
+
+    importance_sampling_level: Literal["token", "sequence", "group"] = Field(
+        "group", description="token = GRPO, sequence = GSPO (as in TRL), group = GEPO's group expectation"
     )
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+        "grpo", description="token aggregation as in TRL: grpo = token mean per sequence then mean; bnpo/dapo = "
+        "mean over all tokens; dr_grpo = sum / (rows * longest completion)"
+    )
+    epsilon: float = Field(0.2, gt=0, le=10, description="PPO clip, low side (GSPO's paper: 3e-4)")
     epsilon_high: float | None = Field(
-        None, gt=0, le=10, description="PPO clip, high side; unset: epsilon if set, else 0.2 (gepo/grpo) or 4e-4 (gspo)"
+        None, gt=0, le=10, description="PPO clip, high side; unset = epsilon (GSPO's paper: 4e-4)"
     )
-    # kl_coef 0 and defensive_lambda 0 were chosen by bench/latency_sweep.py (README: Latency tolerance)
-    kl_coef: float = Field(0.0, ge=0, le=100, description="learner-sampler k3 KL coefficient")
-    defensive_lambda: float = Field(0.0, ge=0, le=1, description="GEPO defensive sampling blend (0 = off)")
-    defensive_schedule: Literal["fixed", "staleness"] = "fixed"
-    group_scope: Literal["prompt", "microbatch"] = "prompt"
-    token_aggregation: Literal["sequence", "bnpo", "dr_grpo"] = Field(
-        "sequence", description="grpo only: token mean per sequence, over all tokens, or / (B * T)"
+    # beta 0 and gepo_defensive_lambda 0 were chosen by bench/latency_sweep.py (README: Latency tolerance)
+    beta: float = Field(0.0, ge=0, le=100, description="learner-sampler k3 KL coefficient (0 = no KL term)")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "none", description="divide advantages by the group's or the batch's reward std, or not (the GEPO "
+        "authors' online runs: none); one setting for every importance_sampling_level"
     )
-    scale_rewards: Literal["auto", "group", "none"] = Field(
-        "auto", description="auto: GEPO does not divide by the std, GRPO/GSPO do"
+    gepo_defensive_lambda: float = Field(0.0, ge=0, le=1, description="GEPO defensive sampling blend (0 = off)")
+    gepo_defensive_schedule: Literal["fixed", "staleness"] = "fixed"
+    gepo_group_scope: Literal["prompt", "microbatch"] = Field(
+        "prompt", description="E_q[q] over one prompt's completions (the paper) or a micro-batch (released code)"
     )
     learning_rate: float = Field(1e-3, gt=0, le=1)
     weight_decay: float = Field(0.0, ge=0, le=1)
@@ -131,6 +141,18 @@ class LearnerConfig(_Section):
     max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants")
     learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
     device: str = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        from swarmnode.config_compat import map_deprecated_learner_keys
+
+        return map_deprecated_learner_keys(data)
+
+    @property
+    def algorithm(self) -> str:
+        """The loss family the importance-sampling level selects: grpo, gspo or gepo."""
+        return ALGORITHM_OF_LEVEL[self.importance_sampling_level]
 
 
 class SyncConfig(_Section):
@@ -223,7 +245,7 @@ def _parse_scalar(text: str) -> Any:
 def apply_override(data: dict, assignment: str) -> None:
     """Apply one `a.b.c=value` override to a nested dict in place."""
     if "=" not in assignment:
-        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. learner.loss_type=gepo")
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. learner.beta=0.005")
     key, _, raw = assignment.partition("=")
     parts = [p for p in key.strip().split(".") if p]
     if not parts:

@@ -39,7 +39,7 @@ from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 
 CURVE_KEYS = ("step", "version", "reward_mean", "staleness_mean", "staleness_max", "loss", "kl", "is_weight_var",
-              "clip_fraction", "grad_norm", "zero_signal_fraction")
+              "ratio_peqq_var", "entropy", "clip_fraction", "grad_norm", "zero_signal_fraction")
 
 
 class LocalTrainer:
@@ -176,7 +176,7 @@ class LocalTrainer:
         return {
             "learner_steps": self.learner.step_count,
             "version": self.learner.version,
-            "loss_type": self.cfg.learner.loss_type,
+            "loss_type": self.cfg.learner.algorithm,
             "staleness": self.staleness,
             "resumed": self.learner.resumed,
             "stopped": stopped,

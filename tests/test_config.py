@@ -43,13 +43,13 @@ def test_tiny_cpu_is_loopback_only_and_self_contained():
 def test_gepo_preset_is_the_papers_setup():
     cfg = load_config("qwen3-1.7b-math-gepo")
     assert cfg.model.name == "Qwen/Qwen3-1.7B"
-    assert cfg.learner.loss_type == "gepo"
+    assert cfg.learner.algorithm == "gepo" and cfg.learner.scale_rewards == "none"
     assert cfg.sampler.num_generations == 8
     assert cfg.learner.prompts_per_step == 32 and cfg.sampler.prompts_per_batch == 32
     assert cfg.learner.learning_rate == pytest.approx(1e-6)
     assert cfg.sampler.temperature == pytest.approx(0.6)
     assert cfg.sampler.max_completion_length == 4096
-    assert cfg.learner.kl_coef == pytest.approx(0.005)
+    assert cfg.learner.beta == pytest.approx(0.005)
 
 
 def test_preset_by_path_equals_preset_by_name():
@@ -89,7 +89,7 @@ def test_override_into_a_value_is_refused():
     [
         ("learner.nonsense=1", ["learner.nonsense", "unknown key", "loss_type"]),
         ("nosection.x=1", ["nosection", "unknown key"]),
-        ("learner.loss_type=ppo", ["learner.loss_type", "'gepo'", "'gspo'", "'grpo'"]),
+        ("learner.loss_type=ppo", ["learner.loss_type", "'grpo'", "'bnpo'", "'dapo'"]),
         ("sampler.num_generations=many", ["sampler.num_generations", "integer"]),
         ("sampler.temperature=-1", ["sampler.temperature", "greater than 0"]),
         ("network.startup_timeout=0", ["network.startup_timeout"]),

@@ -91,7 +91,7 @@ def test_quick_sweep_writes_table_and_figure(swarmnode_home, tmp_path, capsys):
     finally:
         sys.path.remove(str(BENCH))
     out = tmp_path / "sweep"
-    args = ["--quick", "--out", str(out), "--variants", "grpo", "gepo-def0.5:learner.defensive_lambda=0.5"]
+    args = ["--quick", "--out", str(out), "--variants", "grpo", "gepo-def0.5:learner.gepo_defensive_lambda=0.5"]
     assert latency_sweep.main(args) == 0
     table = out.with_suffix(".md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| grpo") or line.startswith("| gepo-def0.5")]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarmnode.config import load_config
+from swarmnode.config import LEVEL_OF_ALGORITHM, load_config
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -205,7 +205,7 @@ def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
 
 def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
     bad = subprocess.run(_cli("--loss-type", "ppo", home=swarmnode_home), capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "loss_type" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "--loss-type" in bad.stderr and "Traceback" not in bad.stderr
     (tmp_path / "checkpoint.pt").write_bytes(b"junk")
     corrupt = subprocess.run(_cli("--checkpoint-dir", str(tmp_path), "--set", FAST[0], home=swarmnode_home),
                              capture_output=True, text=True, timeout=120, env=_env())
@@ -219,7 +219,8 @@ def test_train_local_raises_reward(loss_type, swarmnode_home):
     from swarmnode.local_trainer import LocalTrainer
 
     torch.manual_seed(0)
-    cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu", f"learner.loss_type={loss_type}",
+    cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu",
+                                   f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[loss_type]}",
                                    "learner.learning_rate=3e-4"])
     result = LocalTrainer(cfg, progress=None).run(RISE_STEPS)
     rewards = [p["reward_mean"] for p in result["curve"]]

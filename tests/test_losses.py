@@ -12,17 +12,23 @@ import random
 import pytest
 import torch
 
-from swarmnode.config import LearnerConfig
+from swarmnode.config import LEVEL_OF_ALGORITHM, LearnerConfig
 from swarmnode.learner.losses import log_importance_weights, policy_loss
 
 torch.set_num_threads(1)
 
 
+def lcfg(family: str, **opts) -> LearnerConfig:
+    """The learner config of a loss family (gepo | gspo | grpo) with new-style options."""
+    return LearnerConfig(importance_sampling_level=LEVEL_OF_ALGORITHM[family], **opts)
+
+
 def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), kl_coef=0.0, lam=None,
-                   scope="prompt", scale=None, agg="sequence"):
+                   scope="prompt", scale="none", agg="grpo"):
     """Loss from GEPO.md, float64, loops. `lam` is a per-row list of defensive lambdas (None = plain)."""
     B, T = lp.shape
-    scale = (loss_type != "gepo") if scale is None else scale
+    all_r = [float(r) for r in rewards]
+    batch_std = math.sqrt(sum((x - sum(all_r) / B) ** 2 for x in all_r) / (B - 1)) if B > 1 else 0.0
     members: dict = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
@@ -34,7 +40,8 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
             continue
         std = math.sqrt(sum((x - mean) ** 2 for x in rs) / (len(rs) - 1))
         for i in rows:
-            adv[i] = (float(rewards[i]) - mean) / (std + 1e-4) if scale else float(rewards[i]) - mean
+            div = {"group": std + 1e-4, "batch": batch_std + 1e-4, "none": 1.0}[scale]
+            adv[i] = (float(rewards[i]) - mean) / div
     length = [max(1, int(sum(int(mask[i, t]) for t in range(T)))) for i in range(B)]
     toks = [[t for t in range(T) if mask[i, t]] for i in range(B)]
     zero = torch.zeros((), dtype=torch.float64)
@@ -52,7 +59,7 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
             terms = [surrogate(torch.exp(lp[i, t] - float(lq[i, t])), adv[i]) for t in toks[i]]
             tok_losses.append(terms)
             per_seq.append(sum(terms, torch.zeros((), dtype=torch.float64)) / length[i])
-        if agg == "bnpo":
+        if agg in ("bnpo", "dapo"):
             pg = sum(sum(ts, torch.zeros((), dtype=torch.float64)) for ts in tok_losses) / max(1, sum(map(len, toks)))
         elif agg == "dr_grpo":
             pg = sum(sum(ts, torch.zeros((), dtype=torch.float64)) for ts in tok_losses) / (B * T)
@@ -70,7 +77,12 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
                 lam_i = 0.0 if lam is None else lam[i]
                 w = p_i / (lam_i * p_i.detach() + (1 - lam_i) * e_q)
             per_seq.append(surrogate(w, adv[i]))
-        pg = sum(per_seq) / B
+        if agg in ("bnpo", "dapo"):  # each sequence's loss counts once per token
+            pg = sum(len(toks[i]) * per_seq[i] for i in range(B)) / max(1, sum(map(len, toks)))
+        elif agg == "dr_grpo":
+            pg = sum(len(toks[i]) * per_seq[i] for i in range(B)) / (B * T)
+        else:
+            pg = sum(per_seq) / B
     kl = 0.0
     for i in range(B):
         s = sum(torch.exp(float(lq[i, t]) - lp[i, t]) - (float(lq[i, t]) - lp[i, t]) - 1 for t in toks[i])
@@ -95,29 +107,30 @@ def random_batch(groups: int, g: int, T: int, seed: int, spread: float = 0.3):
 
 OPTIONS = [
     ("gepo", {}),
-    ("gepo", {"defensive_lambda": 0.3}),
-    ("gepo", {"defensive_lambda": 1.0}),
-    ("gepo", {"group_scope": "microbatch"}),
-    ("gepo", {"kl_coef": 0.05}),
+    ("gepo", {"gepo_defensive_lambda": 0.3}),
+    ("gepo", {"gepo_defensive_lambda": 1.0}),
+    ("gepo", {"gepo_group_scope": "microbatch"}),
+    ("gepo", {"beta": 0.05}),
     ("gepo", {"scale_rewards": "group"}),
     ("gepo", {"epsilon": 0.1, "epsilon_high": 0.28}),
+    ("gepo", {"loss_type": "dr_grpo"}),
     ("gspo", {}),
-    ("gspo", {"epsilon": 0.2}),
-    ("gspo", {"kl_coef": 0.1, "scale_rewards": "none"}),
+    ("gspo", {"epsilon": 3e-4, "epsilon_high": 4e-4}),
+    ("gspo", {"beta": 0.1, "scale_rewards": "batch"}),
+    ("gspo", {"loss_type": "bnpo"}),
     ("grpo", {}),
-    ("grpo", {"token_aggregation": "bnpo"}),
-    ("grpo", {"token_aggregation": "dr_grpo", "kl_coef": 0.02}),
+    ("grpo", {"loss_type": "bnpo", "scale_rewards": "group"}),
+    ("grpo", {"loss_type": "dapo"}),
+    ("grpo", {"loss_type": "dr_grpo", "beta": 0.02}),
 ]
 
 
 def _ref_kwargs(loss_type, opts, B):
-    eps_default = (3e-4, 4e-4) if loss_type == "gspo" else (0.2, 0.2)
-    lo = opts.get("epsilon", eps_default[0])
-    hi = opts.get("epsilon_high", opts.get("epsilon", eps_default[1]))
-    scale = {"group": True, "none": False}.get(opts.get("scale_rewards", "auto"))
-    lam = [opts["defensive_lambda"]] * B if "defensive_lambda" in opts else None
-    return dict(eps=(lo, hi), kl_coef=opts.get("kl_coef", 0.0), lam=lam, scope=opts.get("group_scope", "prompt"),
-                scale=scale, agg=opts.get("token_aggregation", "sequence"))
+    lo = opts.get("epsilon", 0.2)
+    hi = opts.get("epsilon_high", lo)
+    lam = [opts["gepo_defensive_lambda"]] * B if "gepo_defensive_lambda" in opts else None
+    return dict(eps=(lo, hi), kl_coef=opts.get("beta", 0.0), lam=lam, scope=opts.get("gepo_group_scope", "prompt"),
+                scale=opts.get("scale_rewards", "none"), agg=opts.get("loss_type", "grpo"))
 
 
 @pytest.mark.parametrize("loss_type,opts", OPTIONS, ids=[f"{t}-{o}" for t, o in OPTIONS])
@@ -125,7 +138,7 @@ def _ref_kwargs(loss_type, opts, B):
 def test_matches_reference_value_and_gradient(loss_type, opts, shape):
     groups, g, T = shape
     lp0, lq, mask, rewards, gi = random_batch(groups, g, T, seed=hash((loss_type, str(opts), shape)) % 10_000)
-    cfg = LearnerConfig(loss_type=loss_type, **opts)
+    cfg = lcfg(loss_type, **opts)
     lp = lp0.clone().requires_grad_(True)
     loss, diag = policy_loss(loss_type, lp, lq, mask, rewards, gi, cfg)
     loss.backward()
@@ -140,7 +153,7 @@ def test_matches_reference_value_and_gradient(loss_type, opts, shape):
 def test_staleness_schedule_matches_reference():
     lp0, lq, mask, rewards, gi = random_batch(3, 4, 6, seed=11, spread=0.6)
     tau = torch.tensor([0, 1, 2, 5, 9, 0, 3, 3, 1, 0, 7, 2])
-    cfg = LearnerConfig(defensive_lambda=0.2, defensive_schedule="staleness")
+    cfg = LearnerConfig(gepo_defensive_lambda=0.2, gepo_defensive_schedule="staleness")
     lp = lp0.clone().requires_grad_(True)
     loss, diag = policy_loss("gepo", lp, lq, mask, rewards, gi, cfg, staleness=tau)
     loss.backward()
@@ -157,17 +170,17 @@ def test_staleness_schedule_matches_reference():
 def test_defensive_lambda_one_is_plain_policy_gradient():
     """lam = 1: w == 1 and the gradient is that of -mean(A * LP)."""
     lp0, lq, mask, rewards, gi = random_batch(2, 4, 5, seed=3, spread=1.0)
-    cfg = LearnerConfig(defensive_lambda=1.0)
+    cfg = LearnerConfig(gepo_defensive_lambda=1.0)
     logw = log_importance_weights("gepo", lp0, lq, mask, gi, cfg)
     assert torch.allclose(logw, torch.zeros_like(logw))
 
 
 @pytest.mark.parametrize("loss_type,opts", OPTIONS, ids=[f"{t}-{o}" for t, o in OPTIONS])
 def test_gradcheck(loss_type, opts):
-    if opts.get("defensive_lambda"):
+    if opts.get("gepo_defensive_lambda"):
         pytest.skip("stop-gradient in the denominator: finite differences cannot see it (reference test covers it)")
     lp0, lq, mask, rewards, gi = random_batch(2, 3, 4, seed=5, spread=0.05)
-    cfg = LearnerConfig(loss_type=loss_type, **opts)
+    cfg = lcfg(loss_type, **opts)
     tau = torch.tensor([0, 1, 2, 0, 3, 1])
 
     def f(lp):
@@ -179,7 +192,7 @@ def test_gradcheck(loss_type, opts):
 @pytest.mark.parametrize("loss_type", ["gspo", "grpo"])
 def test_on_policy_weights_are_one(loss_type):
     _, lq, mask, rewards, gi = random_batch(3, 4, 7, seed=8)
-    cfg = LearnerConfig(loss_type=loss_type)
+    cfg = lcfg(loss_type)
     logw = log_importance_weights(loss_type, lq.clone(), lq, mask, gi, cfg)
     assert torch.allclose(logw, torch.zeros_like(logw))
     _, diag = policy_loss(loss_type, lq.clone(), lq, mask, rewards, gi, cfg)
@@ -200,8 +213,8 @@ def test_gepo_denominator_is_q_weighted_mean():
     assert not torch.allclose(w, torch.ones_like(w))  # GEPO's weights are not 1 even on-policy
 
 
-@pytest.mark.parametrize("loss_type,opts", [("gepo", {"kl_coef": 0.005}), ("gepo", {"defensive_lambda": 0.5}),
-                                            ("gspo", {"kl_coef": 0.005}), ("grpo", {"kl_coef": 0.005})])
+@pytest.mark.parametrize("loss_type,opts", [("gepo", {"beta": 0.005}), ("gepo", {"gepo_defensive_lambda": 0.5}),
+                                            ("gspo", {"beta": 0.005}), ("grpo", {"beta": 0.005})])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_long_completions_stay_finite(loss_type, opts, dtype):
     gen = torch.Generator().manual_seed(0)
@@ -213,7 +226,7 @@ def test_long_completions_stay_finite(loss_type, opts, dtype):
     mask[2, :] = False  # an empty completion
     rewards = torch.tensor([0.0, 1, 0, 1, 1, 1, 0, 0.5])
     gi = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    loss, diag = policy_loss(loss_type, lp, lq, mask, rewards, gi, LearnerConfig(loss_type=loss_type, **opts))
+    loss, diag = policy_loss(loss_type, lp, lq, mask, rewards, gi, lcfg(loss_type, **opts))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert all(math.isfinite(v) for v in diag.values()), diag
@@ -225,7 +238,7 @@ def test_padding_garbage_does_not_leak():
     lp_bad = torch.where(mask, lp0, torch.full_like(lp0, -math.inf)).requires_grad_(True)
     lq_bad = torch.where(mask, lq, torch.full_like(lq, 1e4))
     for loss_type in ("gepo", "gspo", "grpo"):
-        cfg = LearnerConfig(loss_type=loss_type, kl_coef=0.1)
+        cfg = lcfg(loss_type, beta=0.1)
         loss, _ = policy_loss(loss_type, lp_bad, lq_bad, mask, rewards, gi, cfg)
         good, _ = policy_loss(loss_type, lp0, lq, mask, rewards, gi, cfg)
         (grad,) = torch.autograd.grad(loss, lp_bad)
@@ -234,7 +247,7 @@ def test_padding_garbage_does_not_leak():
 
 def test_diagnostics_values():
     lp0, lq, mask, rewards, gi = random_batch(4, 4, 5, seed=4, spread=0.4)
-    _, diag = policy_loss("grpo", lp0, lq, mask, rewards, gi, LearnerConfig(loss_type="grpo"))
+    _, diag = policy_loss("grpo", lp0, lq, mask, rewards, gi, lcfg("grpo"))
     lengths = mask.sum(1).clamp(min=1)
     seq_w = ((torch.exp(lp0 - lq) * mask).sum(1) / lengths)[mask.any(1)]
     assert diag["is_weight_mean"] == pytest.approx(seq_w.mean().item())
@@ -247,12 +260,12 @@ def test_diagnostics_values():
 
 def test_bad_inputs_raise_clear_errors():
     lp0, lq, mask, rewards, gi = random_batch(1, 2, 3, seed=1)
-    with pytest.raises(ValueError, match="loss_type"):
+    with pytest.raises(ValueError, match="loss family"):
         policy_loss("ppo", lp0, lq, mask, rewards, gi, LearnerConfig())
     with pytest.raises(ValueError, match="shape"):
         policy_loss("gepo", lp0, lq[:, :2], mask, rewards, gi, LearnerConfig())
     with pytest.raises(ValueError, match="staleness"):
-        policy_loss("gepo", lp0, lq, mask, rewards, gi, LearnerConfig(defensive_schedule="staleness"))
+        policy_loss("gepo", lp0, lq, mask, rewards, gi, LearnerConfig(gepo_defensive_schedule="staleness"))
 
 
 def test_random_seeds_many_shapes():
@@ -261,6 +274,6 @@ def test_random_seeds_many_shapes():
         groups, g, T = rng.randint(1, 4), rng.randint(2, 6), rng.randint(1, 9)
         lp0, lq, mask, rewards, gi = random_batch(groups, g, T, seed=rng.randint(0, 999))
         for loss_type in ("gepo", "gspo", "grpo"):
-            loss, _ = policy_loss(loss_type, lp0, lq, mask, rewards, gi, LearnerConfig(loss_type=loss_type))
+            loss, _ = policy_loss(loss_type, lp0, lq, mask, rewards, gi, lcfg(loss_type))
             ref = reference_loss(loss_type, lp0, lq, mask, rewards, gi.tolist(), **_ref_kwargs(loss_type, {}, len(gi)))
             assert loss.item() == pytest.approx(float(ref), rel=1e-9, abs=1e-12)

@@ -163,7 +163,8 @@ class LearnerLoop:
         group_index = torch.tensor([gi for gi, group in enumerate(chunk) for _ in group], device=device)
         rewards = torch.tensor([r.reward for r in rows], device=device)
         staleness = torch.tensor([r.staleness for r in rows], device=device)
-        return policy_loss(self.lc.loss_type, logp, logq.to(device), mask, rewards, group_index, self.lc, staleness)
+        return policy_loss(self.lc.algorithm, logp, logq.to(device), mask, rewards, group_index, self.lc, staleness,
+                           shuffle_seed=self.step_count)
 
     def _status(self) -> dict:
         stats = self.buffer.stats()

@@ -5,16 +5,29 @@ means, group expectations are log-sum-exps, and padded positions are zeroed *bef
 the value nor the gradient can become NaN whatever the completion length.
 
 Choices where GEPO.md leaves room (or where this code departs from it):
-- `epsilon`/`epsilon_high` unset take the loss type's own default: 0.2/0.2 (gepo, grpo), 3e-4/4e-4 (gspo).
-- Defensive sampling applies to gepo only. `defensive_schedule: staleness` uses lam_i = 1 - (1 - lam)^tau_i
+- The loss family is `importance_sampling_level` (token = GRPO, sequence = GSPO, group = GEPO); `loss_type` is
+  TRL's token aggregation, applied to every family (a sequence weight counts once per token of its sequence):
+  grpo = token mean per sequence, then the mean over sequences (for sequence-level weights: the plain mean, as
+  the GEPO and GSPO papers take); bnpo and dapo = mean over every completion token of the call (TRL's dapo
+  normalises by the tokens of the whole accumulated batch: the same when gradient_accumulation_steps is 1);
+  dr_grpo = sum / (rows * the call's longest completion) (TRL divides by max_completion_length).
+- `epsilon`/`epsilon_high` are TRL's: 0.2, and epsilon_high unset = epsilon, for every family (GSPO's own paper
+  uses 3e-4/4e-4; the HeteroRL comparison ran GSPO at 0.2/0.2).
+- `scale_rewards` is TRL's: group (std of the group, n-1), batch (std of every reward of the call), none;
+  one setting for every family (default none: the GEPO authors' online runs divided by no std).
+- Defensive sampling applies to gepo only. `gepo_defensive_schedule: staleness` uses lam_i = 1 - (1 - lam)^tau_i
   (0 on-policy, towards 1 = plain policy gradient as samples age); the default lam is 0 (plain GEPO): the
   latency sweep (bench/latency_sweep.py) found lam 0.5 / 0.8 no better at any delay on the built-in task.
-- `group_scope: microbatch` shares one E_q[q] across all rows of the call (the loop passes one
+- `gepo_group_scope: microbatch` shares one E_q[q] across all rows of the call (the loop passes one
   gradient-accumulation chunk of whole groups); advantages stay per prompt group, rows are not shuffled.
-- Zero-signal groups get A = 0 here and stay in the sequence mean; the learner loop skips them before the
-  forward pass, so in training they are counted and skipped as GEPO.md says.
-- IS-weight variance is the population variance over sequences (token level: of each non-empty sequence's
-  mean token weight); clip fraction counts weights whose clipped branch is the minimum (no gradient).
+- Zero-signal groups get A = 0 here and stay in the mean; the learner loop skips them before the forward pass,
+  so in training they are counted and skipped as GEPO.md says.
+- Diagnostics: `is_weight_var` is each family's own weights' population variance over sequences (token level:
+  of each non-empty sequence's mean token weight; ~0 for GRPO/GSPO on-policy by construction);
+  `ratio_peqq_var` is the paper's statistic, the same for every family (see `ratio_peqq_variance`); `kl` is
+  KL(q || p) per token, unbiased on samples from q (see `sampler_kl`); `entropy` is the sampling policy's
+  per-token entropy at the sampling temperature, estimated as the mean of -log q over the sampled tokens (as the
+  authors' `sampler_entropy`); clip fraction counts weights whose clipped branch is the minimum (no gradient).
 """
 
 from __future__ import annotations
@@ -26,18 +39,15 @@ import torch
 from swarmnode.config import LearnerConfig
 from swarmnode.health import bucket_label, bucket_of
 
-LOSS_TYPES = ("gepo", "gspo", "grpo")
-ADV_EPS = 1e-4  # GRPO/GSPO: A = (r - mean) / (std + 1e-4)
-GSPO_CLIP = (3e-4, 4e-4)  # GSPO paper's (eps_low, eps_high); GEPO and GRPO use 0.2 / 0.2
+LOSS_TYPES = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
+ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL
+PAPER_MICROBATCH_ROWS = 8  # the GEPO authors' micro-batch: their ratio_pEqQ variance is taken over 8 rows
+KL_LOG_RATIO_CAP = 20.0  # |log p/q| beyond this is clamped in the KL figures (p/q = 5e8): finite, biased only there
 
 
-def clip_range(cfg: LearnerConfig, loss_type: str | None = None) -> tuple[float, float]:
-    """(eps_low, eps_high): the configured values, or the loss type's own default where unset
-    (epsilon_high unset follows epsilon when that is set)."""
-    default = GSPO_CLIP if (loss_type or cfg.loss_type) == "gspo" else (0.2, 0.2)
-    low = cfg.epsilon if cfg.epsilon is not None else default[0]
-    high = cfg.epsilon_high if cfg.epsilon_high is not None else (cfg.epsilon if cfg.epsilon is not None else default[1])
-    return low, high
+def clip_range(cfg: LearnerConfig) -> tuple[float, float]:
+    """(eps_low, eps_high): epsilon, and epsilon_high (unset = epsilon), as TRL."""
+    return cfg.epsilon, cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
 
 
 def _group_ids(group_index: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -56,11 +66,15 @@ def _group_logsumexp(x: torch.Tensor, inv: torch.Tensor, n: int) -> torch.Tensor
     return peak + torch.log(_group_sum(torch.exp(x - peak[inv]), inv, n))
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, scale: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def advantages(rewards: torch.Tensor, group_index: torch.Tensor, scale: str | bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row group-relative advantages, and a per-group flag of zero signal (all rewards equal).
 
-    `scale` divides by the group's sample std (n-1) + 1e-4; a group of one member carries no signal.
+    `scale` (TRL's scale_rewards): "group" divides by the group's sample std (n-1) + 1e-4, "batch" by the std
+    of all rewards given + 1e-4, "none" not at all (True/False = group/none). A group of one carries no signal.
     """
+    scale = {True: "group", False: "none"}.get(scale, scale) if isinstance(scale, bool) else scale
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards {scale!r}: expected group, batch or none")
     inv, n = _group_ids(group_index)
     count = _group_sum(torch.ones_like(rewards), inv, n)
     mean = _group_sum(rewards, inv, n) / count
@@ -68,25 +82,21 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, scale: bool) ->
     sq = _group_sum(centred * centred, inv, n)
     zero = (sq <= 1e-12) | (count < 2)
     adv = torch.where(zero[inv], torch.zeros_like(centred), centred)
-    if scale:
+    if scale == "group":
         std = torch.sqrt(sq / (count - 1).clamp(min=1))
         adv = adv / (std[inv] + ADV_EPS)
+    elif scale == "batch":
+        adv = adv / ((rewards.std() if rewards.numel() > 1 else torch.zeros_like(rewards[0])) + ADV_EPS)
     return adv, zero
 
 
-def _scale_rewards(cfg: LearnerConfig, loss_type: str) -> bool:
-    if cfg.scale_rewards == "auto":
-        return loss_type != "gepo"
-    return cfg.scale_rewards == "group"
-
-
 def defensive_lambdas(cfg: LearnerConfig, staleness: torch.Tensor | None, rows: int, device) -> torch.Tensor:
-    """Per-row lambda. `fixed`: cfg.defensive_lambda everywhere. `staleness`: 1 - (1 - lambda)^tau, i.e. 0
+    """Per-row lambda. `fixed`: cfg.gepo_defensive_lambda everywhere. `staleness`: 1 - (1 - lambda)^tau, i.e. 0
     on-policy and growing towards 1 (plain policy gradient) as the sample gets staler."""
-    lam = torch.full((rows,), float(cfg.defensive_lambda), dtype=torch.float64, device=device)
-    if cfg.defensive_schedule == "staleness":
+    lam = torch.full((rows,), float(cfg.gepo_defensive_lambda), dtype=torch.float64, device=device)
+    if cfg.gepo_defensive_schedule == "staleness":
         if staleness is None:
-            raise ValueError("defensive_schedule=staleness needs the per-row staleness")
+            raise ValueError("gepo_defensive_schedule=staleness needs the per-row staleness")
         lam = 1.0 - (1.0 - lam) ** staleness.to(device=device, dtype=torch.float64).clamp(min=0)
     return lam
 
@@ -126,11 +136,11 @@ def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
         return LP - LQ
     if loss_type != "gepo":
         raise ValueError(f"loss_type {loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
-    scope = torch.zeros_like(group_index) if cfg.group_scope == "microbatch" else group_index
+    scope = torch.zeros_like(group_index) if cfg.gepo_group_scope == "microbatch" else group_index
     inv, n = _group_ids(scope.to(LQ.device))
     with torch.no_grad():  # log E_q[q] = logsumexp(2 LQ) - logsumexp(LQ): sampler data only
         log_e = (_group_logsumexp(2 * LQ, inv, n) - _group_logsumexp(LQ, inv, n))[inv]
-    if cfg.defensive_lambda == 0 and cfg.defensive_schedule == "fixed":
+    if cfg.gepo_defensive_lambda == 0 and cfg.gepo_defensive_schedule == "fixed":
         return LP - log_e
     lam = defensive_lambdas(cfg, staleness, LP.shape[0], LP.device).to(LP.dtype)
     # log(lam * sg(p) + (1 - lam) * E_q[q]); log(0) = -inf is exact at lam = 0 or 1.
@@ -139,11 +149,42 @@ def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
 
 
 def _aggregate_tokens(per_tok: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, mode: str) -> torch.Tensor:
-    if mode == "bnpo":
+    """TRL's token aggregation of a [B, T] per-token loss that is zero on padding (see the module docstring)."""
+    if mode in ("bnpo", "dapo"):
         return per_tok.sum() / mask.sum().clamp(min=1)
     if mode == "dr_grpo":
         return per_tok.sum() / (per_tok.shape[0] * per_tok.shape[1])
     return (per_tok.sum(dim=1) / lengths).mean()
+
+
+def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
+                        rows: int = PAPER_MICROBATCH_ROWS) -> float:
+    """The paper's importance-weight variance, the same statistic for every loss family.
+
+    The rows (length-normalised sequence log-probs LP_i under the learner, LQ_i under the sampler) are shuffled
+    with a generator seeded by `seed` and cut into micro-batches of `rows`; in each, E_q[q] = sum q^2 / sum q
+    over its rows and the unbiased variance of p_i / E_q[q] is taken; the result is the mean over micro-batches
+    of at least two rows (0.0 when there is none). This is the GEPO authors' logged `ratio_pEqQ` variance.
+    """
+    LP, LQ = LP.detach().double(), LQ.detach().double()
+    perm = torch.randperm(LP.shape[0], generator=torch.Generator().manual_seed(int(seed))).to(LP.device)
+    values = []
+    for chunk in perm.split(rows):
+        if chunk.numel() < 2:
+            continue
+        lq = LQ[chunk]
+        log_e = torch.logsumexp(2 * lq, 0) - torch.logsumexp(lq, 0)
+        values.append(torch.exp(LP[chunk] - log_e).var(unbiased=True))
+    return float(torch.stack(values).mean()) if values else 0.0
+
+
+def sampler_kl(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate of KL(q || p) on tokens sampled from q: (r - 1) - log r with r = p/q = exp(lp - lq).
+
+    Unbiased (E_q[r] = 1 at every position) and >= 0 term by term; computed as expm1(d) - d with
+    d = lp - lq clamped at +KL_LOG_RATIO_CAP, so it stays finite where p >> q. Zero where lp = lq (padding)."""
+    d = (lp_tok.detach() - lq_tok).clamp(max=KL_LOG_RATIO_CAP)
+    return torch.expm1(d) - d
 
 
 def _staleness_stats(staleness: torch.Tensor, kl_seq: torch.Tensor) -> dict[str, float]:
@@ -161,7 +202,7 @@ def _staleness_stats(staleness: torch.Tensor, kl_seq: torch.Tensor) -> dict[str,
 
 
 def policy_loss(
-    loss_type: str,
+    algorithm: str | None,
     logp: torch.Tensor,
     logq: torch.Tensor,
     mask: torch.Tensor,
@@ -169,15 +210,18 @@ def policy_loss(
     group_index: torch.Tensor,
     cfg: LearnerConfig,
     staleness: torch.Tensor | None = None,
+    shuffle_seed: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped surrogate loss of `loss_type` (gepo|gspo|grpo) and its diagnostics (python floats).
+    """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
     logp [B,T] learner log-probs (with grad); logq [B,T] behaviour log-probs; mask [B,T] completion mask;
-    rewards [B]; group_index [B] the prompt group of each row; staleness [B] optional, in versions.
+    rewards [B]; group_index [B] the prompt group of each row; staleness [B] optional, in versions;
+    shuffle_seed seeds the row shuffle of the paper's variance statistic. Diagnostics are python floats.
     Rows of zero-signal groups get A = 0 (the caller may also skip them before the forward pass).
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type {loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
+    algorithm = algorithm or cfg.algorithm
+    if algorithm not in LOSS_TYPES:
+        raise ValueError(f"loss family {algorithm!r}: expected one of {', '.join(LOSS_TYPES)}")
     lp_tok, lq_tok, m, lengths, LP, LQ = _masked(logp, logq, mask)
     rows, dtype = logp.shape[0], LP.dtype
     if rewards.shape != (rows,) or group_index.shape != (rows,):
@@ -185,41 +229,46 @@ def policy_loss(
     zero = torch.zeros((), dtype=dtype, device=logp.device)
     group_index = group_index.to(logp.device)
     rewards = rewards.to(device=logp.device, dtype=dtype)
-    adv, zero_groups = advantages(rewards, group_index, _scale_rewards(cfg, loss_type))
+    adv, zero_groups = advantages(rewards, group_index, cfg.scale_rewards)
 
-    eps_low, eps_high = clip_range(cfg, loss_type)
-    logw = _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
+    eps_low, eps_high = clip_range(cfg)
+    logw = _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
     w = torch.exp(logw)
-    a = adv[:, None] if loss_type == "grpo" else adv
+    a = adv[:, None] if algorithm == "grpo" else adv
     clipped = torch.clamp(w, 1 - eps_low, 1 + eps_high)
     surrogate = -torch.minimum(w * a, clipped * a)
     binds = (w * a) > (clipped * a)  # the clipped branch is the min: no gradient flows
-    if loss_type == "grpo":
-        surrogate = torch.where(m, surrogate, zero)
-        pg_loss = _aggregate_tokens(surrogate, m, lengths, cfg.token_aggregation)
+    if algorithm == "grpo":
+        pg_loss = _aggregate_tokens(torch.where(m, surrogate, zero), m, lengths, cfg.loss_type)
         nonempty = m.any(dim=1)  # an empty completion has no mean token weight
         seq_w = (torch.where(m, w, zero).sum(dim=1) / lengths)[nonempty] if nonempty.any() else torch.ones(1)
         clip_frac = (binds & m).sum() / m.sum().clamp(min=1)
     else:
-        pg_loss = surrogate.mean()
+        if cfg.loss_type == "grpo":  # token mean of a constant per sequence: the plain mean over sequences
+            pg_loss = surrogate.mean()
+        else:
+            pg_loss = _aggregate_tokens(torch.where(m, surrogate[:, None], zero), m, lengths, cfg.loss_type)
         seq_w = w
         clip_frac = binds.to(dtype).mean()
 
-    diff = lq_tok - lp_tok  # zero on padding, so k3 is zero there too
-    k3 = torch.exp(diff) - diff - 1
-    kl_seq = k3.sum(dim=1) / lengths
-    kl = kl_seq.mean()
-    loss = pg_loss + cfg.kl_coef * kl if cfg.kl_coef > 0 else pg_loss
+    kl_seq = sampler_kl(lp_tok, lq_tok).sum(dim=1) / lengths
+    loss = pg_loss
+    if cfg.beta > 0:  # the authors' k3 penalty, exp(lq - lp) - (lq - lp) - 1 per token, with gradient through lp
+        diff = (lq_tok - lp_tok).clamp(max=KL_LOG_RATIO_CAP)  # zero on padding, so the term is zero there
+        loss = pg_loss + cfg.beta * ((torch.expm1(diff) - diff).sum(dim=1) / lengths).mean()
 
     with torch.no_grad():
         sw = seq_w.detach()
+        tokens = m.sum().clamp(min=1)
         diag = {
             "loss": float(loss.detach()),
             "pg_loss": float(pg_loss.detach()),
-            "kl": float(kl.detach()),
+            "kl": float(kl_seq.mean()),
+            "entropy": float(-lq_tok.sum() / tokens),
             "is_weight_mean": float(sw.mean()),
             "is_weight_var": float(sw.var(unbiased=False)),
             "is_weight_max": float(sw.max()),
+            "ratio_peqq_var": ratio_peqq_variance(LP, LQ, shuffle_seed),
             "clip_fraction": float(clip_frac),
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std(unbiased=False)),

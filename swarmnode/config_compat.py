@@ -1,0 +1,68 @@
+"""Old learner configuration names, mapped to the TRL-style ones with a warning (once per old name).
+
+Before the rename `learner.loss_type` chose the loss family (gepo | gspo | grpo); it now means token aggregation,
+as in TRL, and the family is `importance_sampling_level` (group | sequence | token). `loss_type: gepo` or `gspo`
+can only be the old meaning and is mapped. `loss_type: grpo` is valid in both: with no
+`importance_sampling_level` beside it, it is read the old way (token-level weights, i.e. GRPO — also what it
+means in TRL, whose default level is token), with a warning saying so.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("swarmnode.config")
+
+# old key -> new key (values carried over unchanged)
+DEPRECATED_LEARNER_KEYS = {
+    "kl_coef": "beta",
+    "token_aggregation": "loss_type",
+    "defensive_lambda": "gepo_defensive_lambda",
+    "defensive_schedule": "gepo_defensive_schedule",
+    "group_scope": "gepo_group_scope",
+}
+OLD_LOSS_FAMILIES = {"gepo": "group", "gspo": "sequence"}
+_warned: set[str] = set()
+
+
+def _warn(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("learner.%s is deprecated: %s", key, message)
+
+
+def map_deprecated_learner_keys(data: Any) -> Any:
+    """A copy of the learner section's dict with old names replaced by new ones (other inputs unchanged)."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    if out.get("token_aggregation") == "sequence":  # the old name of TRL's "grpo" aggregation
+        out["token_aggregation"] = "grpo"
+    old_family = out.get("loss_type")
+    family_meaning = old_family in OLD_LOSS_FAMILIES or (old_family == "grpo" and "importance_sampling_level" not in out)
+    if old_family in OLD_LOSS_FAMILIES:
+        _warn("loss_type", f"loss_type={old_family} is read as importance_sampling_level="
+                           f"{OLD_LOSS_FAMILIES[old_family]} (loss_type now means token aggregation, as in TRL)")
+        out["importance_sampling_level"] = OLD_LOSS_FAMILIES[old_family]
+        del out["loss_type"]
+    elif old_family == "grpo" and "importance_sampling_level" not in out:
+        _warn("loss_type=grpo", "without importance_sampling_level it is read as GRPO (importance_sampling_level="
+                                "token); set importance_sampling_level (token, sequence or group) to silence this")
+        out["importance_sampling_level"] = "token"
+    for old, new in DEPRECATED_LEARNER_KEYS.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        _warn(old, f"use learner.{new}")
+        if old == "token_aggregation" and family_meaning:  # loss_type named the family: aggregation is this
+            out[new] = value
+        else:
+            out.setdefault(new, value)
+    if out.get("scale_rewards") == "auto":
+        _warn("scale_rewards=auto", "one setting now applies to every loss; 'auto' is read as 'none' (the GEPO "
+                                    "authors' online runs); use group, batch or none")
+        out["scale_rewards"] = "none"
+    if out.get("epsilon", 0.2) is None:  # unset used to mean 'the loss's own default'; now TRL's 0.2
+        del out["epsilon"]
+    return out

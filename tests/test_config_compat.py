@@ -1,0 +1,69 @@
+"""The learner's TRL-style names, and the old names still accepted with a one-time deprecation warning."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from swarmnode import config_compat
+from swarmnode.config import ConfigError, LearnerConfig, load_config
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    config_compat._warned.clear()
+    yield
+    config_compat._warned.clear()
+
+
+def test_defaults_are_gepo_unscaled_trl_clip():
+    lc = LearnerConfig()
+    assert (lc.algorithm, lc.loss_type, lc.scale_rewards, lc.epsilon, lc.epsilon_high, lc.beta) == (
+        "gepo", "grpo", "none", 0.2, None, 0.0)
+    assert LearnerConfig(importance_sampling_level="sequence").algorithm == "gspo"
+    assert LearnerConfig(importance_sampling_level="token", loss_type="dapo").algorithm == "grpo"
+
+
+@pytest.mark.parametrize("old,new", [
+    ({"loss_type": "gepo"}, {"importance_sampling_level": "group"}),
+    ({"loss_type": "gspo"}, {"importance_sampling_level": "sequence"}),
+    ({"loss_type": "grpo"}, {"importance_sampling_level": "token", "loss_type": "grpo"}),
+    ({"kl_coef": 0.005}, {"beta": 0.005}),
+    ({"token_aggregation": "bnpo", "loss_type": "grpo"}, {"loss_type": "bnpo", "importance_sampling_level": "token"}),
+    ({"token_aggregation": "sequence"}, {"loss_type": "grpo"}),
+    ({"defensive_lambda": 0.5, "defensive_schedule": "staleness", "group_scope": "microbatch"},
+     {"gepo_defensive_lambda": 0.5, "gepo_defensive_schedule": "staleness", "gepo_group_scope": "microbatch"}),
+    ({"scale_rewards": "auto"}, {"scale_rewards": "none"}),
+    ({"epsilon": None}, {"epsilon": 0.2}),
+])
+def test_old_names_map_to_new_ones_with_a_warning(old, new, caplog):
+    with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
+        lc = LearnerConfig(**old)
+    for key, value in new.items():
+        assert getattr(lc, key) == value
+    if old != {"epsilon": None}:
+        assert "deprecated" in caplog.text
+
+
+def test_each_old_name_warns_once(caplog):
+    with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
+        for _ in range(3):
+            load_config("tiny-cpu", ["learner.kl_coef=0.01", "learner.loss_type=gspo"])
+    assert caplog.text.count("learner.kl_coef is deprecated") == 1
+    assert caplog.text.count("learner.loss_type is deprecated") == 1
+
+
+def test_new_names_do_not_warn_and_trl_grpo_with_a_level_is_aggregation(caplog):
+    with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
+        cfg = load_config("tiny-cpu", ["learner.loss_type=grpo", "learner.importance_sampling_level=sequence",
+                                       "learner.beta=0.01", "learner.scale_rewards=batch"])
+    assert cfg.learner.algorithm == "gspo" and cfg.learner.loss_type == "grpo"
+    assert "deprecated" not in caplog.text
+
+
+def test_bad_values_are_one_line_errors():
+    with pytest.raises(ConfigError, match="importance_sampling_level"):
+        load_config("tiny-cpu", ["learner.importance_sampling_level=tokens"])
+    with pytest.raises(ConfigError, match="loss_type"):
+        load_config("tiny-cpu", ["learner.loss_type=ppo"])
