@@ -176,6 +176,27 @@ class SyncConfig(_Section):
         return value
 
 
+class SapoConfig(_Section):
+    """`mode: sapo` (SAPO/HDEE): every node trains its own policy on I local + J external groups shared as text."""
+
+    local_groups: int = Field(4, ge=0, le=4096, description="I: own groups per training step (also generated)")
+    external_groups: int = Field(4, ge=0, le=4096, description="J: groups from peers per training step")
+    max_groups_per_peer: int = Field(2, ge=1, le=4096, description="most groups one peer puts in one batch")
+    external_weighting: Literal["on_policy", "sender_likelihood"] = Field(
+        "on_policy", description="behaviour probability of external text: the current policy (SAPO, ratio 1) or "
+        "the sender's sequence likelihood (GEPO-style)")
+    pool_per_peer: int = Field(16, ge=1, le=100_000, description="newest groups kept per peer until used")
+    max_external_age: float = Field(120.0, gt=0, description="seconds an external group stays usable")
+    max_completion_chars: int = Field(4096, ge=1, le=1 << 20)
+    max_prompt_chars: int = Field(8192, ge=1, le=1 << 20)
+
+    @model_validator(mode="after")
+    def _some_groups(self) -> "SapoConfig":
+        if self.local_groups + self.external_groups < 1:
+            raise ValueError("sapo.local_groups + sapo.external_groups must be at least 1")
+        return self
+
+
 class MetricsConfig(_Section):
     port: int | None = Field(None, ge=0, le=65535, description="Prometheus port; none = off")
     addr: str = Field("127.0.0.1", min_length=1, max_length=64, description="address /metrics listens on")
@@ -186,6 +207,9 @@ class NodeConfig(_Section):
 
     run_id: str = Field("swarmnode-demo", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     role: Literal["auto", "sampler", "learner"] = "auto"
+    mode: Literal["one_policy", "sapo"] = Field(
+        "one_policy", description="one_policy: learners train one policy, samplers follow it; sapo: every node "
+        "samples and trains its own policy and shares rollouts as text (section `sapo`)")
     data_dir: str | None = Field(None, description="checkpoints, weight store, cache; default user data dir")
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -194,6 +218,7 @@ class NodeConfig(_Section):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     sync: SyncConfig = Field(default_factory=SyncConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    sapo: SapoConfig = Field(default_factory=SapoConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> "NodeConfig":

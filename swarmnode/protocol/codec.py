@@ -5,6 +5,7 @@ Decoding never raises anything but `InvalidRecord` with a reason: records come f
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any, Callable, TypeVar
 
@@ -46,6 +47,42 @@ def unpack(data: bytes, max_bytes: int) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise InvalidRecord(f"top level must be a map, got {type(obj).__name__}")
     return obj
+
+
+def unpack_record(data: bytes, max_bytes: int, kind: str, version: int, wire_fields: frozenset[str]) -> dict[str, Any]:
+    """`unpack`, then the checks every strict record shares: no unknown field, the right `kind`, wire version."""
+    obj = unpack(data, max_bytes)
+    extra = set(obj) - wire_fields
+    if extra:
+        raise InvalidRecord(f"unknown field {sorted(map(str, extra))[0]!r}")
+    if obj.get("kind") != kind:
+        raise InvalidRecord(f"field 'kind' must be {kind!r}")
+    int_field(obj, "v", version, version)
+    return obj
+
+
+def decode_guarded(parse: Callable[[], T], what: str) -> T:
+    """`parse()`, with any error but InvalidRecord turned into one: a validator bug must not become a crash."""
+    try:
+        return parse()
+    except InvalidRecord:
+        raise
+    except Exception as exc:  # defence in depth: records come from strangers
+        raise InvalidRecord(f"malformed {what} ({type(exc).__name__})") from None
+
+
+def content_id(content: dict[str, Any]) -> str:
+    """sha256 hex of the canonical encoding: the id of a content-addressed record."""
+    return hashlib.sha256(pack(content)).hexdigest()
+
+
+def check_content(content: dict[str, Any], id_field: str, claimed_id: str, signer_peer_id: str,
+                  signature: bytes) -> None:
+    """Raise InvalidRecord unless `claimed_id` is the content's hash and the signature over the content plus
+    `{id_field: claimed_id}` was made by `signer_peer_id`."""
+    if content_id(content) != claimed_id:
+        raise InvalidRecord(f"{id_field} does not match the content hash")
+    check_signature({**content, id_field: claimed_id}, signer_peer_id, signature)
 
 
 def field(obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

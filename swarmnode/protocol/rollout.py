@@ -10,7 +10,6 @@ Log-probs are stored as float32: `create` rounds them so the in-memory record eq
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -21,14 +20,16 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.codec import (
     InvalidRecord,
     bytes_field,
-    check_signature,
+    check_content,
+    content_id,
+    decode_guarded,
     float_field,
     int_field,
     list_field,
     pack,
     sign_fields,
     str_field,
-    unpack,
+    unpack_record,
 )
 
 KIND = "rollout"
@@ -113,10 +114,6 @@ class RolloutGroup:
             "created_at": float(self.created_at),
         }
 
-    @staticmethod
-    def _hash(content: dict) -> str:
-        return hashlib.sha256(pack(content)).hexdigest()
-
     @classmethod
     def create(
         cls,
@@ -150,7 +147,7 @@ class RolloutGroup:
             signature=b"",
         )
         content = group._content()
-        group.group_id = cls._hash(content)
+        group.group_id = content_id(content)
         group.signature = sign_fields({**content, "group_id": group.group_id}, identity)
         return group
 
@@ -161,22 +158,11 @@ class RolloutGroup:
     @classmethod
     def decode(cls, data: bytes, limits: RolloutLimits) -> "RolloutGroup":
         """Parse, validate and verify a wire record; raises only InvalidRecord (with the reason)."""
-        try:
-            return cls._decode(data, limits)
-        except InvalidRecord:
-            raise
-        except Exception as exc:  # defence in depth: a validator bug must not become a crash
-            raise InvalidRecord(f"malformed rollout group ({type(exc).__name__})") from None
+        return decode_guarded(lambda: cls._decode(data, limits), "rollout group")
 
     @classmethod
     def _decode(cls, data: bytes, limits: RolloutLimits) -> "RolloutGroup":
-        obj = unpack(data, limits.max_bytes)
-        extra = set(obj) - _WIRE_FIELDS
-        if extra:
-            raise InvalidRecord(f"unknown field {sorted(map(str, extra))[0]!r}")
-        if obj.get("kind") != KIND:
-            raise InvalidRecord(f"field 'kind' must be {KIND!r}")
-        int_field(obj, "v", WIRE_VERSION, WIRE_VERSION)
+        obj = unpack_record(data, limits.max_bytes, KIND, WIRE_VERSION, _WIRE_FIELDS)
         vocab = limits.vocab_size
 
         def token_list(name: str, value, lo: int, hi: int) -> list[int]:
@@ -232,9 +218,6 @@ class RolloutGroup:
             created_at=float_field(obj, "created_at", 0.0, 1e11),
             signature=bytes_field(obj, "signature", 64, exact=64),
         )
-        content = group._content()
-        if cls._hash(content) != group.group_id:
-            raise InvalidRecord("group_id does not match the content hash")
-        check_signature({**content, "group_id": group.group_id}, group.sampler_id, group.signature)
+        check_content(group._content(), "group_id", group.group_id, group.sampler_id, group.signature)
         return group
 

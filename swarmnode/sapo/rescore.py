@@ -1,0 +1,118 @@
+"""A peer's text group -> a training group in this node's own tokens, rewards and behaviour log-probs.
+
+Nothing about the sender's model is trusted or assumed (it may be another size, another tokenizer):
+- the prompt must be one of this node's task's training prompts (unknown ids and held-out eval prompts are
+  refused) and the text the sender says it answered must be that prompt's text;
+- completions are re-tokenised with this node's tokenizer (EOS appended where the sender's completion ended
+  with its EOS) and cut to this node's `max_completion_length`;
+- rewards are recomputed by this node's task from the re-tokenised text; the sender's claimed rewards are
+  compared with the task's score of the text it sent, and a group with any difference is counted as a lie
+  (the group is still used, with this node's rewards: the text itself may be fine);
+- the behaviour log-probs the loss sees follow `sapo.external_weighting`:
+  `on_policy` (SAPO): this node's current policy, computed now, so the importance ratio is 1 (gspo/grpo) and
+  GEPO's group expectation is taken under the current policy;
+  `sender_likelihood` (GEPO-style): the sender's sequence log-likelihood of the text spread evenly over this
+  node's tokens of it, so the length-normalised LQ the loss computes is log q(y) / |y| in this node's tokens
+  and the sequence-level weight is (p(y) / q(y))^(1/|y|); GEPO's denominator E_q[q] is then the group
+  expectation under the sender's likelihoods. Meant for the sequence-level losses (gepo, gspo).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Callable
+
+import torch
+
+from swarmnode.config import NodeConfig
+from swarmnode.logprobs import completion_logprobs
+from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.protocol.text_rollout import TextRolloutGroup
+from swarmnode.tasks import Task
+
+REWARD_TOLERANCE = 1e-6
+
+
+class Rescorer:
+    """Turns peers' text groups into this node's training groups (see the module docstring); counts refusals."""
+
+    def __init__(self, model, tokenizer, task: Task, cfg: NodeConfig,
+                 prompt_tokens: Callable[[str], list[int]], version: Callable[[], int]):
+        self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self.prompt_tokens, self.version = prompt_tokens, version
+        self.weighting = cfg.sapo.external_weighting
+        self.eval_ids = {p.prompt_id for p in task.eval_prompts()}
+        eos = tokenizer.eos_token_id
+        self.eos = int(eos) if eos is not None else None
+        self.rejected: collections.Counter[str] = collections.Counter()
+        self.lies: collections.Counter[str] = collections.Counter()  # sender -> groups with a false reward
+
+    def convert(self, groups: list[TextRolloutGroup]) -> list[RolloutGroup]:
+        """The training groups of those `groups` this node accepts (refusals counted in `rejected`)."""
+        built = []
+        for group in groups:
+            rows = self._rows(group)
+            if rows is not None:
+                built.append((group, *rows))
+        if not built:
+            return []
+        logq = self._behaviour([b[1] for b in built], [b[2] for b in built], [b[0] for b in built])
+        out = []
+        for (group, prompt_tokens, completions, rewards), lq in zip(built, logq):
+            out.append(RolloutGroup(
+                run_id=group.run_id, group_id=group.group_id, prompt_id=group.prompt_id,
+                prompt_tokens=prompt_tokens, completions=completions, logprobs=lq,
+                temperature=self.cfg.sampler.temperature, rewards=rewards, policy_version=self.version(),
+                lineage=group.model_id, sampler_id=group.sender_id, created_at=group.created_at, signature=b"",
+            ))
+        return out
+
+    def _rows(self, group: TextRolloutGroup):
+        """(prompt tokens, completions, rewards) in this node's terms, or None (counted) if refused."""
+        prompt = self.task.get(group.prompt_id)
+        if prompt is None:
+            self.rejected["unknown_prompt"] += 1
+            return None
+        if group.prompt_id in self.eval_ids:
+            self.rejected["eval_prompt"] += 1
+            return None
+        if group.prompt_text != prompt.text:
+            self.rejected["prompt_mismatch"] += 1
+            return None
+        claimed_ok = all(abs(float(self.task.reward(prompt, text)) - claim) <= REWARD_TOLERANCE
+                         for text, claim in zip(group.completions, group.rewards))
+        if not claimed_ok:
+            self.lies[group.sender_id] += 1
+        limit = self.cfg.sampler.max_completion_length
+        completions = []
+        for text, finished in zip(group.completions, group.finished):
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if finished and self.eos is not None:
+                ids.append(self.eos)
+            completions.append(ids[:limit])
+        texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        rewards = [float(self.task.reward(prompt, t)) for t in texts]
+        return self.prompt_tokens(prompt.text), completions, rewards
+
+    def _behaviour(self, prompts: list[list[int]], completions: list[list[list[int]]],
+                   groups: list[TextRolloutGroup]) -> list[list[list[float]]]:
+        """Per-token behaviour log-probs of every completion of every group, per `external_weighting`."""
+        if self.weighting == "sender_likelihood":
+            return [[[seq / max(1, len(c))] * len(c) for c, seq in zip(comps, g.seq_logprobs)]
+                    for comps, g in zip(completions, groups)]
+        rows_p = [p for p, comps in zip(prompts, completions) for _ in comps]
+        rows_c = [c for comps in completions for c in comps]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                logp, _ = completion_logprobs(self.model, rows_p, rows_c, self.cfg.sampler.temperature,
+                                              self.tokenizer.pad_token_id)
+        finally:
+            self.model.train(was_training)
+        logp = logp.cpu().tolist()
+        out, i = [], 0
+        for comps in completions:
+            out.append([logp[i + k][: len(c)] for k, c in enumerate(comps)])
+            i += len(comps)
+        return out
