@@ -23,7 +23,7 @@ from rich.console import Console  # noqa: E402
 
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.dashboard import History, build_view  # noqa: E402
-from swarmnode.membership import format_status, status_document  # noqa: E402
+from swarmnode.status import format_status, status_document  # noqa: E402
 from swarmnode.protocol.peer import PeerRecord  # noqa: E402
 
 

@@ -35,7 +35,7 @@ from hivemind.p2p import P2P, PeerID
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from swarmnode.identity import Identity  # noqa: E402
-from swarmnode.swarm.weights import WeightFetcher, WeightStore  # noqa: E402
+from swarmnode.swarm.weights import ChunkSchedule, WeightFetcher, WeightServer, WeightStore  # noqa: E402
 
 RUN = "bench"
 RAW = "bench/raw/1"
@@ -77,7 +77,7 @@ async def worker(args) -> None:
     kw = {**P2P_KW, "host_maddrs": [f"/ip4/{args.host}/tcp/0"]}
     p2p = await P2P.create(initial_peers=[args.initial] if args.initial else [], **kw)
     store = WeightStore(args.dir, RUN, keep_versions=4)
-    await store.serve(p2p)
+    server = await WeightServer(store).start(p2p)
     identity = Identity.generate()  # signs what this peer publishes (the swarm phase's learner)
     maddr = str((await p2p.get_visible_maddrs())[0]) + f"/p2p/{p2p.peer_id}"
     out({"peer_id": str(p2p.peer_id), "maddr": maddr, "key": identity.peer_id})
@@ -98,7 +98,7 @@ async def worker(args) -> None:
             with profiled(args.profile and f"{args.profile}/fetch{fresh}.prof"):
                 await fetcher.fetch([PeerID.from_base58(h) for h in cmd["holders"]], cmd["version"])
             s = fetcher.last_stats
-            res = {"fetched": s.fetched_bytes, "reused": s.reused_bytes, "served_chunks": store.served_chunks,
+            res = {"fetched": s.fetched_bytes, "reused": s.reused_bytes, "served_chunks": server.served_chunks,
                    "seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0)}
             if target is not store:
                 del target, fetcher  # the buffer goes with them
@@ -117,7 +117,7 @@ async def worker(args) -> None:
             store.publish(cmd["version"], make_state(cmd["mb"], seed=cmd["version"]), identity)
             res = {}
         elif cmd["op"] == "served":
-            res = {"served_chunks": store.served_chunks}
+            res = {"served_chunks": server.served_chunks}
         else:
             raise ValueError(cmd)
         out({"seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0), **res})  # res may time its own part
@@ -202,7 +202,7 @@ async def weights_bench(args, tmp: Path) -> dict:
     p2p = await P2P.create(**P2P_KW)
     initial = str((await p2p.get_visible_maddrs())[0]) + f"/p2p/{p2p.peer_id}"
     store = WeightStore(tmp / "learner", RUN, keep_versions=4)
-    await store.serve(p2p)
+    server = await WeightServer(store).start(p2p)
     state = make_state(args.mb)
     t0 = time.perf_counter()
     store.publish(1, state, learner)
@@ -237,7 +237,7 @@ async def weights_bench(args, tmp: Path) -> dict:
             t.mul_(-1)
         store.publish(2, state, learner, parent_version=1)
         others = workers[1:]
-        served0, cpu0, t0 = store.served_chunks, cpu_seconds(), time.perf_counter()
+        served0, cpu0, t0 = server.served_chunks, cpu_seconds(), time.perf_counter()
         rs = await asyncio.gather(*[
             w.ask(op="fetch", holders=[me] + [o.peer_id for o in others if o is not w], version=2,
                   learner_key=learner.peer_id) for w in others])
@@ -245,7 +245,7 @@ async def weights_bench(args, tmp: Path) -> dict:
         res["concurrent_sender_cpu"] = cpu_delta(cpu0)
         res["concurrent"] = rs
         res["concurrent_n"] = len(others)
-        res["learner_served_chunks"] = store.served_chunks - served0
+        res["learner_served_chunks"] = server.served_chunks - served0
         res["peer_served_chunks"] = sum([(await w.ask(op="served"))["served_chunks"] for w in others])
         # into an empty store, like the concurrent fetchers' (`one` already holds version 1)
         res["alone"] = await measured(one.ask(op="fetch", holders=[me], version=2, fresh=True,
@@ -367,17 +367,15 @@ def rollout_bench(args, tmp: Path) -> dict:
 
 
 def plan_bench(n_chunks: int, partial_holders: int = 3, refresh_every: int = 5) -> dict:
-    """CPU cost of the fetcher's chunk scheduling (_Work: have-maps, rarest-first takes) for a manifest of
+    """CPU cost of the fetcher's chunk scheduling (ChunkSchedule: have-maps, rarest-first takes) for a manifest of
     `n_chunks`: one complete holder and `partial_holders` peers that gain chunks as the fetch goes, each peer's
     have-map refreshed every `refresh_every` chunks (about the fetcher's 50 ms at a 400 MB/s fetch)."""
-    from swarmnode.swarm.weights import _Work
-
     async def run() -> dict:
         rng = random.Random(0)
         order = list(range(n_chunks))
         rng.shuffle(order)
         holders = ["publisher"] + [f"peer{k}" for k in range(partial_holders)]
-        work = _Work(order, holders, max_failures=10, n_chunks=n_chunks)
+        work = ChunkSchedule(order, holders, max_failures=10, n_chunks=n_chunks)
         nb = (n_chunks + 7) // 8
         maps = {h: bytearray(nb) for h in holders[1:]}
         spent, takes, updates = 0.0, 0, 0

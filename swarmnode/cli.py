@@ -88,15 +88,15 @@ def _network_flags(initial_peers=None, host_maddrs=None, announce_maddrs=None, i
 
 def _run_swarm_command(main, timeout: float | None = None) -> Any:
     """Run a membership coroutine; user-facing failures become one error line and exit code 1."""
+    from swarmnode.cli_runtime import NoAnswerError, run_until_signal, setup_logging
     from swarmnode.identity import IdentityError
-    from swarmnode.membership import quiet_hivemind, run_until_signal
     from swarmnode.models import ModelLoadError
     from swarmnode.swarm.p2p import SwarmStartError
 
-    quiet_hivemind()
+    setup_logging()
     try:
         return run_until_signal(main, timeout)
-    except (SwarmStartError, IdentityError, ModelLoadError) as exc:
+    except (SwarmStartError, IdentityError, ModelLoadError, NoAnswerError) as exc:
         fail(str(exc), code=1)
 
 
@@ -112,8 +112,8 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
          metrics_port: Optional[int] = MetricsPortOpt,
          ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
-    from swarmnode.identity import IdentityError
-    from swarmnode.membership import identity_for, run_membership
+    from swarmnode.identity import IdentityError, identity_for
+    from swarmnode.idle import run_idle
     from swarmnode.node import run_node
 
     cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port},
@@ -125,7 +125,7 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
     except IdentityError as exc:
         fail(str(exc))
     if idle:
-        _run_swarm_command(lambda stop: run_membership(cfg, identity, cfg.role, stop, emit=_emit))
+        _run_swarm_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
     else:
         _run_swarm_command(lambda stop: run_node(cfg, identity, stop, emit=_emit))
 
@@ -139,8 +139,8 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               metrics_port: Optional[int] = MetricsPortOpt,
               ) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
-    from swarmnode.identity import IdentityError
-    from swarmnode.membership import identity_for, run_bootstrap
+    from swarmnode.bootstrap import run_bootstrap
+    from swarmnode.identity import IdentityError, identity_for
 
     cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
                           **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
@@ -172,7 +172,7 @@ def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
            host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v1."""
-    from swarmnode.membership import format_status, query_status
+    from swarmnode.status import format_status, query_status
 
     cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
     doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)

@@ -292,7 +292,7 @@ async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once:
     """Poll the run's health every `refresh` s and draw it until `stop` (q, Ctrl-C); returns the last document."""
     from rich.live import Live
 
-    from swarmnode.membership import client_member, read_status
+    from swarmnode.status import client_member, read_status
     from swarmnode.swarm.p2p import SwarmStartError
 
     console = console or Console()

@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from hivemind.proto import crypto_pb2
 
+from swarmnode.config import NodeConfig
+
 SIGNATURE_BYTES = 64
 
 
@@ -129,3 +131,9 @@ class Identity:
         except OSError as exc:
             raise IdentityError(f"identity file {path}: cannot create ({exc.strerror})") from None
         return identity
+
+
+def identity_for(cfg: NodeConfig, default_name: str) -> Identity:
+    """The node's persistent identity: `network.identity_path`, else `<data dir>/<default_name>`."""
+    path = cfg.network.identity_path or cfg.resolved_data_dir() / default_name
+    return Identity.load_or_create(path)

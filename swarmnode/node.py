@@ -25,7 +25,7 @@ from swarmnode.delay import parse_delay
 from swarmnode.health import MAX_INVALID_PEERS, RateMeter, StalenessHistogram, VersionSeries, record_health
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
-from swarmnode.membership import Membership
+from swarmnode.swarm.membership import Membership
 
 logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
@@ -76,9 +76,9 @@ class _Role:
     def publish_health(self, **fields: Any) -> None:
         """Update `self.health` (what /metrics renders) and advertise its small form on the next heartbeat."""
         self.health.update(fields, uptime=round(time.monotonic() - self.started, 1))
-        if (store := getattr(self, "store", None)) is not None:  # weight chunks this node served to peers
-            self.health.update(served_mb=round(store.served_bytes / 1e6, 1),
-                               serve_mb_s=round(self.serve_rate.update(store.served_bytes) / 1e6, 2))
+        if (server := getattr(self, "server", None)) is not None:  # weight chunks this node served to peers
+            self.health.update(served_mb=round(server.served_bytes / 1e6, 1),
+                               serve_mb_s=round(self.serve_rate.update(server.served_bytes) / 1e6, 2))
         self.member.update(health=record_health(self.health))
 
 
@@ -103,12 +103,12 @@ class LearnerRole(_Role):
         from swarmnode.models import load_model, pick_device
         from swarmnode.protocol.rollout import RolloutLimits
         from swarmnode.swarm.gossip import RolloutReceiver
-        from swarmnode.swarm.weights import WeightStore
+        from swarmnode.swarm.weights import WeightServer, WeightStore
 
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
-        await self.store.serve(self.p2p)
+        self.server = await WeightServer(self.store).start(self.p2p)
         self.emit("loading the model...")
         model = await asyncio.to_thread(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
         self.buffer = _HistogramBuffer.from_config(cfg, lineage=self.identity.peer_id)
@@ -205,11 +205,11 @@ class SamplerRole(_Role):
         from swarmnode.sampler.engines import build_engine
         from swarmnode.sampler.loop import SamplerLoop
         from swarmnode.swarm.gossip import RolloutSender
-        from swarmnode.swarm.weights import WeightFetcher, WeightStore
+        from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
 
         cfg = self.cfg
         self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
-        await self.store.serve(self.p2p)
+        self.server = await WeightServer(self.store).start(self.p2p)
         self.sender = RolloutSender(self.p2p, cfg.run_id)
         await self.sender.start()
         self.emit("loading the model...")
@@ -328,7 +328,8 @@ class SamplerRole(_Role):
                                newest[0], timeout, self.loop.version)
 
     async def _fetch(self, version: int, pointer: dict) -> None:
-        from swarmnode.swarm.weights import FetchError, WeightFetcher, fetch_progress
+        from swarmnode.progress import fetch_progress
+        from swarmnode.swarm.weights import FetchError, WeightFetcher
 
         # every live peer, not only those advertising the whole version: a peer fetching the same version right
         # now serves the chunks it has (holders answer `have` with their chunk maps), so samplers help each other

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarmnode.membership import STATUS_SCHEMA_VERSION
+STATUS_SCHEMA_VERSION = 1
 
 _NUM = {"type": "number"}
 _COUNT = {"type": "integer", "minimum": 0}

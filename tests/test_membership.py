@@ -211,20 +211,19 @@ async def _versions_scenario():
             await other.announce_version(99, {"manifest": "evil"})  # valid record, but not from a learner key
             newest = await other.newest_version()
             assert len(await other.announcements()) == 1  # one subkey per learner, not one per version
-            holders = [r.peer_id for r in await other.holders(3)]
             learners = [r.peer_id for r in await other.live_peers("learner")]
             samplers = await other.live_peers("sampler")
         finally:
             await other.shutdown()
-        return newest, holders, learners, samplers, learner.peer_id
+        return newest, learners, samplers, learner.peer_id
     finally:
         await node.shutdown()
 
 
-def test_versions_newest_holders_and_roles():
-    newest, holders, learners, samplers, learner = asyncio.run(_versions_scenario())
+def test_versions_newest_and_roles():
+    newest, learners, samplers, learner = asyncio.run(_versions_scenario())
     assert newest == (4, {"manifest": "def", "bytes": 10})
-    assert holders == [learner] and learners == [learner] and samplers == []
+    assert learners == [learner] and samplers == []
 
 
 # ---------------------------------------------------------------- real subprocess swarms

@@ -14,7 +14,9 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.weights import FetchError, WeightFetcher, WeightStore, fetch_progress, protocol_name
+from swarmnode.progress import fetch_progress
+from swarmnode.swarm.weights import (ChunkSchedule, FetchError, WeightFetcher, WeightServer, WeightStore,
+                                     cut_chunks, flatten_into, plan_layout, protocol_name)
 
 RUN = "test-run"
 CHUNK = 64 << 10
@@ -84,10 +86,10 @@ def test_publish_roundtrip_delta_and_gc(tmp_path):
 
 
 def test_states_beyond_the_chunk_limit_get_bigger_chunks(tmp_path, monkeypatch):
-    import swarmnode.swarm.weights as weights
+    import swarmnode.swarm.weights.layout as layout
 
     learner = Identity.generate()
-    monkeypatch.setattr(weights, "MAX_CHUNKS", 8)  # the real limit (16,384) would take a 64 GB state here
+    monkeypatch.setattr(layout, "MAX_CHUNKS", 8)  # the real limit (16,384) would take a 64 GB state here
     ls = store(tmp_path, "l")
     m = ls.publish(1, make_state(), learner)
     assert len(m.chunks) <= 8 and m.chunks[0].size > CHUNK and m.chunks[0].size % 4096 == 0
@@ -121,11 +123,9 @@ def have(n: int, held: set[int], coming: set[int] = frozenset()) -> bytes:
 
 
 def test_work_queue_rarest_first_requeues_and_exclusions():
-    from swarmnode.swarm.weights import _Work
-
     async def scenario():
         n = 6
-        work = _Work(range(n), ["A", "B", "C"], max_failures=5, n_chunks=n)  # random rank = chunk index here
+        work = ChunkSchedule(range(n), ["A", "B", "C"], max_failures=5, n_chunks=n)  # random rank = chunk index here
         work.set_have("A", have(n, set(range(n))))
         work.set_have("B", have(n, {0, 1, 2}))
         work.set_have("C", have(n, {0, 1}, coming={2}))  # chunk 2 is on its way to C: counts as held by 2
@@ -147,7 +147,7 @@ def test_work_queue_rarest_first_requeues_and_exclusions():
         assert sorted(work.take("A", 5)) == [0, 1, 5] and work.pending == {}
 
         big = 20_000  # a manifest of many chunks: each is handed out exactly once, holders' maps respected
-        work = _Work(range(big), ["P", "Q"], max_failures=3, n_chunks=big)
+        work = ChunkSchedule(range(big), ["P", "Q"], max_failures=3, n_chunks=big)
         work.set_have("P", have(big, set(range(big))))
         work.set_have("Q", have(big, set(range(0, big, 2))))
         got_q = [i for _ in range(big) for i in work.take("Q", 1)]
@@ -174,8 +174,6 @@ def test_fetch_progress_lines_for_slow_fetches_and_nothing_for_quick_ones():
 def test_manifest_validation():
     learner = Identity.generate()
     s_state = make_state()
-    from swarmnode.swarm.weights import cut_chunks, flatten_into, plan_layout
-
     tensors, total = plan_layout(s_state)
     buf = bytearray(total)
     flatten_into(s_state, tensors, buf)
@@ -201,8 +199,8 @@ def test_fetch_delta_and_resume(tmp_path):
     async def scenario():
         async with daemons(3) as (lp, sp, empty):
             ls, ss = store(tmp_path, "l"), store(tmp_path, "s")
-            await store(tmp_path, "e").serve(empty)  # a peer that never gets any version
-            await ls.serve(lp)
+            await WeightServer(store(tmp_path, "e")).start(empty)  # a peer that never gets any version
+            await WeightServer(ls).start(lp)
             state = make_state()
             m1 = ls.publish(1, state, learner)
             fetcher = WeightFetcher(sp, ss, [learner.peer_id])
@@ -258,13 +256,13 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
     async def scenario():
         async with daemons(4) as (lp, evil, bad, sp):
             ls = store(tmp_path, "l")
-            await ls.serve(lp)
+            await WeightServer(ls).start(lp)
             state = make_state(1)
             ls.publish(1, state, learner)
 
             # a manifest signed by a key that is not the run's learner
             es = store(tmp_path, "evil")
-            await es.serve(evil)
+            await WeightServer(es).start(evil)
             es.publish(5, make_state(2), stranger)
             fetcher = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id])
             with pytest.raises(FetchError, match="not one of the run's learner keys"):
@@ -296,7 +294,7 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
                     path = tmp_path / "c" / "chunks" / chunk.hex
                     path.write_bytes(b"\xff" * path.stat().st_size)
                 cs2 = store(tmp_path, "c")  # restarted: serves from disk, no memory copy
-                await cs2.serve(corrupt_host)
+                cs2_server = await WeightServer(cs2).start(corrupt_host)
                 only_corrupt = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], max_rounds=1)
                 with pytest.raises(FetchError, match="unavailable"):  # a valid manifest, every chunk bad
                     await only_corrupt.fetch([corrupt_host.peer_id], 1)
@@ -308,7 +306,7 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
                 await good.fetch([bad.peer_id, corrupt_host.peer_id, lp.peer_id], 1)
                 assert_same(store(tmp_path, "s").state_dict(1), state)  # good traffic continued
                 assert good.last_stats.chunks_by_holder[str(lp.peer_id)] >= 1
-                return cs2.served_chunks
+                return cs2_server.served_chunks
             finally:
                 await corrupt_host.shutdown()
 
@@ -326,12 +324,11 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
         async with daemons(4) as peers:
             lp, samplers = peers[0], peers[1:]
             ls = store(tmp_path, "l")
-            await ls.serve(lp)
+            learner_server = await WeightServer(ls).start(lp)
             state = {f"t{i}": torch.full((CHUNK // 4,), float(i)) for i in range(160)}  # 160 chunks, 10 MiB
             m = ls.publish(1, state, learner)
             stores = [store(tmp_path, f"s{i}") for i in range(3)]
-            for s, p in zip(stores, samplers):
-                await s.serve(p)
+            servers = [await WeightServer(s).start(p) for s, p in zip(stores, samplers)]
             fetchers = [WeightFetcher(p, s, [learner.peer_id], chunks_per_request=1)
                         for p, s in zip(samplers, stores)]
             await asyncio.gather(*[
@@ -340,16 +337,17 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
             ])
             for s in stores:
                 assert_same(s.state_dict(1), state)
-            served_by_samplers = sum(s.served_chunks for s in stores)
-            print(f"served by samplers {served_by_samplers}, by the learner {ls.served_chunks}")
+            served_by_samplers = sum(s.served_chunks for s in servers)
+            print(f"served by samplers {served_by_samplers}, by the learner {learner_server.served_chunks}")
             assert served_by_samplers >= 1, "no sampler served another sampler"
             # and peers carry a real share: the learner uploaded well under three copies (measured 1.5-1.7)
-            assert ls.served_chunks < 2.5 * len(m.chunks), (ls.served_chunks, served_by_samplers)
+            learner_served = learner_server.served_chunks
+            assert learner_served < 2.5 * len(m.chunks), (learner_served, served_by_samplers)
             # holders are asked only for chunks their have-maps show, so no request meets a "not yet"
             assert sum(f.last_stats.missing_chunks for f in fetchers) == 0
             # counters agree between both sides
             from_samplers = sum(f.last_stats.chunks_by_holder[str(q.peer_id)] for f in fetchers for q in samplers)
             assert from_samplers == served_by_samplers
-            assert ls.served_chunks + served_by_samplers == 3 * len(m.chunks)
+            assert learner_server.served_chunks + served_by_samplers == 3 * len(m.chunks)
 
     asyncio.run(scenario())

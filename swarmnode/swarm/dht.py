@@ -149,10 +149,6 @@ class SwarmDHT:
         newest = max(found, key=lambda a: (a.version, a.timestamp))
         return newest.version, newest.pointer
 
-    async def holders(self, version: int) -> list[PeerRecord]:
-        """Live peers that hold or can serve `version`."""
-        return [r for r in await self.live_peers() if r.version == version or version in r.versions]
-
     async def shutdown(self) -> None:
         """Leave the DHT; stop the P2P host too if this object started it."""
         try:

@@ -11,6 +11,7 @@ import collections
 from typing import Any
 
 from swarmnode.protocol.codec import InvalidRecord, unpack
+from swarmnode.swarm.hivemind_compat import has_buffered_bytes
 
 HEADER = 8
 MAX_CONTROL_BYTES = 64 << 10
@@ -75,7 +76,7 @@ class FrameSink(asyncio.BufferedProtocol):
     @classmethod
     def attach(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> "FrameSink":
         """Take over a freshly opened stream; its reader must hold no unread bytes."""
-        if getattr(reader, "_buffer", b""):
+        if has_buffered_bytes(reader):
             raise RuntimeError("stream already has buffered bytes; cannot take over its transport")
         sink = cls()
         sink.transport = writer.transport

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
+from swarmnode.swarm.hivemind_compat import connect, daemon_socket_paths, p2pd_process
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ _WATCHDOG_SCRIPT = (
     'for pid in "$@"; do grep -qs p2pd /proc/$pid/cmdline && kill -KILL $pid; done; '
     'rm -f $SOCKS'
 )
+
+
+_watchdogs: weakref.WeakKeyDictionary[P2P, tuple[subprocess.Popen, int]] = weakref.WeakKeyDictionary()
 
 
 class SwarmStartError(RuntimeError):
@@ -133,37 +138,28 @@ class IdentityLock:
             self._fd = None
 
 
-def _daemon_sockets(p2p: P2P) -> list[str]:
-    paths = []
-    for maddr in (p2p._daemon_listen_maddr, p2p._client_listen_maddr):
-        try:
-            paths.append(maddr["unix"])
-        except Exception:
-            continue
-    return paths
-
-
 def arm_watchdog(p2p: P2P) -> subprocess.Popen:
     """Start the watchdog that stops `p2p`'s daemon when this process dies (see module docstring)."""
     read_end, write_end = os.pipe()  # both non-inheritable; the child gets read_end as its stdin only
     try:
         watchdog = subprocess.Popen(
-            ["/bin/sh", "-c", _WATCHDOG_SCRIPT, "swarmnode-watchdog", str(p2p._child.pid)],
+            ["/bin/sh", "-c", _WATCHDOG_SCRIPT, "swarmnode-watchdog", str(p2pd_process(p2p).pid)],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a terminal Ctrl-C must not kill it before it has done its job
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SOCKS": " ".join(_daemon_sockets(p2p))},
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SOCKS": " ".join(daemon_socket_paths(p2p))},
         )
     finally:
         os.close(read_end)
-    p2p._swarmnode_watchdog = (watchdog, write_end)
+    _watchdogs[p2p] = (watchdog, write_end)
     return watchdog
 
 
 def p2pd_pid(p2p: P2P) -> int | None:
     """The daemon's pid (None for a P2P that does not own one)."""
-    return p2p._child.pid if getattr(p2p, "_child", None) is not None else None
+    process = p2pd_process(p2p)
+    return process.pid if process is not None else None
 
 
 async def stop_p2p(p2p: P2P) -> None:
@@ -172,12 +168,11 @@ async def stop_p2p(p2p: P2P) -> None:
         await asyncio.wait_for(p2p.shutdown(), timeout=10)
     except asyncio.TimeoutError:
         logger.warning("p2pd did not stop in 10 s; killing it")
-        with contextlib.suppress(ProcessLookupError):
-            p2p._child.kill()
-    watchdog = getattr(p2p, "_swarmnode_watchdog", None)
+        with contextlib.suppress(ProcessLookupError, AttributeError):
+            p2pd_process(p2p).kill()
+    watchdog = _watchdogs.pop(p2p, None)
     if watchdog is not None:
         process, write_end = watchdog
-        p2p._swarmnode_watchdog = None
         process.terminate()
         os.close(write_end)
         await asyncio.to_thread(process.wait)
@@ -232,7 +227,7 @@ async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool,
 async def _dial(p2p: P2P, peer: InitialPeer, timeout: float) -> str | None:
     """None if connected, else a one-line reason."""
     try:
-        await asyncio.wait_for(p2p._client.connect(peer.peer_id, [peer.addr]), timeout)
+        await asyncio.wait_for(connect(p2p, peer.peer_id, [peer.addr]), timeout)
         return None
     except asyncio.TimeoutError:
         return f"no answer in {timeout:.1f} s"

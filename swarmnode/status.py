@@ -1,0 +1,66 @@
+"""`swarmnode status`: the run's status document (schema in `swarmnode.status_schema`) and its plain table."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from swarmnode.config import NodeConfig
+from swarmnode.health import find_alerts, peer_lag, staleness_bound, swarm_summary
+from swarmnode.identity import Identity
+from swarmnode.protocol.peer import PeerRecord
+from swarmnode.status_schema import STATUS_SCHEMA_VERSION
+from swarmnode.swarm.membership import Membership
+
+
+def client_member(cfg: NodeConfig) -> Membership:
+    """A read-only client-mode member with a throwaway key (for `status` and the dashboard)."""
+    return Membership(cfg, Identity.generate(), "client", client_mode=True)
+
+
+def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None = None) -> dict[str, Any]:
+    """The `status --json` document (schema in `swarmnode.status_schema`) from the run's live peer records."""
+    now = time.time() if now is None else now
+    peers = [r.summary(now) for r in live]
+    summary = swarm_summary(peers)
+    for p in peers:
+        p["lag"] = peer_lag(p, summary["newest_version"])
+    return {
+        "schema_version": STATUS_SCHEMA_VERSION,
+        "run_id": cfg.run_id,
+        "queried_at": now,
+        "count": len(live),
+        "roles": dict(Counter(r.role for r in live)),
+        **summary,
+        "max_staleness": staleness_bound(peers, cfg.sync.max_staleness),
+        "peers": peers,
+        "alerts": find_alerts(peers, cfg.sync.max_staleness),
+    }
+
+
+async def read_status(member: Membership) -> dict[str, Any]:
+    """One read of the run's live peer records through a started client member: the status document."""
+    return status_document(member.cfg, await member.dht.live_peers())
+
+
+async def query_status(cfg: NodeConfig) -> dict[str, Any]:
+    """Join as a client with a throwaway key, read the run's live peer records, leave; the status document."""
+    member = await client_member(cfg).start()
+    try:
+        return await read_status(member)
+    finally:
+        await member.stop()
+
+
+def format_status(doc: dict[str, Any]) -> str:
+    """A plain table of the status document, then its alerts."""
+    lines = [f"run {doc['run_id']}: {doc['count']} live peers, newest version {doc['newest_version']}, "
+             f"{doc['tokens_per_s']:.0f} tokens/s"]
+    lines.append(f"{'peer id':<54} {'role':<10} {'version':>7} {'lag':>4} {'last seen':>10}")
+    for p in doc["peers"]:
+        version = "-" if p["version"] < 0 else str(p["version"])
+        lag = "-" if p.get("lag") is None else str(p["lag"])
+        lines.append(f"{p['peer_id']:<54} {p['role']:<10} {version:>7} {lag:>4} {p['age_s']:>8.1f} s")
+    lines += [f"{a['severity']}: {a['message']}" for a in doc["alerts"]]
+    return "\n".join(lines)

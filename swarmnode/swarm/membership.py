@@ -1,0 +1,141 @@
+"""Being a member of a run's swarm: join the DHT, advertise a PeerRecord on a heartbeat, leave cleanly.
+
+`Membership` is what a node wraps (its role loops call `update(...)` to advertise version/throughput/health);
+with `client_mode` it is a read-only member (for `status` and the dashboard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import sys
+import time
+from typing import Any
+
+from swarmnode import __version__
+from swarmnode.config import NodeConfig
+from swarmnode.identity import Identity
+from swarmnode.protocol.peer import PeerRecord
+from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.p2p import IdentityLock, SwarmStartError
+
+logger = logging.getLogger(__name__)
+
+
+def basic_hardware() -> dict[str, Any]:
+    """A minimal hardware summary for nodes that were not given a probe result."""
+    return {"cpus": os.cpu_count() or 1, "platform": sys.platform}
+
+
+class Membership:
+    """This node's presence in the run: DHT + heartbeat-refreshed PeerRecord. Use `async with` or start/stop."""
+
+    def __init__(self, cfg: NodeConfig, identity: Identity, role: str, *, hardware: dict[str, Any] | None = None,
+                 client_mode: bool = False):
+        self.cfg, self.identity, self.role = cfg, identity, role
+        self.client_mode = client_mode
+        self.session = secrets.token_hex(8)  # tells this process's records from an earlier run's
+        self.fields: dict[str, Any] = {"hardware": hardware or basic_hardware(), "software": f"swarmnode/{__version__}"}
+        self.dht: SwarmDHT | None = None
+        self.started_at = time.monotonic()
+        self.ready_s: float | None = None  # seconds from start() to the first published record
+        self._lock = IdentityLock(identity.peer_id)
+        self._heartbeat: asyncio.Task | None = None
+        self._addrs: list[str] = []
+
+    async def start(self) -> "Membership":
+        """Join the DHT, refuse a duplicate identity, publish our record and start the heartbeat."""
+        self.started_at = time.monotonic()
+        self._lock.acquire()
+        try:
+            self.dht = await SwarmDHT.create(self.cfg, self.identity, client_mode=self.client_mode)
+            if str(self.dht.p2p.peer_id) != self.identity.peer_id:
+                raise SwarmStartError(f"p2pd runs as {self.dht.p2p.peer_id}, not {self.identity.peer_id}")
+            if not self.client_mode:
+                self._addrs = [str(a) for a in await self.dht.p2p.get_visible_maddrs()][:8]
+                await self._refuse_duplicate_identity()
+                await self.publish()
+                self._heartbeat = asyncio.create_task(self._beat())
+        except BaseException:
+            await self._close()
+            raise
+        self.ready_s = time.monotonic() - self.started_at
+        return self
+
+    def update(self, **fields: Any) -> None:
+        """Change advertised fields (version, versions, throughput, health, role...); sent on the next beat."""
+        if "role" in fields:
+            self.role = fields.pop("role")
+        self.fields.update(fields)
+
+    def record(self, state: str = "up") -> PeerRecord:
+        return PeerRecord.create(self.identity, role=self.role, session=self.session, state=state,
+                                 addrs=self._addrs, **self.fields)
+
+    async def publish(self, state: str = "up") -> bool:
+        stored = await self.dht.publish_peer(self.record(state))
+        if not stored:
+            logger.warning("peer record was not stored by any DHT peer (will retry on the next heartbeat)")
+        return stored
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.network.heartbeat_interval)
+            try:
+                await self.publish()
+                await self.dht.refresh_announcement()
+            except Exception as exc:  # a transient DHT failure must not end the node
+                logger.warning("heartbeat failed: %s", exc)
+
+    async def _refuse_duplicate_identity(self) -> None:
+        """If another live process elsewhere heartbeats with our peer id, refuse to start.
+
+        A record with our id from another session may be the leftover of our own crashed run: wait up to
+        1.5 heartbeats; a live twin refreshes it meanwhile, a dead one does not.
+        """
+        me = self.identity.peer_id
+
+        async def current() -> PeerRecord | None:
+            return next((r for r in await self.dht.all_peers() if r.peer_id == me), None)
+
+        seen = await current()
+        if seen is None or seen.state != "up" or seen.session == self.session:
+            return
+        interval = self.cfg.network.heartbeat_interval
+        logger.info("found a live-looking record for our peer id; checking for a twin for %.1f s", 1.5 * interval)
+        deadline = time.monotonic() + 1.5 * interval
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(1.0, interval / 4))
+            now = await current()
+            if now is not None and now.session == seen.session and now.timestamp > seen.timestamp:
+                raise SwarmStartError(
+                    f"identity {me} is already used by another live node in run {self.cfg.run_id!r} "
+                    f"(its last heartbeat was {now.age():.1f} s ago); give each node its own --identity-path"
+                )
+
+    async def stop(self) -> None:
+        """Mark our record as leaving (peers drop us at once), leave the DHT, stop p2pd."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self.dht is not None and not self.client_mode:
+            try:
+                await asyncio.wait_for(self.publish("leaving"), timeout=5)
+            except Exception as exc:
+                logger.info("could not withdraw the peer record (%s); it expires on its own", exc)
+        await self._close()
+
+    async def _close(self) -> None:
+        try:
+            if self.dht is not None:
+                await self.dht.shutdown()
+                self.dht = None
+        finally:
+            self._lock.release()
+
+    async def __aenter__(self) -> "Membership":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,123 @@
+"""How a state dict lies in one flat buffer, how that buffer is cut into chunks, and how chunks reach the disk.
+
+A state dict becomes one flat buffer (tensors back to back, 64-byte aligned, raw bytes as in safetensors) cut
+into fixed-size chunks named by their sha256 (4 MiB; bigger, the same every version, for a state that would
+exceed the manifest's chunk limit). Buffers are page-aligned anonymous mappings, so a chunk can go to disk with
+O_DIRECT straight from the buffer (no page-cache copy).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import os
+from pathlib import Path
+
+import torch
+
+from swarmnode.protocol.manifest import MAX_CHUNKS, ChunkEntry, TensorEntry, WeightManifest
+
+CHUNK_BYTES = 4 << 20
+ALIGN = 64
+BLOCK = 4096  # O_DIRECT alignment (address and length)
+DTYPE_NAMES = {
+    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64",
+    torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+TORCH_DTYPES = {v: k for k, v in DTYPE_NAMES.items()}
+
+Buffer = bytearray | mmap.mmap  # a version's flat buffer (writable, fixed size)
+
+
+def plan_layout(state: dict[str, torch.Tensor]) -> tuple[list[TensorEntry], int]:
+    """Tensor index of the flat buffer (64-byte aligned offsets) and its total size."""
+    entries, pos = [], 0
+    for name, t in state.items():
+        if t.dtype not in DTYPE_NAMES:
+            raise ValueError(f"tensor {name!r}: dtype {t.dtype} cannot be published")
+        pos = -(-pos // ALIGN) * ALIGN
+        nbytes = t.numel() * t.element_size()
+        entries.append(TensorEntry(name, DTYPE_NAMES[t.dtype], tuple(t.shape), pos, nbytes))
+        pos += nbytes
+    return entries, pos
+
+
+def chunk_size_for(total: int, base: int = CHUNK_BYTES) -> int:
+    """`base`, or the smallest block multiple that keeps a state of `total` bytes within the manifest's chunk
+    limit (a 140 GB state gets ~8.5 MB chunks; the same size every version, so unchanged tensors are reused)."""
+    needed = -(-total // MAX_CHUNKS)
+    return max(base, -(-needed // BLOCK) * BLOCK)
+
+
+def flatten_into(state: dict[str, torch.Tensor], tensors: list[TensorEntry], buf: Buffer) -> None:
+    """Copy every tensor's raw bytes into its place in `buf` (one copy, no intermediate)."""
+    flat = torch.frombuffer(buf, dtype=torch.uint8) if len(buf) else torch.empty(0, dtype=torch.uint8)
+    for entry in tensors:
+        if entry.nbytes:
+            src = state[entry.name].detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+            flat[entry.offset : entry.offset + entry.nbytes].copy_(src)
+
+
+def tensors_from_buffer(manifest: WeightManifest, buf: Buffer) -> dict[str, torch.Tensor]:
+    """Tensors viewing `buf` (zero copy); the caller copies them into its model."""
+    out = {}
+    for e in manifest.tensors:
+        dtype = TORCH_DTYPES[e.dtype]
+        if e.nbytes == 0:
+            out[e.name] = torch.empty(e.shape, dtype=dtype)
+        else:
+            count = e.nbytes // torch.empty(0, dtype=dtype).element_size()
+            out[e.name] = torch.frombuffer(buf, dtype=dtype, count=count, offset=e.offset).reshape(e.shape)
+    return out
+
+
+def cut_chunks(buf: Buffer, chunk_bytes: int) -> list[ChunkEntry]:
+    """Fixed-size chunks of `buf` with their sha256."""
+    view = memoryview(buf)
+    return [ChunkEntry(hashlib.sha256(view[i : i + chunk_bytes]).digest(), len(view[i : i + chunk_bytes]))
+            for i in range(0, len(buf), chunk_bytes)]
+
+
+def hash_matches(chunk: ChunkEntry, piece: memoryview) -> bool:
+    """Whether `piece` is `chunk` (run it in a worker thread: hashlib releases the GIL for large buffers)."""
+    return hashlib.sha256(piece).digest() == chunk.sha256
+
+
+def aligned_buffer(n: int) -> Buffer:
+    """A zeroed, page-aligned, writable buffer of `n` bytes (an anonymous mapping): chunks in it can go to disk
+    with O_DIRECT, straight from the buffer."""
+    return mmap.mmap(-1, n) if n else bytearray()
+
+
+def direct_write(path: Path, view: memoryview) -> bool:
+    """Write `view` to a new file with O_DIRECT (the disk reads the buffer; no copy into the page cache) when
+    buffer and length are block-aligned and the filesystem allows it; False means: write it the usual way."""
+    if not hasattr(os, "O_DIRECT") or len(view) % BLOCK or view.readonly:
+        return False
+    if ctypes.addressof(ctypes.c_char.from_buffer(view)) % BLOCK:
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    except OSError:  # e.g. tmpfs
+        return False
+    try:
+        pos = 0
+        while pos < len(view):
+            pos += os.write(fd, view[pos:])
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def write_file(path: Path, data: bytes | memoryview) -> None:
+    """Write `data` to a new file at `path`: O_DIRECT when possible, else unbuffered from the caller's buffer."""
+    view = memoryview(data)
+    if not direct_write(path, view):
+        with open(path, "wb", buffering=0) as f:  # straight from the caller's buffer, no copy in between
+            pos = 0
+            while pos < len(view):
+                pos += f.write(view[pos:])

@@ -1,0 +1,273 @@
+"""A node's local weight versions on disk: publish, keep a window, hand chunks to the server and the fetcher.
+
+On disk, under the store's root:
+
+    chunks/<sha256 hex>          verified chunk bytes (shared by every version that contains them)
+    manifests/<version>.bin      complete versions (all chunks present)
+    partial/<version>.bin        versions being fetched (their chunks are kept by GC; a restart resumes)
+
+A version being fetched exposes the chunks it already has (from memory), so a fetching peer serves them too.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import logging
+import os
+import random
+from pathlib import Path
+
+import torch
+
+from swarmnode.identity import Identity
+from swarmnode.protocol.codec import InvalidRecord
+from swarmnode.protocol.manifest import ChunkEntry, WeightManifest
+from swarmnode.swarm.weights.havemap import bitmap
+from swarmnode.swarm.weights.layout import (CHUNK_BYTES, Buffer, aligned_buffer, chunk_size_for, cut_chunks,
+                                            flatten_into, plan_layout, tensors_from_buffer, write_file)
+
+logger = logging.getLogger(__name__)
+
+
+class FetchError(RuntimeError):
+    """A version could not be fetched from any holder, or read back from disk; the message says why."""
+
+
+class WeightStore:
+    """A node's local weight versions: publish, keep a window, serve chunks to peers, materialise tensors."""
+
+    def __init__(self, root: str | Path, run_id: str, *, keep_versions: int = 4, chunk_bytes: int = CHUNK_BYTES,
+                 cache_versions: int = 2):
+        self.root = Path(root)
+        self.run_id = run_id
+        self.keep_versions = keep_versions
+        self.chunk_bytes = chunk_bytes
+        self.cache_versions = cache_versions
+        for sub in ("chunks", "manifests", "partial"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._buffers: collections.OrderedDict[int, Buffer] = collections.OrderedDict()
+        self._mem: dict[str, memoryview] = {}  # chunk hex -> bytes in a cached version's buffer
+        self._exposed: dict[int, dict[str, memoryview]] = {}  # version being fetched -> chunks it already has
+        self._fetching: dict[int, WeightManifest] = {}  # version being fetched -> its manifest
+        self._held_bits: dict[int, bytearray] = {}  # version being fetched -> have-map of the chunks it has
+        self._positions: dict[int, dict[str, list[int]]] = {}  # version being fetched -> chunk -> indices
+        self._full_maps: dict[int, bytes] = {}  # complete version -> its (all ones) have-map
+        self._decoded: collections.OrderedDict[tuple, WeightManifest] = collections.OrderedDict()
+        self._incoming: dict[int, set[int]] = {}  # version being fetched -> chunk indices requested, not yet in
+
+    # -- queries ------------------------------------------------------------------------------------------
+    def versions(self) -> list[int]:
+        """Complete versions held, oldest first."""
+        return sorted(int(p.stem) for p in (self.root / "manifests").glob("*.bin"))
+
+    def latest(self) -> int | None:
+        v = self.versions()
+        return v[-1] if v else None
+
+    def manifest(self, version: int) -> WeightManifest | None:
+        """The verified manifest of a complete version held here, or None."""
+        return self._read_manifest(self.root / "manifests" / f"{version}.bin")
+
+    def partial_manifest(self, version: int) -> WeightManifest | None:
+        return self._read_manifest(self.root / "partial" / f"{version}.bin")
+
+    def have_map(self, version: int) -> bytes:
+        """Bitmaps of the chunks of `version` held here, then of those being fetched (bit i = byte i // 8,
+        bit i % 8); empty if none."""
+        if (full := self._full_maps.get(version)) is not None:
+            return full
+        if (m := self.manifest(version)) is not None:
+            n = len(m.chunks)
+            self._full_maps[version] = bitmap(range(n), n) + bytes((n + 7) // 8)
+            return self._full_maps[version]
+        if (m := self._fetching.get(version)) is None:
+            return b""
+        return bytes(self._held_bits[version]) + bitmap(self._incoming.get(version, ()), len(m.chunks))
+
+    def incoming(self, version: int) -> set[int]:
+        """The live set of chunk indices of `version` a fetch has requested and not yet received (advertised in
+        the have-map, so other fetchers get those chunks elsewhere)."""
+        return self._incoming.setdefault(version, set())
+
+    def _in_memory(self, hex_digest: str) -> memoryview | None:
+        if (mv := self._mem.get(hex_digest)) is not None:
+            return mv
+        for chunks in self._exposed.values():
+            if (mv := chunks.get(hex_digest)) is not None:
+                return mv
+        return None
+
+    def read_chunk(self, hex_digest: str) -> bytes | memoryview | None:
+        """A chunk's bytes (from memory when a live buffer holds it), or None."""
+        if (mv := self._in_memory(hex_digest)) is not None:
+            return mv
+        try:
+            return (self.root / "chunks" / hex_digest).read_bytes()
+        except OSError:
+            return None
+
+    def buffer(self, version: int) -> Buffer:
+        """The flat buffer of a complete version (cached, else read from disk into one preallocated buffer)."""
+        if version in self._buffers:
+            self._buffers.move_to_end(version)
+            return self._buffers[version]
+        manifest = self.manifest(version)
+        if manifest is None:
+            raise KeyError(f"version {version} is not held here")
+        buf = aligned_buffer(manifest.total_bytes)
+        for chunk, off in zip(manifest.chunks, manifest.chunk_offsets()):
+            if not self.load_chunk_into(chunk, memoryview(buf)[off : off + chunk.size]):
+                raise FetchError(f"version {version}: chunk {chunk.hex[:12]} missing or corrupt on disk")
+        self._cache(version, manifest, buf)
+        return buf
+
+    def state_dict(self, version: int) -> dict[str, torch.Tensor]:
+        """Tensors of a held version (views of its buffer: copy them into the model, do not keep them)."""
+        manifest = self.manifest(version)
+        if manifest is None:
+            raise KeyError(f"version {version} is not held here")
+        return tensors_from_buffer(manifest, self.buffer(version))
+
+    # -- writing ------------------------------------------------------------------------------------------
+    def publish(self, version: int, state: dict[str, torch.Tensor], identity: Identity, *,
+                parent_version: int = -1, model_id: str = "") -> WeightManifest:
+        """Write `state` as version `version` (new chunks only), sign its manifest, GC old versions."""
+        tensors, total = plan_layout(state)
+        buf = aligned_buffer(total)
+        flatten_into(state, tensors, buf)
+        chunks = cut_chunks(buf, chunk_size_for(total, self.chunk_bytes))
+        manifest = WeightManifest.create(identity=identity, run_id=self.run_id, version=version,
+                                         parent_version=parent_version, model_id=model_id,
+                                         tensors=tensors, chunks=chunks)
+        for chunk, off in zip(chunks, manifest.chunk_offsets()):
+            if not (self.root / "chunks" / chunk.hex).exists():
+                self.write_chunk(chunk.hex, memoryview(buf)[off : off + chunk.size])
+        self.commit(manifest, buf)
+        return manifest
+
+    def write_chunk(self, hex_digest: str, data: bytes | memoryview) -> None:
+        """Persist one verified chunk atomically (tmp file + rename)."""
+        path = self.root / "chunks" / hex_digest
+        tmp = path.with_name(f".{hex_digest}.{os.getpid()}.{random.getrandbits(32):x}.tmp")
+        write_file(tmp, data)
+        os.replace(tmp, path)
+
+    def begin(self, manifest: WeightManifest, buf: Buffer) -> None:
+        """Record a version being fetched: its chunks survive GC and a restart resumes from them."""
+        self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
+        self._exposed.setdefault(manifest.version, {})
+        self._fetching[manifest.version] = manifest
+        self._held_bits[manifest.version] = bytearray((len(manifest.chunks) + 7) // 8)
+        positions = self._positions[manifest.version] = {}
+        for i, chunk in enumerate(manifest.chunks):
+            positions.setdefault(chunk.hex, []).append(i)
+        for hex_digest, view in list(self._exposed[manifest.version].items()):  # a fetch resumed in this process
+            self.expose_chunk(manifest.version, hex_digest, view)
+        self._incoming[manifest.version] = set()
+
+    def expose_chunk(self, version: int, hex_digest: str, view: memoryview) -> None:
+        """Serve a verified chunk from memory (a fetch in progress shares what it already has)."""
+        self._exposed.setdefault(version, {})[hex_digest] = view
+        if (bits := self._held_bits.get(version)) is not None:
+            for i in self._positions[version].get(hex_digest, ()):
+                bits[i >> 3] |= 1 << (i & 7)
+
+    def commit(self, manifest: WeightManifest, buf: Buffer) -> None:
+        """Mark a version complete (all chunks on disk), cache its buffer, and GC beyond the window."""
+        self._atomic_write(self.root / "manifests" / f"{manifest.version}.bin", manifest.encode())
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / "partial" / f"{manifest.version}.bin").unlink()
+        self._exposed.pop(manifest.version, None)
+        self._fetching.pop(manifest.version, None)
+        self._held_bits.pop(manifest.version, None)
+        self._positions.pop(manifest.version, None)
+        self._incoming.pop(manifest.version, None)
+        self._cache(manifest.version, manifest, buf)
+        self.gc()
+
+    def gc(self) -> list[int]:
+        """Drop complete versions beyond `keep_versions` and every chunk no kept manifest references."""
+        versions = self.versions()
+        dropped = versions[: max(0, len(versions) - self.keep_versions)]
+        for v in dropped:
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / "manifests" / f"{v}.bin").unlink()
+            self._full_maps.pop(v, None)
+            if v in self._buffers:
+                del self._buffers[v]
+        keep: set[str] = set()
+        for sub in ("manifests", "partial"):
+            for path in (self.root / sub).glob("*.bin"):
+                if (m := self._read_manifest(path)) is not None:
+                    keep.update(c.hex for c in m.chunks)
+        for path in (self.root / "chunks").iterdir():
+            if path.name not in keep and not path.name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        self._reindex_memory()
+        return dropped
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _cache(self, version: int, manifest: WeightManifest, buf: Buffer) -> None:
+        self._buffers[version] = buf
+        self._buffers.move_to_end(version)
+        while len(self._buffers) > self.cache_versions:
+            self._buffers.popitem(last=False)
+        self._reindex_memory(extra=(manifest, buf))
+
+    def _reindex_memory(self, extra: tuple[WeightManifest, Buffer] | None = None) -> None:
+        live = []
+        for v, buf in self._buffers.items():
+            m = extra[0] if extra and extra[0].version == v else self.manifest(v)
+            if m is not None:
+                live.append((m, buf))
+        self._mem = {}
+        for m, buf in live:
+            view = memoryview(buf)
+            for chunk, off in zip(m.chunks, m.chunk_offsets()):
+                self._mem[chunk.hex] = view[off : off + chunk.size]
+
+    def load_chunk_into(self, chunk: ChunkEntry, dest: memoryview) -> bool:
+        """Fill `dest` with a held chunk (memory or disk) if it is there and its hash checks out."""
+        src = self._in_memory(chunk.hex)
+        if src is not None and len(src) == chunk.size:
+            dest[:] = src
+            return True
+        try:
+            with open(self.root / "chunks" / chunk.hex, "rb") as f:
+                if f.readinto(dest) != chunk.size or f.read(1):
+                    return False
+        except OSError:
+            return False
+        if hashlib.sha256(dest).digest() != chunk.sha256:
+            logger.warning("chunk %s on disk is corrupt; dropping it", chunk.hex[:12])
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / "chunks" / chunk.hex).unlink()
+            return False
+        return True
+
+    def _read_manifest(self, path: Path) -> WeightManifest | None:
+        """The verified manifest in `path`, or None. Decoded manifests are kept while the file is unchanged
+        (same inode, size and mtime): GC, the memory index and every peer's manifest or have request read them,
+        and each decode verifies a signature (a fifth of a tiny-model learner's publish time went to this)."""
+        try:
+            st = path.stat()
+            key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+            if (m := self._decoded.get(key)) is not None:
+                self._decoded.move_to_end(key)
+                return m
+            m = WeightManifest.decode(path.read_bytes())
+        except (OSError, InvalidRecord):
+            return None
+        self._decoded[key] = m
+        while len(self._decoded) > 4 * (self.keep_versions + 4):
+            self._decoded.popitem(last=False)
+        return m
+
+    @staticmethod
+    def _atomic_write(path: Path, data: bytes) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
