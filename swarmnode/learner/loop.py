@@ -3,9 +3,13 @@
 Per optimiser step: draw `prompts_per_step` groups; reject (and count) groups whose prompt id the task does not
 know or whose prompt tokens differ from the learner's own tokenisation; recompute every reward from the decoded
 completion (the sender's rewards are only a hint); skip zero-signal groups; split the rest into
-`gradient_accumulation_steps` micro-batches of whole groups; compute log-probs at each row's sampling
-temperature; `policy_loss`; AdamW with gradient clipping. Every `publish_every` steps the version goes up and
-`publish(version, state_dict)` receives a CPU copy of the weights. Every `checkpoint_every` steps (and whenever
+`gradient_accumulation_steps` chunks of whole groups and compute each chunk's group statistics (advantages,
+GEPO's E_q[q]); cut the chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens
+(`learner.microbatch`: the gradient equals the unsplit one); compute log-probs (chunked lm_head, no [B, T, V]
+logits) at each row's sampling temperature under the configured precision (`learner.precision`);
+`policy_loss`; AdamW with gradient clipping and the learning-rate schedule (`learner.schedule`). Every
+`publish_every` steps the version goes up and `publish(version, state_dict)` receives a CPU copy of the weights
+in `model.dtype`. Every `checkpoint_every` steps (and whenever
 the caller asks, e.g. on SIGTERM) the whole state is written atomically; on construction with a checkpoint
 directory holding one, the loop resumes at the same step and version.
 """
@@ -23,8 +27,11 @@ import torch
 from swarmnode.config import NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from swarmnode.learner.losses import policy_loss
-from swarmnode.logprobs import completion_logprobs
+from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance
+from swarmnode.learner.microbatch import loss_share, token_budget_batches
+from swarmnode.learner.precision import Precision
+from swarmnode.learner.schedule import build_scheduler
+from swarmnode.logprobs import completion_scores
 
 Publish = Callable[[int, dict[str, torch.Tensor]], None]
 
@@ -54,10 +61,13 @@ class LearnerLoop:
         self.lc = cfg.learner
         self.publish = publish
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.precision = Precision.from_config(cfg, next(model.parameters()).device)
+        self.precision.prepare(model)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=self.lc.learning_rate,
             weight_decay=self.lc.weight_decay,
         )
+        self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
         self.version = buffer.version
         self.step_count = 0
@@ -128,43 +138,74 @@ class LearnerLoop:
         return out
 
     def _optimise(self, groups: list[list[_Row]]) -> dict:
-        chunks = [c for c in _split(groups, self.lc.gradient_accumulation_steps) if c]
-        total_rows = sum(len(rows) for rows in groups)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        diags: list[tuple[int, dict]] = []
-        for chunk in chunks:
-            loss, diag = self._chunk_loss(chunk)
-            n = sum(len(rows) for rows in chunk)
-            (loss * (n / total_rows)).backward()
-            diags.append((n, diag))
+        diags = self.accumulate_gradients(groups)
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm))
+        learning_rate = self.optimizer.param_groups[0]["lr"]
         if torch.isfinite(torch.tensor(grad_norm)):
             self.optimizer.step()
         else:
             self.rejected["nonfinite_grad_steps"] += 1
+        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         merged = _weighted_mean(diags)
-        merged["grad_norm"] = grad_norm
+        merged.update(grad_norm=grad_norm, learning_rate=learning_rate)
         return merged
 
-    def _chunk_loss(self, chunk: list[list[_Row]]) -> tuple[torch.Tensor, dict]:
-        rows = [r for group in chunk for r in group]
+    def accumulate_gradients(self, groups: list[list[_Row]]) -> list[tuple[int, dict]]:
+        """Forward and backward over `groups` (gradients add up in `.grad`); per chunk (rows, diagnostics).
+
+        Group statistics are computed per gradient-accumulation chunk of whole groups, then the chunk's rows are
+        cut by the token budget; each micro-batch's loss is scaled by its share of the whole step's loss. The
+        paper's `ratio_peqq_var` is taken over the whole chunk, as without the split.
+        """
+        step_lengths = [len(r.completion) for rows in groups for r in rows]
+        diags: list[tuple[int, dict]] = []
+        for chunk in (c for c in _split(groups, self.lc.gradient_accumulation_steps) if c):
+            rows = [r for group in chunk for r in group]
+            group_index = torch.tensor([gi for gi, group in enumerate(chunk) for _ in group])
+            rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
+            adv = group_advantages(rewards, group_index, self.lc)
+            seq_logq = torch.tensor([sum(r.logq) / max(1, len(r.logq)) for r in rows], dtype=torch.float32)
+            log_e = group_log_expectation(seq_logq, group_index, self.lc)
+            seq_logp = torch.zeros(len(rows))
+            chunk_lengths = [len(r.completion) for r in rows]
+            parts: list[tuple[int, dict]] = []
+            sizes = [(len(r.prompt_tokens), len(r.completion)) for r in rows]
+            for batch in token_budget_batches(sizes, self.lc.max_tokens_per_microbatch):
+                loss, diag, seq_logp[batch] = self._micro_loss(
+                    [rows[i] for i in batch], group_index[batch], adv[batch], log_e[batch])
+                share = loss_share(self.lc.loss_type, [chunk_lengths[i] for i in batch], chunk_lengths, step_lengths)
+                (loss * share).backward()
+                parts.append((len(batch), diag))
+            merged = _weighted_mean(parts)
+            merged["ratio_peqq_var"] = ratio_peqq_variance(seq_logp, seq_logq, self.step_count)
+            diags.append((len(rows), merged))
+        return diags
+
+    def _micro_loss(self, rows: list[_Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """(loss, diagnostics, per-row length-normalised learner log-prob) of one micro-batch."""
         device = next(self.model.parameters()).device
-        logp, mask = completion_logprobs(
-            self.model, [r.prompt_tokens for r in rows], [r.completion for r in rows],
-            [r.temperature for r in rows], self.tokenizer.pad_token_id,
-        )
-        logq = torch.zeros_like(logp, dtype=torch.float32)
+        with self.precision.autocast():
+            scores = completion_scores(
+                self.model, [r.prompt_tokens for r in rows], [r.completion for r in rows],
+                [r.temperature for r in rows], self.tokenizer.pad_token_id,
+            )
+        logq = torch.zeros_like(scores.logp, dtype=torch.float32)
         for i, r in enumerate(rows):
             if r.logq:
                 logq[i, : len(r.logq)] = torch.as_tensor(r.logq, dtype=torch.float32)
-        group_index = torch.tensor([gi for gi, group in enumerate(chunk) for _ in group], device=device)
         rewards = torch.tensor([r.reward for r in rows], device=device)
         staleness = torch.tensor([r.staleness for r in rows], device=device)
-        return policy_loss(self.lc.algorithm, logp, logq.to(device), mask, rewards, group_index, self.lc, staleness,
-                           shuffle_seed=self.step_count)
+        loss, diag = policy_loss(self.lc.algorithm, scores.logp, logq.to(device), scores.mask, rewards,
+                                 group_index.to(device), self.lc, staleness, shuffle_seed=self.step_count,
+                                 adv=adv.to(device), log_e=log_e.to(device))
+        with torch.no_grad():
+            diag["learner_entropy"] = float(scores.entropy[scores.mask].mean()) if scores.mask.any() else 0.0
+            seq_logp = scores.logp.detach().sum(dim=1) / scores.mask.sum(dim=1).clamp(min=1)
+        return loss, diag, seq_logp.float().cpu()
 
     def _status(self) -> dict:
         stats = self.buffer.stats()
@@ -180,8 +221,8 @@ class LearnerLoop:
             self.publish(self.version, self.state_snapshot())
 
     def state_snapshot(self) -> dict[str, torch.Tensor]:
-        """A CPU copy of the current weights (what a published version holds)."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        """A CPU copy of the current weights in `model.dtype` (what a published version holds)."""
+        return {k: self.precision.for_publishing(v) for k, v in self.model.state_dict().items()}
 
     # ---- checkpoints -------------------------------------------------------------------------------------
     def save(self) -> Path | None:
@@ -191,6 +232,7 @@ class LearnerLoop:
         return save_checkpoint(self.checkpoint_dir, {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
             "version": self.version,
             "step": self.step_count,
             "rng": rng_state(self.rng),
@@ -207,6 +249,8 @@ class LearnerLoop:
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+            if "scheduler" in state:
+                self.scheduler.load_state_dict(state["scheduler"])
         except (RuntimeError, KeyError, ValueError) as exc:
             raise CheckpointError(f"checkpoint in {self.checkpoint_dir} does not fit this model/optimizer "
                                   f"({str(exc).splitlines()[0]})") from None

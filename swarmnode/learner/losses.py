@@ -90,6 +90,11 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, scale: str | bo
     return adv, zero
 
 
+def group_advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: LearnerConfig) -> torch.Tensor:
+    """Per-row advantages as `policy_loss` computes them (for callers that split groups into micro-batches)."""
+    return advantages(rewards, group_index, cfg.scale_rewards)[0]
+
+
 def defensive_lambdas(cfg: LearnerConfig, staleness: torch.Tensor | None, rows: int, device) -> torch.Tensor:
     """Per-row lambda. `fixed`: cfg.gepo_defensive_lambda everywhere. `staleness`: 1 - (1 - lambda)^tau, i.e. 0
     on-policy and growing towards 1 (plain policy gradient) as the sample gets staler."""
@@ -129,17 +134,26 @@ def log_importance_weights(
     return _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
 
 
-def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness):
+def group_log_expectation(LQ: torch.Tensor, group_index: torch.Tensor, cfg: LearnerConfig) -> torch.Tensor:
+    """Per row, GEPO's log E_q[q] = logsumexp(2 LQ) - logsumexp(LQ) over its group (`gepo_group_scope: prompt`)
+    or over all rows given (`microbatch`). Sampler data only: no gradient."""
+    scope = torch.zeros_like(group_index) if cfg.gepo_group_scope == "microbatch" else group_index
+    inv, n = _group_ids(scope.to(LQ.device))
+    with torch.no_grad():
+        LQ = LQ.detach()
+        return (_group_logsumexp(2 * LQ, inv, n) - _group_logsumexp(LQ, inv, n))[inv]
+
+
+def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e=None):
     if loss_type == "grpo":
         return lp_tok - lq_tok
     if loss_type == "gspo":
         return LP - LQ
     if loss_type != "gepo":
         raise ValueError(f"loss_type {loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
-    scope = torch.zeros_like(group_index) if cfg.gepo_group_scope == "microbatch" else group_index
-    inv, n = _group_ids(scope.to(LQ.device))
-    with torch.no_grad():  # log E_q[q] = logsumexp(2 LQ) - logsumexp(LQ): sampler data only
-        log_e = (_group_logsumexp(2 * LQ, inv, n) - _group_logsumexp(LQ, inv, n))[inv]
+    if log_e is None:
+        log_e = group_log_expectation(LQ, group_index, cfg)
+    log_e = log_e.to(device=LP.device, dtype=LP.dtype)
     if cfg.gepo_defensive_lambda == 0 and cfg.gepo_defensive_schedule == "fixed":
         return LP - log_e
     lam = defensive_lambdas(cfg, staleness, LP.shape[0], LP.device).to(LP.dtype)
@@ -211,6 +225,8 @@ def policy_loss(
     cfg: LearnerConfig,
     staleness: torch.Tensor | None = None,
     shuffle_seed: int = 0,
+    adv: torch.Tensor | None = None,
+    log_e: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
@@ -218,6 +234,8 @@ def policy_loss(
     rewards [B]; group_index [B] the prompt group of each row; staleness [B] optional, in versions;
     shuffle_seed seeds the row shuffle of the paper's variance statistic. Diagnostics are python floats.
     Rows of zero-signal groups get A = 0 (the caller may also skip them before the forward pass).
+    `adv` [B] and `log_e` [B] (GEPO's log E_q[q]), when given, replace what would be computed from these rows:
+    the learner computes them over whole groups and then splits rows into micro-batches freely.
     """
     algorithm = algorithm or cfg.algorithm
     if algorithm not in LOSS_TYPES:
@@ -229,10 +247,14 @@ def policy_loss(
     zero = torch.zeros((), dtype=dtype, device=logp.device)
     group_index = group_index.to(logp.device)
     rewards = rewards.to(device=logp.device, dtype=dtype)
-    adv, zero_groups = advantages(rewards, group_index, cfg.scale_rewards)
+    if adv is None:
+        adv, zero_groups = advantages(rewards, group_index, cfg.scale_rewards)
+    else:
+        adv = adv.to(device=logp.device, dtype=dtype)
+        zero_groups = adv == 0  # per row: the caller's groups may not all be here
 
     eps_low, eps_high = clip_range(cfg)
-    logw = _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
+    logw = _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e)
     w = torch.exp(logw)
     a = adv[:, None] if algorithm == "grpo" else adv
     clipped = torch.clamp(w, 1 - eps_low, 1 + eps_high)

@@ -1,0 +1,51 @@
+"""Row-level micro-batches by a token budget, and each micro-batch's share of the step's loss.
+
+Group statistics (advantages, GEPO's log E_q[q]) depend only on sampler data, so the loop computes them over
+whole groups first; rows can then be cut into micro-batches freely. A micro-batch holds at most
+`max_tokens` padded tokens (rows x (longest prompt + longest completion) in it); a row longer than the budget
+goes alone. Rows are ordered by length first so that rows of a similar length share a micro-batch (less padding).
+Scaling each micro-batch's mean loss by its share of the step's normaliser makes the accumulated gradient equal
+the unsplit batch's.
+"""
+
+from __future__ import annotations
+
+
+def token_budget_batches(lengths: list[tuple[int, int]], max_tokens: int) -> list[list[int]]:
+    """Row indices grouped into micro-batches; `lengths[i]` is row i's (prompt tokens, completion tokens)."""
+    if max_tokens <= 0:
+        return [list(range(len(lengths)))] if lengths else []
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i][0] + lengths[i][1], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    widest = (0, 0)
+    for i in order:
+        p, c = max(widest[0], lengths[i][0]), max(widest[1], max(1, lengths[i][1]))
+        if current and (len(current) + 1) * (p + c) > max_tokens:
+            batches.append(current)
+            current, (p, c) = [], (lengths[i][0], max(1, lengths[i][1]))
+        current.append(i)
+        widest = (p, c)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def loss_share(aggregation: str, batch: list[int], chunk: list[int], step: list[int]) -> float:
+    """The factor that turns a micro-batch's own mean loss into its part of the step's loss.
+
+    `batch`, `chunk` and `step` are the completion lengths of the micro-batch's rows, of its
+    gradient-accumulation chunk (whole groups: what `policy_loss` saw before the split) and of the whole step.
+    By `learner.loss_type` (TRL's token aggregation): grpo (sequence mean) rows / step rows; bnpo (token mean of
+    the chunk) chunk rows / step rows x tokens / chunk tokens; dapo (token mean of the whole step) tokens / step
+    tokens; dr_grpo (sum / (rows x padded length of the chunk)) rows x its padded length / (step rows x the
+    chunk's padded length). The optional `beta` KL term is a sequence mean and follows the grpo rule, so with
+    another aggregation and beta > 0 the split is exact only up to that difference in weighting.
+    """
+    if aggregation == "bnpo":
+        return len(chunk) / len(step) * max(1, sum(batch)) / max(1, sum(chunk))
+    if aggregation == "dapo":
+        return max(1, sum(batch)) / max(1, sum(step))
+    if aggregation == "dr_grpo":
+        return len(batch) * max(1, max(batch)) / (len(step) * max(1, max(chunk)))
+    return len(batch) / len(step)
