@@ -1,18 +1,23 @@
 """The `swarmnode` command line: one thin function per command (parse, build config, call into the package).
 
-User mistakes (bad config, unreachable peers, missing model) end in one clear line and exit code 2 or 1,
-never a traceback.
+Every error of the package derives from `SwarmnodeError` and is caught once, in `main`: one line on stderr
+(`error: ...`) and the error's exit code (`swarmnode.errors.ExitCode`), never a traceback for a user mistake;
+`--debug` or `SWARMNODE_DEBUG=1` shows it. Ctrl-C ends a command with exit code 130.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import traceback
 from typing import Any, NoReturn, Optional
 
 import typer
 
-from swarmnode.config import ConfigError, NodeConfig, load_config
+from swarmnode.config import NodeConfig, load_config
+from swarmnode.errors import ExitCode, SwarmnodeError
 
 app = typer.Typer(
     add_completion=False,
@@ -26,10 +31,18 @@ JsonOpt = typer.Option(False, "--json", help="print machine-readable JSON")
 PeersOpt = typer.Option(None, "--initial-peers", help="bootstrap multiaddr(s), repeatable")
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print one error line to stderr and exit with `code`."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+DEBUG_ENV = "SWARMNODE_DEBUG"
+
+
+@app.callback()
+def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks (also SWARMNODE_DEBUG=1)")) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
+
+
+def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    """End the command with one error line and `code` (printed by `main`)."""
+    raise SwarmnodeError(message, exit_code=code)
 
 
 def config_from_cli(config: Optional[str], overrides: Optional[list[str]], **extra: Any) -> NodeConfig:
@@ -39,10 +52,7 @@ def config_from_cli(config: Optional[str], overrides: Optional[list[str]], **ext
         if value is None or value == []:
             continue
         sets.append(f"{key}={json.dumps(value)}")
-    try:
-        return load_config(config, sets)
-    except ConfigError as exc:
-        fail(str(exc))
+    return load_config(config, sets)
 
 
 def print_json(obj: Any) -> None:
@@ -58,12 +68,8 @@ def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetO
     """Probe this machine and show the role it would take for the configured model."""
     cfg = config_from_cli(config, set_, role=role)
     from swarmnode.hardware import format_report, hardware_report
-    from swarmnode.models import ModelLoadError
 
-    try:
-        report = hardware_report(cfg)
-    except ModelLoadError as exc:
-        fail(str(exc), code=1)
+    report = hardware_report(cfg)
     if as_json:
         print_json(report)
     else:
@@ -87,17 +93,11 @@ def _network_flags(initial_peers=None, host_maddrs=None, announce_maddrs=None, i
 
 
 def _run_swarm_command(main, timeout: float | None = None) -> Any:
-    """Run a membership coroutine; user-facing failures become one error line and exit code 1."""
-    from swarmnode.cli_runtime import NoAnswerError, run_until_signal, setup_logging
-    from swarmnode.identity import IdentityError
-    from swarmnode.models import ModelLoadError
-    from swarmnode.swarm.p2p import SwarmStartError
+    """Run a swarm coroutine until it returns or Ctrl-C / SIGTERM (`swarmnode.cli_runtime.run_until_signal`)."""
+    from swarmnode.cli_runtime import run_until_signal, setup_logging
 
     setup_logging()
-    try:
-        return run_until_signal(main, timeout)
-    except (SwarmStartError, IdentityError, ModelLoadError, NoAnswerError) as exc:
-        fail(str(exc), code=1)
+    return run_until_signal(main, timeout)
 
 
 @app.command()
@@ -112,18 +112,21 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
          metrics_port: Optional[int] = MetricsPortOpt,
          ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
-    from swarmnode.identity import IdentityError, identity_for
-    from swarmnode.idle import run_idle
-    from swarmnode.node import run_node
+    from swarmnode.preflight import check_node, check_ports
 
     cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port},
                           **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout))
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
-    try:
-        identity = identity_for(cfg, "identity.key")
-    except IdentityError as exc:
-        fail(str(exc))
+    check_ports(cfg.network.host_maddrs)
+    if not idle:
+        check_node(cfg)  # task, engine, model: before the swarm hears of this node
+    _check_peer_addresses(cfg)
+    from swarmnode.identity import identity_for
+    from swarmnode.idle import run_idle
+    from swarmnode.node import run_node
+
+    identity = identity_for(cfg, "identity.key")
     if idle:
         _run_swarm_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
     else:
@@ -139,18 +142,27 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               metrics_port: Optional[int] = MetricsPortOpt,
               ) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
-    from swarmnode.bootstrap import run_bootstrap
-    from swarmnode.identity import IdentityError, identity_for
+    from swarmnode.preflight import check_ports
 
     cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
                           **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
                                            announce_maddrs, identity_path, startup_timeout))
-    try:
-        identity = identity_for(cfg, "bootstrap.key")
-    except IdentityError as exc:
-        fail(str(exc))
+    _check_peer_addresses(cfg)
+    check_ports(cfg.network.host_maddrs)
+    from swarmnode.bootstrap import run_bootstrap
+    from swarmnode.identity import identity_for
+
+    identity = identity_for(cfg, "bootstrap.key")
     _run_swarm_command(lambda stop: run_bootstrap(cfg, identity, stop, as_json=as_json, log_interval=log_interval,
                                                   emit=_emit))
+
+
+def _check_peer_addresses(cfg: NodeConfig) -> None:
+    """Every `--initial-peers` entry is a multiaddr ending in /p2p/<peer id> (SwarmStartError, exit code 2)."""
+    from swarmnode.swarm.p2p import parse_initial_peer
+
+    for text in cfg.network.initial_peers:
+        parse_initial_peer(text)
 
 
 def _emit(line: str) -> None:
@@ -164,6 +176,7 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
                                                          None, None, startup_timeout))
     if not cfg.network.initial_peers:
         fail(f"{command} needs --initial-peers (the address `swarmnode bootstrap` prints)")
+    _check_peer_addresses(cfg)
     return cfg
 
 
@@ -206,14 +219,11 @@ def demo(
         None, "--kill-sampler-at", min=1, help="at this learner step, kill sampler2 (SIGKILL) and start it again"),
 ) -> None:
     """Run a local swarm (bootstrap, one learner, two samplers) with the tiny model and watch it learn."""
-    from swarmnode.demo import DemoError, run_demo
+    from swarmnode.demo import run_demo
 
     config_from_cli("tiny-cpu", set_)  # a bad --set fails here, before any process starts
-    try:
-        summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
-                           kill_sampler_at=kill_sampler_at)
-    except DemoError as exc:
-        fail(str(exc), code=1)
+    summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
+                       kill_sampler_at=kill_sampler_at)
     if as_json:
         print_json(summary)
     else:
@@ -244,19 +254,14 @@ def train_local(
         fail(f"--loss-type {loss_type!r}: expected gepo, gspo or grpo")
     cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(loss_type)})
     from swarmnode.delay import DelaySpecError, parse_delay
-    from swarmnode.learner.checkpoint import CheckpointError
     from swarmnode.local_trainer import train_local as run_local
-    from swarmnode.models import ModelLoadError
 
     try:
         delay_model = parse_delay(delay)
     except DelaySpecError as exc:
         fail(str(exc).replace("--simulate-delay", "--delay"))
     progress = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
-    try:
-        result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
-    except (CheckpointError, ModelLoadError, ValueError) as exc:
-        fail(str(exc), code=1)
+    result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
     if result["stopped"] == "signal":
         progress(f"stopped by signal: checkpoint at step {result['learner_steps']}, version {result['version']}")
     if as_json:
@@ -267,9 +272,26 @@ def train_local(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: run the command; every error ends here as one line and its exit code."""
+    signal.signal(signal.SIGINT, _interrupt)  # not KeyboardInterrupt, which click would turn into exit code 1
     try:
         app()
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+    except SwarmnodeError as exc:
+        sys.exit(_report(exc))
+
+
+def _interrupt(signum: int, frame: Any) -> NoReturn:
+    from swarmnode.cli_runtime import Interrupted
+
+    raise Interrupted("interrupted")
+
+
+def _report(exc: SwarmnodeError) -> int:
+    """Print `exc` as one line (a traceback too when debugging) and return its exit code."""
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        traceback.print_exception(exc)
+    if exc.exit_code == ExitCode.INTERRUPTED:
+        typer.echo(str(exc) or "interrupted", err=True)
+    else:
+        typer.echo(f"error: {exc}", err=True)
+    return int(exc.exit_code)

@@ -1,38 +1,140 @@
-"""How the CLI runs a command: an event loop that SIGTERM/SIGINT stop cleanly, and where logs go."""
+"""How a long-running command lives in its process: logging to stderr, and running until Ctrl-C or SIGTERM.
+
+`run_until_signal(main)` runs `main(stop)` in a fresh event loop. The first SIGINT or SIGTERM sets `stop` so the
+node leaves cleanly (withdraws its record, saves its checkpoint, stops p2pd). If that has not finished after
+`STOP_GRACE_S`, the coroutine is cancelled; `HARD_EXIT_S` later the process exits regardless (a worker thread
+in the middle of a model step cannot be interrupted; p2pd's watchdog stops the daemon). A second signal exits at
+once. After SIGINT the command ends with `Interrupted` (exit code 130); after SIGTERM it ends normally (0).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
-from typing import Any, Callable
+import threading
+import time
+from typing import Any, Awaitable, Callable
+
+from swarmnode.errors import ExitCode, SwarmnodeError
+
+STOP_GRACE_S = 8.0  # a clean leave normally takes under 2 s
+HARD_EXIT_S = 4.0  # after the cancellation, for threads that do not end
+REPEAT_WINDOW_S = 600.0  # a repeated log line is shown once per this many seconds
+logger = logging.getLogger(__name__)
 
 
-class NoAnswerError(RuntimeError):
-    """A command that waits on the swarm got no answer within its timeout."""
+class Interrupted(SwarmnodeError):
+    """Stopped by Ctrl-C (SIGINT); the CLI prints `interrupted` and exits with 130."""
+
+    exit_code = ExitCode.INTERRUPTED
 
 
-def run_until_signal(main: Callable[[asyncio.Event], Any], timeout: float | None = None) -> Any:
-    """Run `main(stop)` in a fresh event loop; SIGTERM/SIGINT set `stop` so `main` can leave cleanly."""
+class NoAnswerError(SwarmnodeError):
+    """A client command got no answer from the swarm in time."""
+
+    exit_code = ExitCode.NETWORK
+
+
+def _hard_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _exit_code_for(sig: int) -> int:
+    return int(ExitCode.INTERRUPTED) if sig == signal.SIGINT else 0
+
+
+def run_until_signal(main: Callable[[asyncio.Event], Awaitable[Any]], timeout: float | None = None) -> Any:
+    """Run `main(stop)` until it returns; SIGINT/SIGTERM set `stop` (see the module docstring).
+
+    `timeout`: `NoAnswerError` if `main` has not returned after this many seconds (for one-shot client commands).
+    """
+    received: list[int] = []
+
     async def runner() -> Any:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        work = asyncio.ensure_future(main(stop))
+
+        def on_signal(sig: int) -> None:
+            if received:  # a second Ctrl-C: the user does not want to wait
+                _hard_exit(_exit_code_for(received[0]))
+            received.append(sig)
+            stop.set()
+            loop.call_later(STOP_GRACE_S, work.cancel)
+            timer = threading.Timer(STOP_GRACE_S + HARD_EXIT_S, _hard_exit, args=(_exit_code_for(sig),))
+            timer.daemon = True
+            timer.start()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        if timeout is None:
-            return await main(stop)
+            loop.add_signal_handler(sig, on_signal, sig)
+        loop.set_exception_handler(_quiet_lost_connections)
         try:
-            return await asyncio.wait_for(main(stop), timeout)
+            return await asyncio.wait_for(work, timeout)
         except asyncio.TimeoutError:
             raise NoAnswerError(f"no answer from the swarm within {timeout:.0f} s") from None
+        except asyncio.CancelledError:
+            if received:
+                return None
+            raise
 
-    return asyncio.run(runner())
+    result = asyncio.run(runner())
+    if received and received[0] == signal.SIGINT:
+        raise Interrupted("interrupted")
+    return result
+
+
+def _quiet_lost_connections(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A background task that lost its connection (a client hung up, p2pd stopped first on Ctrl-C or a SIGTERM
+    to the process group) is one debug line, not an asyncio traceback; anything else gets the default report."""
+    exc = context.get("exception")
+    if isinstance(exc, (ConnectionError, asyncio.IncompleteReadError, EOFError)):
+        logger.debug("%s: %s", context.get("message", "background task"), exc)
+        return
+    loop.default_exception_handler(context)
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a given log message through once per `window` seconds; repeats are counted and dropped.
+
+    A node that keeps meeting the same thing (another run's DHT records, an unreachable peer) says so once, not
+    every few seconds; the next time it passes, the line says how many repeats were hidden.
+    """
+
+    def __init__(self, window: float = REPEAT_WINDOW_S):
+        super().__init__()
+        self.window = window
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.getMessage())
+        now = time.monotonic()
+        last, hidden = self._seen.get(key, (-float("inf"), 0))
+        if now - last < self.window:
+            self._seen[key] = (last, hidden + 1)
+            return False
+        if len(self._seen) > 1000:  # bounded: forget everything rather than grow
+            self._seen.clear()
+        self._seen[key] = (now, 0)
+        if hidden:
+            record.msg = f"{record.getMessage()} (repeated {hidden} times in the last {self.window / 60:.0f} min)"
+            record.args = ()
+        return True
 
 
 def setup_logging(verbose: bool = False) -> None:
-    """Send our logs to stderr; keep hivemind's per-RPC chatter (unreachable peers etc.) out of the way."""
+    """Our logs to stderr (repeats shown once per 10 min); hivemind's per-RPC chatter kept out of the way."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RepeatFilter) for f in handler.filters):
+            handler.addFilter(RepeatFilter())
     logging.getLogger("swarmnode").setLevel(logging.INFO)
     logging.getLogger("hivemind").setLevel(logging.DEBUG if verbose else logging.CRITICAL)

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swarmnode.errors import ExitCode, SwarmnodeError
+
 PRESET_DIRS = (Path(__file__).resolve().parent.parent / "configs", Path.cwd() / "configs")
 
 
@@ -20,8 +22,10 @@ PRESET_DIRS = (Path(__file__).resolve().parent.parent / "configs", Path.cwd() / 
 PURE_HALF_MIN_LR = 1e-4
 
 
-class ConfigError(ValueError):
+class ConfigError(SwarmnodeError, ValueError):
     """A user mistake in configuration; its message is one line, fit to print as is."""
+
+    exit_code = ExitCode.USAGE
 
 
 class _Section(BaseModel):
@@ -93,12 +97,20 @@ class SamplerConfig(_Section):
     num_generations: int = Field(8, ge=2, le=256, description="G, completions per prompt")
     prompts_per_batch: int = Field(8, ge=1, le=4096)
     temperature: float = Field(1.0, gt=0, le=10)
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1, description="only 1.0: the learner's log-probs use no top-p filter")
     max_completion_length: int = Field(8, ge=1, le=131072)
     max_prompt_length: int = Field(64, ge=1, le=131072)
     max_groups_per_second: float = Field(0.0, ge=0, description="cap on generation rate (0 = none)")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     device: str = "auto"
+
+    @field_validator("top_p")
+    @classmethod
+    def _no_top_p_filter(cls, value: float) -> float:
+        if value != 1.0:  # both engines and the learner's log-probs sample from the unfiltered distribution
+            raise ValueError("only 1.0 is supported: the learner computes log-probs without a top-p filter, so "
+                             "any other value would make the behaviour log-probs disagree with it")
+        return value
 
 
 ALGORITHM_OF_LEVEL = {"token": "grpo", "sequence": "gspo", "group": "gepo"}
@@ -322,9 +334,10 @@ def _describe(error: dict) -> str:
     if kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
         return f"{loc}: {error['input']!r} is not allowed (allowed: {expected})"
-    if kind == "value_error" and not error["loc"]:  # a whole-config rule: its message says it all
-        return f"{loc}: {error['msg'].removeprefix('Value error, ')}"
-    return f"{loc}: {error['msg']} (got {error.get('input')!r})"
+    message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+    if not error["loc"]:  # a whole-config check: its message names the keys; the input is the whole config
+        return message
+    return f"{loc}: {message} (got {error.get('input')!r})"
 
 
 def build_config(data: dict) -> NodeConfig:

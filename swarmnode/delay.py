@@ -10,9 +10,13 @@ import math
 import random
 from dataclasses import dataclass
 
+from swarmnode.errors import ExitCode, SwarmnodeError
 
-class DelaySpecError(ValueError):
+
+class DelaySpecError(SwarmnodeError, ValueError):
     """A malformed --simulate-delay value; the message shows the accepted forms."""
+
+    exit_code = ExitCode.USAGE
 
 
 FORMS = "fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX] (seconds)"

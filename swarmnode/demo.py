@@ -17,10 +17,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swarmnode.errors import SwarmnodeError
 from swarmnode.node import STEPS_FILE
 
 
-class DemoError(RuntimeError):
+class DemoError(SwarmnodeError, RuntimeError):
     """The demo could not start or a node died; the message says which and shows its last output."""
 
 

@@ -18,12 +18,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from hivemind.proto import crypto_pb2
 
 from swarmnode.config import NodeConfig
+from swarmnode.errors import ExitCode, SwarmnodeError
 
 SIGNATURE_BYTES = 64
 
 
-class IdentityError(RuntimeError):
+class IdentityError(SwarmnodeError, RuntimeError):
     """An identity file that cannot be read, created or used; the message says which and why."""
+
+    exit_code = ExitCode.USAGE
 
 
 def _raw_public(public_key: Ed25519PublicKey) -> bytes:

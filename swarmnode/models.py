@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import ModelConfig, TaskConfig, TinyModelConfig, default_data_dir
+from swarmnode.errors import ExitCode, SwarmnodeError
 
 BUILTIN_TINY = "builtin:tiny"
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
@@ -28,8 +29,10 @@ RESERVED_TOKENS = [f"<reserved{i}>" for i in range(TINY_VOCAB_SIZE - len(SPECIAL
 TINY_FORMAT = 2  # bump when the saved directory changes (2: byte-level char vocab that reloads faithfully)
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(SwarmnodeError, RuntimeError):
     """The configured model cannot be found or loaded; the message names it and says why."""
+
+    exit_code = ExitCode.MISSING
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from swarmnode.errors import SwarmnodeError
+
 STATUS_SCHEMA_VERSION = 1
 
 _NUM = {"type": "number"}
@@ -119,7 +121,7 @@ STATUS_SCHEMA: dict[str, Any] = {
 }
 
 
-class SchemaError(ValueError):
+class SchemaError(SwarmnodeError, ValueError):
     """The document does not fit the schema; the message names the first offending path."""
 
 

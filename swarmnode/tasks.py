@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmnode.config import TaskConfig
+from swarmnode.errors import ExitCode, SwarmnodeError
 
 EVAL_EVERY = 8  # one in EVAL_EVERY items (by seeded hash) is held out for evaluation
 MAX_COMPLETION_CHARS = 4000  # math-verify only ever sees the tail of a completion
@@ -39,8 +40,10 @@ _COSTLY = re.compile(
 )
 
 
-class TaskError(ValueError):
+class TaskError(SwarmnodeError, ValueError):
     """The task cannot be built from its configuration (missing file, bad field mapping, ...)."""
+
+    exit_code = ExitCode.MISSING
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 
+from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.metrics import HEALTH_METRICS
 from swarmnode.status_schema import validate
@@ -234,5 +235,5 @@ def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
     ghost = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"
     result = subprocess.run(swarmnode_cmd("dashboard", "--initial-peers", ghost, "--startup-timeout", "2"),
                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == ExitCode.NETWORK and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: none of the initial peers answered")

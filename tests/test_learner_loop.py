@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from swarmnode.config import LEVEL_OF_ALGORITHM, load_config
+from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -209,7 +210,7 @@ def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
     (tmp_path / "checkpoint.pt").write_bytes(b"junk")
     corrupt = subprocess.run(_cli("--checkpoint-dir", str(tmp_path), "--set", FAST[0], home=swarmnode_home),
                              capture_output=True, text=True, timeout=120, env=_env())
-    assert corrupt.returncode == 1 and "checkpoint" in corrupt.stderr and "Traceback" not in corrupt.stderr
+    assert corrupt.returncode == ExitCode.MISSING and "checkpoint" in corrupt.stderr and "Traceback" not in corrupt.stderr
 
 
 @pytest.mark.parametrize("loss_type", ["gepo", "gspo", "grpo"])

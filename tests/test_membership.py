@@ -19,6 +19,7 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.utils import get_dht_time
 
 from swarmnode.config import load_config
+from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
@@ -278,9 +279,9 @@ def test_restart_keeps_peer_id_and_duplicate_identity_is_refused(tmp_path):
         twin = swarm.join("twin", identity=key, wait=False)
         # ... and on "another machine" (no shared lock dir): the DHT heartbeat check refuses it
         remote = swarm.join("remote-twin", identity=key, wait=False, env={"TMPDIR": str(tmp_path)})
-        assert twin.popen.wait(30) == 1
+        assert twin.popen.wait(30) == ExitCode.IN_USE
         assert "already used by a live node" in twin.stderr() and "Traceback" not in twin.stderr()
-        assert remote.popen.wait(40) == 1
+        assert remote.popen.wait(40) == ExitCode.IN_USE
         assert "already used by another live node" in remote.stderr(), remote.stderr()[-2000:]
         assert first.popen.poll() is None
         # restart after a clean stop: same peer id, joins without waiting
@@ -301,7 +302,7 @@ def test_unreachable_bootstrap_names_peer_retries_and_exits(tmp_path):
         capture_output=True, text=True, timeout=60,
     )
     elapsed = time.monotonic() - start
-    assert result.returncode == 1
+    assert result.returncode == ExitCode.NETWORK
     err = result.stderr
     assert "Traceback" not in err
     assert err.count(f"initial peer {ghost} unreachable") >= 2, err  # it retried, naming the peer
@@ -323,7 +324,7 @@ def test_bad_multiaddr_is_a_clear_error(tmp_path):
         swarmnode_cmd("status", "--initial-peers", "/ip4/127.0.0.1/tcp/1", "--startup-timeout", "2"),
         capture_output=True, text=True, timeout=60,
     )
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == ExitCode.USAGE and "Traceback" not in result.stderr
     assert "/p2p/<peer id>" in result.stderr
 
 

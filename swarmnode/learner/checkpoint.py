@@ -15,11 +15,15 @@ from typing import Any
 
 import torch
 
+from swarmnode.errors import ExitCode, SwarmnodeError
+
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(SwarmnodeError, RuntimeError):
     """A checkpoint exists but cannot be read or does not fit the model; the message says which file."""
+
+    exit_code = ExitCode.MISSING
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:

@@ -11,12 +11,13 @@ from typing import Any, Callable, TypeVar
 
 import msgpack
 
+from swarmnode.errors import SwarmnodeError
 from swarmnode.identity import Identity, verify
 
 T = TypeVar("T")
 
 
-class InvalidRecord(ValueError):
+class InvalidRecord(SwarmnodeError, ValueError):
     """A record that failed decoding or validation; `str(exc)` is the reason, fit for a log line."""
 
 

@@ -22,12 +22,15 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.errors import ExitCode, SwarmnodeError
 
 THROUGHPUT_EMA = 0.3  # weight of the newest batch in tokens_per_second
 
 
-class EngineError(RuntimeError):
+class EngineError(SwarmnodeError, RuntimeError):
     """The engine cannot start or cannot take the given weights; the message says why."""
+
+    exit_code = ExitCode.MISSING
 
 
 @dataclass

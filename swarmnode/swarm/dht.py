@@ -21,7 +21,7 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.peer import PeerRecord
-from swarmnode.swarm.p2p import parse_initial_peer, start_p2p, stop_p2p
+from swarmnode.swarm.p2p import p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
 from swarmnode.swarm.validator import ANNOUNCEMENT_LABEL, SwarmValidator, owned_subkey, run_keys
 
 logger = logging.getLogger(__name__)
@@ -152,9 +152,11 @@ class SwarmDHT:
     async def shutdown(self) -> None:
         """Leave the DHT; stop the P2P host too if this object started it."""
         try:
-            await asyncio.wait_for(self.node.shutdown(), timeout=10)
+            if p2pd_alive(self.p2p):  # a dead daemon answers nothing: leaving politely would only time out
+                await while_p2pd_alive(self.p2p, self.node.shutdown(), timeout=10)
         except (asyncio.TimeoutError, Exception) as exc:  # a broken daemon must not block leaving
-            logger.warning("DHT node did not shut down cleanly: %r", exc)
+            if p2pd_alive(self.p2p):  # a daemon that exited first (Ctrl-C reaches it too) is no news
+                logger.warning("DHT node did not shut down cleanly: %r", exc)
         finally:
             if self._owns_p2p:
                 await stop_p2p(self.p2p)

@@ -16,10 +16,11 @@ from typing import Any
 
 from swarmnode import __version__
 from swarmnode.config import NodeConfig
+from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.swarm.dht import SwarmDHT
-from swarmnode.swarm.p2p import IdentityLock, SwarmStartError
+from swarmnode.swarm.p2p import IdentityLock, SwarmStartError, p2pd_alive, while_p2pd_alive
 
 logger = logging.getLogger(__name__)
 
@@ -112,16 +113,16 @@ class Membership:
             if now is not None and now.session == seen.session and now.timestamp > seen.timestamp:
                 raise SwarmStartError(
                     f"identity {me} is already used by another live node in run {self.cfg.run_id!r} "
-                    f"(its last heartbeat was {now.age():.1f} s ago); give each node its own --identity-path"
-                )
+                    f"(its last heartbeat was {now.age():.1f} s ago); give each node its own --identity-path",
+                    exit_code=ExitCode.IN_USE)
 
     async def stop(self) -> None:
         """Mark our record as leaving (peers drop us at once), leave the DHT, stop p2pd."""
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-        if self.dht is not None and not self.client_mode:
+        if self.dht is not None and not self.client_mode and p2pd_alive(self.dht.p2p):
             try:
-                await asyncio.wait_for(self.publish("leaving"), timeout=5)
+                await while_p2pd_alive(self.dht.p2p, self.publish("leaving"), timeout=5)
             except Exception as exc:
                 logger.info("could not withdraw the peer record (%s); it expires on its own", exc)
         await self._close()

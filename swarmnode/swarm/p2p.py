@@ -28,15 +28,18 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Awaitable, TypeVar
 
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.config import NodeConfig
+from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
 from swarmnode.swarm.hivemind_compat import connect, daemon_socket_paths, p2pd_process
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SOCKET_GLOB = "/tmp/hivemind-p2p*.sock"
 _WATCHDOG_SCRIPT = (
@@ -50,8 +53,10 @@ _WATCHDOG_SCRIPT = (
 _watchdogs: weakref.WeakKeyDictionary[P2P, tuple[subprocess.Popen, int]] = weakref.WeakKeyDictionary()
 
 
-class SwarmStartError(RuntimeError):
+class SwarmStartError(SwarmnodeError, RuntimeError):
     """The node could not start its host or reach the swarm; the message says what and what to try."""
+
+    exit_code = ExitCode.NETWORK
 
 
 @dataclass(frozen=True)
@@ -71,12 +76,12 @@ def parse_initial_peer(text: str) -> InitialPeer:
     except Exception:
         raise SwarmStartError(
             f"initial peer {text!r} is not a multiaddr ending in /p2p/<peer id> "
-            "(copy the `initial-peers:` line that `swarmnode bootstrap` prints)"
+            "(copy the `initial-peers:` line that `swarmnode bootstrap` prints)", exit_code=ExitCode.USAGE
         ) from None
     try:
         peer_id = PeerID.from_base58(peer)
     except Exception:
-        raise SwarmStartError(f"initial peer {text!r}: {peer!r} is not a peer id") from None
+        raise SwarmStartError(f"initial peer {text!r}: {peer!r} is not a peer id", exit_code=ExitCode.USAGE) from None
     return InitialPeer(text, peer_id, maddr.decapsulate(Multiaddr(f"/p2p/{peer}")))
 
 
@@ -125,7 +130,7 @@ class IdentityLock:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise SwarmStartError(
                     f"identity {self.peer_id} is already used by a live node on this machine (pid {holder}); "
-                    "give each node its own --identity-path"
+                    "give each node its own --identity-path", exit_code=ExitCode.IN_USE
                 ) from None
             raise
         os.ftruncate(fd, 0)
@@ -160,6 +165,27 @@ def p2pd_pid(p2p: P2P) -> int | None:
     """The daemon's pid (None for a P2P that does not own one)."""
     process = p2pd_process(p2p)
     return process.pid if process is not None else None
+
+
+def p2pd_alive(p2p: P2P) -> bool:
+    """False once the daemon has exited (e.g. Ctrl-C or a SIGTERM to the process group reached it first)."""
+    process = p2pd_process(p2p)
+    return process is None or process.returncode is None
+
+
+async def while_p2pd_alive(p2p: P2P, work: Awaitable[T], timeout: float) -> T:
+    """Await `work` for at most `timeout` s, giving up (asyncio.TimeoutError) as soon as the daemon exits: on
+    Ctrl-C the terminal signals p2pd too, and a request in flight to a dead daemon would wait out its timeout."""
+    task = asyncio.ensure_future(work)
+    deadline = time.monotonic() + timeout
+    while not task.done():
+        if not p2pd_alive(p2p) or time.monotonic() >= deadline:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise asyncio.TimeoutError("p2pd has exited" if not p2pd_alive(p2p) else f"no answer in {timeout:.0f} s")
+        await asyncio.wait({task}, timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+    return task.result()
 
 
 async def stop_p2p(p2p: P2P) -> None:
@@ -211,7 +237,9 @@ async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool,
             except (P2PDaemonError, OSError, ValueError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if isinstance(exc, ValueError) or "address already in use" in reason:
-                    raise SwarmStartError(f"cannot start p2pd with host_maddrs {net.host_maddrs}: {reason}") from None
+                    code = ExitCode.IN_USE if "address already in use" in reason else ExitCode.USAGE
+                    raise SwarmStartError(f"cannot start p2pd with host_maddrs {net.host_maddrs}: {reason}",
+                                          exit_code=code) from None
                 if time.monotonic() + delay >= deadline:
                     raise SwarmStartError(
                         f"p2pd did not start within {net.startup_timeout:.0f} s ({attempt} attempts; last: {reason})"

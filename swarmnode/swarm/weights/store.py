@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import ChunkEntry, WeightManifest
@@ -31,8 +32,10 @@ from swarmnode.swarm.weights.layout import (CHUNK_BYTES, Buffer, aligned_buffer,
 logger = logging.getLogger(__name__)
 
 
-class FetchError(RuntimeError):
+class FetchError(SwarmnodeError, RuntimeError):
     """A version could not be fetched from any holder, or read back from disk; the message says why."""
+
+    exit_code = ExitCode.NETWORK
 
 
 class WeightStore:
