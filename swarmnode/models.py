@@ -185,6 +185,16 @@ def load_model(model: ModelConfig, task: TaskConfig | None = None, device: str |
     return lm.to(device)
 
 
+def meta_state_dict(model: ModelConfig) -> dict[str, torch.Tensor]:
+    """The configured model's state dict as meta tensors (names, dtypes, shapes): no weights read, no memory."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(model_architecture(model), dtype=_dtype(model.dtype),
+                                              trust_remote_code=model.trust_remote_code)
+    return lm.state_dict()
+
+
 def pick_device(spec: str = "auto") -> torch.device:
     """`auto` is the first CUDA GPU if there is one, else the CPU."""
     if spec == "auto":

@@ -205,7 +205,8 @@ class SamplerRole(_Role):
         from swarmnode.sampler.engines import build_engine
         from swarmnode.sampler.loop import SamplerLoop
         from swarmnode.swarm.gossip import RolloutSender
-        from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
+        from swarmnode.models import meta_state_dict
+        from swarmnode.swarm.weights import ModelLayout, WeightServer, WeightStore
 
         cfg = self.cfg
         self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
@@ -214,6 +215,7 @@ class SamplerRole(_Role):
         await self.sender.start()
         self.emit("loading the model...")
         engine = await asyncio.to_thread(build_engine, cfg)
+        self.layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model))  # bounds manifests
         self.loop = SamplerLoop(engine, self.task, cfg, self.identity, send=self._send)
         self.newest = -1
         self.offered = -1
@@ -342,7 +344,7 @@ class SamplerRole(_Role):
             ids = []
         if isinstance(publisher, str) and publisher not in {str(i) for i in ids}:
             ids.append(PeerID.from_base58(publisher))
-        fetcher = WeightFetcher(self.p2p, self.store, allowed)
+        fetcher = WeightFetcher(self.p2p, self.store, allowed, layout=self.layout)
         try:
             with fetch_progress(f"weights v{version}", emit=self.emit) as progress:
                 await fetcher.fetch(ids, version, progress=progress)

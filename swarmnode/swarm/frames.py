@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from typing import Any
 
 from swarmnode.protocol.codec import InvalidRecord, unpack
@@ -72,6 +73,7 @@ class FrameSink(asyncio.BufferedProtocol):
         self._payload: memoryview | None = None  # the current frame's destination, once its header is in
         self._scratch = memoryview(bytearray(_SMALL))
         self._error: BaseException | None = None
+        self.last_received = time.monotonic()  # when the last byte arrived (or the sink was made)
 
     @classmethod
     def attach(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> "FrameSink":
@@ -117,6 +119,7 @@ class FrameSink(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._error is not None:
             return
+        self.last_received = time.monotonic()
         self._got += nbytes
         if self._payload is None:
             if self._got < HEADER:

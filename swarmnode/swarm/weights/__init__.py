@@ -11,14 +11,14 @@ Modules, one concept each:
 """
 
 from swarmnode.swarm.weights.fetch import FetchStats, ProgressCallback, WeightFetcher
-from swarmnode.swarm.weights.layout import (CHUNK_BYTES, aligned_buffer, chunk_size_for, cut_chunks, flatten_into,
-                                            plan_layout, tensors_from_buffer)
+from swarmnode.swarm.weights.layout import (CHUNK_BYTES, ModelLayout, aligned_buffer, chunk_size_for, cut_chunks,
+                                            flatten_into, plan_layout, tensors_from_buffer)
 from swarmnode.swarm.weights.schedule import ChunkSchedule
 from swarmnode.swarm.weights.server import WeightServer, protocol_name
 from swarmnode.swarm.weights.store import FetchError, WeightStore
 
 __all__ = [
-    "CHUNK_BYTES", "ChunkSchedule", "FetchError", "FetchStats", "ProgressCallback", "WeightFetcher", "WeightServer",
-    "WeightStore", "aligned_buffer", "chunk_size_for", "cut_chunks", "flatten_into", "plan_layout", "protocol_name",
+    "CHUNK_BYTES", "ChunkSchedule", "FetchError", "FetchStats", "ModelLayout", "ProgressCallback", "WeightFetcher",
+    "WeightServer", "WeightStore", "aligned_buffer", "chunk_size_for", "cut_chunks", "flatten_into", "plan_layout", "protocol_name",
     "tensors_from_buffer",
 ]

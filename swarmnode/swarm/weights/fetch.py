@@ -17,14 +17,14 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import FrameSink, read_frame, write_frame
-from swarmnode.swarm.weights.layout import aligned_buffer, hash_matches
+from swarmnode.swarm.weights.layout import ModelLayout, aligned_buffer, hash_matches
 from swarmnode.swarm.weights.schedule import ChunkSchedule
 from swarmnode.swarm.weights.server import protocol_name
 from swarmnode.swarm.weights.store import FetchError, WeightStore
@@ -58,14 +58,18 @@ class WeightFetcher:
 
     Each holder gets a window of requests in flight sized to `PIPELINE_S` of its measured rate (2 to
     `MAX_WINDOW` chunks): a fast holder streams without gaps, a slow one does not sit on chunks others could
-    serve sooner."""
+    serve sooner. A holder that does not connect and answer within `request_timeout`, or sends no byte for that
+    long while asked for something, is dropped for the rest of the fetch; a round ends when no holder gained a
+    missing chunk for `timeout`. With a `layout` (the node's model), a manifest that does not fit the model is
+    refused before anything is allocated for it."""
 
     PIPELINE_S = 0.1
     MAX_WINDOW = 8
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
                  streams_per_holder: int = 1, chunks_per_request: int = 1, window: int | None = None,
-                 timeout: float = 30.0, max_rounds: int = 5):
+                 timeout: float = 30.0, request_timeout: float = 5.0, max_rounds: int = 5,
+                 layout: ModelLayout | None = None):
         self.p2p = p2p
         self.store = store
         self.allowed_publishers = set(allowed_publishers)
@@ -73,7 +77,9 @@ class WeightFetcher:
         self.chunks_per_request = chunks_per_request
         self.window = window  # chunks requested and not yet received, per stream (None: adapts to the holder)
         self.timeout = timeout
+        self.request_timeout = request_timeout
         self.max_rounds = max_rounds
+        self.layout = layout
         self.rejected_manifests = 0
         self.last_stats: FetchStats | None = None
 
@@ -82,14 +88,7 @@ class WeightFetcher:
         reasons = []
         for holder in holders:
             try:
-                _, reader, writer = await asyncio.wait_for(
-                    self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
-                try:
-                    await write_frame(writer, pack({"op": "manifest", "version": version}))
-                    data = await asyncio.wait_for(read_frame(reader, MAX_MANIFEST_BYTES), self.timeout)
-                    await write_frame(writer, pack({"op": "bye"}))
-                finally:
-                    writer.close()
+                data = await asyncio.wait_for(self._ask_manifest(holder, version), self.request_timeout)
                 if not data:
                     reasons.append(f"{str(holder)[-8:]}: does not hold version {version}")
                     continue
@@ -102,26 +101,53 @@ class WeightFetcher:
                 reasons.append(f"{str(holder)[-8:]}: {type(exc).__name__} {exc}")
         raise FetchError(f"no valid manifest for version {version}: " + "; ".join(reasons or ["no holders"]))
 
+    async def _ask_manifest(self, holder: PeerID, version: int) -> bytes | None:
+        _, reader, writer = await self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id))
+        try:
+            await write_frame(writer, pack({"op": "manifest", "version": version}))
+            data = await read_frame(reader, MAX_MANIFEST_BYTES)
+            await write_frame(writer, pack({"op": "bye"}))
+            return data
+        finally:
+            writer.close()
+
     def check_manifest(self, m: WeightManifest, version: int = -1) -> WeightManifest:
-        """Raise InvalidRecord unless `m` (signature already verified) is this run's, from an allowed learner."""
+        """Raise InvalidRecord unless `m` (signature already verified) is this run's, from an allowed learner, and
+        fits this node's model."""
         if m.publisher not in self.allowed_publishers:
             raise InvalidRecord(f"manifest signed by {m.publisher[-8:]}, not one of the run's learner keys")
         if m.run_id != self.store.run_id:
             raise InvalidRecord(f"manifest for run {m.run_id!r}, not {self.store.run_id!r}")
         if version >= 0 and m.version != version:
             raise InvalidRecord(f"asked for version {version}, got {m.version}")
+        if self.layout is not None:
+            self.layout.check(m)
         return m
 
     async def fetch(self, holders: list[PeerID], version: int = -1, *,
                     progress: ProgressCallback | None = None) -> WeightManifest:
-        """Make `version` (-1: the newest a holder has) complete in the store; returns its manifest."""
+        """Make `version` (-1: the newest a holder has) complete in the store; returns its manifest. Every
+        failure (no valid manifest, chunks unavailable, a disk or memory error) raises FetchError."""
+        try:
+            return await self._fetch(holders, version, progress)
+        except FetchError:
+            raise
+        except Exception as exc:  # OSError (ENOSPC, ENOMEM), MemoryError, a record that does not validate...
+            raise FetchError(f"version {version}: {type(exc).__name__}: {exc}") from exc
+
+    async def _fetch(self, holders: list[PeerID], version: int, progress: ProgressCallback | None) -> WeightManifest:
         if version >= 0 and (m := self.store.manifest(version)) is not None:
             return m
         start = time.perf_counter()
         manifest = self.store.partial_manifest(version) if version >= 0 else None
         if manifest is not None:
-            self.check_manifest(manifest, version)
-        else:
+            try:
+                self.check_manifest(manifest, version)
+            except InvalidRecord as exc:  # e.g. signed by a key the run no longer trusts: start over
+                logger.warning("weights: dropping the partial version %d (%s)", version, exc)
+                self.store.abandon(version)
+                manifest = None
+        if manifest is None:
             manifest = await self.fetch_manifest(holders, version)
             if (m := self.store.manifest(manifest.version)) is not None:
                 return m
@@ -159,24 +185,56 @@ class WeightFetcher:
                 progress(done_bytes, manifest.total_bytes)
 
         for round_ in range(self.max_rounds):
-            if not work.pending or not holders:
+            live = [h for h in holders if str(h) not in work.lost]
+            if not work.pending or not live:
                 break
             if round_:
                 await asyncio.sleep(min(0.2 * 2 ** (round_ - 1), 5.0))
                 work.new_round()
-            workers = [self._worker(h, manifest, view, offsets, work, stats, on_chunk)
-                       for h in holders for _ in range(self.streams_per_holder)]
-            await asyncio.gather(*workers)
+            await self._round([self._worker(h, manifest, view, offsets, work, stats, on_chunk)
+                               for h in live for _ in range(self.streams_per_holder)], work)
         if writes:
             await asyncio.gather(*writes)
         missing = len(work.pending) + len(work.failed)
         if missing:
+            if not stats.fetched_bytes and not stats.reused_bytes:
+                self.store.abandon(manifest.version)  # nothing to resume from: no partial left behind
             raise FetchError(f"version {manifest.version}: {missing} chunks unavailable from "
                              f"{len(holders)} holders (bad {stats.bad_chunks}, missing {stats.missing_chunks})")
         self.store.commit(manifest, buf)
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
         return manifest
+
+    @staticmethod
+    async def _round(workers: list[Awaitable[None]], work: ChunkSchedule, grace_s: float = 1.0) -> None:
+        """Run one round's workers until they end, or until every chunk is in: then those still connecting or
+        waiting (a holder with nothing left to give) get `grace_s` to say goodbye and are cancelled."""
+        tasks = [asyncio.ensure_future(w) for w in workers]
+        try:
+            while not work.finished():
+                running = [t for t in tasks if not t.done()]
+                if not running:
+                    return
+                changed = asyncio.ensure_future(work.changed.wait())
+                await asyncio.wait([*running, changed], return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+            if running := [t for t in tasks if not t.done()]:
+                await asyncio.wait(running, timeout=grace_s)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _answer(self, answer: asyncio.Future[int], sink: FrameSink) -> int:
+        """The length of an awaited answer frame; TimeoutError once the stream brought no byte for
+        `request_timeout` (a slow holder that keeps sending is waited for)."""
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(answer), self.request_timeout)
+            except asyncio.TimeoutError:
+                if time.monotonic() - sink.last_received >= self.request_timeout:
+                    raise asyncio.TimeoutError(f"no byte in {self.request_timeout:.0f} s") from None
 
     async def _worker(self, holder: PeerID, manifest: WeightManifest, view: memoryview, offsets: list[int],
                       work: ChunkSchedule, stats: FetchStats, on_chunk: Callable[[int, str], None]) -> None:
@@ -204,7 +262,7 @@ class WeightFetcher:
         rate, last_arrival, window = 0.0, 0.0, self.window or 2  # this holder's bytes/s, measured
         try:
             _, reader, writer = await asyncio.wait_for(
-                self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.timeout)
+                self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.request_timeout)
             sink = FrameSink.attach(reader, writer)  # chunks land in `view` directly
             while True:
                 if not have_asked and work.want_have(name):  # what does this holder have by now?
@@ -229,7 +287,7 @@ class WeightFetcher:
                         await asyncio.wait_for(changed.wait(), ChunkSchedule.HAVE_REFRESH_S)
                     continue
                 i, answer = outstanding[0]
-                n = await asyncio.wait_for(answer, self.timeout)
+                n = await self._answer(answer, sink)
                 outstanding.popleft()
                 if i == _HAVE:
                     if n not in (0, len(have_buf)):
@@ -268,3 +326,4 @@ class WeightFetcher:
             sink.close()
         work.give_back([i for i, _ in outstanding if i != _HAVE], holder)
         outstanding.clear()
+        work.lose(holder)

@@ -12,10 +12,12 @@ import ctypes
 import hashlib
 import mmap
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import MAX_CHUNKS, ChunkEntry, TensorEntry, WeightManifest
 
 CHUNK_BYTES = 4 << 20
@@ -42,6 +44,36 @@ def plan_layout(state: dict[str, torch.Tensor]) -> tuple[list[TensorEntry], int]
         entries.append(TensorEntry(name, DTYPE_NAMES[t.dtype], tuple(t.shape), pos, nbytes))
         pos += nbytes
     return entries, pos
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """What a node's model holds: each tensor's dtype and shape, and the size of its flat buffer. A manifest must
+    fit it before anything is allocated for it, so a signed manifest claiming a terabyte costs its reader
+    nothing (the protocol's own limits allow 16,384 chunks of 64 MiB)."""
+
+    tensors: dict[str, tuple[str, tuple[int, ...]]]  # name -> (dtype name, shape)
+    total_bytes: int
+
+    @classmethod
+    def of(cls, state: dict[str, torch.Tensor]) -> "ModelLayout":
+        """The layout of a state dict (meta tensors will do: only names, dtypes and shapes are read)."""
+        entries, total = plan_layout(state)
+        return cls({e.name: (e.dtype, tuple(e.shape)) for e in entries}, total)
+
+    def check(self, manifest: WeightManifest) -> None:
+        """Raise InvalidRecord unless every tensor of `manifest` is one of this model's, with its dtype and shape,
+        and its buffer is no bigger than this model's (plus alignment)."""
+        if manifest.total_bytes > self.total_bytes + ALIGN * len(self.tensors):
+            raise InvalidRecord(f"manifest of {manifest.total_bytes:,} bytes; this node's model has "
+                                f"{self.total_bytes:,}")
+        for t in manifest.tensors:
+            want = self.tensors.get(t.name)
+            if want is None:
+                raise InvalidRecord(f"manifest tensor {t.name!r} is not in this node's model")
+            if (t.dtype, tuple(t.shape)) != want:
+                raise InvalidRecord(f"manifest tensor {t.name!r} is {t.dtype} {list(t.shape)}, this node's model has "
+                                    f"{want[0]} {list(want[1])} (is model.name/model.dtype the learner's?)")
 
 
 def chunk_size_for(total: int, base: int = CHUNK_BYTES) -> int:

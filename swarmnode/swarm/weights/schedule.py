@@ -42,6 +42,7 @@ class ChunkSchedule:
         self.misses: collections.Counter[int] = collections.Counter()
         self.excluded: dict[int, dict[str, float]] = collections.defaultdict(dict)  # chunk -> holder -> until
         self.holders = set(holders)
+        self.lost: set[str] = set()  # holders that failed (stalled, broke the stream): not asked again
         self.max_failures = max_failures
         self.max_misses = 100 * max(1, len(holders))
         self.n_chunks = n_chunks
@@ -156,6 +157,10 @@ class ChunkSchedule:
             self.pending[i] = self.rank[i]
             self._push(i)
         self._poke()
+
+    def lose(self, holder: str) -> None:
+        """`holder` failed as a whole (stalled, unreachable, broke the protocol): no later round asks it."""
+        self.lost.add(holder)
 
     def done(self, i: int) -> None:
         self.in_flight -= 1

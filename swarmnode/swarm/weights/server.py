@@ -6,6 +6,10 @@ it". Requests: {"op": "manifest", "version": v} (v = -1: newest), {"op": "chunks
 {"op": "have", "version": v} (answer: the version's have-map, see `havemap`), {"op": "bye"}. The client closes
 only after its last answer arrived and "bye" was sent (closing right after the last write truncated QUIC
 streams, see DESIGN.md).
+
+Every stream holds a file descriptor here (hivemind hands each one over a unix socket) for as long as it is
+open, so streams are capped per peer and in total (beyond either, a new stream is closed at once, before any
+byte is read), and a stream idle for `idle_timeout` is closed.
 """
 
 from __future__ import annotations
@@ -34,9 +38,14 @@ def protocol_name(run_id: str) -> str:
 class WeightServer:
     """Serves one WeightStore's manifests and chunks on a P2P host, counting what it served to whom."""
 
-    def __init__(self, store: WeightStore, *, idle_timeout: float = 60.0):
+    def __init__(self, store: WeightStore, *, idle_timeout: float = 20.0, max_streams_per_peer: int = 8,
+                 max_streams: int = 256):
         self.store = store
         self.idle_timeout = idle_timeout
+        self.max_streams_per_peer = max_streams_per_peer
+        self.max_streams = max_streams
+        self.open_streams: collections.Counter[str] = collections.Counter()  # peer -> streams open now
+        self.streams_refused = 0
         self.served_chunks = 0
         self.served_bytes = 0
         self.served_chunks_by_peer: collections.Counter[str] = collections.Counter()
@@ -49,6 +58,15 @@ class WeightServer:
 
     async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(info.peer_id)
+        if (self.open_streams[peer] >= self.max_streams_per_peer
+                or sum(self.open_streams.values()) >= self.max_streams):
+            self.streams_refused += 1
+            if self.streams_refused in (1, 10, 100) or self.streams_refused % 1000 == 0:
+                logger.warning("weights: refused %d streams over the caps (%d per peer, %d in all); latest from %s",
+                               self.streams_refused, self.max_streams_per_peer, self.max_streams, peer[-8:])
+            writer.close()
+            return
+        self.open_streams[peer] += 1
         try:
             while True:
                 req = await asyncio.wait_for(read_frame(reader, MAX_REQUEST_BYTES), self.idle_timeout)
@@ -61,6 +79,9 @@ class WeightServer:
             pass
         finally:
             writer.close()
+            self.open_streams[peer] -= 1
+            if not self.open_streams[peer]:
+                del self.open_streams[peer]
 
     async def _answer(self, req: dict, writer: asyncio.StreamWriter, peer: str) -> bool:
         """Answer one request; False ends the stream."""

@@ -4,9 +4,13 @@ On disk, under the store's root:
 
     chunks/<sha256 hex>          verified chunk bytes (shared by every version that contains them)
     manifests/<version>.bin      complete versions (all chunks present)
-    partial/<version>.bin        versions being fetched (their chunks are kept by GC; a restart resumes)
+    partial/<version>.bin        a version being fetched (its chunks are kept by GC; a restart resumes)
 
 A version being fetched exposes the chunks it already has (from memory), so a fetching peer serves them too.
+Disk use is bounded: complete versions beyond `keep_versions` and every chunk no kept manifest needs are
+collected; at most one partial version is kept (the newest: an older one, or one at or below a complete
+version, is dropped with its chunks), and temporary files of writes a dead process left behind are removed
+when the store opens.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import hashlib
 import logging
 import os
 import random
+import re
 from pathlib import Path
 
 import torch
@@ -59,6 +64,8 @@ class WeightStore:
         self._full_maps: dict[int, bytes] = {}  # complete version -> its (all ones) have-map
         self._decoded: collections.OrderedDict[tuple, WeightManifest] = collections.OrderedDict()
         self._incoming: dict[int, set[int]] = {}  # version being fetched -> chunk indices requested, not yet in
+        self._remove_orphan_temp_files()
+        self._drop_superseded_partials()
 
     # -- queries ------------------------------------------------------------------------------------------
     def versions(self) -> list[int]:
@@ -153,12 +160,13 @@ class WeightStore:
     def write_chunk(self, hex_digest: str, data: bytes | memoryview) -> None:
         """Persist one verified chunk atomically (tmp file + rename)."""
         path = self.root / "chunks" / hex_digest
-        tmp = path.with_name(f".{hex_digest}.{os.getpid()}.{random.getrandbits(32):x}.tmp")
+        tmp = _temp_path(path)
         write_file(tmp, data)
         os.replace(tmp, path)
 
     def begin(self, manifest: WeightManifest, buf: Buffer) -> None:
-        """Record a version being fetched: its chunks survive GC and a restart resumes from them."""
+        """Record a version being fetched: its chunks survive GC and a restart resumes from them (an older
+        partial version is dropped)."""
         self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
         self._exposed.setdefault(manifest.version, {})
         self._fetching[manifest.version] = manifest
@@ -169,6 +177,7 @@ class WeightStore:
         for hex_digest, view in list(self._exposed[manifest.version].items()):  # a fetch resumed in this process
             self.expose_chunk(manifest.version, hex_digest, view)
         self._incoming[manifest.version] = set()
+        self._drop_superseded_partials()
 
     def expose_chunk(self, version: int, hex_digest: str, view: memoryview) -> None:
         """Serve a verified chunk from memory (a fetch in progress shares what it already has)."""
@@ -188,7 +197,41 @@ class WeightStore:
         self._positions.pop(manifest.version, None)
         self._incoming.pop(manifest.version, None)
         self._cache(manifest.version, manifest, buf)
+        self._drop_superseded_partials(gc=False)
         self.gc()
+
+    def partial_versions(self) -> list[int]:
+        """Versions with a partial manifest on disk, oldest first."""
+        return sorted(int(p.stem) for p in (self.root / "partial").glob("*.bin"))
+
+    def abandon(self, version: int) -> None:
+        """Forget a partial version: its manifest, what a fetch in this process exposed, and (GC) its chunks."""
+        self._forget_partial(version)
+        self.gc()
+
+    def _forget_partial(self, version: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / "partial" / f"{version}.bin").unlink()
+        for state in (self._exposed, self._fetching, self._held_bits, self._positions, self._incoming):
+            state.pop(version, None)
+
+    def _drop_superseded_partials(self, gc: bool = True) -> None:
+        """Keep only the newest partial version, and none at or below the newest complete version."""
+        partial, latest = self.partial_versions(), self.latest()
+        stale = [v for v in partial[:-1] if v not in self._fetching]
+        stale += [v for v in partial[-1:] if latest is not None and v <= latest]
+        for v in stale:
+            self._forget_partial(v)
+        if stale and gc:
+            self.gc()
+
+    def _remove_orphan_temp_files(self) -> None:
+        """Remove `*.tmp` files whose writer (the pid in their name) is no longer running."""
+        for path in self.root.glob("*/*.tmp"):
+            match = re.search(r"\.(\d+)\.[0-9a-f]+\.tmp$", path.name)
+            if match is None or not _pid_alive(int(match.group(1))):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     def gc(self) -> list[int]:
         """Drop complete versions beyond `keep_versions` and every chunk no kept manifest references."""
@@ -271,6 +314,21 @@ class WeightStore:
 
     @staticmethod
     def _atomic_write(path: Path, data: bytes) -> None:
-        tmp = path.with_suffix(".tmp")
+        tmp = _temp_path(path)
         tmp.write_bytes(data)
         os.replace(tmp, path)
+
+
+def _temp_path(path: Path) -> Path:
+    """A hidden temporary sibling of `path` named after this process (see `_remove_orphan_temp_files`)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{random.getrandbits(32):x}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
