@@ -162,7 +162,8 @@ def test_store_collects_orphan_temp_files_and_superseded_partials(tmp_path):
     for v in (1, 2):  # two interrupted fetches: partial manifests whose chunks were partly written
         fs.begin(manifests[v], bytearray(manifests[v].total_bytes))
         fs.write_chunk(manifests[v].chunks[0].hex, ls.read_chunk(manifests[v].chunks[0].hex))
-    assert fs.partial_versions() == [2]  # beginning v2 dropped v1 (not being fetched any more)
+        fs.end_fetch(v)
+    assert fs.partial_versions() == [2]  # v1's fetch had ended: the newer partial version supersedes it
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid nobody runs now
     leftovers = [tmp_path / "f" / "chunks" / f".abc.{dead.pid}.1f.tmp", tmp_path / "f" / "manifests" / "4.tmp"]

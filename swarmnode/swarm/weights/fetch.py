@@ -24,7 +24,7 @@ from hivemind.p2p import P2P, PeerID
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import FrameSink, read_frame, write_frame
-from swarmnode.swarm.weights.layout import ModelLayout, aligned_buffer, hash_matches
+from swarmnode.swarm.weights.layout import Buffer, ModelLayout, aligned_buffer, hash_matches
 from swarmnode.swarm.weights.schedule import ChunkSchedule
 from swarmnode.swarm.weights.server import protocol_name
 from swarmnode.swarm.weights.store import FetchError, WeightStore
@@ -153,6 +153,19 @@ class WeightFetcher:
                 return m
         buf = aligned_buffer(manifest.total_bytes)  # the one preallocated buffer chunks land in
         self.store.begin(manifest, buf)
+        try:
+            stats = await self._fill(holders, manifest, buf, progress)
+        except BaseException:
+            self.store.end_fetch(manifest.version)
+            raise
+        self.store.commit(manifest, buf)
+        stats.seconds = time.perf_counter() - start
+        self.last_stats = stats
+        return manifest
+
+    async def _fill(self, holders: list[PeerID], manifest: WeightManifest, buf: Buffer,
+                    progress: ProgressCallback | None) -> FetchStats:
+        """Get every chunk of `manifest` into `buf` (held ones from the store, the rest from holders)."""
         stats = FetchStats(manifest.version, manifest.total_bytes, chunks_by_holder=collections.Counter())
         offsets = manifest.chunk_offsets()
         view = memoryview(buf)
@@ -201,10 +214,7 @@ class WeightFetcher:
                 self.store.abandon(manifest.version)  # nothing to resume from: no partial left behind
             raise FetchError(f"version {manifest.version}: {missing} chunks unavailable from "
                              f"{len(holders)} holders (bad {stats.bad_chunks}, missing {stats.missing_chunks})")
-        self.store.commit(manifest, buf)
-        stats.seconds = time.perf_counter() - start
-        self.last_stats = stats
-        return manifest
+        return stats
 
     @staticmethod
     async def _round(workers: list[Awaitable[None]], work: ChunkSchedule, grace_s: float = 1.0) -> None:

@@ -209,6 +209,13 @@ class WeightStore:
         self._forget_partial(version)
         self.gc()
 
+    def end_fetch(self, version: int) -> None:
+        """A fetch of `version` ended without completing: stop serving from its buffer; its partial manifest stays
+        for a later fetch to resume (unless a newer partial version supersedes it)."""
+        for state in (self._exposed, self._fetching, self._held_bits, self._positions, self._incoming):
+            state.pop(version, None)
+        self._drop_superseded_partials()
+
     def _forget_partial(self, version: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             (self.root / "partial" / f"{version}.bin").unlink()
