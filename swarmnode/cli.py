@@ -202,10 +202,14 @@ def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
               once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
     """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
+    from swarmnode.cli_runtime import Interrupted
     from swarmnode.dashboard import run_dashboard
 
     cfg = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout)
-    _run_swarm_command(lambda stop: run_dashboard(cfg, stop, refresh=refresh, once=once))
+    try:
+        _run_swarm_command(lambda stop: run_dashboard(cfg, stop, refresh=refresh, once=once))
+    except Interrupted:  # Ctrl-C is the view's documented way out, as q is: exit code 0
+        pass
 
 
 @app.command()

@@ -283,6 +283,21 @@ def preset_names() -> list[str]:
     return sorted({p.stem for d in PRESET_DIRS if d.is_dir() for p in d.glob("*.yaml")})
 
 
+def known_run_ids() -> list[str]:
+    """The default run id and those of the shipped presets: the runs a status client looks for when its own
+    run has no nodes (a DHT key is a hash, so a run id cannot be read back from the keys a node sees)."""
+    ids = {NodeConfig.model_fields["run_id"].default}
+    for d in PRESET_DIRS:
+        for path in d.glob("*.yaml") if d.is_dir() else ():
+            try:
+                run_id = (yaml.safe_load(path.read_text()) or {}).get("run_id")
+            except (OSError, yaml.YAMLError, AttributeError):
+                continue
+            if isinstance(run_id, str):
+                ids.add(run_id)
+    return sorted(ids)
+
+
 def _find_config_file(spec: str) -> Path:
     path = Path(spec).expanduser()
     if path.is_file():

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from swarmnode.health import bucket_label, rejected_by_reason
+from swarmnode.status import other_runs_hint
 
 SPARKS = "▁▂▃▄▅▆▇█"
 ROLE_ORDER = {"learner": 0, "sampler": 1, "bootstrap": 2}
@@ -105,6 +106,8 @@ def _header(doc: dict[str, Any], history: History) -> Panel:
     text.append(f"   updated {time.strftime('%H:%M:%S', time.localtime(doc['queried_at']))}", style="dim")
     if history.error:
         text.append(f"\nlast poll failed: {history.error} (showing the previous data)", style="bold red")
+    if (hint := other_runs_hint(doc)) is not None:  # a run-id mismatch, said at once
+        text.append(f"\n{hint}", style="bold yellow")
     for line in history.logs:
         text.append(f"\n{line}", style="yellow")
     return Panel(text, title="swarmnode dashboard", subtitle="q to quit", border_style="blue")

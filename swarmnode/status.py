@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NodeConfig, known_run_ids
 from swarmnode.health import find_alerts, peer_lag, staleness_bound, swarm_summary
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
@@ -39,9 +39,30 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
     }
 
 
+NODE_ROLES = ("sampler", "learner", "auto")
+
+
+async def other_runs(member: Membership) -> dict[str, int]:
+    """Live peers under the keys of other known runs (`known_run_ids`), by run id, where there are any."""
+    found = {}
+    for run_id in known_run_ids():
+        if run_id != member.cfg.run_id:
+            peers = [r for r in await member.dht.live_peers(run_id=run_id) if r.role in NODE_ROLES]
+            if peers:
+                found[run_id] = len(peers)
+    return found
+
+
 async def read_status(member: Membership) -> dict[str, Any]:
-    """One read of the run's live peer records through a started client member: the status document."""
-    return status_document(member.cfg, await member.dht.live_peers())
+    """One read of the run's live peer records through a started client member: the status document.
+
+    A run with no nodes is most often a run-id mismatch (`bootstrap` without `--config` is `swarmnode-demo`, the
+    tiny-cpu nodes are `tiny-demo`): the document then says which other known runs have live peers here.
+    """
+    doc = status_document(member.cfg, await member.dht.live_peers())
+    if not any(p["role"] in NODE_ROLES for p in doc["peers"]):
+        doc["other_runs"] = await other_runs(member)
+    return doc
 
 
 async def query_status(cfg: NodeConfig) -> dict[str, Any]:
@@ -63,4 +84,19 @@ def format_status(doc: dict[str, Any]) -> str:
         lag = "-" if p.get("lag") is None else str(p["lag"])
         lines.append(f"{p['peer_id']:<54} {p['role']:<10} {version:>7} {lag:>4} {p['age_s']:>8.1f} s")
     lines += [f"{a['severity']}: {a['message']}" for a in doc["alerts"]]
+    if (hint := other_runs_hint(doc)) is not None:
+        lines.append(hint)
     return "\n".join(lines)
+
+
+def other_runs_hint(doc: dict[str, Any]) -> str | None:
+    """One line when the run has no nodes: the other runs with live peers on this DHT, and what to do."""
+    if "other_runs" not in doc:
+        return None
+    found = doc["other_runs"]
+    if not found:
+        return (f"no nodes in run {doc['run_id']}; none in the other known runs either (the nodes print their "
+                "run in their `ready ... run=` line: give status the same --config or --set run_id)")
+    runs = ", ".join(f"{run} ({n} live)" for run, n in sorted(found.items()))
+    return (f"no nodes in run {doc['run_id']}, but this DHT has nodes in run(s): {runs}; use the nodes' --config "
+            "or --set run_id=...")

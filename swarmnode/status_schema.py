@@ -116,6 +116,8 @@ STATUS_SCHEMA: dict[str, Any] = {
         "max_staleness": _COUNT,
         "peers": {"type": "array", "items": PEER_SCHEMA},
         "alerts": {"type": "array", "items": ALERT_SCHEMA},
+        "other_runs": {"type": "object", "additionalProperties": _COUNT,
+                       "description": "only when this run has no nodes: other known runs with live nodes here"},
     },
     "additionalProperties": False,
 }

@@ -97,3 +97,16 @@ def test_second_bootstrap_on_a_port_in_use_is_refused(tmp_path):
                          "--identity-path", str(tmp_path / "second.key"))
         assert_one_clear_error(result, ExitCode.IN_USE, f"tcp port {port}", "already in use")
         assert first.popen.poll() is None  # the first one is untouched
+
+
+def test_status_in_the_wrong_run_names_the_run_the_nodes_are_in(tmp_path):
+    # the trap: `bootstrap` without --config is run swarmnode-demo, nodes joined with --config tiny-cpu are tiny-demo
+    with LocalSwarm(tmp_path, run_id="tiny-demo") as swarm:
+        swarm.bootstrap()
+        swarm.join("sampler", role="sampler")
+        result = run_cli("status", *[a for s in FAST_NET for a in ("--set", s)], "--set", "run_id=swarmnode-demo",
+                         "--initial-peers", swarm.initial_peers)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert "no nodes in run swarmnode-demo" in result.stdout and "tiny-demo (1 live)" in result.stdout, result.stdout
+        right = swarm.status()  # the nodes' own run: no hint
+        assert right["count"] == 2 and "other_runs" not in right

@@ -87,10 +87,14 @@ class SwarmDHT:
             return {}
         return {sub: item.value for sub, item in found.value.items() if isinstance(item.value, bytes)}
 
-    async def all_peers(self) -> list[PeerRecord]:
-        """Every unexpired peer record, including those marked leaving."""
+    async def all_peers(self, run_id: str | None = None) -> list[PeerRecord]:
+        """Every unexpired peer record, including those marked leaving (of another run: `run_id`, read only)."""
+        key = self._keys["peers"]
+        if run_id is not None and run_id != self.cfg.run_id:
+            key = run_keys(run_id)["peers"]
+            self.validator.also_read_peers_of(run_id)
         records = []
-        for subkey, payload in (await self._subkeys(self._keys["peers"])).items():
+        for subkey, payload in (await self._subkeys(key)).items():
             try:
                 record = PeerRecord.decode(payload)  # already validated on receipt; decoded here for the object
             except InvalidRecord:
@@ -99,9 +103,9 @@ class SwarmDHT:
                 records.append(record)
         return sorted(records, key=lambda r: (r.role, r.peer_id))
 
-    async def live_peers(self, role: str | None = None) -> list[PeerRecord]:
-        """Peers with a live record (not expired, not leaving), optionally of one role."""
-        return [r for r in await self.all_peers() if r.state == "up" and (role is None or r.role == role)]
+    async def live_peers(self, role: str | None = None, run_id: str | None = None) -> list[PeerRecord]:
+        """Peers with a live record (not expired, not leaving), optionally of one role (or of another run)."""
+        return [r for r in await self.all_peers(run_id) if r.state == "up" and (role is None or r.role == role)]
 
     async def announce_version(self, version: int, pointer: dict[str, Any]) -> bool:
         """Announce that this learner published `version` (re-announced by `refresh_announcement`)."""

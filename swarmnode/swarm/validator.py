@@ -72,6 +72,10 @@ class SwarmValidator(RecordValidatorBase):
         self._identity = identity
         self.rejected = 0  # records refused since start (for health output)
 
+    def also_read_peers_of(self, run_id: str) -> None:
+        """Accept peer records of run `run_id` too: a status client naming the runs a DHT holds (read only)."""
+        self._schemas.setdefault(DHTID.generate(source=run_keys(run_id)["peers"]).to_bytes(), _peer_schema)
+
     @staticmethod
     def _signed_bytes(record: DHTRecord, value: bytes) -> bytes:
         return pack({"k": record.key, "s": record.subkey, "v": value, "e": record.expiration_time})
@@ -94,7 +98,8 @@ class SwarmValidator(RecordValidatorBase):
     def _check(self, record: DHTRecord) -> None:
         schema = self._schemas.get(record.key)
         if schema is None:
-            raise InvalidRecord("key is not one of this run's keys")
+            raise InvalidRecord("key is not one of this run's keys (a node of another run id shares this DHT; "
+                                "`swarmnode status` names the runs it finds)")
         if len(record.value) > MAX_RECORD_BYTES:
             raise InvalidRecord(f"value of {len(record.value)} bytes exceeds {MAX_RECORD_BYTES}")
         if len(record.value) <= SIGNATURE_BYTES:
