@@ -18,11 +18,15 @@ import hivemind
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
+from swarmnode.errors import ExitCode, SwarmnodeError
+
 PINNED_HIVEMIND = "1.1.12"
 
 
-class HivemindVersionError(ImportError):
+class HivemindVersionError(SwarmnodeError, ImportError):
     """The installed hivemind is not the version whose internals this module was written against."""
+
+    exit_code = ExitCode.MISSING
 
 
 def check_hivemind_version(installed: str = hivemind.__version__) -> None:
