@@ -17,7 +17,7 @@ from typing import Any, NoReturn, Optional
 import typer
 
 from swarmnode.config import NodeConfig, load_config
-from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 
 app = typer.Typer(
     add_completion=False,
@@ -202,7 +202,6 @@ def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
               once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
     """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
-    from swarmnode.cli_runtime import Interrupted
     from swarmnode.dashboard import run_dashboard
 
     cfg = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout)
@@ -221,19 +220,22 @@ def demo(
     workdir: Optional[str] = typer.Option(None, "--workdir", help="where the nodes keep keys, logs and data"),
     kill_sampler_at: Optional[int] = typer.Option(
         None, "--kill-sampler-at", min=1, help="at this learner step, kill sampler2 (SIGKILL) and start it again"),
+    keep: bool = typer.Option(False, "--keep", help="keep the temporary work dir (logs, data) instead of removing it"),
 ) -> None:
     """Run a local swarm (bootstrap, one learner, two samplers) with the tiny model and watch it learn."""
     from swarmnode.demo import run_demo
 
     config_from_cli("tiny-cpu", set_)  # a bad --set fails here, before any process starts
     summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
-                       kill_sampler_at=kill_sampler_at)
+                       kill_sampler_at=kill_sampler_at, keep=keep)
     if as_json:
         print_json(summary)
     else:
         curve = summary.pop("reward_curve")
         typer.echo("\n".join(f"{k}: {v}" for k, v in summary.items()))
         typer.echo(f"reward curve ({len(curve)} steps): " + " ".join(f"{x:.2f}" for x in curve[:: max(1, len(curve) // 20)]))
+    if summary["stopped"] == "interrupted":  # the summary so far is printed; the exit code says Ctrl-C
+        raise Interrupted("interrupted")
 
 
 @app.command("train-local")
@@ -271,8 +273,8 @@ def train_local(
     if as_json:
         print_json(result)
     else:
-        typer.echo(f"done: {result['learner_steps']} steps, version {result['version']}, "
-                   f"reward {result['reward_start']} -> {result['reward_end']}")
+        start, end = (f"{r:.3f}" if isinstance(r, float) else "-" for r in (result["reward_start"], result["reward_end"]))
+        typer.echo(f"done: {result['learner_steps']} steps, version {result['version']}, reward {start} -> {end}")
 
 
 def main() -> None:
@@ -285,8 +287,6 @@ def main() -> None:
 
 
 def _interrupt(signum: int, frame: Any) -> NoReturn:
-    from swarmnode.cli_runtime import Interrupted
-
     raise Interrupted("interrupted")
 
 

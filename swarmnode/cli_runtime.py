@@ -18,18 +18,12 @@ import threading
 import time
 from typing import Any, Awaitable, Callable
 
-from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 
 STOP_GRACE_S = 8.0  # a clean leave normally takes under 2 s
 HARD_EXIT_S = 4.0  # after the cancellation, for threads that do not end
 REPEAT_WINDOW_S = 600.0  # a repeated log line is shown once per this many seconds
 logger = logging.getLogger(__name__)
-
-
-class Interrupted(SwarmnodeError):
-    """Stopped by Ctrl-C (SIGINT); the CLI prints `interrupted` and exits with 130."""
-
-    exit_code = ExitCode.INTERRUPTED
 
 
 class NoAnswerError(SwarmnodeError):

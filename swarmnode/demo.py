@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swarmnode.errors import SwarmnodeError
+from swarmnode.errors import Interrupted, SwarmnodeError
 from swarmnode.node import STEPS_FILE
 
 
@@ -51,13 +52,13 @@ class DemoRun:
     def start(self, name: str, args: list[str]) -> Proc:
         log = self.workdir / f"{name}.log"
         popen = subprocess.Popen(
-            [sys.executable, "-m", "swarmnode", *args],
+            [sys.executable, "-P", "-m", "swarmnode", *args],  # -P: a swarmnode/ in the cwd must not shadow us
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the demo only; it stops the nodes itself
             preexec_fn=_die_with_parent,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=_node_env(),
         )
         proc = Proc(name, popen, log)
         self.procs.append(proc)
@@ -77,7 +78,7 @@ class DemoRun:
             if code is not None:
                 raise DemoError(f"{proc.name} exited with code {code}; its last output:\n{proc.tail()}")
 
-    def stop(self, grace: float = 30.0) -> None:
+    def stop(self, grace: float = 15.0) -> None:
         """SIGTERM every node (samplers first, bootstrap last), wait, then SIGKILL what is left."""
         for proc in reversed(self.procs):
             if proc.popen.poll() is None:
@@ -89,6 +90,13 @@ class DemoRun:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(timeout=10)
+
+
+def _node_env() -> dict[str, str]:
+    """The nodes import this very package (the one the demo runs from), whatever the current directory holds."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    path = [package_root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
 
 
 def _die_with_parent() -> None:
@@ -182,8 +190,12 @@ def _live_table(rows: list[dict], elapsed: float):
     return table
 
 
+class _Terminated(Exception):
+    """SIGTERM reached the demo: stop the nodes, summarise, exit 0."""
+
+
 def _exit_on_sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt
+    raise _Terminated
 
 
 def sampler_contributions(rows: list[dict], samplers: dict[str, str]) -> dict[str, dict]:
@@ -196,18 +208,33 @@ def sampler_contributions(rows: list[dict], samplers: dict[str, str]) -> dict[st
 
 
 def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None,
-             kill_sampler_at: int | None = None) -> dict:
+             kill_sampler_at: int | None = None, keep: bool = False) -> dict:
     """Start the local swarm, watch the learner until `steps` or `minutes`, stop everything, summarise.
 
     `kill_sampler_at`: when the learner reaches that step, SIGKILL sampler2 (and its p2pd) and start it again
     with the same identity and data directory; the summary says when, and which steps trained on its groups.
+    Without `workdir` the nodes work in a temporary directory, removed at the end unless `keep`. Ctrl-C stops
+    the nodes and returns the summary so far (`stopped: interrupted`); Ctrl-C before they start raises
+    `Interrupted`.
     """
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # SIGTERM too runs the `finally` that stops the nodes
+    temporary = workdir is None and not keep
+    root = Path(workdir or tempfile.mkdtemp(prefix="swarmnode-demo-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        summary = _run_swarm(root, steps, minutes, quiet, sets, kill_sampler_at)
+    finally:
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
+    summary["workdir"] = None if temporary else str(root)
+    return summary
+
+
+def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets: list[str],
+               kill_sampler_at: int | None) -> dict:
     from rich.console import Console
     from rich.live import Live
 
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # SIGTERM too runs the `finally` that stops the nodes
-    root = Path(workdir or tempfile.mkdtemp(prefix="swarmnode-demo-"))
-    root.mkdir(parents=True, exist_ok=True)
     run = DemoRun(root)
     console = Console(stderr=True, quiet=quiet)
     from swarmnode.config import load_config
@@ -253,8 +280,10 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
                         console.print(f"step {restarted_at}: killed sampler2 (SIGKILL); starting it again")
                         run.start("sampler2-restarted", sampler_args[2])
                     time.sleep(1.0)
-            except KeyboardInterrupt:
+            except Interrupted:
                 stopped = "interrupted"
+            except _Terminated:
+                stopped = "terminated"
     finally:
         console.print("\nstopping the nodes...")
         run.stop()
@@ -264,5 +293,4 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     summary["sampler_killed_at_step"] = restarted_at
     summary["samplers"] = sampler_contributions(rows, samplers)
     summary["node_pids"] = [proc.popen.pid for proc in run.killed + run.procs]
-    summary["workdir"] = str(root)
     return summary

@@ -66,6 +66,12 @@ class InUseError(SwarmnodeError):
     exit_code = ExitCode.IN_USE
 
 
+class Interrupted(SwarmnodeError):
+    """Stopped by Ctrl-C (SIGINT); the CLI prints `interrupted` and exits with 130."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 def missing_package(package: str, needed_for: str, extra: str | None = None) -> MissingError:
     """The error for an optional package that is not installed, with the command that installs it."""
     install = f"pip install {package}" + (f" (or pip install -e '.[{extra}]' in the swarmnode clone)" if extra else "")

@@ -124,11 +124,12 @@ def ensure_tiny_model(
     torch.manual_seed(tiny.seed)
     model = Qwen2ForCausalLM(tiny_config(tiny, tokenizer))
     if tiny.warm_start_steps and task is not None:
-        from swarmnode.warmstart import warm_start
+        from swarmnode.warmstart import step_reporter, warm_start
 
-        progress(f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps)...")
+        progress(f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps, "
+                 "once: the result is cached)...")
         warm_start(model, tokenizer, task, steps=tiny.warm_start_steps, seed=tiny.seed,
-                   correct_fraction=tiny.warm_start_correct)
+                   correct_fraction=tiny.warm_start_correct, on_step=step_reporter(progress, tiny.warm_start_steps))
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)

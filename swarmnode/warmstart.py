@@ -1,6 +1,6 @@
 """A short, seeded supervised warm start of the built-in tiny model on the task's answer FORMAT.
 
-RL from a random init learns the format but plateaus (DESIGN.md: ~0.3 mean reward). The warm start teaches
+RL from a random init learns the format but plateaus (measured: ~0.3 mean reward). The warm start teaches
 "prompt -> answer then EOS" on the task's own prompts, but with label noise: only a fraction `correct_fraction` (config `model.tiny.warm_start_correct`)
 of the shown answers are right, the rest are the reference of another random prompt. The model leaves it
 producing well-formed answers that are mostly wrong, so the mean reward at temperature 1 starts well below the
@@ -10,6 +10,8 @@ maximum and RL has a visible climb ahead. Deterministic given `seed`.
 from __future__ import annotations
 
 import random
+import time
+from typing import Callable
 
 import torch
 
@@ -43,10 +45,27 @@ def _batch(task, tokenizer, rng: random.Random, task_name: str, correct_fraction
     return ids, attn, loss_mask
 
 
+def step_reporter(emit: Callable[[str], None], total: int, parts: int = 10) -> Callable[[int, float], None]:
+    """An `on_step(step, loss)` that emits one progress line every `total / parts` steps (and at the end)."""
+    began = time.monotonic()
+    every = max(1, total // parts)
+
+    def on_step(step: int, loss: float) -> None:
+        if step % every == 0 or step == total:
+            elapsed = time.monotonic() - began
+            left = elapsed / step * (total - step)
+            emit(f"  warm start {step}/{total} steps ({100 * step // total} %), loss {loss:.3f}, "
+                 f"{elapsed:.0f} s so far, ~{left:.0f} s left")
+
+    return on_step
+
+
 def warm_start(
-    model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float
+    model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float,
+    on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """Train `model` in place for `steps` supervised steps; returns the loss per step."""
+    """Train `model` in place for `steps` supervised steps; returns the loss per step. `on_step(step, loss)` is
+    called after each (e.g. a `step_reporter`)."""
     from swarmnode.tasks import build_task
 
     task = build_task(task_cfg)
@@ -67,5 +86,7 @@ def warm_start(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(len(losses), losses[-1])
     model.eval()
     return losses
