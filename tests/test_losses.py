@@ -1,4 +1,4 @@
-"""GEPO/GSPO/GRPO losses against an independent float64 reference written here from GEPO.md's formulas.
+"""GEPO/GSPO/GRPO losses against an independent float64 reference written here from the GEPO paper's formulas.
 
 The reference works in probability space with explicit Python loops over rows, tokens and groups (fine for the
 small, moderate log-probs used here); the code under test works in log space with vectorised group ops.
@@ -25,7 +25,7 @@ def lcfg(family: str, **opts) -> LearnerConfig:
 
 def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), kl_coef=0.0, lam=None,
                    scope="prompt", scale="none", agg="grpo"):
-    """Loss from GEPO.md, float64, loops. `lam` is a per-row list of defensive lambdas (None = plain)."""
+    """Loss from the GEPO formulas, float64, loops. `lam` is a per-row list of defensive lambdas (None = plain)."""
     B, T = lp.shape
     all_r = [float(r) for r in rewards]
     batch_std = math.sqrt(sum((x - sum(all_r) / B) ** 2 for x in all_r) / (B - 1)) if B > 1 else 0.0

@@ -1,10 +1,10 @@
 """GEPO, GSPO and GRPO policy losses with defensive sampling, the learner-sampler KL and diagnostics.
 
-The maths is /work/shared/GEPO.md, computed in log space throughout: sequence log-probs are length-normalised
-means, group expectations are log-sum-exps, and padded positions are zeroed *before* any exp so that neither
-the value nor the gradient can become NaN whatever the completion length.
+The maths follows the GEPO paper (Group Expectation Policy Optimization, HeteroRL), computed in log space:
+sequence log-probs are length-normalised means, group expectations are log-sum-exps, and padded positions are
+zeroed *before* any exp so that neither the value nor the gradient can become NaN whatever the completion length.
 
-Choices where GEPO.md leaves room (or where this code departs from it):
+Choices where the paper leaves room (or where this code departs from it):
 - The loss family is `importance_sampling_level` (token = GRPO, sequence = GSPO, group = GEPO); `loss_type` is
   TRL's token aggregation, applied to every family (a sequence weight counts once per token of its sequence):
   grpo = token mean per sequence, then the mean over sequences (for sequence-level weights: the plain mean, as
@@ -21,7 +21,7 @@ Choices where GEPO.md leaves room (or where this code departs from it):
 - `gepo_group_scope: microbatch` shares one E_q[q] across all rows of the call (the loop passes one
   gradient-accumulation chunk of whole groups); advantages stay per prompt group, rows are not shuffled.
 - Zero-signal groups get A = 0 here and stay in the mean; the learner loop skips them before the forward pass,
-  so in training they are counted and skipped as GEPO.md says.
+  so in training they are counted and skipped.
 - Diagnostics: `is_weight_var` is each family's own weights' population variance over sequences (token level:
   of each non-empty sequence's mean token weight; ~0 for GRPO/GSPO on-policy by construction);
   `ratio_peqq_var` is the paper's statistic, the same for every family (see `ratio_peqq_variance`); `kl` is

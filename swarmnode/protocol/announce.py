@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmnode.protocol.codec import InvalidRecord, float_field, int_field, pack, str_field, unpack
-from swarmnode.protocol.peer import MAX_VERSION, small_map
+from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord, float_field, int_field, pack, str_field, unpack
+from swarmnode.protocol.peer import small_map
 
 MAX_ANNOUNCEMENT_BYTES = 4 * 1024
 

@@ -15,6 +15,7 @@ from swarmnode.errors import SwarmnodeError
 from swarmnode.identity import Identity, verify
 
 T = TypeVar("T")
+MAX_VERSION = 2**53  # the largest policy version any record carries: an integer JSON (status --json) keeps exact
 
 
 class InvalidRecord(SwarmnodeError, ValueError):

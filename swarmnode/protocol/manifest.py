@@ -14,6 +14,7 @@ from typing import Any
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import (
+    MAX_VERSION,
     InvalidRecord,
     bytes_field,
     check_signature,
@@ -128,8 +129,8 @@ class WeightManifest:
         obj = unpack(data, min(max_bytes, MAX_MANIFEST_BYTES))
         m = cls(
             run_id=str_field(obj, "run_id", 64, 1),
-            version=int_field(obj, "version", 0, 2**62),
-            parent_version=int_field(obj, "parent_version", -1, 2**62),
+            version=int_field(obj, "version", 0, MAX_VERSION),
+            parent_version=int_field(obj, "parent_version", -1, MAX_VERSION),
             model_id=str_field(obj, "model_id", 512),
             tensors=list_field(obj, "tensors", MAX_TENSORS, _tensor),
             chunks=list_field(obj, "chunks", MAX_CHUNKS, _chunk),

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import (
+    MAX_VERSION,
     InvalidRecord,
     bytes_field,
     check_signature,
@@ -29,7 +30,6 @@ MAX_PEER_RECORD_BYTES = 16 * 1024
 ROLES = ("bootstrap", "sampler", "learner", "auto", "client")
 STATES = ("up", "leaving")
 Role = Literal["bootstrap", "sampler", "learner", "auto", "client"]
-MAX_VERSION = 2**62
 _MAX_MAP_ITEMS = 32
 _MAX_KEY_LEN = 40
 _MAX_TEXT_LEN = 128

@@ -18,6 +18,7 @@ import numpy as np
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import (
+    MAX_VERSION,
     InvalidRecord,
     bytes_field,
     check_content,
@@ -35,7 +36,6 @@ from swarmnode.protocol.codec import (
 KIND = "rollout"
 WIRE_VERSION = 1
 MAX_ID_CHARS = 128
-MAX_VERSION = 2**53
 MAX_TEMPERATURE = 100.0
 MAX_ABS_REWARD = 1e6
 _WIRE_FIELDS = frozenset(

@@ -1,6 +1,6 @@
 """TextRolloutGroup: one prompt's G completions shared as TEXT between nodes that each train their own policy.
 
-The SAPO mode's record (DESIGN.md "Two ways to use a swarm"). Only text crosses the network, so nodes of
+The SAPO mode's record. Only text crosses the network, so nodes of
 different sizes and tokenizers can use each other's rollouts: the receiver re-tokenises the text with its own
 tokenizer and re-scores it with its own task; the sender's rewards are a claim it checks (and counts lies).
 

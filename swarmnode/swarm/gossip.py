@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.codec import InvalidRecord, pack
-from swarmnode.protocol.peer import MAX_VERSION
+from swarmnode.protocol.codec import MAX_VERSION
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.swarm.frames import read_control, read_header, write_frame
 

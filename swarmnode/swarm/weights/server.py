@@ -5,7 +5,7 @@ Wire protocol (one hivemind binary stream per fetch worker, persistent): the cli
 it". Requests: {"op": "manifest", "version": v} (v = -1: newest), {"op": "chunks", "hashes": [...]},
 {"op": "have", "version": v} (answer: the version's have-map, see `havemap`), {"op": "bye"}. The client closes
 only after its last answer arrived and "bye" was sent (closing right after the last write truncated QUIC
-streams, see DESIGN.md).
+streams).
 
 Every stream holds a file descriptor here (hivemind hands each one over a unix socket) for as long as it is
 open, so streams are capped per peer and in total (beyond either, a new stream is closed at once, before any
