@@ -110,11 +110,15 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
              None, "--simulate-delay", help="hold back deliveries: fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]"),
          idle: bool = typer.Option(False, "--idle", help="only advertise the role (no model, no work): a network check"),
          metrics_port: Optional[int] = MetricsPortOpt,
+         insecure_accept_any_learner: bool = typer.Option(
+             False, "--insecure-accept-any-learner",
+             help="with no learner.learner_keys, load weights from whichever key announces them (local tests only)"),
          ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
-    from swarmnode.preflight import check_node, check_ports
+    from swarmnode.preflight import check_node, check_ports, check_trust_root
 
-    cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port},
+    cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
+                                                     "learner.accept_any_learner": insecure_accept_any_learner or None},
                           **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout))
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
@@ -122,6 +126,8 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
     if not idle:
         check_node(cfg)  # task, engine, model: before the swarm hears of this node
     _check_peer_addresses(cfg)
+    if not idle:
+        check_trust_root(cfg)
     from swarmnode.identity import identity_for
     from swarmnode.idle import run_idle
     from swarmnode.node import run_node
@@ -131,6 +137,15 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
         _run_swarm_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
     else:
         _run_swarm_command(lambda stop: run_node(cfg, identity, stop, emit=_emit))
+
+
+@app.command()
+def identity(identity_path: str = typer.Option(..., "--identity-path", help="the key file (created if missing)")
+             ) -> None:
+    """Print the peer id of an identity key file: what samplers list in learner.learner_keys for a learner."""
+    from swarmnode.identity import Identity
+
+    typer.echo(Identity.load_or_create(identity_path).peer_id)
 
 
 @app.command()

@@ -168,6 +168,8 @@ class LearnerConfig(_Section):
     draw_order: Literal["newest", "oldest"] = "newest"
     max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants")
     learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
+    accept_any_learner: bool = Field(False, description="insecure: with no learner_keys, samplers load weights "
+                                     "whichever key announces them (throwaway local runs only)")
     device: str = "auto"
 
     @model_validator(mode="before")

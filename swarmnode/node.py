@@ -25,6 +25,7 @@ from swarmnode.delay import parse_delay
 from swarmnode.health import MAX_INVALID_PEERS, RateMeter, StalenessHistogram, VersionSeries, record_health
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.preflight import check_trust_root
 from swarmnode.swarm.membership import Membership
 
 logger = logging.getLogger("swarmnode.node")
@@ -219,8 +220,9 @@ class SamplerRole(_Role):
         self.loop = SamplerLoop(engine, self.task, cfg, self.identity, send=self._send)
         self.newest = -1
         self.offered = -1
+        check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
         if not cfg.learner.learner_keys:
-            logger.warning("learner.learner_keys is empty: trusting weights from whichever learner announces them")
+            logger.warning("learner.accept_any_learner: trusting weights from whichever learner announces them")
         self._fetching: asyncio.Task | None = None
         self._peers: list = []  # live peer records, as of `_peers_at`
         self._peers_at = -math.inf

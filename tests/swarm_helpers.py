@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swarmnode.identity import Identity
+
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"
 FAST_NET = [
     "network.nat_port_map=false",
@@ -127,6 +129,7 @@ class LocalSwarm:
         self.sets = [*FAST_NET, f"run_id={run_id}", *(extra_sets or [])]
         self.procs: list[NodeProc] = []
         self.initial_peers: str | None = None
+        self.learner_keys: list[str] = []  # peer ids of the working learners joined so far
 
     def _set_args(self) -> list[str]:
         return [a for s in self.sets for a in ("--set", s)]
@@ -150,10 +153,19 @@ class LocalSwarm:
     def join(self, name: str, role: str = "sampler", *, identity: Path | None = None, wait: bool = True,
              extra: list[str] | None = None, env: dict[str, str] | None = None,
              initial_peers: list[str] | None = None, work: bool = False) -> NodeProc:
-        """A joined node; `work=False` (default) advertises the role with `--idle` (no model, no role loop)."""
+        """A joined node; `work=False` (default) advertises the role with `--idle` (no model, no role loop). A
+        working sampler trusts the working learners joined before it (`learner.learner_keys`), unless `extra`
+        says otherwise."""
         peers = initial_peers or [self.initial_peers]
+        key = identity or self.root / f"{name}.key"
+        trust: list[str] = []
+        if work and role == "learner":
+            self.learner_keys.append(Identity.load_or_create(key).peer_id)
+        elif work and not any("learner_keys" in a or "accept-any" in a for a in extra or []):
+            trust = (["--set", f"learner.learner_keys=[{','.join(self.learner_keys)}]"] if self.learner_keys
+                     else ["--insecure-accept-any-learner"])
         args = ["join", *self._set_args(), "--role", role, "--host-maddrs", LOOPBACK, *([] if work else ["--idle"]),
-                "--identity-path", str(identity or self.root / f"{name}.key"), *(extra or [])]
+                "--identity-path", str(key), *trust, *(extra or [])]
         for peer in peers:
             args += ["--initial-peers", peer]
         proc = self.spawn(name, args, env)
