@@ -62,6 +62,7 @@ class TinyModelConfig(_Section):
     warm_start_correct: float = Field(
         0.5, ge=0, le=1, description="share of warm-start answers that are right (the rest are another prompt's)"
     )
+    warm_start_batch: int = Field(64, ge=1, le=4096, description="prompts per warm-start step")
 
 
 class ModelConfig(_Section):
@@ -76,11 +77,12 @@ class ModelConfig(_Section):
 
 
 class TaskConfig(_Section):
-    """Prompts and rewards. `arithmetic` is built in; `math` reads JSONL or an HF `datasets` name."""
+    """Prompts and rewards. `arithmetic` and `digitmap` are built in; `math` reads JSONL or an HF `datasets` name."""
 
-    name: Literal["arithmetic", "math"] = "arithmetic"
+    name: Literal["arithmetic", "math", "digitmap"] = "arithmetic"
     seed: int = 0
     max_operand: int = Field(9, ge=1, le=10**6)
+    digits: int = Field(128, ge=1, le=4096, description="digitmap: digits per prompt (= completion tokens - 1)")
     path: str | None = Field(None, description="JSONL file for the math task")
     dataset: str | None = Field(None, description="HF datasets name for the math task")
     split: str = "train"

@@ -158,6 +158,8 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
                  + Text(f" {_fmt(h.get('kl'), '.4f')}"))
     grid.add_row("IS-var trend", Text(sparkline(h.get("is_var_history") or [], 24), style="yellow")
                  + Text(f" {_fmt(h.get('is_weight_var'), '.4f')}"))
+    grid.add_row("paper IS var", f"{_fmt(h.get('ratio_peqq_var'), '.4f')}  (p/E_q[q])")
+    grid.add_row("entropy", _fmt(h.get("entropy"), ".3f"))
     grid.add_row("clip fraction", _fmt(h.get("clip_frac")))
     grid.add_row("received", _fmt(h.get("groups_received"), "d"))
     rejected = rejected_by_reason(h)

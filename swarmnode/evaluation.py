@@ -17,11 +17,12 @@ from swarmnode.tasks import Task
 
 
 def evaluate(model, tokenizer, task: Task, *, samples: int = 4, temperature: float = 1.0, max_new_tokens: int = 8,
-             max_prompt_tokens: int = 64, seed: int = 0) -> dict[str, float]:
-    """{'eval_reward': mean@k, 'eval_exact': exact@k, 'eval_prompts': n} for `model` on `task.eval_prompts()`."""
-    prompts = task.eval_prompts()
+             max_prompt_tokens: int = 64, seed: int = 0, split: str = "eval") -> dict[str, float]:
+    """{'<split>_reward': mean@k, '<split>_exact': exact@k, '<split>_prompts': n} for `model` on the task's
+    held-out prompts: `split` "eval" = `task.eval_prompts()`, "val" = `task.validation_prompts()`."""
+    prompts = task.eval_prompts() if split == "eval" else task.validation_prompts()
     if not prompts:
-        return {"eval_reward": 0.0, "eval_exact": 0.0, "eval_prompts": 0.0}
+        return {f"{split}_reward": 0.0, f"{split}_exact": 0.0, f"{split}_prompts": 0.0}
     was_training = model.training
     engine = HFEngine(model, tokenizer, max_prompt_tokens=max_prompt_tokens)
     try:
@@ -32,7 +33,7 @@ def evaluate(model, tokenizer, task: Task, *, samples: int = 4, temperature: flo
         model.train(was_training)
     rewards = [task.reward(p, text) for p, g in zip(prompts, generations) for text in g.texts]
     return {
-        "eval_reward": statistics.fmean(rewards),
-        "eval_exact": sum(r >= 1.0 for r in rewards) / len(rewards),
-        "eval_prompts": float(len(prompts)),
+        f"{split}_reward": statistics.fmean(rewards),
+        f"{split}_exact": sum(r >= 1.0 for r in rewards) / len(rewards),
+        f"{split}_prompts": float(len(prompts)),
     }

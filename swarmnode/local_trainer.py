@@ -39,7 +39,8 @@ from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 
 CURVE_KEYS = ("step", "version", "reward_mean", "staleness_mean", "staleness_max", "loss", "kl", "is_weight_var",
-              "ratio_peqq_var", "entropy", "clip_fraction", "grad_norm", "zero_signal_fraction")
+              "ratio_peqq_var", "entropy", "completion_length_mean", "clip_fraction", "grad_norm",
+              "zero_signal_fraction")
 
 
 class LocalTrainer:
@@ -128,12 +129,14 @@ class LocalTrainer:
         }
 
     def evaluate_now(self) -> dict:
-        """Evaluate the learner's current policy on the held-out prompts; recorded in `evals`."""
+        """Evaluate the learner's current policy on the held-out prompts (and on the validation prompts when the
+        task has them: `val_reward`, for choosing a checkpoint); recorded in `evals`."""
         sc = self.cfg.sampler
-        point = {"step": self.learner.step_count, "version": self.learner.version,
-                 **evaluate(self.learner.model, self.tokenizer, self.task, samples=self.eval_samples,
-                            temperature=sc.temperature, max_new_tokens=sc.max_completion_length,
-                            max_prompt_tokens=sc.max_prompt_length, seed=self.cfg.task.seed)}
+        point = {"step": self.learner.step_count, "version": self.learner.version}
+        for split in ("eval", "val") if self.task.validation_prompts() else ("eval",):
+            point.update(evaluate(self.learner.model, self.tokenizer, self.task, samples=self.eval_samples,
+                                  temperature=sc.temperature, max_new_tokens=sc.max_completion_length,
+                                  max_prompt_tokens=sc.max_prompt_length, seed=self.cfg.task.seed, split=split))
         self.evals.append(point)
         return point
 

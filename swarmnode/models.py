@@ -97,11 +97,19 @@ def tiny_config(tiny: TinyModelConfig, tokenizer):
     )
 
 
+# fields added after TINY_FORMAT 2: left out of the cache key at their default, so existing models keep their key
+_LATER_FIELDS = {"warm_start_batch": 64, "digits": 128}
+
+
+def _key_fields(section) -> dict:
+    return {k: v for k, v in section.model_dump().items() if _LATER_FIELDS.get(k, object()) != v}
+
+
 def _tiny_key(tiny: TinyModelConfig, task: TaskConfig | None) -> str:
     spec = {
         "format": TINY_FORMAT,
-        "tiny": tiny.model_dump(),
-        "task": task.model_dump() if task and tiny.warm_start_steps else None,
+        "tiny": _key_fields(tiny),
+        "task": _key_fields(task) if task and tiny.warm_start_steps else None,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -129,7 +137,8 @@ def ensure_tiny_model(
         progress(f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps, "
                  "once: the result is cached)...")
         warm_start(model, tokenizer, task, steps=tiny.warm_start_steps, seed=tiny.seed,
-                   correct_fraction=tiny.warm_start_correct, on_step=step_reporter(progress, tiny.warm_start_steps))
+                   correct_fraction=tiny.warm_start_correct, batch_size=tiny.warm_start_batch,
+                   on_step=step_reporter(progress, tiny.warm_start_steps))
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)

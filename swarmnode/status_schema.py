@@ -28,6 +28,8 @@ HEALTH_SCHEMA: dict[str, Any] = {
         "reward_std": _NUM,
         "kl": _NUM,
         "is_weight_var": {"type": "number", "minimum": 0},
+        "ratio_peqq_var": {"type": "number", "minimum": 0},
+        "entropy": {"type": "number", "minimum": 0},
         "clip_frac": {"type": "number", "minimum": 0, "maximum": 1},
         "grad_norm": _NUM,
         "staleness_max": _NUM,

@@ -68,6 +68,10 @@ class Task(ABC):
     def eval_prompts(self) -> list[Prompt]:
         """The fixed held-out prompts."""
 
+    def validation_prompts(self) -> list[Prompt]:
+        """Held-out prompts for choosing a checkpoint, disjoint from `eval_prompts()`; none unless a task has them."""
+        return []
+
     @abstractmethod
     def get(self, prompt_id: str) -> Prompt | None:
         """The prompt with this id, or None if the id is malformed or unknown to this task."""
@@ -292,6 +296,10 @@ def build_task(cfg: TaskConfig) -> Task:
     """The task named by the configuration; TaskError (a ValueError) with a clear message if it cannot be built."""
     if cfg.name == "arithmetic":
         return ArithmeticTask(max_operand=cfg.max_operand, seed=cfg.seed, eval_size=cfg.eval_size)
+    if cfg.name == "digitmap":
+        from swarmnode.digitmap import DigitMapTask
+
+        return DigitMapTask(digits=cfg.digits, seed=cfg.seed, eval_size=cfg.eval_size)
     if cfg.name == "math":
         if cfg.path:
             rows = load_jsonl_rows(cfg.path, cfg)
@@ -300,4 +308,4 @@ def build_task(cfg: TaskConfig) -> Task:
         else:
             raise TaskError("task.name=math needs task.path (JSONL) or task.dataset (HF datasets name)")
         return MathTask(rows, cfg.prompt_template, seed=cfg.seed, eval_size=cfg.eval_size)
-    raise TaskError(f"task.name {cfg.name!r}: unknown (known: arithmetic, math)")
+    raise TaskError(f"task.name {cfg.name!r}: unknown (known: arithmetic, math, digitmap)")

@@ -25,12 +25,16 @@ def _answer_text(task_name: str, reference: str) -> str:
     return f"\\boxed{{{reference}}}" if task_name == "math" else reference
 
 
-def _batch(task, tokenizer, rng: random.Random, task_name: str, correct_fraction: float, max_len: int):
-    prompts = task.sample(BATCH_SIZE, rng)
-    decoys = task.sample(BATCH_SIZE, rng)
+def _batch(task, tokenizer, rng: random.Random, task_name: str, correct_fraction: float, max_len: int,
+           batch_size: int = BATCH_SIZE):
+    prompts = task.sample(batch_size, rng)
+    decoys = task.sample(batch_size, rng)
     rows, masks = [], []
     for prompt, decoy in zip(prompts, decoys):
-        reference = prompt.reference if rng.random() < correct_fraction else decoy.reference
+        if hasattr(task, "noisy_answer"):  # per-token label noise (long answers)
+            reference = task.noisy_answer(prompt, correct_fraction, rng)
+        else:
+            reference = prompt.reference if rng.random() < correct_fraction else decoy.reference
         p_ids = tokenizer(prompt.text, add_special_tokens=True)["input_ids"]
         a_ids = tokenizer(_answer_text(task_name, reference), add_special_tokens=False)["input_ids"]
         ids = (p_ids + a_ids + [tokenizer.eos_token_id])[-max_len:]
@@ -62,10 +66,15 @@ def step_reporter(emit: Callable[[str], None], total: int, parts: int = 10) -> C
 
 def warm_start(
     model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float,
-    on_step: Callable[[int, float], None] | None = None,
+    batch_size: int = BATCH_SIZE, on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train `model` in place for `steps` supervised steps; returns the loss per step. `on_step(step, loss)` is
-    called after each (e.g. a `step_reporter`)."""
+    called after each (e.g. a `step_reporter`).
+
+    A task with per-token label noise (`noisy_answer`, e.g. digitmap) is shown clean answers for the first half
+    of the steps and noisy ones after: a tiny model does not find a long-range lookup under 50 % noise within a
+    few hundred steps (digitmap, 128 digits: 0.108 per-digit accuracy after 100 noisy steps, 0.993 after 100
+    clean ones), and the noisy half brings its per-digit accuracy back down to about `correct_fraction`."""
     from swarmnode.tasks import build_task
 
     task = build_task(task_cfg)
@@ -75,8 +84,10 @@ def warm_start(
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     model.train()
     losses = []
-    for _ in range(steps):
-        ids, attn, loss_mask = _batch(task, tokenizer, rng, task_cfg.name, correct_fraction, max_len)
+    noisy_tokens = hasattr(task, "noisy_answer")
+    for step in range(steps):
+        shown = 1.0 if noisy_tokens and step < steps // 2 else correct_fraction
+        ids, attn, loss_mask = _batch(task, tokenizer, rng, task_cfg.name, shown, max_len, batch_size)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
         logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, :-1].float()
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")

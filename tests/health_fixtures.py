@@ -27,7 +27,7 @@ def learner_health(version: int, rng: random.Random, rewards: list[float] | None
         hist.add(rng.choice([0, 1, 1, 2, 3, 5, 9, 17]) for _ in range(8))
     return {
         "version": version, "step": version, "reward_mean": reward, "reward_std": 0.21, "kl": 0.012,
-        "is_weight_var": 0.05, "clip_frac": 0.27, "grad_norm": 1.3, "staleness_max": 17.0, "staleness_mean": 2.2,
+        "is_weight_var": 0.05, "ratio_peqq_var": 0.012, "entropy": 1.4, "clip_frac": 0.27, "grad_norm": 1.3, "staleness_max": 17.0, "staleness_mean": 2.2,
         "step_time": 0.41, "dropped_stale": 3, "groups_received": 8 * version, "groups_rejected": 5,
         "max_staleness": 16, "uptime": 120.5, "staleness_hist": hist.counts, **series.as_health(),
         "rejected": {"duplicate": 2, "stale": 3, "invalid": 1 if invalid_peers else 0},

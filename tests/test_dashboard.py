@@ -105,8 +105,8 @@ def test_status_json_fits_the_schema_during_a_run(swarm):
 def test_metrics_of_learner_sampler_and_bootstrap(swarm):
     _, urls = swarm
     learner = scrape(urls["learner"])
-    for key in ("version", "step", "reward_mean", "kl", "is_weight_var", "clip_frac", "grad_norm", "step_time",
-                "dropped_stale", "groups_received", "uptime"):
+    for key in ("version", "step", "reward_mean", "kl", "is_weight_var", "ratio_peqq_var", "entropy", "clip_frac",
+                "grad_norm", "step_time", "dropped_stale", "groups_received", "uptime"):
         assert series(key, "learner") in learner, key
     assert learner[series("step", "learner")] >= 3
     assert learner[series("version", "learner")] >= 3

@@ -228,8 +228,8 @@ def test_prometheus_rendering_of_a_learner_health_dict():
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HealthCollector(lambda: health, "learner"))
     text = generate_latest(registry).decode()
-    for key in ("version", "step", "reward_mean", "kl", "is_weight_var", "clip_frac", "step_time", "dropped_stale",
-                "groups_received"):
+    for key in ("version", "step", "reward_mean", "kl", "is_weight_var", "ratio_peqq_var", "entropy", "clip_frac",
+                "step_time", "dropped_stale", "groups_received"):
         name, kind, _ = HEALTH_METRICS[key]
         assert f"{name}{'_total' if kind == 'counter' else ''}{{role=\"learner\"}}" in text, name
     assert 'swarmnode_groups_rejected_total{reason="stale"} 3.0' in text

@@ -97,12 +97,15 @@ def test_quick_sweep_writes_table_and_figure(swarmnode_home, tmp_path, capsys):
     rows = [line for line in table.splitlines() if line.startswith("| grpo") or line.startswith("| gepo-def0.5")]
     assert len(rows) == 4, table  # 2 variants x delays 0 and 8
     assert out.with_suffix(".png").stat().st_size > 10_000
-    cells = sorted(p.name for p in (out / "cells").iterdir())
-    assert cells == ["gepo-def0.5_d0_s0.json", "gepo-def0.5_d8_s0.json", "grpo_d0_s0.json", "grpo_d8_s0.json"]
-    cell = json.loads((out / "cells" / "grpo_d8_s0.json").read_text())
+    cells = {(c["variant"].partition(":")[0], c["delay"]): c for c in map(json.loads, (out / "cells.jsonl").read_text().splitlines())}
+    assert sorted(cells) == [("gepo-def0.5", 0), ("gepo-def0.5", 8), ("grpo", 0), ("grpo", 8)]
+    cell = cells[("grpo", 8)]
     assert cell["staleness_mean"] > 0 and 0 <= cell["eval_best"] <= 1 and cell["evals"][0][0] == 0
-    for key in ("is_weight_var", "kl", "kl_by_staleness", "grad_norm_max", "staleness_p99", "eval_last"):
+    for key in ("is_weight_var", "ratio_peqq_var", "ratio_peqq_var_median", "ratio_peqq_var_last", "kl",
+                "kl_by_staleness", "entropy_end", "grad_norm_max", "staleness_p99", "eval_last", "completion_tokens"):
         assert key in cell
+    assert cell["ratio_peqq_var"] > 0  # the paper's statistic is not ~0 for GRPO, unlike its own weights on-policy
+    assert json.loads(out.with_suffix(".json").read_text())[0]["variant"] == "grpo"
     capsys.readouterr()
     assert latency_sweep.main(args) == 0  # a second run finds every cell on disk and only re-renders
     assert "4 cells on disk, 0 to run" in capsys.readouterr().out
