@@ -99,7 +99,7 @@ def run_cell(job: dict) -> dict:
     _name, sets = parse_variant(job["variant"])
     cfg = load_config(job["config"], [*job["sets"], *sets,
                                       f"sync.max_staleness={job['max_staleness'] or job['delay'] + 8}"])
-    began = time.monotonic()
+    began, cpu_began = time.monotonic(), time.process_time()
     trainer = LocalTrainer(cfg, progress=None, delay=delay_model(job["delay"]), eval_every=job["eval_every"],
                            eval_samples=job["eval_samples"], seed=job["seed"])
     result = trainer.run(job["steps"])
@@ -114,7 +114,7 @@ def run_cell(job: dict) -> dict:
     fmean = lambda key, part=curve: statistics.fmean(p.get(key, 0.0) for p in part)  # noqa: E731
     return {
         **{k: job[k] for k in ("variant", "delay", "seed", "steps")},
-        "seconds": round(time.monotonic() - began, 1),
+        "seconds": round(time.monotonic() - began, 1), "cpu_seconds": round(time.process_time() - cpu_began, 1),
         "eval_best": best, "eval_last": last, "best_step": best_step,
         "eval_start": evals[0]["eval_reward"] if evals else None,
         "train_reward_start": fmean("reward_mean", curve[:tenth]),
