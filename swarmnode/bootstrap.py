@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NodeConfig, known_run_ids
 from swarmnode.identity import Identity
 from swarmnode.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
@@ -38,6 +38,7 @@ def bootstrap_health(member: Membership, live: list[PeerRecord], connections: in
         "live_peers": len(live),
         "roles": dict(Counter(r.role for r in live)),
         "rejected_records": member.dht.validator.rejected if member.dht else 0,
+        "other_runs": member.dht.validator.runs_seen(known_run_ids()) if member.dht else {},
     }
 
 
@@ -74,5 +75,7 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                 emit(json.dumps(doc, sort_keys=True))
             else:
                 roles = ", ".join(f"{k} {v}" for k, v in sorted(doc["roles"].items())) or "none"
+                others = ", ".join(f"{run} {n}" for run, n in sorted(doc["other_runs"].items()))
                 emit(f"peers seen: {doc['live_peers']} ({roles}); connections {connections}; "
-                     f"uptime {doc['uptime_s']:.0f} s")
+                     f"uptime {doc['uptime_s']:.0f} s" + (f"; records of other runs refused: {others} (this "
+                                                          f"bootstrap serves run {cfg.run_id})" if others else ""))

@@ -12,6 +12,7 @@ Records under any other key are refused: strangers cannot use the run's DHT as f
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Callable
 
 import msgpack
@@ -26,6 +27,7 @@ from swarmnode.protocol.peer import PeerRecord
 logger = logging.getLogger(__name__)
 
 MAX_RECORD_BYTES = 16 * 1024
+MAX_FOREIGN_KEYS = 64  # distinct other-run keys counted (bounded: strangers cannot grow it)
 # schema(owner peer id, subkey label, payload) raises InvalidRecord if the payload is not acceptable there
 Schema = Callable[[str, str, bytes], None]
 
@@ -71,6 +73,16 @@ class SwarmValidator(RecordValidatorBase):
         self._schemas = {DHTID.generate(source=key).to_bytes(): schema for key, schema in schemas.items()}
         self._identity = identity
         self.rejected = 0  # records refused since start (for health output)
+        self.foreign_keys: Counter[bytes] = Counter()  # refusals by key (hashed): other runs' records, see `runs_seen`
+
+    def runs_seen(self, candidates: list[str]) -> dict[str, int]:
+        """Refused records by run id, for the candidate run ids whose keys they were under (a DHT key is a hash:
+        other run ids cannot be read back); the rest under "other"."""
+        names = {DHTID.generate(source=key).to_bytes(): run for run in candidates for key in run_keys(run).values()}
+        seen: Counter[str] = Counter()
+        for key, count in self.foreign_keys.items():
+            seen[names.get(key, "other")] += count
+        return dict(seen)
 
     def also_read_peers_of(self, run_id: str) -> None:
         """Accept peer records of run `run_id` too: a status client naming the runs a DHT holds (read only)."""
@@ -98,6 +110,8 @@ class SwarmValidator(RecordValidatorBase):
     def _check(self, record: DHTRecord) -> None:
         schema = self._schemas.get(record.key)
         if schema is None:
+            if record.key in self.foreign_keys or len(self.foreign_keys) < MAX_FOREIGN_KEYS:
+                self.foreign_keys[record.key] += 1
             raise InvalidRecord("key is not one of this run's keys (a node of another run id shares this DHT; "
                                 "`swarmnode status` names the runs it finds)")
         if len(record.value) > MAX_RECORD_BYTES:
