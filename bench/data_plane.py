@@ -93,7 +93,7 @@ async def worker(args) -> None:
             if cmd.get("fresh"):  # a throwaway store: the same version fetched again from nothing
                 fresh += 1
                 target = WeightStore(Path(args.dir) / f"fresh{fresh}", RUN, keep_versions=4)
-            fetcher = WeightFetcher(p2p, target, [cmd["learner_key"]])
+            fetcher = WeightFetcher(p2p, target, [cmd["learner_key"]], layout=None)
             cpu0, t0 = cpu_seconds(), time.perf_counter()  # the fetch alone, not making or removing the store
             with profiled(args.profile and f"{args.profile}/fetch{fresh}.prof"):
                 await fetcher.fetch([PeerID.from_base58(h) for h in cmd["holders"]], cmd["version"])

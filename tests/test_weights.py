@@ -158,7 +158,7 @@ def test_fetch_delta_and_resume(tmp_path):
             await WeightServer(ls).start(lp)
             state = make_state()
             m1 = ls.publish(1, state, learner)
-            fetcher = WeightFetcher(sp, ss, [learner.peer_id])
+            fetcher = WeightFetcher(sp, ss, [learner.peer_id], layout=None)
             seen = []
             await fetcher.fetch([lp.peer_id], progress=lambda done, total: seen.append((done, total)))
             assert_same(ss.state_dict(1), state)
@@ -179,7 +179,7 @@ def test_fetch_delta_and_resume(tmp_path):
                     state[k] = state[k] * 2
             m3 = ls.publish(3, state, learner, parent_version=2)
             rs = store(tmp_path, "r")
-            partial = WeightFetcher(sp, rs, [learner.peer_id], streams_per_holder=1, chunks_per_request=1)
+            partial = WeightFetcher(sp, rs, [learner.peer_id], layout=None, streams_per_holder=1, chunks_per_request=1)
             enough = asyncio.Event()
             task = asyncio.ensure_future(partial.fetch(
                 [lp.peer_id], 3, progress=lambda done, total: done >= 4 * CHUNK and enough.set()))
@@ -192,10 +192,10 @@ def test_fetch_delta_and_resume(tmp_path):
             # resuming (no chunk on disk yet) from a holder that has nothing (its have-map stays empty) gives up
             # after `timeout` instead of waiting for chunks forever
             store(tmp_path, "z").begin(m3, bytearray(m3.total_bytes))
-            stuck = WeightFetcher(sp, store(tmp_path, "z"), [learner.peer_id], timeout=1.0, max_rounds=1)
+            stuck = WeightFetcher(sp, store(tmp_path, "z"), [learner.peer_id], layout=None, timeout=1.0, max_rounds=1)
             with pytest.raises(FetchError, match="unavailable"):
                 await asyncio.wait_for(stuck.fetch([empty.peer_id], 3), 20)
-            restarted = WeightFetcher(sp, store(tmp_path, "r"), [learner.peer_id])
+            restarted = WeightFetcher(sp, store(tmp_path, "r"), [learner.peer_id], layout=None)
             await restarted.fetch([lp.peer_id], 3)
             st = restarted.last_stats
             assert st.reused_bytes >= 3 * CHUNK and st.fetched_bytes + st.reused_bytes == m3.total_bytes
@@ -219,7 +219,7 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
             es = store(tmp_path, "evil")
             await WeightServer(es).start(evil)
             es.publish(5, make_state(2), stranger)
-            fetcher = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id])
+            fetcher = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], layout=None)
             with pytest.raises(FetchError, match="not one of the run's learner keys"):
                 await fetcher.fetch([evil.peer_id], 5)
             assert fetcher.rejected_manifests == 1
@@ -244,19 +244,19 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
             corrupt_host = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
                                             auto_nat=False, initial_peers=await lp.get_visible_maddrs())
             try:
-                await WeightFetcher(corrupt_host, cs, [learner.peer_id]).fetch([lp.peer_id], 1)
+                await WeightFetcher(corrupt_host, cs, [learner.peer_id], layout=None).fetch([lp.peer_id], 1)
                 for chunk in ls.manifest(1).chunks:  # every chunk this holder has on disk goes bad
                     path = tmp_path / "c" / "chunks" / chunk.hex
                     path.write_bytes(b"\xff" * path.stat().st_size)
                 cs2 = store(tmp_path, "c")  # restarted: serves from disk, no memory copy
                 cs2_server = await WeightServer(cs2).start(corrupt_host)
-                only_corrupt = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], max_rounds=1)
+                only_corrupt = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], layout=None, max_rounds=1)
                 with pytest.raises(FetchError, match="unavailable"):  # a valid manifest, every chunk bad
                     await only_corrupt.fetch([corrupt_host.peer_id], 1)
                 # nothing fetched: no partial version, no chunk left behind
                 assert only_corrupt.store.versions() == [] and only_corrupt.store.partial_versions() == []
                 assert list((tmp_path / "s" / "chunks").iterdir()) == []
-                good = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], max_rounds=3, timeout=5)
+                good = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], layout=None, max_rounds=3, timeout=5)
                 await good.fetch([bad.peer_id, corrupt_host.peer_id, lp.peer_id], 1)
                 assert_same(store(tmp_path, "s").state_dict(1), state)  # good traffic continued
                 assert good.last_stats.chunks_by_holder[str(lp.peer_id)] >= 1
@@ -283,7 +283,7 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
             m = ls.publish(1, state, learner)
             stores = [store(tmp_path, f"s{i}") for i in range(3)]
             servers = [await WeightServer(s).start(p) for s, p in zip(stores, samplers)]
-            fetchers = [WeightFetcher(p, s, [learner.peer_id], chunks_per_request=1)
+            fetchers = [WeightFetcher(p, s, [learner.peer_id], layout=None, chunks_per_request=1)
                         for p, s in zip(samplers, stores)]
             await asyncio.gather(*[
                 f.fetch([lp.peer_id] + [q.peer_id for q in samplers if q is not p], 1)

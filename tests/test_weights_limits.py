@@ -69,7 +69,7 @@ def test_every_fetch_failure_is_a_fetch_error(tmp_path):
             (broken.root / "partial").rmdir()
             (broken.root / "partial").write_bytes(b"")  # the store's directory became a file: an OSError
             with pytest.raises(FetchError, match="NotADirectoryError|FileExistsError"):
-                await WeightFetcher(sp, broken, [learner.peer_id]).fetch([lp.peer_id], 1)
+                await WeightFetcher(sp, broken, [learner.peer_id], layout=None).fetch([lp.peer_id], 1)
 
     asyncio.run(scenario())
 
@@ -102,7 +102,8 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
             await teaser.add_binary_stream_handler(protocol_name(RUN), have_everything_send_nothing)
 
             def fetcher(name):
-                return WeightFetcher(sp, store(tmp_path, name), [learner.peer_id], timeout=600, request_timeout=2)
+                return WeightFetcher(sp, store(tmp_path, name), [learner.peer_id], layout=None, timeout=600,
+                                     request_timeout=2)
 
             with pytest.raises(FetchError, match="TimeoutError"):
                 await asyncio.wait_for(fetcher("a").fetch([mute.peer_id], 1), 60)

@@ -19,6 +19,6 @@ from swarmnode.swarm.weights.store import FetchError, WeightStore
 
 __all__ = [
     "CHUNK_BYTES", "ChunkSchedule", "FetchError", "FetchStats", "ModelLayout", "ProgressCallback", "WeightFetcher",
-    "WeightServer", "WeightStore", "aligned_buffer", "chunk_size_for", "cut_chunks", "flatten_into", "plan_layout", "protocol_name",
-    "tensors_from_buffer",
+    "WeightServer", "WeightStore", "aligned_buffer", "chunk_size_for", "cut_chunks", "flatten_into", "plan_layout",
+    "protocol_name", "tensors_from_buffer",
 ]

@@ -60,16 +60,15 @@ class WeightFetcher:
     `MAX_WINDOW` chunks): a fast holder streams without gaps, a slow one does not sit on chunks others could
     serve sooner. A holder that does not connect and answer within `request_timeout`, or sends no byte for that
     long while asked for something, is dropped for the rest of the fetch; a round ends when no holder gained a
-    missing chunk for `timeout`. With a `layout` (the node's model), a manifest that does not fit the model is
-    refused before anything is allocated for it."""
+    missing chunk for `timeout`. `layout` is the model the weights are for: a manifest that does not fit it is
+    refused before anything is allocated for it (None, only where the caller has no model: tests, benchmarks)."""
 
     PIPELINE_S = 0.1
     MAX_WINDOW = 8
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
-                 streams_per_holder: int = 1, chunks_per_request: int = 1, window: int | None = None,
-                 timeout: float = 30.0, request_timeout: float = 5.0, max_rounds: int = 5,
-                 layout: ModelLayout | None = None):
+                 layout: ModelLayout | None, streams_per_holder: int = 1, chunks_per_request: int = 1,
+                 window: int | None = None, timeout: float = 30.0, request_timeout: float = 5.0, max_rounds: int = 5):
         self.p2p = p2p
         self.store = store
         self.allowed_publishers = set(allowed_publishers)
