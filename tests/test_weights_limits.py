@@ -9,6 +9,7 @@ import os
 import subprocess
 
 import pytest
+from hivemind.p2p import PeerID
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import pack
@@ -113,6 +114,14 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
             assert f.last_stats.chunks_by_holder[str(lp.peer_id)] == len(m.chunks)  # all from the honest one
             with pytest.raises(FetchError, match="unavailable"):
                 await asyncio.wait_for(fetcher("c").fetch([teaser.peer_id], 1), 60)
+            # a flood of listed holders that do not exist: the publisher is asked first, the others are bounded
+            ghosts = [PeerID.from_base58(Identity.generate().peer_id) for _ in range(200)]
+            f = WeightFetcher(sp, store(tmp_path, "d"), [learner.peer_id, str(lp.peer_id)], layout=None,  # lp's host
+                              timeout=600, request_timeout=2)  # is the learner's here, as in a node
+            assert len(f.pick_holders([*ghosts, lp.peer_id])) == WeightFetcher.MAX_HOLDERS
+            assert f.pick_holders([*ghosts, lp.peer_id])[0] == lp.peer_id
+            await asyncio.wait_for(f.fetch([*ghosts, lp.peer_id], 1), 60)
+            assert f.last_stats.chunks_by_holder == {str(lp.peer_id): len(m.chunks)}
 
     asyncio.run(scenario())
 

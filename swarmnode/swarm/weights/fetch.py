@@ -65,6 +65,7 @@ class WeightFetcher:
 
     PIPELINE_S = 0.1
     MAX_WINDOW = 8
+    MAX_HOLDERS = 32  # holders one fetch talks to: the allowed publishers first, then others at random
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
                  layout: ModelLayout | None, streams_per_holder: int = 1, chunks_per_request: int = 1,
@@ -128,11 +129,21 @@ class WeightFetcher:
         """Make `version` (-1: the newest a holder has) complete in the store; returns its manifest. Every
         failure (no valid manifest, chunks unavailable, a disk or memory error) raises FetchError."""
         try:
-            return await self._fetch(holders, version, progress)
+            return await self._fetch(self.pick_holders(holders), version, progress)
         except FetchError:
             raise
         except Exception as exc:  # OSError (ENOSPC, ENOMEM), MemoryError, a record that does not validate...
             raise FetchError(f"version {version}: {type(exc).__name__}: {exc}") from exc
+
+    def pick_holders(self, holders: list[PeerID]) -> list[PeerID]:
+        """The holders to use: the allowed publishers among them first (they sign the manifests and hold every
+        chunk), then up to `MAX_HOLDERS` in all of the others, at random: a flood of peers that hold nothing
+        (or do not answer) costs a fetch a bounded number of connection attempts, none before the publisher's."""
+        unique = list(dict.fromkeys(holders))
+        publishers = [h for h in unique if str(h) in self.allowed_publishers]
+        others = [h for h in unique if str(h) not in self.allowed_publishers]
+        random.shuffle(others)
+        return (publishers + others)[: max(self.MAX_HOLDERS, len(publishers))]
 
     async def _fetch(self, holders: list[PeerID], version: int, progress: ProgressCallback | None) -> WeightManifest:
         if version >= 0 and (m := self.store.manifest(version)) is not None:
