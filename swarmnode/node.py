@@ -25,12 +25,15 @@ from swarmnode.delay import parse_delay
 from swarmnode.health import MAX_INVALID_PEERS, RateMeter, StalenessHistogram, VersionSeries, record_health
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.journal import GroupJournal
 from swarmnode.preflight import check_trust_root
 from swarmnode.swarm.membership import Membership
 
 logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
 STEPS_FILE = "learner_steps.jsonl"
+PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
+JOURNAL_FILE = "group_journal"  # acknowledged groups not yet in a checkpoint (swarmnode.learner.journal)
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
 PROGRESS_EVERY_S = 20.0  # a working sampler prints one progress line this often
 
@@ -123,22 +126,37 @@ class LearnerRole(_Role):
             self.member.update(version=version, versions=self.store.versions())
 
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, publish,
-                                   checkpoint_dir=self.data_dir / "checkpoints")
+                                   checkpoint_dir=self.data_dir / "checkpoints",
+                                   published_path=self.data_dir / PUBLISHED_FILE)
+        limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
+        self.journal = self.learner.journal = GroupJournal(self.data_dir / JOURNAL_FILE,
+                                                           soft_limit=4 * cfg.learner.buffer_size,
+                                                           hard_limit=16 * cfg.learner.buffer_size)
+        if replayed := await asyncio.to_thread(self.journal.replay_into, self.buffer, limits):
+            self.emit("acknowledged groups from before the restart: " +
+                      ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
         if self.learner.version not in self.store.versions():
-            await asyncio.to_thread(publish, self.learner.version, self.learner.state_snapshot())
+            await asyncio.to_thread(self.learner.publish_current)
         else:
             await self.dht.announce_version(self.learner.version, {"publisher": self.identity.peer_id})
             self.member.update(version=self.learner.version, versions=self.store.versions())
-        limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
         arrived = asyncio.Event()  # a group reached the buffer (the receiver runs on this loop)
 
         def admit(group) -> str:
+            if self.journal.over_hard_limit:  # the learner is not checkpointing: accept no more than it can keep
+                return "busy"
             status = self.buffer.add(group)
             arrived.set()
             return status
 
+        async def durable(group, body: bytes) -> None:  # before the ack
+            self.journal.append(body)
+            await self.journal.sync()
+
         self.receiver = RolloutReceiver(cfg.run_id, admit, limits, journal=self.data_dir / "seen_groups",
-                                        version=lambda: self.learner.version)
+                                        version=lambda: self.learner.version, durable=durable)
+        self.learner.on_poisoned = lambda group: loop.call_soon_threadsafe(
+            self.receiver.strike, group.sampler_id, f"poisoned_group {group.group_id[:12]}: its loss was not finite")
         await self.receiver.start(self.p2p)
         self.publish_health(version=self.learner.version, step=self.learner.step_count, **self._health_extras())
         self.emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
@@ -163,6 +181,7 @@ class LearnerRole(_Role):
             steps_file.close()
             await asyncio.to_thread(self.learner.save)
             self.receiver.close()
+            self.journal.close()
 
     def _step_record(self, diag: dict, step_time: float) -> dict:
         """One line of the steps file: the step's diagnostics plus the node's counters."""

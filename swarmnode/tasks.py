@@ -80,6 +80,10 @@ class Task(ABC):
     def reward(self, prompt: Prompt, completion_text: str) -> float:
         """Score of a completion in [0, 1]; pure in (prompt, completion_text)."""
 
+    def held_out(self, prompt: Prompt) -> bool:
+        """True for a prompt of the held-out evaluation split (a learner never trains on those)."""
+        return False
+
 
 def _held_out(seed: int, key: str) -> bool:
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
@@ -166,6 +170,10 @@ class ArithmeticTask(Task):
     def reward(self, prompt: Prompt, completion_text: str) -> float:
         return arithmetic_reward(completion_text, prompt.reference)
 
+    def held_out(self, prompt: Prompt) -> bool:
+        a, b = (int(x) for x in prompt.prompt_id.split(":")[1:])
+        return self._is_eval(a, b)
+
 
 def math_verify_reward(completion_text: str, reference: str) -> float:
     """1.0 if math-verify finds the completion's answer equivalent to `reference`, else 0.0; never raises.
@@ -211,6 +219,7 @@ class MathTask(Task):
         held = held[: min(eval_size, len(rows) // 2)]
         held_set = set(held)
         self._eval_idx = held
+        self._eval_set = held_set
         self._train_idx = [i for i in range(len(rows)) if i not in held_set]
 
     @staticmethod
@@ -244,6 +253,9 @@ class MathTask(Task):
 
     def reward(self, prompt: Prompt, completion_text: str) -> float:
         return math_verify_reward(completion_text, prompt.reference)
+
+    def held_out(self, prompt: Prompt) -> bool:
+        return int(prompt.prompt_id.split(":")[1]) in self._eval_set
 
 
 def _row_fields(row: object, cfg: TaskConfig, where: str) -> tuple[str, str]:

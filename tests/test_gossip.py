@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hivemind.p2p import P2P
+from hivemind.p2p import P2P, PeerID
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup
@@ -292,6 +292,35 @@ def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path
 
     groups = asyncio.run(scenario())
     assert got.ids == [g.group_id for g in groups[-5:]]
+
+
+def test_a_destination_that_never_answers_cannot_stall_the_sender(tmp_path):
+    """A learner record with no process behind it is a destination like any other, but only peers that answer
+    count for backpressure: the real learner gets every group and the sampler is never held back."""
+    sid = Identity.generate()
+    got = Collector()
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            receiver = RolloutReceiver(RUN, got, LIMITS)
+            await receiver.start(lp)
+            sender = RolloutSender(sp, RUN, outbox_size=50, ack_timeout=1.0, max_backoff=0.2, alive_window=2.0)
+            await sender.start()
+            ghost = PeerID.from_base58(Identity.generate().peer_id)
+            sender.set_destinations([lp.peer_id, ghost])
+            rng = random.Random(3)
+            for i in range(20):
+                sender.send(make_group(sid, rng, "ghost", i))
+            await wait_for(lambda: len(got.ids) == 20)
+            await wait_for(lambda: sender.alive_destinations() == [str(lp.peer_id)])
+            pending, queued = sender.pending, sender.queued
+            flushed = await sender.flush(5)
+            await sender.close()
+            receiver.close()
+            return pending, queued, flushed
+
+    pending, queued, flushed = asyncio.run(scenario())
+    assert pending == 0 and queued == 20 and flushed  # the ghost's outbox is bounded and does not count
 
 
 def test_acks_tell_the_learners_version_and_senders_keep_the_highest(tmp_path):

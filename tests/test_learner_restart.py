@@ -34,22 +34,30 @@ def wait_rows(path: Path, predicate, timeout: float, what: str) -> list[dict]:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; rows: {steps(path)[-3:]}")
 
 
+def learner_args(tmp_path: Path, *sets: str) -> dict:
+    """`LocalSwarm.join` arguments of a working tiny-cpu learner with its data under tmp_path/learner."""
+    return dict(work=True, env=NODE_ENV, identity=tmp_path / "learner.key",
+                extra=[*WORK, *sets, "--set", f"data_dir={tmp_path / 'learner'}"])
+
+
+def start_learner_and_sampler(swarm: LocalSwarm, tmp_path: Path, *sets: str):
+    """A bootstrap, a learner (`learner_args`) and a sampler; the learner's process."""
+    swarm.bootstrap()
+    learner = swarm.join("learner", "learner", **learner_args(tmp_path, *sets))
+    swarm.join("sampler", "sampler", work=True, env=NODE_ENV, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+    return learner
+
+
 def test_a_restarted_learner_resumes_its_checkpoint_and_version_numbering(tmp_path):
-    data = tmp_path / "learner"
-    learner_args = dict(work=True, env=NODE_ENV, identity=tmp_path / "learner.key",
-                        extra=[*WORK, "--set", f"data_dir={data}"])
-    steps_file = data / "learner_steps.jsonl"
+    steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     with LocalSwarm(tmp_path) as swarm:
-        swarm.bootstrap()
-        first = swarm.join("learner", "learner", **learner_args)
-        swarm.join("sampler", "sampler", work=True, env=NODE_ENV,
-                   extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+        first = start_learner_and_sampler(swarm, tmp_path)
         wait_rows(steps_file, lambda rows: len(rows) >= 10, 180, "10 learner steps")
         assert first.stop() == 0, first.stderr()[-2000:]  # SIGTERM: finish the step, checkpoint, leave
         before = steps(steps_file)
         saved_step, saved_version = before[-1]["step"], before[-1]["version"]
 
-        again = swarm.join("learner-again", "learner", **learner_args)
+        again = swarm.join("learner-again", "learner", **learner_args(tmp_path))
         ready = again.wait_line("learner ready:", 120)
         match = re.fullmatch(r"version (\d+) \((\w+)\)", ready)
         assert match and match.group(2) == "resumed" and int(match.group(1)) == saved_version, ready

@@ -84,25 +84,28 @@ def test_validator_owner_only_signed_and_schema_checked():
     owner, other = Identity.generate(), Identity.generate()
     v_owner, v_other = SwarmValidator(RUN, owner), SwarmValidator(RUN, other)
     payload = PeerRecord.create(owner, role="learner").encode()
-    good = _record(v_owner, f"{RUN}/peers", owner.peer_id, payload, 1e10)
+    exp = get_dht_time() + 60
+    good = _record(v_owner, f"{RUN}/peers", owner.peer_id, payload, exp)
     assert v_other.validate(good)
     assert v_owner.strip_value(good) == msgpack.packb(payload)
     # a subkey written by another key
-    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", owner.peer_id, payload, 1e10))
+    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", owner.peer_id, payload, exp))
     # the owner's signature, moved to a longer life, another key, or another run
-    assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value, 2e10))
-    assert not v_owner.validate(_record(v_owner, f"{RUN}/junk", owner.peer_id, payload, 1e10))
+    assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value, exp + 10))
+    assert not v_owner.validate(_record(v_owner, f"{RUN}/junk", owner.peer_id, payload, exp))
     assert not SwarmValidator("other-run", owner).validate(good)
     # bad signature bytes
-    assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value[:-64] + bytes(64), 1e10))
+    assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value[:-64] + bytes(64), exp))
     # wrong schema, properly signed by the subkey owner
-    assert not v_other.validate(_record(v_other, f"{RUN}/peers", other.peer_id, b"hello", 1e10))
+    assert not v_other.validate(_record(v_other, f"{RUN}/peers", other.peer_id, b"hello", exp))
     # somebody else's (valid) peer record under my subkey
-    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", other.peer_id, payload, 1e10))
+    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", other.peer_id, payload, exp))
     # oversized
     assert not v_other.validate(_record(v_other, f"{RUN}/peers", other.peer_id, bytes(MAX_PEER_RECORD_BYTES + 1),
-                                        1e10))
-    assert v_owner.rejected >= 5
+                                        exp))
+    # properly signed, but claiming to live for a day: refused (nothing stays "live" without a process behind it)
+    assert not v_other.validate(_record(v_owner, f"{RUN}/peers", owner.peer_id, payload, get_dht_time() + 86400))
+    assert v_owner.rejected >= 5 and v_other.rejected >= 3
 
 
 def test_parse_initial_peer_errors():

@@ -6,6 +6,7 @@ import hashlib
 import math
 
 import msgpack
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ LIMITS = RolloutLimits(vocab_size=128, max_generations=8, max_completion_tokens=
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 tokens = st.integers(0, LIMITS.vocab_size - 1)
-logprob = st.floats(-50.0, 0.0, allow_nan=False, width=32)
+logprob = st.floats(-40.0, 0.0, allow_nan=False, width=32)  # floor for V=128: -44.85
 
 
 @st.composite
@@ -99,7 +100,7 @@ def _resigned(obj: dict, identity: Identity = IDENTITY) -> bytes:
         (lambda o: o.update(prompt_tokens=[7, 128]), "not a token id"),
         (lambda o: o.update(prompt_tokens=[-1]), "not a token id"),
         (lambda o: o.update(prompt_tokens=[]), "prompt_tokens has 0 tokens"),
-        (lambda o: o.update(prompt_tokens=[1] * 33), "prompt_tokens has 33 tokens"),
+        (lambda o: o.update(prompt_tokens=[1] * 33), "33 exceeds max_array_len"),
         (lambda o: o.update(prompt_tokens=[True]), "not a token id"),
         (lambda o: o.update(completions=[[1] * 17, [1]]), "completions[0] has 17 tokens"),
         (lambda o: o.update(completions=[]), "empty"),
@@ -116,6 +117,10 @@ def _resigned(obj: dict, identity: Identity = IDENTITY) -> bytes:
         (lambda o: o.update(temperature=0.0), "temperature"),
         (lambda o: o.update(temperature=-1.0), "temperature"),
         (lambda o: o.update(temperature=math.nan), "temperature"),
+        (lambda o: o.update(temperature=1e-30), "temperature"),
+        (lambda o: o.update(temperature=11.0), "temperature"),
+        (lambda o: o["logprobs"].__setitem__(0, np.asarray([-1e30, -0.1], "<f4").tobytes()), "plausible floor"),
+        (lambda o: o["logprobs"].__setitem__(0, np.asarray([-45.0, -0.1], "<f4").tobytes()), "plausible floor"),
         (lambda o: o.update(policy_version=-1), "policy_version"),
         (lambda o: o.update(policy_version=1.5), "policy_version"),
         (lambda o: o.update(run_id=""), "run_id"),
@@ -154,6 +159,38 @@ def test_size_limit_and_non_map_inputs():
     _rejects(msgpack.packb([1, 2]), "top level must be a map")
     _rejects(b"\xc1", "not valid msgpack")
     _rejects(bytes(10**6), "exceeds the limit")
+
+
+def test_floor_follows_the_vocabulary_and_temperature_the_run():
+    assert LIMITS.logprob_floor == pytest.approx(-(math.log(128) + 40))
+    assert RolloutLimits(vocab_size=151_936).logprob_floor < LIMITS.logprob_floor
+    obj = _wire(_example())
+    obj["logprobs"][0] = np.asarray([-44.0, -0.1], "<f4").tobytes()  # above the floor for V=128
+    assert RolloutGroup.decode(_resigned(obj), LIMITS).logprobs[0][0] == pytest.approx(-44.0)
+    from swarmnode.config import NodeConfig
+
+    run = RolloutLimits.from_config(NodeConfig.model_validate({"sampler": {"temperature": 0.6}}), vocab_size=128)
+    assert (run.min_temperature, run.max_temperature) == pytest.approx((0.3, 1.2))
+    obj = _wire(_example())
+    obj["temperature"] = 2.0  # fine by the defaults, outside this run's bounds
+    _rejects(_resigned(obj), "temperature", run)
+
+
+@pytest.mark.parametrize("payload", [
+    {"completions": [[]] * (8 << 20)},  # 8 M empty arrays: the frame of the attack campaign
+    {"completions": [[[]] * 4000] * 2000},  # nested: every array short, millions in all
+    {"prompt_tokens": [{}] * 100_000},  # maps count too
+])
+def test_millions_of_tiny_containers_are_refused_at_the_first_excess(payload):
+    data = msgpack.packb(payload)
+    limits = RolloutLimits(vocab_size=128, max_bytes=len(data) + 1)
+    import tracemalloc
+
+    tracemalloc.start()
+    assert any(r in _rejects(data, None, limits) for r in ("exceeds max_array_len", "arrays/maps"))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 << 20  # the whole frame decoded would be ~1 GB of lists; refused well before
 
 
 def test_vocab_limit_applies():

@@ -83,7 +83,21 @@ class ReplayBuffer:
     @_locked
     def add(self, group: _Group) -> str:
         """Offer one group; returns "ok" or the reason it was refused (and counts it)."""
-        reason = self._judge(group)
+        return self._admit(group, self._judge(group))
+
+    @_locked
+    def readmit(self, group: _Group) -> str:
+        """Offer a group this learner acknowledged before a restart (replayed from its journal): judged like a
+        new one (staleness, quota...) except that the dedup memory, which already holds it, is not asked. A
+        group already in the buffer is still a duplicate."""
+        return self._admit(group, "duplicate" if group.group_id in self._groups else self._judge(group, dedup=False))
+
+    @_locked
+    def held(self) -> list[_Group]:
+        """The groups in the buffer now (not yet drawn), in arrival order."""
+        return list(self._groups.values())
+
+    def _admit(self, group: _Group, reason: str) -> str:
         self.counters[reason] += 1
         if reason != ACCEPTED:
             return reason
@@ -94,8 +108,8 @@ class ReplayBuffer:
         self._per_sampler[group.sampler_id] += 1
         return reason
 
-    def _judge(self, group: _Group) -> str:
-        if group.group_id in self._seen or group.group_id in self._groups:
+    def _judge(self, group: _Group, dedup: bool = True) -> str:
+        if dedup and (group.group_id in self._seen or group.group_id in self._groups):
             return "duplicate"
         if self.lineage is not None and group.lineage != self.lineage:
             return "lineage"

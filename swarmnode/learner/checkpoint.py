@@ -37,16 +37,68 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
+    fsync_dir(directory)
+    return final
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """Make a rename in `directory` durable."""
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    return final
+
+
+def remove_stale_temp_files(directory: str | Path) -> int:
+    """Delete checkpoint temp files left by saves that a crash interrupted (their writer, named by the pid
+    suffix, is gone); how many were removed."""
+    removed = 0
+    for tmp in Path(directory).glob(f".{CHECKPOINT_NAME}.tmp*"):
+        pid = tmp.name.rpartition(".tmp")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue  # a save in progress in another process
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_published(path: str | Path) -> int:
+    """The highest version recorded by `write_published` at `path`, or -1."""
+    try:
+        return int(Path(path).read_text().strip() or -1)
+    except (OSError, ValueError):
+        return -1
+
+
+def write_published(path: str | Path, version: int) -> None:
+    """Record (atomically, fsynced) at `path` that `version` is about to be announced, before anyone sees it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(f"{int(version)}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def load_checkpoint(directory: str | Path) -> dict[str, Any] | None:
-    """The latest checkpoint in `directory`, or None when there is none."""
+    """The latest checkpoint in `directory`, or None when there is none (temp files of interrupted saves are
+    removed: each could be as big as the model and optimiser state)."""
+    if Path(directory).is_dir():
+        remove_stale_temp_files(directory)
     path = Path(directory) / CHECKPOINT_NAME
     if not path.is_file():
         return None

@@ -12,6 +12,16 @@ logits) at each row's sampling temperature under the configured precision (`lear
 in `model.dtype`. Every `checkpoint_every` steps (and whenever
 the caller asks, e.g. on SIGTERM) the whole state is written atomically; on construction with a checkpoint
 directory holding one, the loop resumes at the same step and version.
+
+One group cannot poison a step: prompts of the task's held-out evaluation split are refused (counted
+`eval_prompt`), and a micro-batch whose loss is not finite is recomputed group by group from the same forward
+pass; the groups whose own loss is not finite are dropped (counted `poisoned_group`, reported to `on_poisoned`
+so the node can strike their sender) and the rest of the step trains.
+
+Versions never go backwards: with `published_path`, every version is recorded there (fsynced) before it is
+published, and a learner restarted from an older checkpoint goes on above the highest recorded one. With a
+`journal` (a GroupJournal of the groups it acknowledged) the loop compacts it after every checkpoint and
+checkpoints early when it grows past its soft limit.
 """
 
 from __future__ import annotations
@@ -26,7 +36,15 @@ import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
-from swarmnode.learner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from swarmnode.learner.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    read_published,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_published,
+)
 from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance
 from swarmnode.learner.microbatch import loss_share, token_budget_batches
 from swarmnode.learner.precision import Precision
@@ -56,6 +74,7 @@ class LearnerLoop:
         buffer: ReplayBuffer,
         publish: Publish | None = None,
         checkpoint_dir: Path | str | None = None,
+        published_path: Path | str | None = None,
     ):
         self.model, self.tokenizer, self.task, self.cfg, self.buffer = model, tokenizer, task, cfg, buffer
         self.lc = cfg.learner
@@ -74,7 +93,15 @@ class LearnerLoop:
         self.rejected: Counter[str] = Counter()
         self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
         self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
+        self.on_poisoned: Callable[[Any], None] | None = None  # a group whose loss was not finite (training thread)
+        self.journal = None  # a GroupJournal of acknowledged groups, compacted after every checkpoint
         self.resumed = self.resume() if self.checkpoint_dir else False
+        # a learner that announces versions to others records the highest one (see `publish_current`)
+        self.published_path = Path(published_path) if published_path else None
+        self.published = read_published(self.published_path) if self.published_path else -1
+        if self.published > self.version:  # killed after announcing versions its checkpoint does not have:
+            self.version = self.published + 1  # go on above them (samplers ignore anything not newer)
+            self.buffer.set_version(self.version)
 
     # ---- batch preparation -------------------------------------------------------------------------------
     def _prompt_tokens(self, text: str) -> list[int]:
@@ -87,6 +114,9 @@ class LearnerLoop:
         prompt = self.task.get(group.prompt_id)
         if prompt is None:
             self.rejected["unknown_prompt"] += 1
+            return None
+        if self.task.held_out(prompt):
+            self.rejected["eval_prompt"] += 1
             return None
         if list(group.prompt_tokens) != self._prompt_tokens(prompt.text):
             self.rejected["prompt_mismatch"] += 1
@@ -133,7 +163,8 @@ class LearnerLoop:
         out = {**diag, **summary, **self._status(), "trained": 1.0}
         if self.on_step is not None:
             self.on_step(out)
-        if self.checkpoint_dir and self.step_count % self.lc.checkpoint_every == 0:
+        if self.checkpoint_dir and (self.step_count % self.lc.checkpoint_every == 0
+                                    or (self.journal is not None and self.journal.over_soft_limit)):
             self.save()
         return out
 
@@ -199,13 +230,40 @@ class LearnerLoop:
                 logq[i, : len(r.logq)] = torch.as_tensor(r.logq, dtype=torch.float32)
         rewards = torch.tensor([r.reward for r in rows], device=device)
         staleness = torch.tensor([r.staleness for r in rows], device=device)
-        loss, diag = policy_loss(self.lc.algorithm, scores.logp, logq.to(device), scores.mask, rewards,
-                                 group_index.to(device), self.lc, staleness, shuffle_seed=self.step_count,
-                                 adv=adv.to(device), log_e=log_e.to(device))
+        args = (scores.logp, logq.to(device), scores.mask, rewards, group_index.to(device), staleness,
+                adv.to(device), log_e.to(device))
+        loss, diag = self._policy_loss(*args)
+        if not torch.isfinite(loss):
+            loss, diag = self._isolate(rows, *args)
         with torch.no_grad():
             diag["learner_entropy"] = float(scores.entropy[scores.mask].mean()) if scores.mask.any() else 0.0
             seq_logp = scores.logp.detach().sum(dim=1) / scores.mask.sum(dim=1).clamp(min=1)
         return loss, diag, seq_logp.float().cpu()
+
+    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e):
+        return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
+                           shuffle_seed=self.step_count, adv=adv, log_e=log_e)
+
+    def _isolate(self, rows: list[_Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
+        groups whose own loss is not finite are dropped (counted, reported to `on_poisoned`), the others'
+        losses are averaged by rows."""
+        group_index = args[4]
+        kept: list[tuple[int, dict]] = []
+        total = args[0].sum() * 0.0  # keeps the graph (and a zero gradient) when every group is dropped
+        for gi in torch.unique(group_index).tolist():
+            mine = group_index == gi
+            loss, diag = self._policy_loss(*(a[mine] for a in args))
+            if not torch.isfinite(loss):
+                self.rejected["poisoned_group"] += 1
+                if self.on_poisoned is not None:
+                    self.on_poisoned(rows[int(mine.nonzero()[0])].group)
+                continue
+            n = int(mine.sum())
+            kept.append((n, diag))
+            total = total + loss * n
+        n = sum(k for k, _ in kept)
+        return (total / n if n else total), (_weighted_mean(kept) if kept else {})
 
     def _status(self) -> dict:
         stats = self.buffer.stats()
@@ -217,8 +275,17 @@ class LearnerLoop:
     def _bump_version(self) -> None:
         self.version += 1
         self.buffer.set_version(self.version)
-        if self.publish is not None:
-            self.publish(self.version, self.state_snapshot())
+        self.publish_current()
+
+    def publish_current(self) -> None:
+        """Publish the current weights as the current version; the version is first recorded on disk, so a
+        restarted learner never announces a number it announced before."""
+        if self.publish is None:
+            return
+        if self.published_path is not None and self.version > self.published:
+            write_published(self.published_path, self.version)
+            self.published = self.version
+        self.publish(self.version, self.state_snapshot())
 
     def state_snapshot(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the current weights in `model.dtype` (what a published version holds)."""
@@ -229,7 +296,7 @@ class LearnerLoop:
         """Write the checkpoint now (no-op without a checkpoint directory)."""
         if self.checkpoint_dir is None:
             return None
-        return save_checkpoint(self.checkpoint_dir, {
+        path = save_checkpoint(self.checkpoint_dir, {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -240,6 +307,9 @@ class LearnerLoop:
             "rejected": dict(self.rejected),
             "extra": self.extra_state() if callable(self.extra_state) else self.extra_state,
         })
+        if self.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
+            self.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
+        return path
 
     def resume(self) -> bool:
         """Load the checkpoint if there is one; True when resumed (same step and version as saved)."""

@@ -27,12 +27,19 @@ def pack(obj: dict[str, Any]) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def unpack(data: bytes, max_bytes: int) -> dict[str, Any]:
-    """Decode msgpack bytes into a dict, enforcing `max_bytes` before parsing anything."""
+def unpack(data: bytes, max_bytes: int, *, max_array_len: int | None = None,
+           max_containers: int | None = None, max_map_len: int = 1024) -> dict[str, Any]:
+    """Decode msgpack bytes into a dict, enforcing `max_bytes` before parsing anything.
+
+    `max_array_len` bounds every array's element count and `max_containers` the number of arrays and maps in
+    the whole record; both are checked while decoding and stop it at the first excess, so a frame of millions
+    of tiny nested arrays costs microseconds, not seconds and gigabytes (without them, up to `max_bytes` each).
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidRecord(f"expected bytes, got {type(data).__name__}")
     if len(data) > max_bytes:
         raise InvalidRecord(f"record of {len(data)} bytes exceeds the limit of {max_bytes}")
+    budget = _ContainerBudget(max_containers)
     try:
         obj = msgpack.unpackb(
             bytes(data),
@@ -40,20 +47,27 @@ def unpack(data: bytes, max_bytes: int) -> dict[str, Any]:
             strict_map_key=True,
             max_bin_len=max_bytes,
             max_str_len=max_bytes,
-            max_array_len=max_bytes,
-            max_map_len=1024,
+            max_array_len=max_bytes if max_array_len is None else max_array_len,
+            max_map_len=max_map_len,
             max_ext_len=0,
+            list_hook=budget.list if max_containers is not None else None,
+            object_hook=budget.map if max_containers is not None else None,
         )
+    except InvalidRecord:
+        raise
     except Exception as exc:  # msgpack raises many types (ExtraData, ValueError, TypeError, ...)
-        raise InvalidRecord(f"not valid msgpack ({type(exc).__name__})") from None
+        reason = str(exc)[:80] if "exceeds max_" in str(exc) else type(exc).__name__  # "33 exceeds max_array_len(32)"
+        raise InvalidRecord(f"not valid msgpack ({reason})") from None
     if not isinstance(obj, dict):
         raise InvalidRecord(f"top level must be a map, got {type(obj).__name__}")
     return obj
 
 
-def unpack_record(data: bytes, max_bytes: int, kind: str, version: int, wire_fields: frozenset[str]) -> dict[str, Any]:
-    """`unpack`, then the checks every strict record shares: no unknown field, the right `kind`, wire version."""
-    obj = unpack(data, max_bytes)
+def unpack_record(data: bytes, max_bytes: int, kind: str, version: int, wire_fields: frozenset[str],
+                  **bounds: int) -> dict[str, Any]:
+    """`unpack` (with `bounds`: max_array_len, max_containers, max_map_len), then the checks every strict record
+    shares: no unknown field, the right `kind`, wire version."""
+    obj = unpack(data, max_bytes, **bounds)
     extra = set(obj) - wire_fields
     if extra:
         raise InvalidRecord(f"unknown field {sorted(map(str, extra))[0]!r}")
@@ -85,6 +99,26 @@ def check_content(content: dict[str, Any], id_field: str, claimed_id: str, signe
     if content_id(content) != claimed_id:
         raise InvalidRecord(f"{id_field} does not match the content hash")
     check_signature({**content, id_field: claimed_id}, signer_peer_id, signature)
+
+
+class _ContainerBudget:
+    """Counts the arrays and maps a decode builds; raises InvalidRecord (stopping the decode) past the limit."""
+
+    def __init__(self, limit: int | None):
+        self.limit, self.used = limit, 0
+
+    def _take(self) -> None:
+        self.used += 1
+        if self.limit is not None and self.used > self.limit:
+            raise InvalidRecord(f"more than {self.limit} arrays/maps in one record")
+
+    def list(self, value: list) -> list:
+        self._take()
+        return value
+
+    def map(self, value: dict) -> dict:
+        self._take()
+        return value
 
 
 def field(obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

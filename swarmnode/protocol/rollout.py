@@ -6,6 +6,15 @@ Wire format (msgpack map, strict: unknown or missing fields are rejected):
   temperature, rewards, policy_version, lineage, sampler_id, created_at, signature (Ed25519 by sampler_id).
 Log-probs are stored as float32: `create` rounds them so the in-memory record equals the decoded one.
 `decode` raises only `InvalidRecord`, with the reason.
+
+Plausibility, beyond types and sizes (one group must not be able to poison a learner's step):
+- every behaviour log-prob lies in [`RolloutLimits.logprob_floor`, 0]. The floor is -(ln V + 40): an honest
+  sampler draws a token whose probability is below e^floor with probability at most V * e^floor = e^-40 per
+  token, while a forged -1e30 would overflow the learner's importance weights;
+- the temperature lies in the run's bounds (`from_config`: half to twice the run's sampler temperature), so
+  1e-30 (logits divided into infinities) is refused;
+- the decoder counts arrays/maps while decoding and stops at the first excess, so a frame of millions of
+  empty arrays costs microseconds (the learner checks prompt ids against the task's training split).
 """
 
 from __future__ import annotations
@@ -36,8 +45,11 @@ from swarmnode.protocol.codec import (
 KIND = "rollout"
 WIRE_VERSION = 1
 MAX_ID_CHARS = 128
-MAX_TEMPERATURE = 100.0
+MAX_TEMPERATURE = 10.0  # the sampler config's own upper bound
+MIN_TEMPERATURE = 0.05
 MAX_ABS_REWARD = 1e6
+LOGPROB_MARGIN = 40.0  # nats below -ln(vocab) an honest sampled token never reaches (chance e^-40 per token)
+_SCALAR_FIELDS_SLACK = 8  # arrays/maps beyond the per-completion ones: top-level map, prompt, lists of lists
 _WIRE_FIELDS = frozenset(
     "kind v run_id group_id prompt_id prompt_tokens completions logprobs temperature rewards policy_version "
     "lineage sampler_id created_at signature".split()
@@ -53,16 +65,37 @@ class RolloutLimits:
     max_completion_tokens: int = 4096
     max_prompt_tokens: int = 4096
     max_bytes: int = 8 * 1024 * 1024
+    min_temperature: float = MIN_TEMPERATURE
+    max_temperature: float = MAX_TEMPERATURE
+
+    @property
+    def logprob_floor(self) -> float:
+        """The lowest per-token behaviour log-prob accepted: -(ln V + LOGPROB_MARGIN)."""
+        return -(math.log(max(2, self.vocab_size)) + LOGPROB_MARGIN)
+
+    @property
+    def max_array_len(self) -> int:
+        """The longest array a valid record holds (a completion, the prompt, or the list of completions)."""
+        return max(self.max_generations, self.max_completion_tokens, self.max_prompt_tokens)
+
+    @property
+    def max_containers(self) -> int:
+        """Arrays and maps a valid record holds at most: one per completion plus a few."""
+        return self.max_generations + _SCALAR_FIELDS_SLACK
 
     @classmethod
     def from_config(cls, cfg, vocab_size: int) -> "RolloutLimits":
-        """Limits of a run: G, lengths and message size from the node config (a NodeConfig)."""
+        """Limits of a run: G, lengths and message size from the node config (a NodeConfig); temperatures
+        within half to twice the run's sampler temperature."""
+        temperature = cfg.sampler.temperature
         return cls(
             vocab_size=vocab_size,
             max_generations=cfg.sampler.num_generations,
             max_completion_tokens=cfg.sampler.max_completion_length,
             max_prompt_tokens=cfg.sampler.max_prompt_length,
             max_bytes=cfg.network.max_message_bytes,
+            min_temperature=max(MIN_TEMPERATURE, temperature / 2),
+            max_temperature=min(MAX_TEMPERATURE, temperature * 2),
         )
 
 
@@ -162,7 +195,9 @@ class RolloutGroup:
 
     @classmethod
     def _decode(cls, data: bytes, limits: RolloutLimits) -> "RolloutGroup":
-        obj = unpack_record(data, limits.max_bytes, KIND, WIRE_VERSION, _WIRE_FIELDS)
+        obj = unpack_record(data, limits.max_bytes, KIND, WIRE_VERSION, _WIRE_FIELDS,
+                            max_array_len=limits.max_array_len, max_containers=limits.max_containers,
+                            max_map_len=2 * len(_WIRE_FIELDS))
         vocab = limits.vocab_size
 
         def token_list(name: str, value, lo: int, hi: int) -> list[int]:
@@ -187,12 +222,16 @@ class RolloutGroup:
         if len(raw_lps) != g:
             raise InvalidRecord(f"logprobs has {len(raw_lps)} entries for {g} completions")
         logprobs = []
+        floor = limits.logprob_floor
         for i, (raw, comp) in enumerate(zip(raw_lps, completions)):
             if not isinstance(raw, (bytes, bytearray)) or len(raw) != 4 * len(comp):
                 raise InvalidRecord(f"logprobs[{i}] must be {4 * len(comp)} bytes of float32")
             values = np.frombuffer(raw, dtype="<f4")
             if not np.all(np.isfinite(values)) or np.any(values > 0):
                 raise InvalidRecord(f"logprobs[{i}] holds a non-finite or positive log-prob")
+            if np.any(values < floor):
+                raise InvalidRecord(f"logprobs[{i}] holds {float(values.min()):.3g}, below the plausible floor "
+                                    f"{floor:.1f} for a vocabulary of {vocab}")
             logprobs.append(values.astype(np.float64).tolist())
         rewards = list_field(obj, "rewards", limits.max_generations)
         if len(rewards) != g:
@@ -200,9 +239,7 @@ class RolloutGroup:
         for r in rewards:
             if type(r) not in (int, float) or not math.isfinite(r) or abs(r) > MAX_ABS_REWARD:
                 raise InvalidRecord(f"reward {r!r} is not a finite number within ±{MAX_ABS_REWARD:g}")
-        temperature = float_field(obj, "temperature", 0.0, MAX_TEMPERATURE)
-        if temperature <= 0:
-            raise InvalidRecord("field 'temperature' must be > 0")
+        temperature = float_field(obj, "temperature", limits.min_temperature, limits.max_temperature)
         group = cls(
             run_id=str_field(obj, "run_id", 64, 1),
             group_id=str_field(obj, "group_id", 64, 64),

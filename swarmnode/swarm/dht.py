@@ -21,12 +21,25 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.peer import PeerRecord
-from swarmnode.swarm.p2p import p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
-from swarmnode.swarm.validator import ANNOUNCEMENT_LABEL, SwarmValidator, owned_subkey, run_keys
+from swarmnode.swarm.hivemind_compat import ping_into_routing_table
+from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
+from swarmnode.swarm.validator import (
+    ANNOUNCEMENT_LABEL,
+    DEFAULT_MAX_TTL_S,
+    SwarmValidator,
+    owned_subkey,
+    run_keys,
+)
 
 logger = logging.getLogger(__name__)
 
 VERSION_TTL_MIN_S = 10.0  # announcements live max(this, heartbeat x missed beats) unless re-announced
+
+
+def max_record_ttl(cfg: NodeConfig) -> float:
+    """The longest lifetime this node accepts on anyone's record: 4x its own record TTL, at least 5 minutes."""
+    net = cfg.network
+    return max(DEFAULT_MAX_TTL_S, 4 * net.heartbeat_interval * net.missed_beats_to_expire)
 
 
 class SwarmDHT:
@@ -39,6 +52,7 @@ class SwarmDHT:
         self._owns_p2p = owns_p2p
         self._keys = run_keys(cfg.run_id)
         self._last_announcement: tuple[int, dict] | None = None
+        self._redial: asyncio.Task | None = None
 
     @classmethod
     async def create(cls, cfg: NodeConfig, identity: Identity, p2p: P2P | None = None, *,
@@ -51,7 +65,7 @@ class SwarmDHT:
         try:
             connected = {str(info.peer_id) for info in await p2p.list_peers()}
             initial = [t for t in cfg.network.initial_peers if str(parse_initial_peer(t).peer_id) in connected]
-            validator = SwarmValidator(cfg.run_id, identity)
+            validator = SwarmValidator(cfg.run_id, identity, max_ttl=max_record_ttl(cfg))
             node = await DHTNode.create(
                 p2p=p2p,
                 initial_peers=initial,
@@ -74,12 +88,38 @@ class SwarmDHT:
         return net.heartbeat_interval * net.missed_beats_to_expire
 
     async def publish_peer(self, record: PeerRecord) -> bool:
-        """Store this node's record (must be our own); True if at least one DHT peer (or we) kept it."""
+        """Store this node's record (must be our own); True if at least one DHT peer (or we) kept it. Initial
+        peers we lost are re-dialled first (see `reconnect_initial_peers`): the heartbeat brings them back."""
         if record.peer_id != self.identity.peer_id:
             raise ValueError("a node can only publish its own peer record")
+        if self._redial is None or self._redial.done():  # in the background: a dead address may take seconds
+            self._redial = asyncio.create_task(self._reconnect_quietly())
         return bool(await self.node.store(
             self._keys["peers"], record.encode(), get_dht_time() + self.record_ttl, subkey=record.peer_id
         ))
+
+    async def reconnect_initial_peers(self, timeout: float = 5.0) -> int:
+        """Re-dial the initial peers this node is no longer connected to and put each one that answers back in
+        the DHT routing table (a bootstrap restarted with the same key and address is otherwise never asked
+        again once its entry was dropped); how many came back."""
+        wanted = [parse_initial_peer(text) for text in self.cfg.network.initial_peers]
+        if not wanted:
+            return 0
+        connected = {str(info.peer_id) for info in await self.p2p.list_peers()}
+        back = 0
+        for peer in wanted:
+            if str(peer.peer_id) in connected or str(peer.peer_id) == self.identity.peer_id:
+                continue
+            if await dial_peer(self.p2p, peer, timeout) is None and await ping_into_routing_table(self.node, peer.peer_id):
+                logger.info("initial peer %s is back", peer.text)
+                back += 1
+        return back
+
+    async def _reconnect_quietly(self) -> None:
+        try:
+            await self.reconnect_initial_peers()
+        except Exception as exc:  # a daemon hiccup must not end the heartbeat
+            logger.info("re-dialling initial peers failed: %s", exc)
 
     async def _subkeys(self, key: str) -> dict[str, bytes]:
         found = await self.node.get(key, latest=True)
@@ -155,6 +195,8 @@ class SwarmDHT:
 
     async def shutdown(self) -> None:
         """Leave the DHT; stop the P2P host too if this object started it."""
+        if self._redial is not None:
+            self._redial.cancel()
         try:
             if p2pd_alive(self.p2p):  # a dead daemon answers nothing: leaving politely would only time out
                 await while_p2pd_alive(self.p2p, self.node.shutdown(), timeout=10)

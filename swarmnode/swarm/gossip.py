@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from hivemind.p2p import P2P, PeerID
 
@@ -136,22 +137,33 @@ class RolloutReceiver:
     """Accepts rollout groups from peers: size limit, rate limit, decode+verify, dedup, hand over, ack.
 
     `on_group(group) -> status` is the learner's buffer.add; "ok" means accepted (the id is then
-    remembered and journaled). Peers that send garbage (undecodable, bad signature, oversized, truncated)
-    collect strikes; `strikes_to_ban` strikes within `ban_seconds` get the peer ignored for `ban_seconds`.
+    remembered and journaled). With `durable`, an "ok" group's bytes are awaited into it (the learner's group
+    journal) before the ack, so an acknowledged group survives a crash. Peers that send garbage (undecodable,
+    bad signature, oversized, truncated) collect strikes; `strikes_to_ban` strikes within `ban_seconds` get the
+    peer ignored for `ban_seconds`; a ban acts on stream open and before any body is read.
+
+    Denial of service: a message is decoded and verified in a small thread pool (`decode_workers`, never on the
+    event loop, so heartbeats and acks go on), with element counts bounded while decoding (see
+    `RolloutLimits`); one peer may hold at most `max_streams_per_peer` push streams at once (more are answered
+    "busy" and closed before anything is read), so one identity cannot queue unbounded work.
     """
 
     def __init__(self, run_id: str, on_group: Callable[[RolloutGroup], str], limits: RolloutLimits, *,
                  rate: float = 50.0, burst: float = 100.0, strikes_to_ban: int = 3, ban_seconds: float = 60.0,
                  seen_capacity: int = 200_000, journal: str | Path | None = None, idle_timeout: float = 300.0,
-                 read_timeout: float = 30.0, version: Callable[[], int] | None = None):
+                 read_timeout: float = 30.0, version: Callable[[], int] | None = None,
+                 durable: Callable[[RolloutGroup, bytes], Awaitable[None]] | None = None,
+                 max_streams_per_peer: int = 4, decode_workers: int = 2):
         self.run_id = run_id
         self.on_group = on_group
+        self.durable = durable
         self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
         self.rate, self.burst = rate, burst
         self.strikes_to_ban, self.ban_seconds = strikes_to_ban, ban_seconds
         self.idle_timeout, self.read_timeout = idle_timeout, read_timeout
+        self.max_streams_per_peer = max_streams_per_peer
         self.seen = SeenIds(seen_capacity, journal)
         self.accepted = 0
         self.statuses: collections.Counter[str] = collections.Counter()
@@ -160,6 +172,9 @@ class RolloutReceiver:
         self._strikes: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
         self._banned_until: dict[str, float] = {}
         self._last_log: dict[tuple[str, str], float] = {}
+        self._streams: collections.Counter[str] = collections.Counter()  # open push streams per peer
+        self._decoder = concurrent.futures.ThreadPoolExecutor(decode_workers, thread_name_prefix="rollout-decode")
+        self._decode_slots = asyncio.Semaphore(decode_workers)
 
     async def start(self, p2p: P2P) -> None:
         """Register the push handler on `p2p`."""
@@ -167,6 +182,7 @@ class RolloutReceiver:
 
     def close(self) -> None:
         self.seen.close()
+        self._decoder.shutdown(wait=False, cancel_futures=True)
 
     def is_banned(self, peer: str) -> bool:
         until = self._banned_until.get(peer)
@@ -189,14 +205,24 @@ class RolloutReceiver:
     # -- the push path ------------------------------------------------------------------------------------
     async def _handle_push(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(info.peer_id)
+        if self._streams[peer] >= self.max_streams_per_peer:  # before reading anything
+            self._count("busy", peer, f"over {self.max_streams_per_peer} concurrent streams")
+            with contextlib.suppress(ConnectionError, OSError):
+                await self._ack(writer, "", "busy")
+                await _linger(reader, 1.0)  # closing at once can drop the ack; nothing read is kept
+            writer.close()
+            return
+        self._streams[peer] += 1
         try:
             while True:
                 if self.is_banned(peer):
-                    await self._ack(writer, "", "banned")
-                    await _linger(reader)
+                    await self._refuse_banned(reader, writer)
                     break
                 n = await asyncio.wait_for(read_header(reader), self.idle_timeout)
                 if n is None:
+                    break
+                if self.is_banned(peer):  # banned while this stream waited: the body is never read
+                    await self._refuse_banned(reader, writer)
                     break
                 if n > self.max_message_bytes:
                     self._strike(peer, f"oversized message ({n} bytes > {self.max_message_bytes})")
@@ -209,14 +235,21 @@ class RolloutReceiver:
                     got = len(exc.partial) if isinstance(exc, asyncio.IncompleteReadError) else "?"
                     self._strike(peer, f"truncated stream ({got} of {n} bytes)")
                     break
-                group_id, status = self._admit(body, peer)
+                group_id, status = await self._admit(body, peer)
                 await self._ack(writer, group_id, status)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # idle or vanished peer: its sender reconnects and retries
         finally:
+            self._streams[peer] -= 1
+            if self._streams[peer] <= 0:
+                del self._streams[peer]
             writer.close()
 
-    def _admit(self, body: bytes, peer: str) -> tuple[str, str]:
+    async def _refuse_banned(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._ack(writer, "", "banned")
+        await _linger(reader)
+
+    async def _admit(self, body: bytes, peer: str) -> tuple[str, str]:
         """Rate limit, decode+verify, dedup, hand over. Returns (group id, status)."""
         bucket = self._buckets.get(peer)
         if bucket is None:
@@ -224,29 +257,39 @@ class RolloutReceiver:
         if not bucket.take():
             self._count("rate_limited", peer, "flood: over the per-peer rate limit")
             return "", "rate_limited"
-        return self.accept_bytes(body, peer)
+        return await self.accept_bytes(body, peer)
 
-    def accept_bytes(self, body: bytes, peer: str) -> tuple[str, str]:
-        """Decode, verify, dedup and hand over one encoded group from `peer`."""
-        try:
-            group = RolloutGroup.decode(body, self.limits)
-            if group.run_id != self.run_id:
-                raise InvalidRecord(f"group of run {group.run_id!r}, not {self.run_id!r}")
-            if group.sampler_id != peer:
-                raise InvalidRecord(f"group signed by {group.sampler_id[-8:]} but sent by {peer[-8:]}")
-        except InvalidRecord as exc:
-            self._strike(peer, f"invalid group: {exc}")
-            return "", "invalid"
+    async def accept_bytes(self, body: bytes, peer: str) -> tuple[str, str]:
+        """Decode and verify one encoded group from `peer` off the event loop, then dedup and hand it over."""
+        async with self._decode_slots:
+            try:
+                group = await asyncio.get_running_loop().run_in_executor(self._decoder, self._decode, body, peer)
+            except InvalidRecord as exc:
+                self._strike(peer, f"invalid group: {exc}")
+                return "", "invalid"
+        return await self._hand_over(group, body, peer)
+
+    def _decode(self, body: bytes, peer: str) -> RolloutGroup:
+        """Parse, validate and verify (runs in the decode pool); raises InvalidRecord."""
+        group = RolloutGroup.decode(body, self.limits)
+        if group.run_id != self.run_id:
+            raise InvalidRecord(f"group of run {group.run_id!r}, not {self.run_id!r}")
+        if group.sampler_id != peer:
+            raise InvalidRecord(f"group signed by {group.sampler_id[-8:]} but sent by {peer[-8:]}")
+        return group
+
+    async def _hand_over(self, group: RolloutGroup, body: bytes, peer: str) -> tuple[str, str]:
         if group.group_id in self.seen:
             self._count("duplicate", peer)
             return group.group_id, "duplicate"
         try:
             status = self.on_group(group)
+            if status == "ok" and self.durable is not None:
+                await self.durable(group, body)  # journaled (and synced) before the ack
         except Exception as exc:  # the consumer's bug must not kill the stream; the sender retries
             logger.exception("rollouts: on_group failed for %s", group.group_id[:12])
-            status = "busy"
             self._count("busy", peer, f"consumer error {type(exc).__name__}")
-            return group.group_id, status
+            return group.group_id, "busy"
         if status == "ok":
             self.seen.add(group.group_id)
             self.accepted += 1
@@ -266,6 +309,11 @@ class RolloutReceiver:
             if now - self._last_log.get((peer, status), 0.0) > 1.0:  # one line per peer and reason per second
                 self._last_log[(peer, status)] = now
                 logger.warning("rollouts: %s from %s (%d so far)", reason, peer[-8:], self.statuses[status])
+
+    def strike(self, peer: str, reason: str) -> None:
+        """Count bad data from `peer` found after acceptance (e.g. a group that poisoned a training step; the
+        first word of `reason` is its kind): it shows in `recent_offenders` and counts towards a ban."""
+        self._strike(peer, reason)
 
     def _strike(self, peer: str, reason: str) -> None:
         """Count a bad message, log its reason (not throttled: bans bound the volume), maybe ban the peer."""
@@ -306,7 +354,7 @@ class RolloutReceiver:
                     counts["oversized"] += 1
                     return counts
                 body = await asyncio.wait_for(reader.readexactly(n), timeout)
-                counts[self.accept_bytes(body, name)[1]] += 1
+                counts[(await self.accept_bytes(body, name))[1]] += 1
             await write_frame(writer, pack({"op": "bye"}))
         finally:
             writer.close()
@@ -327,6 +375,8 @@ class _Link:
 
     def __init__(self, peer: PeerID, maxlen: int):
         self.peer = peer
+        self.created = time.monotonic()
+        self.last_ack: float | None = None  # when this destination last answered (proof that it is alive)
         self.outbox: collections.deque[tuple[str, bytes, float]] = collections.deque()
         self.maxlen = maxlen
         self.wake = asyncio.Event()
@@ -347,11 +397,18 @@ class RolloutSender:
     Each destination has a bounded outbox (oldest dropped and counted when full) drained by one task over a
     persistent stream: one group in flight, an ack per group, exponential backoff with jitter on failures
     and on "rate_limited"/"busy". A bounded ring of recent groups is served to learners that pull.
+
+    Self-declared membership is not trusted: a destination counts as alive only while it answers (an ack within
+    `alive_window` seconds, or a new link still within its first window). `pending`, the sampler's
+    backpressure, counts only live destinations' outboxes, so a peer record with no process behind it (or a
+    learner that stopped answering) cannot stall generation; its own outbox stays bounded and it is still tried.
     """
 
     def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
-                 ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0):
+                 ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0,
+                 alive_window: float = 30.0):
         self.p2p = p2p
+        self.alive_window = alive_window
         self.run_id = run_id
         self.outbox_size = outbox_size
         self.ack_timeout = ack_timeout
@@ -376,7 +433,22 @@ class RolloutSender:
 
     @property
     def pending(self) -> int:
+        """Groups waiting for destinations that answer (see the class docstring)."""
+        now = time.monotonic()
+        return sum(len(link.outbox) for link in self._links.values() if self._alive(link, now))
+
+    @property
+    def queued(self) -> int:
+        """Groups waiting for any destination, answering or not."""
         return sum(len(link.outbox) for link in self._links.values())
+
+    def alive_destinations(self) -> list[str]:
+        """Destinations that answered within `alive_window` (or are new)."""
+        now = time.monotonic()
+        return [name for name, link in self._links.items() if self._alive(link, now)]
+
+    def _alive(self, link: _Link, now: float) -> bool:
+        return now - (link.last_ack if link.last_ack is not None else link.created) <= self.alive_window
 
     def set_destinations(self, peers: Iterable[PeerID]) -> None:
         """Peers new groups go to; a removed peer's outbox is still drained, then its link ends."""
@@ -402,7 +474,7 @@ class RolloutSender:
         if flush_timeout > 0:
             await self.flush(flush_timeout)
         self._closed = True
-        for link in self._links.values():
+        for link in list(self._links.values()):
             self.dropped += len(link.outbox)
             link.outbox.clear()
             if link.task is not None:
@@ -505,6 +577,7 @@ class RolloutSender:
         ack = await asyncio.wait_for(read_control(link.reader), self.ack_timeout)
         if ack is None:
             raise ConnectionError("stream closed before the ack")
+        link.last_ack = time.monotonic()
         status = ack.get("status")
         if not isinstance(status, str):
             raise InvalidRecord("ack without a status")

@@ -62,6 +62,12 @@ async def connect(p2p: P2P, peer_id: PeerID, addrs: Iterable[Multiaddr]) -> None
     await p2p._client.connect(peer_id, list(addrs))
 
 
+async def ping_into_routing_table(node, peer_id: PeerID) -> bool:
+    """Ask a DHT peer for its node id and (if it answers) put it back in `node`'s routing table (a hivemind
+    DHTNode's protocol does both in `call_ping`)."""
+    return await node.protocol.call_ping(peer_id) is not None
+
+
 def has_buffered_bytes(reader: asyncio.StreamReader) -> bool:
     """Whether `reader` holds bytes it received that nobody has read yet."""
     return bool(reader._buffer)

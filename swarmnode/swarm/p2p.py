@@ -252,7 +252,7 @@ async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool,
             os.unlink(key_path)
 
 
-async def _dial(p2p: P2P, peer: InitialPeer, timeout: float) -> str | None:
+async def dial_peer(p2p: P2P, peer: InitialPeer, timeout: float) -> str | None:
     """None if connected, else a one-line reason."""
     try:
         await asyncio.wait_for(connect(p2p, peer.peer_id, [peer.addr]), timeout)
@@ -271,7 +271,7 @@ async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: fl
     while True:
         attempt += 1
         per_try = max(0.5, min(5.0, deadline - time.monotonic()))
-        reasons = await asyncio.gather(*(_dial(p2p, peer, per_try) for peer in peers))
+        reasons = await asyncio.gather(*(dial_peer(p2p, peer, per_try) for peer in peers))
         reasons = [r if r is None or not r.endswith("dial backoff") else first_reasons.get(p.text, r)
                    for p, r in zip(peers, reasons)]
         for peer, reason in zip(peers, reasons):

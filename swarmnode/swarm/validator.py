@@ -5,7 +5,9 @@ Every record under the run's keys must
   so no separate owner marker is needed),
 - carry a 64-byte signature by that owner over (key, subkey, value, expiration time) — so a record cannot be
   moved to another key, subkey or lifetime,
-- fit in `MAX_RECORD_BYTES` and decode with the schema registered for its key.
+- fit in `MAX_RECORD_BYTES` and decode with the schema registered for its key,
+- expire within `max_ttl` seconds from now (the writer picks the expiration time: without a cap, one record
+  with no process behind it would stay a "live" peer or a send target for as long as its writer wished).
 Records under any other key are refused: strangers cannot use the run's DHT as free storage.
 """
 
@@ -18,6 +20,7 @@ from typing import Callable
 import msgpack
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.utils import get_dht_time
 
 from swarmnode.identity import SIGNATURE_BYTES, Identity, verify
 from swarmnode.protocol.announce import VersionAnnouncement
@@ -28,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 MAX_RECORD_BYTES = 16 * 1024
 MAX_FOREIGN_KEYS = 64  # distinct other-run keys counted (bounded: strangers cannot grow it)
+DEFAULT_MAX_TTL_S = 300.0  # the longest lifetime a record may claim (a node's own TTLs are far shorter)
 # schema(owner peer id, subkey label, payload) raises InvalidRecord if the payload is not acceptable there
 Schema = Callable[[str, str, bytes], None]
 
@@ -66,12 +70,14 @@ def split_subkey(subkey: str) -> tuple[str, str]:
 class SwarmValidator(RecordValidatorBase):
     """Signs this node's records with `identity` and validates everyone's for run `run_id`."""
 
-    def __init__(self, run_id: str, identity: Identity, extra_schemas: dict[str, Schema] | None = None):
+    def __init__(self, run_id: str, identity: Identity, extra_schemas: dict[str, Schema] | None = None,
+                 max_ttl: float = DEFAULT_MAX_TTL_S):
         keys = run_keys(run_id)
         schemas: dict[str, Schema] = {keys["peers"]: _peer_schema, keys["versions"]: _version_schema}
         schemas.update(extra_schemas or {})
         self._schemas = {DHTID.generate(source=key).to_bytes(): schema for key, schema in schemas.items()}
         self._identity = identity
+        self.max_ttl = max_ttl
         self.rejected = 0  # records refused since start (for health output)
         self.foreign_keys: Counter[bytes] = Counter()  # refusals by key (hashed): other runs' records, see `runs_seen`
 
@@ -114,6 +120,9 @@ class SwarmValidator(RecordValidatorBase):
                 self.foreign_keys[record.key] += 1
             raise InvalidRecord("key is not one of this run's keys (a node of another run id shares this DHT; "
                                 "`swarmnode status` names the runs it finds)")
+        if record.expiration_time > get_dht_time() + self.max_ttl:
+            raise InvalidRecord(f"expires {record.expiration_time - get_dht_time():.0f} s from now, "
+                                f"beyond the cap of {self.max_ttl:.0f} s")
         if len(record.value) > MAX_RECORD_BYTES:
             raise InvalidRecord(f"value of {len(record.value)} bytes exceeds {MAX_RECORD_BYTES}")
         if len(record.value) <= SIGNATURE_BYTES:

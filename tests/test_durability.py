@@ -1,0 +1,133 @@
+"""What a learner acknowledged survives a crash, and its versions never go backwards: the group journal (append,
+group-commit sync, compaction, torn tails, replay into the buffer) and the published-version counter, on the real
+tiny model and task."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+import torch
+
+from swarmnode.config import load_config
+from swarmnode.identity import Identity
+from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.checkpoint import CHECKPOINT_NAME, read_published
+from swarmnode.learner.journal import GroupJournal
+from swarmnode.learner.loop import LearnerLoop
+from swarmnode.models import load_model, load_tokenizer
+from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
+from swarmnode.tasks import build_task
+
+torch.set_num_threads(1)
+LIMITS = RolloutLimits(vocab_size=128, max_generations=8, max_completion_tokens=16, max_prompt_tokens=16)
+ME = Identity.generate()
+
+
+def group(i: int, version: int = 0, who: Identity = ME) -> RolloutGroup:
+    rng = random.Random(i)
+    comps = [[rng.randrange(128) for _ in range(4)] for _ in range(2)]
+    return RolloutGroup.create(identity=who, run_id="r", prompt_id=f"p{i}", prompt_tokens=[1, 2, 3],
+                               completions=comps, logprobs=[[-0.5] * 4] * 2, temperature=1.0, rewards=[0.0, 1.0],
+                               policy_version=version, lineage="L")
+
+
+def test_journal_appends_syncs_compacts_and_replays(tmp_path):
+    path = tmp_path / "journal"
+    journal = GroupJournal(path)
+    groups = [group(i) for i in range(6)]
+
+    async def ack_all():  # concurrent acks share fsyncs
+        async def one(g):
+            journal.append(g.encode())
+            await journal.sync()
+        await asyncio.gather(*(one(g) for g in groups))
+
+    asyncio.run(ack_all())
+    assert journal.records == 6
+    journal.close()
+    buffer = ReplayBuffer(capacity=100, max_staleness=4, lineage="L")
+    again = GroupJournal(path)
+    assert again.replay_into(buffer, LIMITS) == {"ok": 6}
+    assert {g.group_id for g in buffer.held()} == {g.group_id for g in groups}
+    # a checkpoint keeps only what the buffer still holds; appends go on after it
+    buffer.draw(4)
+    again.compact(lambda: [g.encode() for g in buffer.held()])
+    again.append(group(7).encode())
+    again.close()
+    fresh = ReplayBuffer(capacity=100, max_staleness=4, lineage="L")
+    assert GroupJournal(path).replay_into(fresh, LIMITS) == {"ok": 3}
+
+
+def test_torn_tail_is_cut_and_counted_and_replay_judges_staleness(tmp_path):
+    path = tmp_path / "journal"
+    journal = GroupJournal(path)
+    journal.append(group(1, version=0).encode())
+    journal.append(group(2, version=9).encode())
+    journal.append(group(3, version=0).encode())
+    journal.close()
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])  # SIGKILL in the middle of the third append
+    (tmp_path / "journal.tmp").write_bytes(b"half a compaction")
+    buffer = ReplayBuffer(capacity=100, max_staleness=4, lineage="L", version=9)
+    reopened = GroupJournal(path)
+    assert not (tmp_path / "journal.tmp").exists()
+    counts = reopened.replay_into(buffer, LIMITS)
+    assert counts == {"ok": 1, "stale": 1, "torn": 1}  # nothing acknowledged goes uncounted
+    assert buffer.stats()["counters"]["stale"] == 1
+    assert reopened.records == 2 and len(path.read_bytes()) < len(data)
+
+
+def test_readmit_ignores_the_dedup_memory_but_not_the_buffer(tmp_path):
+    buffer = ReplayBuffer(capacity=10, max_staleness=4)
+    g = group(1)
+    assert buffer.add(g) == "ok"
+    assert buffer.readmit(g) == "duplicate"  # still held
+    buffer.draw(1)
+    assert buffer.add(g) == "duplicate"  # the network path stays exactly-once
+    assert buffer.readmit(g) == "ok"  # a restarted learner's replay
+
+
+def test_bounds_ask_for_a_checkpoint_then_refuse(tmp_path):
+    journal = GroupJournal(tmp_path / "j", soft_limit=2, hard_limit=3)
+    for i in range(3):
+        assert not journal.over_hard_limit
+        journal.append(group(i).encode())
+        assert journal.over_soft_limit == (i >= 1)
+    assert journal.over_hard_limit
+    journal.compact(lambda: [])
+    assert journal.records == 0 and not journal.over_soft_limit
+
+
+@pytest.fixture(scope="module")
+def parts():
+    cfg = load_config("tiny-cpu", ["model.tiny.warm_start_steps=0", "learner.device=cpu"])
+    return cfg, build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
+
+
+def test_a_learner_killed_after_publishing_resumes_above_every_version_it_announced(parts, tmp_path):
+    cfg, task, tokenizer = parts
+    published: list[int] = []
+
+    def loop() -> LearnerLoop:
+        model = load_model(cfg.model, cfg.task, "cpu")
+        return LearnerLoop(model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg),
+                           lambda v, _: published.append(v), tmp_path, published_path=tmp_path / "published")
+
+    first = loop()
+    first.publish_current()
+    first.save()  # checkpoint at version 0
+    for _ in range(3):  # three more versions announced, no checkpoint: then SIGKILL
+        first._bump_version()
+    assert published == [0, 1, 2, 3] and read_published(tmp_path / "published") == 3
+    (tmp_path / f".{CHECKPOINT_NAME}.tmp99999999").write_bytes(b"x" * 1000)  # an interrupted save's leftover
+    second = loop()
+    assert second.resumed and second.step_count == 0
+    assert second.version == 4 and second.buffer.version == 4  # above everything announced, not back at 0
+    assert not list(tmp_path.glob(f".{CHECKPOINT_NAME}.tmp*"))
+    second.publish_current()
+    assert published[-1] == 4 and read_published(tmp_path / "published") == 4
+    # a clean stop (checkpoint at the version it announced) resumes at that same version
+    second.save()
+    assert loop().version == 4

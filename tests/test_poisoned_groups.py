@@ -1,0 +1,82 @@
+"""One group cannot poison a learner's step: absurd behaviour log-probs cost only their own group, held-out
+evaluation prompts are never trained on (the real tiny model, task and learner loop)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swarmnode.identity import Identity
+from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.loop import LearnerLoop
+from swarmnode.models import load_model
+from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.sampler.loop import SamplerLoop
+from test_learner_loop import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
+
+torch.set_num_threads(1)
+
+
+def signal_groups(cfg, parts, n: int) -> list[RolloutGroup]:
+    """`n` sampled groups whose recomputed rewards differ within the group (so each one trains)."""
+    task, tokenizer, engine = parts
+    out: list[RolloutGroup] = []
+    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=1)
+    for _ in range(50):
+        if len([g for g in out if _has_signal(task, tokenizer, g)]) >= n:
+            break
+        sampler.step()
+    found = [g for g in out if _has_signal(task, tokenizer, g)][:n]
+    assert len(found) == n, "the untrained tiny model should give some groups a reward signal"
+    return found
+
+
+def _has_signal(task, tokenizer, group) -> bool:
+    prompt = task.get(group.prompt_id)
+    texts = tokenizer.batch_decode(group.completions, skip_special_tokens=True)
+    return len({task.reward(prompt, t) for t in texts}) > 1
+
+
+def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
+    fields = dict(run_id=group.run_id, prompt_id=group.prompt_id, prompt_tokens=group.prompt_tokens,
+                  completions=group.completions, logprobs=group.logprobs, temperature=group.temperature,
+                  rewards=group.rewards, policy_version=group.policy_version, lineage=group.lineage)
+    return RolloutGroup.create(identity=identity, **{**fields, **changes})
+
+
+def make_loop(cfg, parts) -> LearnerLoop:
+    task, tokenizer, _ = parts
+    return LearnerLoop(load_model(cfg.model, cfg.task, "cpu"), tokenizer, task, cfg, ReplayBuffer.from_config(cfg))
+
+
+@pytest.mark.parametrize("loss_type", ["gepo", "grpo"])
+def test_absurd_logprobs_cost_only_their_group(cfg, parts, loss_type):
+    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"loss_type": loss_type})})
+    loop = make_loop(c, parts)
+    honest = signal_groups(c, parts, 4)
+    attacker = Identity.generate()
+    poisoned = copy_of(honest[0], attacker, logprobs=[[-1e30] * len(x) for x in honest[0].completions])
+    reported: list[str] = []
+    loop.on_poisoned = lambda g: reported.append(g.sampler_id)
+    for g in honest[1:] + [poisoned]:  # one step draws all four (newest first)
+        assert loop.buffer.add(g) == "ok"
+    before = {k: v.clone() for k, v in loop.model.state_dict().items()}
+    diag = loop.step()
+    assert diag is not None and diag["trained"] == 1.0 and loop.step_count == 1
+    assert loop.rejected["poisoned_group"] == 1 and reported == [attacker.peer_id]
+    assert loop.rejected["nonfinite_grad_steps"] == 0
+    after = loop.model.state_dict()
+    assert all(torch.isfinite(v).all() for v in after.values())
+    assert any(not torch.equal(before[k], after[k]) for k in before), "the honest groups trained"
+    assert all(x == x for x in (diag["loss"], diag["grad_norm"]))  # finite diagnostics, no NaN
+
+
+def test_held_out_eval_prompts_are_refused(cfg, parts):
+    task, tokenizer, _ = parts
+    loop = make_loop(cfg, parts)
+    honest = signal_groups(cfg, parts, 1)[0]
+    held = task.eval_prompts()[0]
+    tokens = tokenizer(held.text, add_special_tokens=True)["input_ids"]
+    leaked = copy_of(honest, Identity.generate(), prompt_id=held.prompt_id, prompt_tokens=tokens)
+    assert loop._rows(leaked) is None and loop.rejected["eval_prompt"] == 1
+    assert loop._rows(honest) is not None
