@@ -172,6 +172,15 @@ class LearnerConfig(_Section):
     learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
     accept_any_learner: bool = Field(False, description="insecure: with no learner_keys, samplers load weights "
                                      "whichever key announces them (throwaway local runs only)")
+    verify_fraction: float = Field(
+        0.05, ge=0, le=1, description="share of on-policy groups whose behaviour log-probs the learner recomputes"
+    )
+    verify_versions: int = Field(
+        4, ge=0, le=64, description="recent published versions kept for spot checks (small models only)"
+    )
+    verify_tolerance: float = Field(
+        0.1, gt=0, le=100, description="mean |claimed - recomputed| log-prob per token above which a group is refused"
+    )
     device: str = "auto"
 
     @model_validator(mode="before")

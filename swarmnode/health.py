@@ -24,7 +24,9 @@ MAX_INVALID_PEERS = 4
 EXTRA_SCALARS = frozenset({"paused", "staleness_mean", "reward_std", "groups_rejected", "max_staleness"})
 HEALTH_SCALARS = frozenset(HEALTH_METRICS) | EXTRA_SCALARS
 HEALTH_LISTS = frozenset({"staleness_hist", "reward_versions", "reward_history", "kl_history", "is_var_history",
-                          "rejected_reasons", "rejected_counts", "invalid_peers"})
+                          "rejected_reasons", "rejected_counts", "invalid_peers", "verified_peers",
+                          "verified_mismatch"})
+MAX_VERIFIED_PEERS = 8  # samplers whose spot-check score a learner's record carries (the worst first)
 
 
 def bucket_of(tau: int) -> int:
@@ -114,6 +116,12 @@ def record_health(health: dict[str, Any]) -> dict[str, Any]:
         out["rejected_reasons"] = [str(k)[:40] for k, _ in top]
         out["rejected_counts"] = [int(v) for _, v in top]
     return out
+
+
+def spot_check_health(scores: list[tuple[str, float]]) -> dict[str, list]:
+    """A learner's spot-check scores (sampler id, mean |delta log-prob| per token) as two parallel lists."""
+    return {"verified_peers": [peer for peer, _ in scores],
+            "verified_mismatch": [round(float(score), 6) for _, score in scores]}
 
 
 def rejected_by_reason(health: dict[str, Any]) -> dict[str, int]:

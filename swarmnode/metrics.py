@@ -43,6 +43,7 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
 }
 REJECTED_METRIC = "swarmnode_groups_rejected"  # label: reason
 STALENESS_METRIC = "swarmnode_staleness_groups"  # label: bucket ("0", "1", "2-3", "4-7", ...)
+MISMATCH_METRIC = "swarmnode_sampler_logprob_mismatch"  # label: sampler (peer id)
 
 
 class HealthCollector(Collector):
@@ -75,6 +76,13 @@ class HealthCollector(Collector):
                                          labels=["bucket"])
             for index, count in enumerate(buckets):
                 family.add_metric([bucket_label(index)], float(count))
+            yield family
+        peers, scores = health.get("verified_peers"), health.get("verified_mismatch")
+        if isinstance(peers, list) and isinstance(scores, list) and peers:
+            family = GaugeMetricFamily(MISMATCH_METRIC, "spot-checked samplers' mean |claimed - recomputed| "
+                                       "behaviour log-prob per token (moving average)", labels=["sampler"])
+            for peer, score in zip(peers, scores):
+                family.add_metric([str(peer)], float(score))
             yield family
 
 

@@ -22,7 +22,7 @@ from hivemind.p2p import PeerID
 
 from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
-from swarmnode.health import MAX_INVALID_PEERS, RateMeter, StalenessHistogram, VersionSeries, record_health
+from swarmnode.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, spot_check_health, RateMeter, StalenessHistogram, VersionSeries, record_health
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.journal import GroupJournal
@@ -33,6 +33,7 @@ logger = logging.getLogger("swarmnode.node")
 Emit = Callable[[str], None]
 STEPS_FILE = "learner_steps.jsonl"
 PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
+STEPS_FILE_MAX_BYTES = 64 << 20  # then it becomes <name>.1 (replacing the previous one): at most ~2x on disk
 JOURNAL_FILE = "group_journal"  # acknowledged groups not yet in a checkpoint (swarmnode.learner.journal)
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
 PROGRESS_EVERY_S = 20.0  # a working sampler prints one progress line this often
@@ -155,12 +156,12 @@ class LearnerRole(_Role):
 
         self.receiver = RolloutReceiver(cfg.run_id, admit, limits, journal=self.data_dir / "seen_groups",
                                         version=lambda: self.learner.version, durable=durable)
-        self.learner.on_poisoned = lambda group: loop.call_soon_threadsafe(
-            self.receiver.strike, group.sampler_id, f"poisoned_group {group.group_id[:12]}: its loss was not finite")
+        self.learner.on_poisoned = lambda group, reason: loop.call_soon_threadsafe(
+            self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}")
         await self.receiver.start(self.p2p)
         self.publish_health(version=self.learner.version, step=self.learner.step_count, **self._health_extras())
         self.emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
-        steps_file = (self.data_dir / STEPS_FILE).open("a")
+        steps_file = _open_rotated(self.data_dir / STEPS_FILE)
         try:
             while not stop.is_set():
                 began = time.monotonic()
@@ -175,6 +176,9 @@ class LearnerRole(_Role):
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_file.write(json.dumps(record) + "\n")
                 steps_file.flush()
+                if steps_file.tell() > STEPS_FILE_MAX_BYTES:
+                    steps_file.close()
+                    steps_file = _open_rotated(self.data_dir / STEPS_FILE)
                 self.series.add(record["version"], record)
                 self.publish_health(**{**record, **self._health_extras()})
         finally:
@@ -214,6 +218,7 @@ class LearnerRole(_Role):
             **self.series.as_health(),
             "rejected": self._rejected(),
             "invalid_peers": self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
+            **spot_check_health(self.learner.verifier.worst(MAX_VERIFIED_PEERS)),
             "max_staleness": self.cfg.sync.max_staleness,
         }
 
@@ -388,6 +393,13 @@ class SamplerRole(_Role):
         self.loop.offer_weights(state, version)
         self.offered = max(self.offered, version)
         self.member.update(versions=self.store.versions())
+
+
+def _open_rotated(path: Path):
+    """`path` opened for appending; if it is over STEPS_FILE_MAX_BYTES it is first moved to `<path>.1`."""
+    if path.exists() and path.stat().st_size > STEPS_FILE_MAX_BYTES:
+        path.replace(path.with_name(path.name + ".1"))
+    return path.open("a")
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -59,6 +59,8 @@ HEALTH_SCHEMA: dict[str, Any] = {
         "rejected_reasons": {"type": "array", "items": {"type": "string"}},
         "rejected_counts": {"type": "array", "items": _COUNT},
         "invalid_peers": {"type": "array", "items": {"type": "string"}},
+        "verified_peers": {"type": "array", "items": {"type": "string"}},
+        "verified_mismatch": {"type": "array", "items": {"type": "number", "minimum": 0}},
     },
     "additionalProperties": {"type": ["number", "string", "boolean", "null", "array"]},
 }

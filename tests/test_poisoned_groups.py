@@ -44,9 +44,10 @@ def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
     return RolloutGroup.create(identity=identity, **{**fields, **changes})
 
 
-def make_loop(cfg, parts) -> LearnerLoop:
+def make_loop(cfg, parts, publish=None) -> LearnerLoop:
     task, tokenizer, _ = parts
-    return LearnerLoop(load_model(cfg.model, cfg.task, "cpu"), tokenizer, task, cfg, ReplayBuffer.from_config(cfg))
+    return LearnerLoop(load_model(cfg.model, cfg.task, "cpu"), tokenizer, task, cfg, ReplayBuffer.from_config(cfg),
+                       publish)
 
 
 @pytest.mark.parametrize("loss_type", ["gepo", "grpo"])
@@ -57,7 +58,7 @@ def test_absurd_logprobs_cost_only_their_group(cfg, parts, loss_type):
     attacker = Identity.generate()
     poisoned = copy_of(honest[0], attacker, logprobs=[[-1e30] * len(x) for x in honest[0].completions])
     reported: list[str] = []
-    loop.on_poisoned = lambda g: reported.append(g.sampler_id)
+    loop.on_poisoned = lambda g, reason: reported.append(g.sampler_id)
     for g in honest[1:] + [poisoned]:  # one step draws all four (newest first)
         assert loop.buffer.add(g) == "ok"
     before = {k: v.clone() for k, v in loop.model.state_dict().items()}
@@ -80,3 +81,31 @@ def test_held_out_eval_prompts_are_refused(cfg, parts):
     leaked = copy_of(honest, Identity.generate(), prompt_id=held.prompt_id, prompt_tokens=tokens)
     assert loop._rows(leaked) is None and loop.rejected["eval_prompt"] == 1
     assert loop._rows(honest) is not None
+
+
+def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts):
+    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"verify_fraction": 1.0})})
+    loop = make_loop(c, parts, publish=lambda version, state: None)
+    loop.model.load_state_dict(parts[2].model.state_dict())  # the learner holds the weights that sampled them
+    loop.publish_current()  # ... as its current version (nothing stepped since)
+    honest = signal_groups(c, parts, 4)
+    liar = Identity.generate()
+    # plausible-looking values (every token "likely"): inflates importance weights, passes every format check
+    lie = copy_of(honest[0], liar, logprobs=[[-0.01] * len(x) for x in honest[0].completions])
+    reported: list[tuple[str, str]] = []
+    loop.on_poisoned = lambda g, reason: reported.append((g.sampler_id, reason))
+    for g in honest[1:] + [lie]:
+        assert loop.buffer.add(g) == "ok"
+    diag = loop.step()
+    assert diag is not None and diag["groups"] == 3.0  # the lie was dropped before training
+    assert loop.rejected["logprob_mismatch"] == 1 and [r[0] for r in reported] == [liar.peer_id]
+    scores = loop.verifier.scores
+    assert scores[liar.peer_id] > c.learner.verify_tolerance and scores[honest[1].sampler_id] < 1e-3
+    assert loop.verifier.counts == {"checked": 4, "rejected": 1}
+    # only versions whose exact weights the learner holds are checked: the current one until a step moves the
+    # weights, and the last few it published (kept)
+    assert loop.version == 1 and sorted(loop.verifier.kept) == [0, 1]
+    assert loop.verifier.wants(0, 1, False) and not loop.verifier.wants(2, 2, False)
+    stale_lie = copy_of(honest[1], liar, logprobs=[[-0.01] * len(x) for x in honest[1].completions])
+    assert loop.verifier.mismatch(loop.model, stale_lie, loop.tokenizer.pad_token_id, loop.precision.autocast, 1) > 0.1
+    assert loop.verifier.mismatch(loop.model, honest[1], loop.tokenizer.pad_token_id, loop.precision.autocast, 1) < 1e-3

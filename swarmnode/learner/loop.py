@@ -16,7 +16,9 @@ directory holding one, the loop resumes at the same step and version.
 One group cannot poison a step: prompts of the task's held-out evaluation split are refused (counted
 `eval_prompt`), and a micro-batch whose loss is not finite is recomputed group by group from the same forward
 pass; the groups whose own loss is not finite are dropped (counted `poisoned_group`, reported to `on_poisoned`
-so the node can strike their sender) and the rest of the step trains.
+so the node can strike their sender) and the rest of the step trains. A sample of on-policy groups is
+spot-verified (`swarmnode.learner.verify`): their behaviour log-probs are recomputed and a group that lies is
+refused (counted `logprob_mismatch`, reported to `on_poisoned`).
 
 Versions never go backwards: with `published_path`, every version is recorded there (fsynced) before it is
 published, and a learner restarted from an older checkpoint goes on above the highest recorded one. With a
@@ -49,6 +51,7 @@ from swarmnode.learner.losses import group_advantages, group_log_expectation, po
 from swarmnode.learner.microbatch import loss_share, token_budget_batches
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.schedule import build_scheduler
+from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
 
 Publish = Callable[[int, dict[str, torch.Tensor]], None]
@@ -93,7 +96,10 @@ class LearnerLoop:
         self.rejected: Counter[str] = Counter()
         self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
         self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
-        self.on_poisoned: Callable[[Any], None] | None = None  # a group whose loss was not finite (training thread)
+        self.on_poisoned: Callable[[Any, str], None] | None = None  # (group, reason): its sender is to be struck
+        self.verifier = SpotChecker(self.lc.verify_fraction, self.lc.verify_tolerance, cfg.task.seed,
+                                    self.lc.verify_versions)
+        self._weights_published = False  # the weights are exactly the current version's (nothing stepped since)
         self.journal = None  # a GroupJournal of acknowledged groups, compacted after every checkpoint
         self.resumed = self.resume() if self.checkpoint_dir else False
         # a learner that announces versions to others records the highest one (see `publish_current`)
@@ -139,7 +145,7 @@ class LearnerLoop:
         if len(self.buffer) < self.lc.prompts_per_step:
             return None
         drawn = self.buffer.draw(self.lc.prompts_per_step)
-        groups = [rows for g in drawn if (rows := self._rows(g))]
+        groups = [rows for g in drawn if (rows := self._rows(g)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]
         summary = {
@@ -169,6 +175,7 @@ class LearnerLoop:
         return out
 
     def _optimise(self, groups: list[list[_Row]]) -> dict:
+        self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         diags = self.accumulate_gradients(groups)
@@ -240,6 +247,22 @@ class LearnerLoop:
             seq_logp = scores.logp.detach().sum(dim=1) / scores.mask.sum(dim=1).clamp(min=1)
         return loss, diag, seq_logp.float().cpu()
 
+    def _verified(self, group) -> bool:
+        """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
+        its version's weights give; True when they are, or when the group is not checked."""
+        version = int(group.policy_version)
+        if not self.verifier.wants(version, self.version, self._weights_published):
+            return True
+        current = self.version if self._weights_published else None
+        mismatch = self.verifier.mismatch(self.model, group, self.tokenizer.pad_token_id, self.precision.autocast,
+                                          current)
+        if self.verifier.judge(group.sampler_id, mismatch):
+            return True
+        self.rejected["logprob_mismatch"] += 1
+        if self.on_poisoned is not None:
+            self.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
+        return False
+
     def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e):
         return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
                            shuffle_seed=self.step_count, adv=adv, log_e=log_e)
@@ -257,7 +280,7 @@ class LearnerLoop:
             if not torch.isfinite(loss):
                 self.rejected["poisoned_group"] += 1
                 if self.on_poisoned is not None:
-                    self.on_poisoned(rows[int(mine.nonzero()[0])].group)
+                    self.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
                 continue
             n = int(mine.sum())
             kept.append((n, diag))
@@ -280,12 +303,15 @@ class LearnerLoop:
     def publish_current(self) -> None:
         """Publish the current weights as the current version; the version is first recorded on disk, so a
         restarted learner never announces a number it announced before."""
+        self._weights_published = True
         if self.publish is None:
             return
         if self.published_path is not None and self.version > self.published:
             write_published(self.published_path, self.version)
             self.published = self.version
-        self.publish(self.version, self.state_snapshot())
+        snapshot = self.state_snapshot()
+        self.verifier.remember(self.version, snapshot)
+        self.publish(self.version, snapshot)
 
     def state_snapshot(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the current weights in `model.dtype` (what a published version holds)."""
