@@ -22,7 +22,8 @@ from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 
 STOP_GRACE_S = 8.0  # a clean leave normally takes under 2 s
 HARD_EXIT_S = 4.0  # after the cancellation, for threads that do not end
-REPEAT_WINDOW_S = 600.0  # a repeated log line is shown once per this many seconds
+REPEAT_WINDOW_S = 60.0  # a repeated log line is shown once per this many seconds...
+QUIET_LOGGERS = {"swarmnode.swarm.validator": 600.0}  # ...or this many: another run's records arrive every beat
 logger = logging.getLogger(__name__)
 
 
@@ -102,29 +103,32 @@ class RepeatFilter(logging.Filter):
     every few seconds; the next time it passes, the line says how many repeats were hidden.
     """
 
-    def __init__(self, window: float = REPEAT_WINDOW_S):
+    def __init__(self, window: float = REPEAT_WINDOW_S, windows: dict[str, float] | None = None):
         super().__init__()
         self.window = window
+        self.windows = dict(QUIET_LOGGERS if windows is None else windows)  # per logger name
         self._seen: dict[tuple[str, str], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.name, record.getMessage())
         now = time.monotonic()
+        window = self.windows.get(record.name, self.window)
         last, hidden = self._seen.get(key, (-float("inf"), 0))
-        if now - last < self.window:
+        if now - last < window:
             self._seen[key] = (last, hidden + 1)
             return False
         if len(self._seen) > 1000:  # bounded: forget everything rather than grow
             self._seen.clear()
         self._seen[key] = (now, 0)
         if hidden:
-            record.msg = f"{record.getMessage()} (repeated {hidden} times in the last {self.window / 60:.0f} min)"
+            record.msg = f"{record.getMessage()} (and {hidden} times more since it was last shown)"
             record.args = ()
         return True
 
 
 def setup_logging(verbose: bool = False) -> None:
-    """Our logs to stderr (repeats shown once per 10 min); hivemind's per-RPC chatter kept out of the way."""
+    """Our logs to stderr (a repeated line shown once a minute, another run's refused records once per 10 min);
+    hivemind's per-RPC chatter kept out of the way."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:

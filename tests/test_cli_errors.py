@@ -124,3 +124,18 @@ def test_a_run_id_mismatch_is_named_by_status_and_the_bootstrap(tmp_path):
                                              "--set", "run_id=tiny-demo", "--initial-peers", swarm.initial_peers),
                                capture_output=True, text=True, timeout=120)
         assert "other_runs" not in json.loads(right.stdout)  # in the nodes' own run: no hint
+
+
+def test_a_repeated_log_line_is_shown_once_per_window():
+    import logging
+
+    from swarmnode.cli_runtime import RepeatFilter
+
+    def record(name: str, msg: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, (), None)
+
+    shown = RepeatFilter(window=3600.0, windows={"quiet": 3600.0})
+    assert [shown.filter(record("swarmnode.x", "same")) for _ in range(3)] == [True, False, False]
+    assert shown.filter(record("swarmnode.x", "other")) and shown.filter(record("quiet", "same"))
+    always = RepeatFilter(window=0.0, windows={})  # a zero window hides nothing
+    assert all(always.filter(record("swarmnode.x", "same")) for _ in range(3))
