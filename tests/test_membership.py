@@ -301,7 +301,8 @@ def test_unreachable_bootstrap_names_peer_retries_and_exits(tmp_path):
     start = time.monotonic()
     result = subprocess.run(
         swarmnode_cmd("join", *[a for s in FAST_NET for a in ("--set", s)], "--host-maddrs", LOOPBACK,
-                      "--identity-path", str(tmp_path / "k.key"), "--initial-peers", ghost, "--startup-timeout", "3"),
+                      "--identity-path", str(tmp_path / "k.key"), "--initial-peers", ghost, "--startup-timeout", "3",
+                      "--set", f"learner.learner_keys=[{Identity.generate().peer_id}]"),
         capture_output=True, text=True, timeout=60,
     )
     elapsed = time.monotonic() - start
