@@ -2,6 +2,10 @@
 vLLM is importable, and the behaviour log-prob mismatch of each engine against the learner's forward.
 
     python bench/sampler_throughput.py [--prompts 16] [--generations 8] [--max-new 8] [--rounds 3] [--no-vllm]
+    python bench/sampler_throughput.py --config smollm2-135m --prompts 4 --generations 4 --max-new 32 --rounds 3
+
+Without `--config`: the built-in tiny model on the arithmetic task; with it, that preset's model and task (prompts
+encoded as the engines encode them, chat template included, for every contender).
 
 Tokens/s counts completion tokens up to and including the first EOS (the same count for every contender).
 """
@@ -17,9 +21,11 @@ import torch
 from swarmnode.logprobs import behaviour_mismatch
 
 
-def plain_generate_rate(model, tokenizer, prompts, g, temperature, max_new) -> float:
+def plain_generate_rate(engine, prompts, g, temperature, max_new) -> float:
     """Baseline: one `model.generate` call with sampling, no log-probs, no post-processing beyond counting."""
-    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    model, tokenizer = engine.model, engine.tokenizer
+    ids, mask = engine._left_pad(engine.encode_prompts(prompts))
+    batch = {"input_ids": ids, "attention_mask": mask}
     eos = tokenizer.eos_token_id
     start = time.perf_counter()
     with torch.no_grad():
@@ -52,31 +58,36 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warm-start-steps", type=int, default=300)
     parser.add_argument("--no-vllm", action="store_true")
+    parser.add_argument("--config", help="a preset or YAML (its model and task) instead of the tiny model")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     import random
 
-    from swarmnode.config import NodeConfig
+    from swarmnode.config import NodeConfig, load_config
     from swarmnode.models import load_model, load_tokenizer, resolve_model_path
     from swarmnode.sampler.engines import HFEngine
     from swarmnode.tasks import build_task
 
-    cfg = NodeConfig.model_validate({"model": {"tiny": {"warm_start_steps": args.warm_start_steps}}})
+    if args.config:
+        cfg = load_config(args.config)
+    else:
+        cfg = NodeConfig.model_validate({"model": {"tiny": {"warm_start_steps": args.warm_start_steps}}})
     tokenizer = load_tokenizer(cfg.model, cfg.task)
     model = load_model(cfg.model, cfg.task).eval()
     prompts = [p.text for p in build_task(cfg.task).sample(args.prompts, random.Random(0))]
     g, t, n = args.generations, args.temperature, args.max_new
-    hf = HFEngine(model, tokenizer)
-    plain_generate_rate(model, tokenizer, prompts, g, t, n)  # warm-up
+    hf = HFEngine(model, tokenizer, max_prompt_tokens=cfg.sampler.max_prompt_length)
+    plain_generate_rate(hf, prompts, g, t, n)  # warm-up
     engine_rate(hf, prompts, g, t, n)
     plain, ours, gaps = [], [], []
     for _ in range(args.rounds):  # interleaved, so machine load hits both alike
-        plain.append(plain_generate_rate(model, tokenizer, prompts, g, t, n))
+        plain.append(plain_generate_rate(hf, prompts, g, t, n))
         rate, gens = engine_rate(hf, prompts, g, t, n)
         ours.append(rate)
         gaps.append(behaviour_mismatch(model, gens, t, tokenizer.pad_token_id)[0])
     result = {
+        "model": cfg.model.name,
         "batch": f"{args.prompts} prompts x G={g}, max_new={n}, T={t}",
         "plain_generate_tok_s": round(median(plain), 1),
         "hf_engine_tok_s": round(median(ours), 1),
@@ -93,7 +104,8 @@ def main() -> None:
 
             start = time.perf_counter()
             engine = VLLMEngine(resolve_model_path(cfg.model, cfg.task), tokenizer, gpu_memory_utilization=0.2,
-                                max_model_len=cfg.model.tiny.max_position_embeddings)
+                                max_model_len=cfg.sampler.max_prompt_length + max(n, cfg.sampler.max_completion_length),
+                                max_prompt_tokens=cfg.sampler.max_prompt_length)
             result["vllm_startup_s"] = round(time.perf_counter() - start, 1)
             try:
                 engine_rate(engine, prompts, g, t, n)  # warm-up

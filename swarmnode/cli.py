@@ -228,6 +228,7 @@ def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
 
 @app.command()
 def demo(
+    config: str = typer.Option("tiny-cpu", "--config", "-c", help="preset name (tiny-cpu, smollm2-135m) or YAML path"),
     as_json: bool = JsonOpt,
     set_: Optional[list[str]] = SetOpt,
     steps: Optional[int] = typer.Option(300, "--steps", min=1, help="stop after this many learner steps"),
@@ -237,12 +238,12 @@ def demo(
         None, "--kill-sampler-at", min=1, help="at this learner step, kill sampler2 (SIGKILL) and start it again"),
     keep: bool = typer.Option(False, "--keep", help="keep the temporary work dir (logs, data) instead of removing it"),
 ) -> None:
-    """Run a local swarm (bootstrap, one learner, two samplers) with the tiny model and watch it learn."""
+    """Run a local swarm (bootstrap, one learner, two samplers), by default with the tiny model, and watch it learn."""
     from swarmnode.demo import run_demo
 
-    config_from_cli("tiny-cpu", set_)  # a bad --set fails here, before any process starts
+    config_from_cli(config, set_)  # a bad --config or --set fails here, before any process starts
     summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
-                       kill_sampler_at=kill_sampler_at, keep=keep)
+                       kill_sampler_at=kill_sampler_at, keep=keep, config=config)
     if as_json:
         print_json(summary)
     else:

@@ -66,9 +66,13 @@ class TinyModelConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """Which policy the run trains: `builtin:tiny`, an HF hub id, or a local directory."""
+    """Which policy the run trains: `builtin:tiny`, an HF hub id, a local directory, or a packaged GGUF model
+    (`smollm2-135m-instruct`, `pkg:<module>/<file>.gguf`)."""
 
     name: str = "builtin:tiny"
+    prompt_format: Literal["auto", "chat", "plain"] = Field(
+        "auto", description="chat: prompts go through the tokenizer's chat template; auto: when it has one"
+    )
     revision: str | None = None
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
@@ -77,9 +81,10 @@ class ModelConfig(_Section):
 
 
 class TaskConfig(_Section):
-    """Prompts and rewards. `arithmetic` and `digitmap` are built in; `math` reads JSONL or an HF `datasets` name."""
+    """Prompts and rewards. `arithmetic`, `digitmap` and `word_problems` are built in; `math` reads JSONL or an HF
+    `datasets` name."""
 
-    name: Literal["arithmetic", "math", "digitmap"] = "arithmetic"
+    name: Literal["arithmetic", "math", "digitmap", "word_problems"] = "arithmetic"
     seed: int = 0
     max_operand: int = Field(9, ge=1, le=10**6)
     digits: int = Field(128, ge=1, le=4096, description="digitmap: digits per prompt (= completion tokens - 1)")

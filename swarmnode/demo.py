@@ -208,9 +208,10 @@ def sampler_contributions(rows: list[dict], samplers: dict[str, str]) -> dict[st
 
 
 def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None,
-             kill_sampler_at: int | None = None, keep: bool = False) -> dict:
+             kill_sampler_at: int | None = None, keep: bool = False, config: str = "tiny-cpu") -> dict:
     """Start the local swarm, watch the learner until `steps` or `minutes`, stop everything, summarise.
 
+    `config`: the preset or YAML every node runs with (`tiny-cpu`, `smollm2-135m`, ...).
     `kill_sampler_at`: when the learner reaches that step, SIGKILL sampler2 (and its p2pd) and start it again
     with the same identity and data directory; the summary says when, and which steps trained on its groups.
     Without `workdir` the nodes work in a temporary directory, removed at the end unless `keep`. Ctrl-C stops
@@ -222,7 +223,7 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     root = Path(workdir or tempfile.mkdtemp(prefix="swarmnode-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        summary = _run_swarm(root, steps, minutes, quiet, sets, kill_sampler_at)
+        summary = _run_swarm(root, steps, minutes, quiet, sets, kill_sampler_at, config)
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
@@ -231,7 +232,7 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
 
 
 def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets: list[str],
-               kill_sampler_at: int | None) -> dict:
+               kill_sampler_at: int | None, config: str) -> dict:
     from rich.console import Console
     from rich.live import Live
 
@@ -241,12 +242,12 @@ def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets:
     from swarmnode.identity import Identity
     from swarmnode.models import resolve_model_path
 
-    cfg = load_config("tiny-cpu", sets)
-    console.print("preparing the built-in tiny model (built once, then cached)...")
+    cfg = load_config(config, sets)
+    console.print(f"preparing the model {cfg.model.name} (built or converted once, then cached)...")
     resolve_model_path(cfg.model, cfg.task, progress=console.print)
     learner_key = Identity.load_or_create(root / "learner.key").peer_id  # samplers trust only this learner
     sets = [*sets, f"learner.learner_keys=[{learner_key}]"]
-    common = ["--config", "tiny-cpu", *[a for s in sets for a in ("--set", s)]]
+    common = ["--config", config, *[a for s in sets for a in ("--set", s)]]
     samplers = {f"sampler{i}": Identity.load_or_create(root / f"sampler{i}.key").peer_id for i in (1, 2)}
     start = time.monotonic()
     restarted_at = None

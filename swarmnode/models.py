@@ -1,10 +1,15 @@
-"""Building models and tokenizers: HF hub ids, local directories, and the built-in tiny model.
+"""Building models and tokenizers: HF hub ids, local directories, packaged GGUF models and the built-in tiny model.
 
 The built-in tiny model (`model.name: builtin:tiny`) is a small Qwen2-style causal LM with a character-level
 tokenizer, built in code from a fixed seed and saved as an ordinary HF directory (config.json, safetensors,
 tokenizer.json), so transformers and vLLM load it like any other model. Nothing is ever downloaded for it.
 When `model.tiny.warm_start_steps > 0` the saved weights get a short, seeded supervised warm start on the
 task's format (see `swarmnode.warmstart`) so RL from it shows a visible climb within minutes on a CPU.
+Packaged models (`model.name: smollm2-135m-instruct` or `pkg:<module>/<file>.gguf`) are converted once from the
+GGUF inside an installed pip package (see `swarmnode.packaged_models`).
+
+Prompt format: a tokenizer keeps its chat template when `model.prompt_format` is `chat`, or `auto` and the model
+has one; otherwise `load_tokenizer` removes it, so every prompt encoder (`swarmnode.prompting`) renders plain text.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import torch
 
 from swarmnode.config import ModelConfig, TaskConfig, TinyModelConfig, default_data_dir
 from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.packaged_models import PackagedModelError, ensure_packaged_model, packaged_model
 
 BUILTIN_TINY = "builtin:tiny"
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
@@ -153,9 +159,16 @@ def ensure_tiny_model(
 
 
 def resolve_model_path(model: ModelConfig, task: TaskConfig | None = None, progress=print) -> str:
-    """A local directory or hub id that `from_pretrained` accepts; builds the tiny model if asked for it."""
+    """A local directory or hub id that `from_pretrained` accepts; builds the tiny model or converts a packaged
+    one if asked for it."""
     if model.name == BUILTIN_TINY:
         return str(ensure_tiny_model(model.tiny, task, progress=progress))
+    try:
+        packaged = packaged_model(model.name)
+        if packaged is not None:
+            return str(ensure_packaged_model(packaged, default_data_dir() / "models", progress=progress))
+    except PackagedModelError as exc:
+        raise ModelLoadError(str(exc)) from None
     path = Path(model.name).expanduser()
     if model.name.startswith((".", "/", "~")) and not path.is_dir():
         raise ModelLoadError(f"model.name {model.name!r}: no such directory")
@@ -176,6 +189,10 @@ def load_tokenizer(model: ModelConfig, task: TaskConfig | None = None):
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if model.prompt_format == "plain":
+        tokenizer.chat_template = None
+    elif model.prompt_format == "chat" and not tokenizer.chat_template:
+        raise ModelLoadError(f"model {model.name!r}: model.prompt_format=chat but its tokenizer has no chat template")
     return tokenizer
 
 

