@@ -124,6 +124,19 @@ ALGORITHM_OF_LEVEL = {"token": "grpo", "sequence": "gspo", "group": "gepo"}
 LEVEL_OF_ALGORITHM = {v: k for k, v in ALGORITHM_OF_LEVEL.items()}
 
 
+class LoraSettings(_Section):
+    """LoRA through peft: the learner trains low-rank adapters only; published versions carry only them."""
+
+    enabled: bool = False
+    r: int = Field(16, ge=1, le=1024, description="adapter rank")
+    alpha: float = Field(32.0, gt=0, le=100_000, description="lora_alpha (the update is scaled by alpha / r)")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1, description="module names to adapt (the attention and MLP projections of Qwen/Llama)",
+    )
+
+
 class LearnerConfig(_Section):
     """GEPO/GSPO/GRPO and the optimiser. Names shared with TRL's GRPOConfig mean what they mean there
     (`beta`, `epsilon`, `epsilon_high`, `importance_sampling_level`, `loss_type`, `scale_rewards`); GEPO's own
@@ -166,6 +179,7 @@ class LearnerConfig(_Section):
     lr_schedule: Literal["constant_with_warmup", "cosine", "constant"] = "constant_with_warmup"
     warmup_steps: int = Field(0, ge=0, le=10_000_000, description="linear learning-rate warmup, in optimiser steps")
     total_steps: int = Field(10_000, ge=1, le=1_000_000_000, description="cosine: steps to decay to 0 over")
+    lora: LoraSettings = Field(default_factory=LoraSettings)
     prompts_per_step: int = Field(8, ge=1, le=4096, description="groups per optimiser step")
     publish_every: int = Field(1, ge=1, le=100_000)
     checkpoint_every: int = Field(50, ge=1)

@@ -2,13 +2,16 @@
 
 `probe_hardware()` reads GPUs (torch.cuda: name, total/free memory), CPU count and RAM (psutil).
 `estimate_memory(cfg)` sizes inference and training of the configured model from its architecture (parameter
-count, dtype, layers, KV heads) and the sampler/learner settings. `decide_role(...)` is pure: given a probe
+count, dtype, layers, KV heads) and the sampler/learner settings (training: `learner.memory`, which covers full
+and LoRA training, checkpointing, the micro-batch's tokens and the chunked log-prob path). `decide_role(...)` is pure: given a probe
 and an estimate it returns sampler / learner / none with human-readable reasons, so it is tested with
 synthetic hardware.
 
 Rules of the decision (role `auto`):
-- a node that can train the model (best GPU's free memory >= training estimate) becomes a learner while the
-  run has fewer learners than it wants (`learner.max_learners`), else a sampler;
+- a node that can train the model (best GPU's free memory >= training estimate: LoRA's when
+  `learner.lora.enabled`, so a 24 GB GPU may learn with LoRA a model it cannot learn in full) becomes a learner
+  while the run has fewer learners than it wants (`learner.max_learners`), else a sampler; a GPU that cannot
+  train in full but could with LoRA is told so among the reasons;
 - a node that can only run inference (GPU memory >= inference estimate, or CPU-only with a model under
   `CPU_SAMPLER_MAX_PARAMS` and enough RAM) becomes a sampler;
 - CPU-only never trains, except the built-in tiny model (so the demo runs anywhere);
@@ -17,20 +20,19 @@ Rules of the decision (role `auto`):
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from swarmnode.config import NodeConfig
+from swarmnode.learner.memory import DTYPE_BYTES, ModelShape, micro_batch_rows_and_tokens, training_memory
+
+__all__ = ["ModelShape", "MemoryEstimate", "decide_role", "estimate_memory", "probe_hardware"]
 
 GiB = 1024**3
 CPU_SAMPLER_MAX_PARAMS = 1_000_000_000  # CPU-only nodes sample only models under 1B parameters
 GPU_RESERVED_BYTES = 512 * 1024**2  # CUDA context + allocator slack, per process
 HEADROOM = 1.10  # 10% margin on every estimate for fragmentation and small buffers
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-ADAM_STATE_BYTES = 8  # AdamW keeps fp32 m and v per parameter
-ACT_BYTES_PER_TOKEN_LAYER = 17  # x hidden x dtype bytes: a transformer layer's saved activations (SDPA)
 
 Role = Literal["sampler", "learner", "none"]
 
@@ -98,30 +100,6 @@ def probe_hardware() -> HardwareProbe:
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """The few numbers of a decoder-only architecture that memory depends on."""
-
-    parameters: int
-    hidden_size: int
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-
-    @classmethod
-    def from_hf_config(cls, hf_cfg, parameters: int) -> "ModelShape":
-        heads = hf_cfg.num_attention_heads
-        return cls(
-            parameters=parameters,
-            hidden_size=hf_cfg.hidden_size,
-            num_layers=hf_cfg.num_hidden_layers,
-            num_kv_heads=getattr(hf_cfg, "num_key_value_heads", None) or heads,
-            head_dim=getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // heads,
-            vocab_size=hf_cfg.vocab_size,
-        )
-
-
-@dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes needed to sample with and to train the configured model (before headroom)."""
 
@@ -129,12 +107,11 @@ class MemoryEstimate:
     parameters: int
     dtype: str
     builtin_tiny: bool
-    weights_bytes: int
+    weights_bytes: int  # in model.dtype, as a sampler holds them
     kv_cache_bytes: int
     inference_activation_bytes: int
-    grads_bytes: int
-    optimizer_bytes: int
-    training_activation_bytes: int
+    training: dict = field(default_factory=dict)  # learner.memory.TrainingMemory.to_dict() for the config
+    lora_training_bytes: int = 0  # the same learner with LoRA r=16 (what a full-training config could switch to)
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -143,11 +120,26 @@ class MemoryEstimate:
 
     @property
     def training_bytes(self) -> int:
-        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.training_activation_bytes
+        return int(self.training.get("total", 0))
+
+    @property
+    def grads_bytes(self) -> int:
+        return int(self.training.get("grads", 0))
+
+    @property
+    def optimizer_bytes(self) -> int:
+        return int(self.training.get("optimizer", 0))
+
+    @property
+    def training_activation_bytes(self) -> int:
+        t = self.training
+        return int(t.get("activations", 0) + t.get("logprobs", 0) + t.get("optimizer_step", 0))
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out.update(inference_bytes=self.inference_bytes, training_bytes=self.training_bytes)
+        out.update(inference_bytes=self.inference_bytes, training_bytes=self.training_bytes,
+                   grads_bytes=self.grads_bytes, optimizer_bytes=self.optimizer_bytes,
+                   training_activation_bytes=self.training_activation_bytes)
         return out
 
 
@@ -155,41 +147,36 @@ def estimate_from_shape(shape: ModelShape, cfg: NodeConfig) -> MemoryEstimate:
     """Pure sizing of one sampler and one learner process for `cfg` on a model of this shape.
 
     Sampler: weights + KV cache for one group (G sequences of max prompt + completion length) + a forward's
-    activations. Learner: weights + grads (model dtype) + AdamW m, v (fp32) + activations of one micro-batch
-    (prompts_per_step x G / gradient_accumulation_steps sequences; per-layer inputs only with gradient
-    checkpointing) + the completion logits (model dtype, then fp32 log-softmax: the learner's log-probs).
+    activations. Learner: `learner.memory.training_memory` (master weights or a LoRA base, grads and AdamW of
+    what trains, one micro-batch's activations with or without checkpointing, the chunked log-prob path).
     """
     s, lc = cfg.sampler, cfg.learner
     b = DTYPE_BYTES[cfg.model.dtype]
     seq_len = s.max_prompt_length + s.max_completion_length
-    weights = shape.parameters * b
     kv_per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * b
     kv = kv_per_token * seq_len * s.num_generations
     inf_act = s.num_generations * (seq_len * shape.hidden_size * b * 4 + shape.vocab_size * 4)
-    micro_seqs = max(1, math.ceil(lc.prompts_per_step * s.num_generations / lc.gradient_accumulation_steps))
-    tokens = micro_seqs * seq_len
-    layer_full = tokens * shape.hidden_size * b * ACT_BYTES_PER_TOKEN_LAYER
-    if cfg.model.gradient_checkpointing:
-        hidden_act = tokens * shape.hidden_size * b * shape.num_layers + layer_full
-    else:
-        hidden_act = layer_full * shape.num_layers
-    logits = micro_seqs * s.max_completion_length * shape.vocab_size * (b + 8)
+    device_type = "cpu" if lc.device == "cpu" else "cuda"
+    training = training_memory(shape, cfg, device_type)
+    lora_cfg = cfg.model_copy(update={"learner": lc.model_copy(update={"lora": lc.lora.model_copy(
+        update={"enabled": True})})})
+    rows, tokens = micro_batch_rows_and_tokens(cfg)
     notes = (
         f"sampler: KV cache for one group of {s.num_generations} x {seq_len} tokens",
-        f"learner: micro-batch of {micro_seqs} sequences, AdamW fp32 m+v, "
-        f"gradient checkpointing {'on' if cfg.model.gradient_checkpointing else 'off'}",
+        f"learner: {'LoRA r=' + str(lc.lora.r) if lc.lora.enabled else 'full'} training, micro-batch of {rows} "
+        f"sequences ({tokens} tokens), AdamW fp32 m+v, activation checkpointing "
+        f"{'on' if cfg.model.gradient_checkpointing else 'off'}, chunked log-probs",
     )
     return MemoryEstimate(
         model_name=cfg.model.name,
         parameters=shape.parameters,
         dtype=cfg.model.dtype,
         builtin_tiny=cfg.model.name == "builtin:tiny",
-        weights_bytes=weights,
+        weights_bytes=shape.parameters * b,
         kv_cache_bytes=kv,
         inference_activation_bytes=inf_act,
-        grads_bytes=weights,
-        optimizer_bytes=shape.parameters * ADAM_STATE_BYTES,
-        training_activation_bytes=hidden_act + logits,
+        training=training.to_dict(),
+        lora_training_bytes=training_memory(shape, lora_cfg, device_type).total,
         notes=notes,
     )
 
@@ -276,6 +263,9 @@ def decide_role(
         reasons.append(f"can train, but {seats} -> sampler")
         return RoleDecision("sampler", device, tuple(reasons))
     if can_infer:
+        if not can_train and _fits(estimate.lora_training_bytes, have, reserved) and gpu is not None:
+            reasons.append(f"as a LoRA learner it would need ~{_gb(estimate.lora_training_bytes * HEADROOM)}, "
+                           "which fits (--set learner.lora.enabled=true)")
         reasons.append("can run inference but not training -> sampler")
         return RoleDecision("sampler", device, tuple(reasons))
     reasons.append("cannot run the model -> none (use a smaller model or bigger hardware, or force --role)")
@@ -300,8 +290,10 @@ def format_report(report: dict) -> str:
     lines.append(
         f"model {e['model_name']}: {e['parameters'] / 1e6:,.1f}M params in {e['dtype']}; "
         f"sample ~{_gb(e['inference_bytes'])} (weights {_gb(e['weights_bytes'])} + KV {_gb(e['kv_cache_bytes'])}), "
-        f"train ~{_gb(e['training_bytes'])} (grads {_gb(e['grads_bytes'])} + AdamW {_gb(e['optimizer_bytes'])} "
-        f"+ activations {_gb(e['training_activation_bytes'])}), before {int((HEADROOM - 1) * 100)}% headroom"
+        f"train ~{_gb(e['training_bytes'])} (weights {_gb(e['training'].get('weights', 0))} + grads "
+        f"{_gb(e['grads_bytes'])} + AdamW {_gb(e['optimizer_bytes'])} + activations and log-probs "
+        f"{_gb(e['training_activation_bytes'])}; with LoRA ~{_gb(e['lora_training_bytes'])}), "
+        f"before {int((HEADROOM - 1) * 100)}% headroom"
     )
     lines += [f"  {note}" for note in e["notes"]]
     lines.append(f"role: {report['role']} on {report['device']}")

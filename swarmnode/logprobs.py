@@ -8,7 +8,7 @@ Two paths compute the same numbers from temperature-scaled logits:
 - `completion_scores` (the learner's): the decoder's last hidden states of the completion tokens go through
   `ChunkedLMHeadLogProbs`, which never materialises [B, T, V] logits. It projects [token_chunk, vocab_chunk]
   tiles, folds each into an online logsumexp (and the running sum of p*z for the entropy), and recomputes the
-  tiles in backward. Padding positions are not projected at all. Memory for the logits: one tile plus a few
+  tiles in backward, in place (at most two fp32 tiles alive). Padding positions are not projected at all. Memory for the logits: one tile plus a few
   fp32 numbers per token, instead of about four [B, T, V] fp32 copies (measured in bench/learner_memory.py).
 - `full_logits_logprobs`: the plain path (the model's [B, T+1, V] logits, fp32 log-softmax), kept as the
   reference the chunked path is tested against, and used for models whose head is not a plain linear layer.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 TOKEN_CHUNK = 2048  # tokens per lm_head tile
-VOCAB_CHUNK = 16384  # vocabulary columns per tile: a 2048 x 16384 fp32 tile is 128 MiB
+VOCAB_CHUNK = 8192  # vocabulary columns per tile: a 2048 x 8192 fp32 tile is 64 MiB; two are alive at most
 
 
 def pad_batch(
@@ -92,9 +92,11 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
                     z *= inv_temp[rows, None]
                     new_max = torch.maximum(running_max[rows], z.amax(dim=1))
                     rescale = torch.exp(running_max[rows] - new_max)
-                    e = torch.exp(z - new_max[:, None])
+                    e = (z - new_max[:, None]).exp_()  # the only other tile alive: exp(z - max)
                     sum_exp[rows] = sum_exp[rows] * rescale + e.sum(dim=1)
-                    sum_exp_z[rows] = sum_exp_z[rows] * rescale + (e * z).sum(dim=1)
+                    e_dot_z = torch.bmm(e[:, None, :], z[:, :, None]).view(-1)  # sum_v e*z without a third tile
+                    sum_exp_z[rows] = sum_exp_z[rows] * rescale + e_dot_z
+                    del e
                     running_max[rows] = new_max
                     local = targets[rows] - v0
                     inside = (local >= 0) & (local < v1 - v0)
@@ -125,17 +127,20 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
                 if bias is not None:
                     z += bias[v0:v1].float()
                 z *= inv_temp[rows, None]
-                log_p = z - log_z[rows, None]
+                log_p = z.sub_(log_z[rows, None])  # in place: two fp32 tiles at most (log p and p)
                 p = torch.exp(log_p)
-                grad = torch.zeros_like(z)
-                if grad_logp is not None:  # d log p_target / dz_j = 1[j = target] - p_j
-                    grad -= grad_logp[rows, None].float() * p
-                    local = targets[rows] - v0
-                    inside = (local >= 0) & (local < v1 - v0)
-                    hit = torch.where(inside, grad_logp[rows].float(), torch.zeros_like(log_z[rows]))
-                    grad.scatter_add_(1, local.clamp(0, v1 - v0 - 1)[:, None], hit[:, None])
-                if grad_entropy is not None:  # d H / dz_j = -p_j (log p_j + H)
-                    grad -= grad_entropy[rows, None].float() * p * (log_p + entropy[rows, None])
+                # d log p_target / dz_j = 1[j = target] - p_j;  d H / dz_j = -p_j (log p_j + H), so
+                # grad_j = -p_j (g_lp + g_H (log p_j + H)) + g_lp 1[j = target]
+                g_lp = grad_logp[rows].float() if grad_logp is not None else torch.zeros_like(log_z[rows])
+                if grad_entropy is not None:
+                    grad = log_p.add_(entropy[rows, None]).mul_(grad_entropy[rows, None].float())
+                    grad.add_(g_lp[:, None]).mul_(p).neg_()
+                else:
+                    grad = p.mul_(-g_lp[:, None])
+                del p, log_p
+                local = targets[rows] - v0
+                hit = torch.where((local >= 0) & (local < v1 - v0), g_lp, torch.zeros_like(g_lp))
+                grad.scatter_add_(1, local.clamp(0, v1 - v0 - 1)[:, None], hit[:, None])
                 grad *= inv_temp[rows, None]  # back through the temperature, onto the raw logits
                 if g_h is not None:
                     g_h[rows] += _mm_fp32(grad.to(cdt), w)

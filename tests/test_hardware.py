@@ -15,13 +15,17 @@ from swarmnode.hardware import (
     GiB,
     GPUInfo,
     HardwareProbe,
+    ModelShape,
     decide_role,
+    estimate_from_shape,
     estimate_memory,
     probe_hardware,
 )
 from test_config import run_cli
 
 GB = 10**9
+QWEN3_4B = ModelShape(parameters=4_022_468_096, hidden_size=2560, num_layers=36, num_kv_heads=8, head_dim=128,
+                      vocab_size=151_936, num_heads=32, intermediate_size=9728)  # published config.json
 
 
 def gpu_machine(total_gb: float, used_gb: float = 0.5) -> HardwareProbe:
@@ -39,6 +43,9 @@ def estimates():
         "tiny": estimate_memory(load_config("tiny-cpu")),
         "0.6b": estimate_memory(load_config("qwen3-0.6b-math")),
         "1.7b": estimate_memory(load_config("qwen3-1.7b-math-gepo")),
+        "1.7b-lora": estimate_memory(load_config("qwen3-1.7b-math-gepo", ["learner.lora.enabled=true"])),
+        "4b-lora": estimate_from_shape(QWEN3_4B, load_config("qwen3-1.7b-math-gepo", [
+            "model.name=Qwen/Qwen3-4B", "learner.lora.enabled=true", "learner.max_tokens_per_microbatch=16384"])),
     }
 
 
@@ -50,10 +57,12 @@ def test_parameter_counts_match_the_published_sizes(estimates):
 
 def test_training_estimate_has_weights_grads_and_fp32_adam(estimates):
     e = estimates["1.7b"]
-    assert e.weights_bytes == e.parameters * 2  # bfloat16
-    assert e.grads_bytes == e.weights_bytes
+    assert e.weights_bytes == e.parameters * 2  # bfloat16, as a sampler holds them
+    assert e.training["weights"] == e.parameters * 4  # the learner's fp32 master weights (bf16 autocast)
+    assert e.grads_bytes == e.parameters * 4
     assert e.optimizer_bytes == e.parameters * 8  # fp32 m and v
-    assert e.training_bytes > e.weights_bytes + e.grads_bytes + e.optimizer_bytes  # plus activations
+    assert e.training_bytes > e.training["weights"] + e.grads_bytes + e.optimizer_bytes  # plus activations
+    assert e.lora_training_bytes < e.training_bytes / 2
     assert e.inference_bytes > e.weights_bytes  # plus KV cache
     # Qwen3-1.7B KV: 2 x 28 layers x 8 kv heads x 128 dims x 2 bytes per token, one group of 8 x (512 + 4096)
     assert e.kv_cache_bytes == 2 * 28 * 8 * 128 * 2 * (512 + 4096) * 8
@@ -65,8 +74,13 @@ def test_settings_move_the_estimate_the_right_way():
     longer = estimate_memory(load_config("qwen3-0.6b-math", ["sampler.max_completion_length=4096"]))
     no_ckpt = estimate_memory(load_config("qwen3-0.6b-math", ["model.gradient_checkpointing=false"]))
     fp32 = estimate_memory(load_config("qwen3-0.6b-math", ["model.dtype=float32"]))
+    split = estimate_memory(load_config("qwen3-0.6b-math", ["learner.max_tokens_per_microbatch=2048"]))
+    lora = estimate_memory(load_config("qwen3-0.6b-math", ["learner.lora.enabled=true"]))
     assert longer.kv_cache_bytes > e.kv_cache_bytes and longer.training_bytes > e.training_bytes
     assert no_ckpt.training_activation_bytes > e.training_activation_bytes
+    assert split.training_activation_bytes < e.training_activation_bytes
+    assert lora.training_bytes == e.lora_training_bytes < e.training_bytes
+    assert lora.optimizer_bytes < e.optimizer_bytes / 50  # adapters only
     assert fp32.weights_bytes == 2 * e.weights_bytes
 
 
@@ -82,6 +96,8 @@ DECISION_TABLE = [
     ("cpu", "0.6b", "sampler"),  # under 1B: CPU sampling allowed
     ("cpu", "1.7b", "none"),  # over 1B: CPU-only nodes do not sample it
     ("141GB", "1.7b", "learner"),  # an H200-class GPU trains the paper's setup
+    ("24GB", "1.7b-lora", "learner"),  # ... and a 24 GB GPU with LoRA (estimated; README: Learner memory)
+    ("24GB", "4b-lora", "learner"),  # Qwen3-4B with LoRA and a 16k-token micro-batch
 ]
 MACHINES = {"24GB": gpu_machine(24), "8GB": gpu_machine(8), "cpu": cpu_machine(16), "141GB": gpu_machine(141)}
 

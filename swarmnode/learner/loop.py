@@ -9,8 +9,10 @@ GEPO's E_q[q]); cut the chunk's rows into micro-batches of at most `max_tokens_p
 logits) at each row's sampling temperature under the configured precision (`learner.precision`);
 `policy_loss`; AdamW with gradient clipping and the learning-rate schedule (`learner.schedule`). Every
 `publish_every` steps the version goes up and `publish(version, state_dict)` receives a CPU copy of the weights
-in `model.dtype`. Every `checkpoint_every` steps (and whenever
-the caller asks, e.g. on SIGTERM) the whole state is written atomically; on construction with a checkpoint
+in `model.dtype`. With `learner.lora.enabled` the model is wrapped by peft (`learner.lora`) and only the adapters
+train; the published state is the base with the adapters folded in (`adapter_snapshot()` gives the adapters
+alone) and the checkpoint holds the adapters only. Every `checkpoint_every` steps (and whenever the caller asks,
+e.g. on SIGTERM) the whole state (with the LR schedule) is written atomically; on construction with a checkpoint
 directory holding one, the loop resumes at the same step and version.
 
 One group cannot poison a step: prompts of the task's held-out evaluation split are refused (counted
@@ -47,6 +49,7 @@ from swarmnode.learner.checkpoint import (
     set_rng_state,
     write_published,
 )
+from swarmnode.learner.lora import adapter_state, apply_lora, is_lora, load_adapter_state, merged_state
 from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance
 from swarmnode.learner.microbatch import loss_share, token_budget_batches
 from swarmnode.learner.precision import Precision
@@ -84,6 +87,8 @@ class LearnerLoop:
         self.lc = cfg.learner
         self.publish = publish
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        if self.lc.lora.enabled:
+            model = self.model = apply_lora(model, self.lc.lora)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
         self.optimizer = torch.optim.AdamW(
@@ -314,8 +319,16 @@ class LearnerLoop:
         self.publish(self.version, snapshot)
 
     def state_snapshot(self) -> dict[str, torch.Tensor]:
-        """A CPU copy of the current weights in `model.dtype` (what a published version holds)."""
-        return {k: self.precision.for_publishing(v) for k, v in self.model.state_dict().items()}
+        """A CPU copy of the current weights in `model.dtype` (what a published version holds; under LoRA the
+        base with the adapters folded in, so every sampler loads it like a full-weight version)."""
+        state = merged_state(self.model) if is_lora(self.model) else self.model.state_dict()
+        return {k: self.precision.for_publishing(v) for k, v in state.items()}
+
+    def adapter_snapshot(self) -> dict[str, torch.Tensor] | None:
+        """A CPU copy of the LoRA adapter tensors alone in `model.dtype` (None without LoRA)."""
+        if not is_lora(self.model):
+            return None
+        return {k: self.precision.for_publishing(v) for k, v in adapter_state(self.model).items()}
 
     # ---- checkpoints -------------------------------------------------------------------------------------
     def save(self) -> Path | None:
@@ -323,7 +336,8 @@ class LearnerLoop:
         if self.checkpoint_dir is None:
             return None
         path = save_checkpoint(self.checkpoint_dir, {
-            "model": self.model.state_dict(),
+            "model": adapter_state(self.model) if is_lora(self.model) else self.model.state_dict(),
+            "lora_base": self.cfg.model.name if is_lora(self.model) else None,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "version": self.version,
@@ -343,7 +357,14 @@ class LearnerLoop:
         if state is None:
             return False
         try:
-            self.model.load_state_dict(state["model"])
+            if is_lora(self.model) != bool(state.get("lora_base")):
+                raise ValueError("saved with learner.lora.enabled=" + str(bool(state.get("lora_base"))).lower())
+            if is_lora(self.model):
+                if state["lora_base"] != self.cfg.model.name:
+                    raise ValueError(f"its adapters belong to {state['lora_base']}, not {self.cfg.model.name}")
+                load_adapter_state(self.model, state["model"])
+            else:
+                self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             if "scheduler" in state:
                 self.scheduler.load_state_dict(state["scheduler"])

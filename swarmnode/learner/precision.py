@@ -47,9 +47,11 @@ class Precision:
         return f"{_name(self.master_dtype)} weights and AdamW state, {compute} forward/backward"
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Cast the model's floating parameters (and buffers) to the master dtype, in place; logs the choice."""
-        if any(p.is_floating_point() and p.dtype != self.master_dtype for p in model.parameters()):
-            model.to(self.master_dtype)
+        """Cast the trainable parameters to the master dtype, in place (without autocast, the frozen ones too:
+        a LoRA base stays in model.dtype only when autocast computes in it); logs the choice."""
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != self.master_dtype and (p.requires_grad or not self.autocast_dtype):
+                p.data = p.data.to(self.master_dtype)
         logger.info("learner precision: %s", self.describe())
         return model
 

@@ -1,0 +1,153 @@
+"""What one learner process needs in memory for one micro-batch of a GEPO step: pure arithmetic on the shape.
+
+Terms (bytes), each following what the code allocates:
+- weights: full training keeps master weights in fp32 (model.dtype under `precision: pure`); LoRA keeps the
+  frozen base in model.dtype and the adapters in fp32;
+- grads and AdamW (fp32 m, v) for the trainable parameters only (all of them, or the adapters);
+- activations of the micro-batch's tokens: a decoder layer saves about 4H + 2Hq + 2KV elements in fp32 (the
+  RMSNorms and the residual stream, fp32 under autocast too) and 5Hq + 4I (+2H casts under autocast) in the
+  compute dtype (attention with GQA repeated k/v, SiLU-gated MLP). With activation checkpointing only each layer's
+  input is kept (fp32 with fp32 master weights, model.dtype for a LoRA base), plus one layer's activations while
+  it is recomputed;
+- log-probs: the full-logits path holds about LOGIT_COPIES fp32 [tokens, V] tensors at its peak; the chunked path
+  a few [token_chunk, vocab_chunk] fp32 tiles, the selected hidden states and their fp32 gradient, and an fp32
+  [V, H] gradient accumulator when the head is trained (full training; the head is frozen under LoRA);
+- AdamW's step: one fp32 temporary the size of the trainable parameters.
+Calibrated against peaks measured by bench/learner_memory.py (README: Learner memory).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from swarmnode.config import NodeConfig
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+LOGIT_COPIES = 5  # fp32 [tokens, V] tensors alive at the full-logits path's peak (forward output, scaled, exp, grads)
+TILE_COPIES = 2  # fp32 tiles alive at once in the chunked path (logits or log p, and exp)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The few numbers of a decoder-only architecture that memory depends on."""
+
+    parameters: int
+    hidden_size: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    num_heads: int = 0  # 0: hidden_size // head_dim
+    intermediate_size: int = 0  # 0: 4 x hidden_size
+    tied_embeddings: bool = True
+
+    @classmethod
+    def from_hf_config(cls, hf_cfg, parameters: int) -> "ModelShape":
+        heads = hf_cfg.num_attention_heads
+        return cls(
+            parameters=parameters,
+            hidden_size=hf_cfg.hidden_size,
+            num_layers=hf_cfg.num_hidden_layers,
+            num_kv_heads=getattr(hf_cfg, "num_key_value_heads", None) or heads,
+            head_dim=getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // heads,
+            vocab_size=hf_cfg.vocab_size,
+            num_heads=heads,
+            intermediate_size=getattr(hf_cfg, "intermediate_size", None) or 4 * hf_cfg.hidden_size,
+            tied_embeddings=bool(getattr(hf_cfg, "tie_word_embeddings", False)),
+        )
+
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of one decoder layer, by its HF module name."""
+        h, heads = self.hidden_size, self.num_heads or self.hidden_size // self.head_dim
+        q, kv, inter = heads * self.head_dim, self.num_kv_heads * self.head_dim, self.intermediate_size or 4 * h
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, inter), "up_proj": (h, inter), "down_proj": (inter, h)}
+
+
+def lora_parameters(shape: ModelShape, rank: int, target_modules: list[str]) -> int:
+    """Adapter parameters: r x (in + out) per adapted projection per layer."""
+    return shape.num_layers * sum(rank * (i + o) for name, (i, o) in shape.projections().items()
+                                  if name in target_modules)
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """Bytes of one learner micro-batch step, by term (see the module docstring)."""
+
+    weights: int
+    grads: int
+    optimizer: int
+    activations: int
+    logprobs: int
+    optimizer_step: int
+    trainable_parameters: int
+    micro_batch_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.optimizer + self.activations + self.logprobs + self.optimizer_step
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+
+def micro_batch_rows_and_tokens(cfg: NodeConfig) -> tuple[int, int]:
+    """(rows, padded tokens) of the learner's largest micro-batch at the configured lengths."""
+    s, lc = cfg.sampler, cfg.learner
+    seq = s.max_prompt_length + s.max_completion_length
+    rows = max(1, math.ceil(lc.prompts_per_step * s.num_generations / lc.gradient_accumulation_steps))
+    if lc.max_tokens_per_microbatch:
+        rows = max(1, min(rows, lc.max_tokens_per_microbatch // seq))
+    return rows, rows * seq
+
+
+def training_memory(shape: ModelShape, cfg: NodeConfig, device_type: str = "cuda",
+                    logits_path: str = "chunked") -> TrainingMemory:
+    """Estimate one learner step's peak bytes for `cfg` on a model of this shape (`device_type` picks the
+    precision `learner.precision: auto` resolves to: autocast in model.dtype on cuda, fp32 on cpu)."""
+    lc, model_bytes = cfg.learner, DTYPE_BYTES[cfg.model.dtype]
+    pure = lc.precision == "pure"
+    autocast = not pure and model_bytes < 4 and (lc.precision == "autocast" or device_type == "cuda")
+    master = model_bytes if pure else 4
+    compute = model_bytes if (autocast or pure) else 4
+    if lc.lora.enabled:
+        trainable = lora_parameters(shape, lc.lora.r, lc.lora.target_modules)
+        weights = shape.parameters * model_bytes + trainable * 4
+        grad_bytes = 4
+    else:
+        trainable, weights, grad_bytes = shape.parameters, shape.parameters * master, master
+    h, heads = shape.hidden_size, shape.num_heads or shape.hidden_size // shape.head_dim
+    hq, kv = heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+    inter = shape.intermediate_size or 4 * h
+    layer_fp32 = 4 * h + 2 * hq + 2 * kv
+    layer_compute = 5 * hq + 4 * inter + (2 * h if autocast else 0)
+    rows, tokens = micro_batch_rows_and_tokens(cfg)
+    per_layer = tokens * (layer_fp32 * 4 + layer_compute * compute)
+    # the residual stream (each checkpointed layer's input) is fp32 when fp32 master weights are trained, and in
+    # the compute dtype when the base is frozen in model.dtype (LoRA) or everything is (pure)
+    stream = compute if (lc.lora.enabled or pure) else 4
+    if cfg.model.gradient_checkpointing:
+        activations = tokens * h * stream * shape.num_layers + per_layer
+    else:
+        activations = per_layer * shape.num_layers
+    completion_tokens = rows * cfg.sampler.max_completion_length
+    v = shape.vocab_size
+    from swarmnode.logprobs import TOKEN_CHUNK, VOCAB_CHUNK  # imports torch: only when estimating training
+
+    if logits_path == "full":
+        logprobs = completion_tokens * v * 4 * LOGIT_COPIES
+    else:
+        head_trained = not lc.lora.enabled
+        tile = min(completion_tokens, TOKEN_CHUNK) * min(v, VOCAB_CHUNK) * 4 * TILE_COPIES
+        logprobs = tile + completion_tokens * h * (compute + 4) + (v * h * 4 if head_trained else 0)
+    return TrainingMemory(
+        weights=weights,
+        grads=trainable * grad_bytes,
+        optimizer=trainable * 8,
+        activations=activations,
+        logprobs=logprobs,
+        optimizer_step=trainable * 4,
+        trainable_parameters=trainable,
+        micro_batch_tokens=tokens,
+    )
