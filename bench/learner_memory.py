@@ -3,7 +3,9 @@
 Cells: model (Qwen3-0.6B / 1.7B / 4B: real dimensions and the 151,936-token vocabulary, random weights, nothing
 downloaded) x completion length x full or LoRA training x the old full-logits log-prob path or the chunked one.
 Every cell runs in a fresh subprocess. On CPU it reports the peak RSS of that process minus its RSS after imports
-(`ru_maxrss`); with `--device cuda`, `torch.cuda.max_memory_allocated`. One step: rows of a 64-token prompt and a
+(`ru_maxrss`); with `--device cuda`, `torch.cuda.max_memory_allocated`. A cell measures the first step (AdamW's
+m and v are allocated by it), so it is compared with the estimator's first-step figure; the steady-state figure
+(what `swarmnode hardware` uses) is printed beside it. One step: rows of a 64-token prompt and a
 completion, forward (under the learner's precision), GEPO loss, backward, gradient clipping, AdamW step;
 activation checkpointing on, as the presets.
 `--logits` cells measure the log-prob path alone (a frozen lm_head and the log-softmax over N tokens, forward and
@@ -51,7 +53,8 @@ def node_config(model: str, completion: int, mode: str, rows: int, device: str, 
     from swarmnode.config import load_config
 
     return load_config(None, [
-        f"model.dtype={'bfloat16' if device == 'cuda' else 'float32'}", f"model.gradient_checkpointing={str(checkpointing).lower()}",
+        f"model.dtype={'bfloat16' if device == 'cuda' else 'float32'}",
+        f"model.gradient_checkpointing={str(checkpointing).lower()}",
         f"sampler.max_prompt_length={PROMPT_TOKENS}", f"sampler.max_completion_length={completion}",
         # one micro-batch of `rows` sequences (G is at least 2: one row is G=2 over 2 accumulation steps)
         f"sampler.num_generations={max(2, rows)}", "learner.prompts_per_step=1",
@@ -243,7 +246,7 @@ def main() -> None:
                 r["estimate"] = estimate(r["model"], r["completion"], r["mode"], r["path"], r["rows"], r["device"],
                                          r["checkpointing"])
                 if "measured_bytes" in r:
-                    r["estimate_ratio"] = r["estimate"]["total"] / r["measured_bytes"]
+                    r["estimate_ratio"] = r["estimate"]["first_step"] / r["measured_bytes"]
         Path(args.out + ".json").write_text(json.dumps(record, indent=1))
         Path(args.out + ".md").write_text(markdown(record))
         print(markdown(record))
@@ -275,7 +278,7 @@ def main() -> None:
         out = subprocess_cell(spec, args.timeout)
         out["estimate"] = estimate(model, int(completion), mode, path, rows, args.device, spec["checkpointing"])
         if "measured_bytes" in out:
-            out["estimate_ratio"] = out["estimate"]["total"] / out["measured_bytes"]
+            out["estimate_ratio"] = out["estimate"]["first_step"] / out["measured_bytes"]
         results.append(out)
         print(json.dumps({k: v for k, v in out.items() if k != "estimate"} | {"estimate": out["estimate"]["total"]}),
               flush=True)
@@ -297,8 +300,9 @@ def markdown(record: dict) -> str:
     unit = "peak RSS above the process's own baseline" if record["device"] == "cpu" else "max_memory_allocated"
     lines = [f"Device {record['device']} ({unit}), {record['rows']} completions per step, load average "
              f"{record['load_average'][0]:.1f}; command: python bench/learner_memory.py {' '.join(record['argv'])}",
-             "", "| model | completion | training | checkpointing | log-probs | measured GiB | estimate GiB | est/meas | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "", "| model | completion | training | checkpointing | log-probs | measured GiB | estimate GiB (first "
+             "step) | est/meas | steady-state estimate GiB | s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in record["results"]:
         if r["kind"] != "step":
             continue
@@ -307,10 +311,11 @@ def markdown(record: dict) -> str:
         secs = f"{r['seconds']:.0f}" if "seconds" in r else "-"
         ckpt = "on" if r.get("checkpointing", True) else "off"
         lines.append(f"| Qwen3-{r['model']} | {r['completion']} | {r['mode']} | {ckpt} | {r['path']} | {meas} | "
-                     f"{_gib(r['estimate']['total'])} | {ratio} | {secs} |")
+                     f"{_gib(r['estimate']['first_step'])} | {ratio} | {_gib(r['estimate']['total'])} | {secs} |")
     logit_rows = [r for r in record["results"] if r["kind"] == "logits"]
     if logit_rows:
-        lines += ["", "Log-prob path alone (frozen lm_head 151,936 x 1,024, forward + backward; memory above the inputs):", "",
+        lines += ["", "Log-prob path alone (frozen lm_head 151,936 x 1,024, forward + backward; memory above the "
+                  "inputs):", "",
                   "| tokens | path | measured GiB | s |", "|---|---|---|---|"]
         for r in logit_rows:
             meas = _gib(r["measured_bytes"]) if "measured_bytes" in r else r.get("error", "?")

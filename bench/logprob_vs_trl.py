@@ -70,7 +70,8 @@ def main() -> None:
                               capture_output=True, text=True, cwd=ROOT)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         if not lines:
-            sys.exit(f"error: the timing run for {tokens} tokens failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+            last = (done.stderr.strip().splitlines() or ["?"])[-1]
+            sys.exit(f"error: the timing run for {tokens} tokens failed: {last}")
         row = json.loads(lines[-1])
         for path in ("chunked", "trl"):
             mem = subprocess_cell(dict(kind="logits", tokens=tokens, path=path, device="cpu"), 3600)

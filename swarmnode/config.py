@@ -289,7 +289,8 @@ class NodeConfig(_Section):
             raise ValueError(
                 f"learner.precision=pure with model.dtype={self.model.dtype} and learning_rate={lc.learning_rate:g} "
                 f"would barely learn (AdamW updates below ~1/256 of a weight are rounded away in {self.model.dtype}); "
-                f"use learner.precision=auto (fp32 master weights + autocast) or a learning_rate >= {PURE_HALF_MIN_LR:g}"
+                "use learner.precision=auto (fp32 master weights + autocast) or a learning_rate >= "
+                f"{PURE_HALF_MIN_LR:g}"
             )
         return self
 

@@ -3,7 +3,8 @@
 `probe_hardware()` reads GPUs (torch.cuda: name, total/free memory), CPU count and RAM (psutil).
 `estimate_memory(cfg)` sizes inference and training of the configured model from its architecture (parameter
 count, dtype, layers, KV heads) and the sampler/learner settings (training: `learner.memory`, which covers full
-and LoRA training, checkpointing, the micro-batch's tokens and the chunked log-prob path). `decide_role(...)` is pure: given a probe
+and LoRA training, checkpointing, the micro-batch's tokens and the chunked log-prob path). `decide_role(...)` is
+pure: given a probe
 and an estimate it returns sampler / learner / none with human-readable reasons, so it is tested with
 synthetic hardware.
 

@@ -209,3 +209,9 @@ def test_cpu_pinned_config_ignores_gpus(estimates):
     assert report["device"] == "cpu" and not report["probe"]["gpus"]
     report = hardware_report(load_config("tiny-cpu", ["sampler.device=auto", "learner.device=auto"]), probe=gpu)
     assert report["device"] == "cuda:0" and report["role"] == "learner"
+
+
+def test_a_gpu_too_small_for_full_training_is_told_lora_fits(estimates):
+    reasons = decide_role(gpu_machine(24), estimates["1.7b"], "auto", learners_in_run=0).reasons
+    assert any("LoRA learner" in r and "learner.lora.enabled=true" in r for r in reasons), reasons
+    assert not any("LoRA" in r for r in decide_role(gpu_machine(8), estimates["1.7b"], "auto").reasons)

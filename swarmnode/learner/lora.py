@@ -3,8 +3,8 @@
 `learner.lora` (rank, alpha, dropout, target modules) becomes a peft `LoraConfig`; the base model's weights are
 frozen. `adapter_state` is what the checkpoint (and an adapter-only version) carries: the adapter tensors alone,
 peft's own key names; `load_adapter_state` puts them back. `merged_state` folds the adapters into full weights
-under the plain model's names, which any sampler loads like a full-weight version. The output head is never adapted, so the chunked
-log-prob path (a plain linear head) applies unchanged.
+under the plain model's names, which any sampler loads like a full-weight version. The output head is never
+adapted, so the chunked log-prob path (a plain linear head) applies unchanged.
 """
 
 from __future__ import annotations
