@@ -53,7 +53,10 @@ def pad_batch(
 def _mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b with an fp32 result; half inputs on CUDA are multiplied in their dtype with fp32 output."""
     if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
-        return torch.mm(a, b, out_dtype=torch.float32)
+        try:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        except (NotImplementedError, RuntimeError):  # a GPU or build without the mixed-dtype GEMM (not measured)
+            pass
     return torch.mm(a.float(), b.float())
 
 
