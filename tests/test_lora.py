@@ -72,6 +72,10 @@ def test_lora_trains_adapters_and_publishes_weights_a_plain_model_reproduces(cfg
     assert (learner.logp - reference.logp)[m].abs().max() < 1e-5  # chunked path through peft = full logits
     assert (learner.logp - sampler.logp)[m].abs().max() < 1e-5  # behaviour gap after applying the version
     assert (learner.logp - before.logp)[m].abs().max() > 1e-3  # and the version changed the outputs
+    loop.verifier.remember(7, published)  # the spot checker re-scores older versions on a plain scratch copy
+    with torch.no_grad():
+        scratch = completion_scores(loop.verifier._weights_of(loop.model, 7), prompts, comps, 1.0, 0)
+    assert (scratch.logp - sampler.logp)[m].abs().max() < 1e-5
 
 
 def test_restart_resumes_adapters_and_schedule(cfg, parts, tmp_path):

@@ -87,6 +87,8 @@ class SpotChecker:
 
         if self._scratch is None:
             self._scratch = copy.deepcopy(model)
+            if hasattr(self._scratch, "merge_and_unload"):  # a LoRA learner: versions are plain merged weights
+                self._scratch = self._scratch.merge_and_unload()
         if self._scratch_version != version:
             self._scratch.load_state_dict(self.kept[version])
             self._scratch_version = version
