@@ -342,9 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = aggregate(cells, args.variants, args.delays)
     cell_seconds = sum(c["seconds"] for c in cells)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    header = (f"# Latency sweep\n\nCommand: `python bench/latency_sweep.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
-              f"\n\n{len(cells)} cells, {args.steps} learner steps each, config {args.config} "
-              f"{' '.join(args.sets)}, eval every {args.eval_every} steps on the held-out prompts (mean@"
+    command = " ".join(a for a in (sys.argv[1:] if argv is None else argv) if a != "--render-only")
+    planned = len(args.seeds) * len(args.delays) * len(args.variants)
+    missing = "" if len(cells) >= planned else (f" {planned - len(cells)} of the {planned} planned cells have not run "
+                                                "yet: the same command runs them (finished cells are skipped).")
+    header = (f"# Latency sweep\n\nCommand: `python bench/latency_sweep.py {command}`{missing}"
+              f"\n\n{len(cells)} cells, {args.steps} learner steps each, config {args.config}"
+              f"{''.join(' --set ' + s for s in args.sets)}, eval every {args.eval_every} steps on the held-out prompts (mean@"
               f"{args.eval_samples} at the sampling temperature). Cost: the cells' run times add up to "
               f"{cell_seconds / 60:.1f} minutes (one torch thread each, {platform.machine()}, "
               f"{multiprocessing.cpu_count()} cores shared with other work, load average {load:.1f} at the end; "

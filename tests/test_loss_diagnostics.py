@@ -120,3 +120,20 @@ def test_kl_stays_finite_where_p_is_far_above_or_below_q():
     mask = torch.ones_like(lp, dtype=torch.bool)
     _, diag = policy_loss("gepo", lp, lq, mask, torch.tensor([0.0, 1.0]), torch.tensor([0, 0]), LearnerConfig())
     assert math.isfinite(diag["kl"]) and diag["kl"] > 0
+
+
+def test_on_policy_grpo_and_gspo_take_the_same_gradient():
+    """With p = q every GRPO and GSPO weight is 1 and no clip binds (whatever epsilon), so one step on fresh
+    rollouts has the same gradient: why the sweep's on-policy grpo, gspo and gspo-3e-4 cells coincide."""
+    lp, lq, mask, rewards, groups = _fixed_batch(16, T=5)
+    grads = []
+    for family, opts in (("grpo", {}), ("gspo", {}), ("gspo", {"epsilon": 3e-4, "epsilon_high": 4e-4})):
+        x = lq.clone().requires_grad_(True)
+        cfg = LearnerConfig(importance_sampling_level=LEVEL_OF_ALGORITHM[family], **opts)
+        loss, _ = policy_loss(family, x, lq, mask, rewards, groups, cfg)
+        (grad,) = torch.autograd.grad(loss, x)
+        grads.append(grad)
+    assert torch.allclose(grads[0], grads[1], atol=1e-12) and torch.allclose(grads[1], grads[2], atol=1e-12)
+    x = lq.clone().requires_grad_(True)
+    gepo, _ = policy_loss("gepo", x, lq, mask, rewards, groups, LearnerConfig())
+    assert not torch.allclose(torch.autograd.grad(gepo, x)[0], grads[0])  # GEPO's weights are not 1 on-policy
