@@ -219,9 +219,12 @@ def verdict(rows: list[dict]) -> list[str]:
     for d in sorted({r["delay"] for r in rows}):
         gaps = {r["variant"]: r["best_to_last"] for r in rows if r["delay"] == d}
         if "gepo" in gaps and len(gaps) > 1:
-            smallest = min(gaps, key=gaps.get)
+            low = min(gaps.values())
+            smallest = [k for k, v in gaps.items() if v <= low + 1e-9]
+            answer = ("yes" if smallest == ["gepo"] else "tied: " + ", ".join(smallest) if "gepo" in smallest
+                      else "no: " + ", ".join(smallest))
             lines.append(f"- Best-to-last gap at delay {d}: " + ", ".join(f"{k} {v:+.3f}" for k, v in gaps.items())
-                         + f"; smallest: {smallest}" + (" (GEPO)" if smallest == "gepo" else " (not GEPO)"))
+                         + f"; GEPO's the smallest? {answer}")
     return lines
 
 
