@@ -284,6 +284,7 @@ def hardware_report(cfg: NodeConfig, requested_role: str | None = None, probe: H
 def format_report(report: dict) -> str:
     """The human-readable form of `hardware_report`."""
     p, e = report["probe"], report["estimate"]
+    t = e["training"]
     lines = [f"CPU: {p['cpu_count']} cores, RAM {_gb(p['ram_available_bytes'])} free of {_gb(p['ram_total_bytes'])}"]
     lines += [f"GPU {g['index']}: {g['name']}, {_gb(g['free_bytes'])} free of {_gb(g['total_bytes'])}" for g in p["gpus"]]
     if not p["gpus"]:
@@ -291,10 +292,10 @@ def format_report(report: dict) -> str:
     lines.append(
         f"model {e['model_name']}: {e['parameters'] / 1e6:,.1f}M params in {e['dtype']}; "
         f"sample ~{_gb(e['inference_bytes'])} (weights {_gb(e['weights_bytes'])} + KV {_gb(e['kv_cache_bytes'])}), "
-        f"train ~{_gb(e['training_bytes'])} (weights {_gb(e['training'].get('weights', 0))} + grads "
-        f"{_gb(e['grads_bytes'])} + AdamW {_gb(e['optimizer_bytes'])} + activations and log-probs "
-        f"{_gb(e['training_activation_bytes'])}; with LoRA ~{_gb(e['lora_training_bytes'])}), "
-        f"before {int((HEADROOM - 1) * 100)}% headroom"
+        f"train ~{_gb(e['training_bytes'])} (weights {_gb(t.get('weights', 0))} + AdamW {_gb(e['optimizer_bytes'])}"
+        f" + the larger of activations and log-probs {_gb(t.get('activations', 0) + t.get('logprobs', 0))} and "
+        f"grads and AdamW's step {_gb(t.get('grads', 0) + t.get('optimizer_step', 0))}; with LoRA "
+        f"~{_gb(e['lora_training_bytes'])}), before {int((HEADROOM - 1) * 100)}% headroom"
     )
     lines += [f"  {note}" for note in e["notes"]]
     lines.append(f"role: {report['role']} on {report['device']}")
