@@ -247,6 +247,7 @@ class SapoConfig(_Section):
         "the sender's sequence likelihood (GEPO-style)")
     pool_per_peer: int = Field(16, ge=1, le=100_000, description="newest groups kept per peer until used")
     max_external_age: float = Field(120.0, gt=0, description="seconds an external group stays usable")
+    external_wait: float = Field(1.0, ge=0, le=600, description="seconds a step waits for peers' groups to make up J")
     max_completion_chars: int = Field(4096, ge=1, le=1 << 20)
     max_prompt_chars: int = Field(8192, ge=1, le=1 << 20)
 

@@ -21,11 +21,12 @@ MAX_REASONS = 12
 MAX_INVALID_PEERS = 4
 
 # scalars beyond the Prometheus ones that the record carries
-EXTRA_SCALARS = frozenset({"paused", "staleness_mean", "reward_std", "groups_rejected", "max_staleness"})
+EXTRA_SCALARS = frozenset({"paused", "staleness_mean", "reward_std", "groups_rejected", "max_staleness", "mode"})
 HEALTH_SCALARS = frozenset(HEALTH_METRICS) | EXTRA_SCALARS
 HEALTH_LISTS = frozenset({"staleness_hist", "reward_versions", "reward_history", "kl_history", "is_var_history",
                           "rejected_reasons", "rejected_counts", "invalid_peers", "verified_peers",
-                          "verified_mismatch"})
+                          "verified_mismatch",
+                          "external_peers", "external_counts"})  # sapo: whose groups a node trained on, how many
 MAX_VERIFIED_PEERS = 8  # samplers whose spot-check score a learner's record carries (the worst first)
 
 

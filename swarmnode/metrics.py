@@ -40,6 +40,9 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
     "serve_mb_s": ("swarmnode_weight_serve_mb_per_second", "gauge", "MB/s of weight chunks served, last 30 s"),
     "uptime": ("swarmnode_uptime_seconds", "gauge", "seconds since the node started"),
     "peers_seen": ("swarmnode_peers_seen", "gauge", "live peers in the run's DHT"),
+    "local_groups": ("swarmnode_sapo_local_groups", "counter", "sapo: own groups trained on"),
+    "external_groups": ("swarmnode_sapo_external_groups", "counter", "sapo: peers' text groups trained on"),
+    "reward_lies": ("swarmnode_sapo_reward_lies", "counter", "sapo: peers' groups whose claimed rewards were false"),
 }
 REJECTED_METRIC = "swarmnode_groups_rejected"  # label: reason
 STALENESS_METRIC = "swarmnode_staleness_groups"  # label: bucket ("0", "1", "2-3", "4-7", ...)

@@ -414,8 +414,11 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
     from swarmnode.hardware import probe_hardware
 
     async with Membership(cfg, identity, "auto") as member:
-        learners = await member.dht.live_peers("learner")
-        role, reasons = await asyncio.to_thread(decide_swarm_role, cfg, len(learners))
+        if cfg.mode == "sapo":  # every node samples and trains its own policy (it advertises as a learner)
+            role, reasons = "learner", ["mode sapo: this node samples and trains its own policy"]
+        else:
+            learners = await member.dht.live_peers("learner")
+            role, reasons = await asyncio.to_thread(decide_swarm_role, cfg, len(learners))
         for reason in reasons:
             emit(f"role: {reason}")
         if role == "none":
@@ -426,6 +429,10 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
         await member.publish()
         emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
         runner = LearnerRole if role == "learner" else SamplerRole
+        if cfg.mode == "sapo":
+            from swarmnode.sapo.role import SapoRole
+
+            runner = SapoRole
         node = await asyncio.to_thread(runner, cfg, identity, member, emit)  # may build the tiny model: slow
         if cfg.metrics.port is not None:
             from swarmnode.metrics import serve_metrics

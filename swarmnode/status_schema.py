@@ -61,6 +61,12 @@ HEALTH_SCHEMA: dict[str, Any] = {
         "invalid_peers": {"type": "array", "items": {"type": "string"}},
         "verified_peers": {"type": "array", "items": {"type": "string"}},
         "verified_mismatch": {"type": "array", "items": {"type": "number", "minimum": 0}},
+        "mode": {"enum": ["sapo"]},
+        "local_groups": _COUNT,
+        "external_groups": _COUNT,
+        "reward_lies": _COUNT,
+        "external_peers": {"type": "array", "items": {"type": "string"}},
+        "external_counts": {"type": "array", "items": _COUNT},
     },
     "additionalProperties": {"type": ["number", "string", "boolean", "null", "array"]},
 }

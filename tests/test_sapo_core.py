@@ -40,7 +40,7 @@ def test_a_flooding_peer_never_holds_more_than_its_bound_of_a_batch():
     pool.add(_text(PEER))
     assert pool.by_peer[FLOODER.peer_id]["overflow"] == 46  # only the newest 4 are kept
     batch = pool.take(8, max_per_peer=2)
-    senders = [g.sender_id for g in batch]
+    senders = [g.sampler_id for g in batch]
     assert senders.count(FLOODER.peer_id) == 2 and senders.count(PEER.peer_id) == 1
     assert batch[0].completions[0] == "49" or batch[1].completions[0] == "49"  # newest first
     assert pool.by_peer[FLOODER.peer_id]["taken"] == 2

@@ -86,7 +86,7 @@ def _resigned(obj: dict, identity: Identity = IDENTITY) -> bytes:
     (lambda o: o.update(kind="rollout"), "kind"),
     (lambda o: o.update(v=2), "'v'"),
     (lambda o: o.update(extra=1), "unknown field 'extra'"),
-    (lambda o: o.pop("sender_id"), "missing field 'sender_id'"),
+    (lambda o: o.pop("sampler_id"), "missing field 'sampler_id'"),
 ])
 def test_invalid_fields_are_rejected_with_reason(change, reason):
     obj = _wire(_example())
@@ -102,7 +102,7 @@ def test_forged_records_are_rejected():
     obj["completions"] = ["8", "8"]
     _rejects(_resigned(obj, OTHER), "bad signature")  # signed by someone else while claiming IDENTITY
     obj = _wire(_example())
-    obj["sender_id"] = OTHER.peer_id  # claims to be another peer
+    obj["sampler_id"] = OTHER.peer_id  # claims to be another peer
     _rejects(_resigned(obj), "bad signature")
 
 

@@ -9,7 +9,7 @@ Wire format (msgpack map, strict: unknown or missing fields are rejected):
   completions (texts), finished (one bool per completion: it ended with the sender's EOS, not at its length
   cap), rewards (as the sender claims), seq_logprobs (the sender's log-likelihood of each completion under the
   policy that sampled it: the sum of its token log-probs at `temperature`), temperature, model_id (what made
-  the text: a name and a short content hash), sender_id, created_at, signature (Ed25519 by sender_id).
+  the text: a name and a short content hash), sampler_id, created_at, signature (Ed25519 by sampler_id).
 `decode` raises only `InvalidRecord`, with the reason.
 """
 
@@ -42,7 +42,7 @@ MAX_ABS_REWARD = 1e6
 MAX_ABS_LOGPROB = 1e7  # a sequence log-likelihood: sum over up to ~1e5 tokens of per-token log-probs
 _WIRE_FIELDS = frozenset(
     "kind v run_id group_id prompt_id prompt_text completions finished rewards seq_logprobs temperature "
-    "model_id sender_id created_at signature".split()
+    "model_id sampler_id created_at signature".split()
 )
 
 
@@ -80,7 +80,7 @@ class TextRolloutGroup:
     seq_logprobs: list[float]
     temperature: float
     model_id: str
-    sender_id: str
+    sampler_id: str
     created_at: float
     signature: bytes
 
@@ -102,7 +102,7 @@ class TextRolloutGroup:
             "seq_logprobs": [float(x) for x in self.seq_logprobs],
             "temperature": float(self.temperature),
             "model_id": self.model_id,
-            "sender_id": self.sender_id,
+            "sampler_id": self.sampler_id,
             "created_at": float(self.created_at),
         }
 
@@ -127,7 +127,7 @@ class TextRolloutGroup:
             run_id=run_id, group_id="", prompt_id=prompt_id, prompt_text=prompt_text,
             completions=[str(c) for c in completions], finished=[bool(f) for f in finished],
             rewards=[float(r) for r in rewards], seq_logprobs=[float(x) for x in seq_logprobs],
-            temperature=float(temperature), model_id=model_id, sender_id=identity.peer_id,
+            temperature=float(temperature), model_id=model_id, sampler_id=identity.peer_id,
             created_at=time.time() if created_at is None else float(created_at), signature=b"",
         )
         content = group._content()
@@ -179,11 +179,11 @@ class TextRolloutGroup:
             seq_logprobs=seq_logprobs,
             temperature=temperature,
             model_id=str_field(obj, "model_id", MAX_ID_CHARS, 1),
-            sender_id=str_field(obj, "sender_id", MAX_ID_CHARS, 1),
+            sampler_id=str_field(obj, "sampler_id", MAX_ID_CHARS, 1),
             created_at=float_field(obj, "created_at", 0.0, 1e11),
             signature=bytes_field(obj, "signature", 64, exact=64),
         )
-        check_content(group._content(), "group_id", group.group_id, group.sender_id, group.signature)
+        check_content(group._content(), "group_id", group.group_id, group.sampler_id, group.signature)
         return group
 
 

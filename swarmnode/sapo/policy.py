@@ -50,7 +50,10 @@ class SapoPolicy:
         self.model = model or load_model(cfg.model, cfg.task, pick_device(cfg.learner.device))
         self.model_id = model_id(cfg, self.model)
         per_step = sc.local_groups + sc.external_groups
-        learner_cfg = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"prompts_per_step": per_step})})
+        # no spot checks: local groups are this model's own, and external ones carry, by design, behaviour
+        # log-probs that are not this model's (sapo.external_weighting)
+        learner = cfg.learner.model_copy(update={"prompts_per_step": per_step, "verify_fraction": 0.0})
+        learner_cfg = cfg.model_copy(update={"learner": learner})
         self.buffer = ReplayBuffer(4 * per_step, max_staleness=1 << 30, per_sampler_quota=1.0)
         self.learner = LearnerLoop(self.model, self.tokenizer, self.task, learner_cfg, self.buffer, None,
                                    checkpoint_dir)
@@ -118,7 +121,7 @@ class SapoPolicy:
         self.external_total += len(external)
         self.local_total += len(local)
         diag.update(local_groups=float(len(local)), external_groups=float(len(external)),
-                    external_peers=dict(senders), own_reward=self.last_own_reward)
+                    step_external_peers=dict(senders), own_reward=self.last_own_reward)
         return diag
 
     def counters(self) -> dict:

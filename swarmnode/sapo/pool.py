@@ -41,7 +41,7 @@ class ExternalPool:
 
     def add(self, group: TextRolloutGroup) -> str:
         """Offer one (already validated) group: "ok", "own" or "duplicate"; a full peer queue drops its oldest."""
-        peer = group.sender_id
+        peer = group.sampler_id
         with self._lock:
             if peer == self.own_id:
                 status = "own"

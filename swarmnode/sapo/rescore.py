@@ -63,7 +63,7 @@ class Rescorer:
                 run_id=group.run_id, group_id=group.group_id, prompt_id=group.prompt_id,
                 prompt_tokens=prompt_tokens, completions=completions, logprobs=lq,
                 temperature=self.cfg.sampler.temperature, rewards=rewards, policy_version=self.version(),
-                lineage=group.model_id, sampler_id=group.sender_id, created_at=group.created_at, signature=b"",
+                lineage=group.model_id, sampler_id=group.sampler_id, created_at=group.created_at, signature=b"",
             ))
         return out
 
@@ -82,7 +82,7 @@ class Rescorer:
         claimed_ok = all(abs(float(self.task.reward(prompt, text)) - claim) <= REWARD_TOLERANCE
                          for text, claim in zip(group.completions, group.rewards))
         if not claimed_ok:
-            self.lies[group.sender_id] += 1
+            self.lies[group.sampler_id] += 1
         limit = self.cfg.sampler.max_completion_length
         completions = []
         for text, finished in zip(group.completions, group.finished):

@@ -47,12 +47,12 @@ RETRY_STATUSES = frozenset({"rate_limited", "busy"})
 CLOSING_STATUSES = frozenset({"oversized", "truncated", "banned"})
 
 
-def push_protocol(run_id: str) -> str:
-    return f"swarmnode/{run_id}/rollouts/1"
+def push_protocol(run_id: str, stream: str = "rollouts") -> str:
+    return f"swarmnode/{run_id}/{stream}/1"
 
 
-def pull_protocol(run_id: str) -> str:
-    return f"swarmnode/{run_id}/rollouts-pull/1"
+def pull_protocol(run_id: str, stream: str = "rollouts") -> str:
+    return f"swarmnode/{run_id}/{stream}-pull/1"
 
 
 # ------------------------------------------------------------------------------------------------- receiving
@@ -146,6 +146,9 @@ class RolloutReceiver:
     event loop, so heartbeats and acks go on), with element counts bounded while decoding (see
     `RolloutLimits`); one peer may hold at most `max_streams_per_peer` push streams at once (more are answered
     "busy" and closed before anything is read), so one identity cannot queue unbounded work.
+
+    `stream` and `decode` carry another record over the same machinery (SAPO's text groups: stream
+    "text-rollouts"); a decoded record has `group_id`, `run_id` and its signer `sampler_id`.
     """
 
     def __init__(self, run_id: str, on_group: Callable[[RolloutGroup], str], limits: RolloutLimits, *,
@@ -153,8 +156,11 @@ class RolloutReceiver:
                  seen_capacity: int = 200_000, journal: str | Path | None = None, idle_timeout: float = 300.0,
                  read_timeout: float = 30.0, version: Callable[[], int] | None = None,
                  durable: Callable[[RolloutGroup, bytes], Awaitable[None]] | None = None,
-                 max_streams_per_peer: int = 4, decode_workers: int = 2):
+                 max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
+                 decode: Callable[[bytes], Any] | None = None):
         self.run_id = run_id
+        self.stream = stream
+        self.decode = decode or (lambda body: RolloutGroup.decode(body, limits))
         self.on_group = on_group
         self.durable = durable
         self.version = version  # the learner's current policy version, told in every ack
@@ -178,7 +184,7 @@ class RolloutReceiver:
 
     async def start(self, p2p: P2P) -> None:
         """Register the push handler on `p2p`."""
-        await p2p.add_binary_stream_handler(push_protocol(self.run_id), self._handle_push)
+        await p2p.add_binary_stream_handler(push_protocol(self.run_id, self.stream), self._handle_push)
 
     def close(self) -> None:
         self.seen.close()
@@ -271,7 +277,7 @@ class RolloutReceiver:
 
     def _decode(self, body: bytes, peer: str) -> RolloutGroup:
         """Parse, validate and verify (runs in the decode pool); raises InvalidRecord."""
-        group = RolloutGroup.decode(body, self.limits)
+        group = self.decode(body)
         if group.run_id != self.run_id:
             raise InvalidRecord(f"group of run {group.run_id!r}, not {self.run_id!r}")
         if group.sampler_id != peer:
@@ -341,8 +347,8 @@ class RolloutReceiver:
         if self.is_banned(name):
             counts["banned"] += 1
             return counts
-        _, reader, writer = await asyncio.wait_for(p2p.call_binary_stream_handler(peer, pull_protocol(self.run_id)),
-                                                   timeout)
+        _, reader, writer = await asyncio.wait_for(
+            p2p.call_binary_stream_handler(peer, pull_protocol(self.run_id, self.stream)), timeout)
         try:
             await write_frame(writer, pack({"since": float(since), "limit": int(limit)}))
             for _ in range(limit + 1):
@@ -406,10 +412,11 @@ class RolloutSender:
 
     def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
                  ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0,
-                 alive_window: float = 30.0):
+                 alive_window: float = 30.0, stream: str = "rollouts"):
         self.p2p = p2p
         self.alive_window = alive_window
         self.run_id = run_id
+        self.stream = stream
         self.outbox_size = outbox_size
         self.ack_timeout = ack_timeout
         self.base_backoff, self.max_backoff = base_backoff, max_backoff
@@ -429,7 +436,7 @@ class RolloutSender:
     async def start(self) -> None:
         """Bind to the running loop and serve the pull handler."""
         self._loop = asyncio.get_running_loop()
-        await self.p2p.add_binary_stream_handler(pull_protocol(self.run_id), self._handle_pull)
+        await self.p2p.add_binary_stream_handler(pull_protocol(self.run_id, self.stream), self._handle_pull)
 
     @property
     def pending(self) -> int:
@@ -484,7 +491,7 @@ class RolloutSender:
             link.close_stream()
         self._links.clear()
         with contextlib.suppress(Exception):
-            await self.p2p.remove_binary_stream_handler(pull_protocol(self.run_id))
+            await self.p2p.remove_binary_stream_handler(pull_protocol(self.run_id, self.stream))
 
     # -- internals (on the loop) --------------------------------------------------------------------------
     def _call(self, fn: Callable, *args: Any) -> None:
@@ -572,7 +579,8 @@ class RolloutSender:
     async def _push(self, link: _Link, data: bytes) -> str:
         if link.writer is None:
             _, link.reader, link.writer = await asyncio.wait_for(
-                self.p2p.call_binary_stream_handler(link.peer, push_protocol(self.run_id)), self.ack_timeout)
+                self.p2p.call_binary_stream_handler(link.peer, push_protocol(self.run_id, self.stream)),
+                self.ack_timeout)
         await write_frame(link.writer, data)
         ack = await asyncio.wait_for(read_control(link.reader), self.ack_timeout)
         if ack is None:

@@ -1,0 +1,123 @@
+"""Real local SAPO swarms: subprocess nodes of two tiny-model sizes, each training its own policy on its own
+groups plus text groups from the others; a hostile peer that floods, forges and lies stays within its bound of
+every batch and is counted. Real p2pd daemons on 127.0.0.1, real models, cleaned up by pid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from swarm_helpers import LocalSwarm
+
+from swarmnode.status_schema import validate
+
+SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
+SAPO = ["mode=sapo", "model.tiny.warm_start_steps=20", "sapo.local_groups=2", "sapo.external_groups=4",
+        "sapo.max_groups_per_peer=2", "sapo.external_wait=2", "sampler.max_groups_per_second=4"]
+WAIT_S = 300  # a deadline for failure only: each wait ends as soon as its condition holds
+
+
+def _steps(root: Path, name: str) -> list[dict]:
+    path = root / name / "sapo_steps.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _wait(condition, what: str, procs) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        for proc in procs:
+            assert proc.popen.poll() is None, f"{proc.name} exited:\n{proc.stderr()[-3000:]}"
+        time.sleep(0.5)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _start(swarm: LocalSwarm, root: Path, sizes: dict[str, list[str]]) -> tuple[dict, dict]:
+    nodes, ids = {}, {}
+    for name, size in sizes.items():
+        extra = [a for s in [*SAPO, *size, f"data_dir={root / name}"] for a in ("--set", s)]
+        nodes[name] = swarm.join(name, role="auto", work=True, wait=False,
+                                 extra=[*extra, *(["--metrics-port", "0"] if name == "a" else [])])
+    for name, proc in nodes.items():
+        ids[name] = proc.ready_fields(timeout=WAIT_S)["peer_id"]
+    return nodes, ids
+
+
+def _trained_on_all_others(root: Path, nodes: dict, ids: dict) -> bool:
+    for name in nodes:
+        senders = {p for s in _steps(root, name) for p in s.get("step_external_peers", {})}
+        if senders != {ids[o] for o in nodes if o != name}:
+            return False
+    return True
+
+
+def _health(doc: dict, peer_id: str) -> dict:
+    return next(p for p in doc["peers"] if p["peer_id"] == peer_id)["health"]
+
+
+@pytest.mark.timeout(900)  # ~1-2 min on a quiet machine; 6 min at load average 24 on 2 cores
+def test_two_sizes_train_on_each_others_text_and_a_liar_stays_bounded(tmp_path):
+    """Nodes of hidden 64 and 128 train on each other's groups; a peer flooding node a with lying groups and a
+    forged one gets at most `max_groups_per_peer` (2) into any of a's batches, and is counted."""
+    with LocalSwarm(tmp_path, run_id="sapo-test") as swarm:
+        swarm.bootstrap()
+        nodes, ids = _start(swarm, tmp_path, {"a": SMALL, "b": []})
+        _wait(lambda: _trained_on_all_others(tmp_path, nodes, ids), "a and b trained on each other's groups",
+              nodes.values())
+        _wait(lambda: ids["a"] in {p["peer_id"] for p in swarm.status()["peers"]}, "node a in status",
+              nodes.values())
+        doc = swarm.status()
+        validate(doc)
+        addr = next(a for a in next(p for p in doc["peers"] if p["peer_id"] == ids["a"])["addrs"] if "127.0.0.1" in a)
+        target = addr if "/p2p/" in addr else f"{addr}/p2p/{ids['a']}"
+        ready = tmp_path / "bad.ready"
+        bad = subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("sapo_bad_peer.py")), "--identity",
+             str(tmp_path / "bad.key"), "--target", target, "--run", "sapo-test", "--ready", str(ready),
+             "--count", "40"], capture_output=True, text=True, timeout=WAIT_S)
+        assert bad.returncode == 0, bad.stdout + bad.stderr[-3000:]
+        liar = ready.read_text().strip()
+        _wait(lambda: any(liar in s.get("step_external_peers", {}) for s in _steps(tmp_path, "a")),
+              "node a trained on the liar's groups (with its own rewards)", nodes.values())
+        for step in _steps(tmp_path, "a"):
+            assert all(n <= 2 for n in step["step_external_peers"].values()), step["step_external_peers"]
+            assert step["step_external_groups"] <= 4
+
+        def counted() -> bool:
+            health = _health(swarm.status(), ids["a"])
+            reasons = dict(zip(health.get("rejected_reasons", []), health.get("rejected_counts", [])))
+            return health.get("reward_lies", 0) >= 1 and reasons.get("invalid", 0) >= 1
+
+        _wait(counted, "node a's health counts the liar's lies and the forged group", nodes.values())
+        doc = swarm.status()
+        validate(doc)
+        for name in nodes:
+            health = _health(doc, ids[name])
+            assert health["mode"] == "sapo" and health["external_groups"] > 0 and health["step"] > 0
+        assert ids["b"][-12:] in _health(doc, ids["a"])["external_peers"]
+        port = nodes["a"].wait_line("metrics: ").rsplit(":", 1)[1].split("/")[0]
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert "swarmnode_sapo_external_groups_total" in metrics and "swarmnode_sapo_reward_lies_total" in metrics
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_three_nodes_of_two_sizes_each_train_on_both_others(tmp_path):
+    with LocalSwarm(tmp_path, run_id="sapo-test") as swarm:
+        swarm.bootstrap()
+        nodes, ids = _start(swarm, tmp_path, {"a": SMALL, "b": [], "c": SMALL})
+        _wait(lambda: _trained_on_all_others(tmp_path, nodes, ids),
+              "every node trained on groups of both other nodes", nodes.values())
+        doc = swarm.status()
+        validate(doc)
+        for name in nodes:
+            peers = set(_health(doc, ids[name])["external_peers"])
+            assert peers >= {ids[o][-12:] for o in nodes if o != name}
