@@ -166,7 +166,14 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
     grid.add_row("rejected", ", ".join(f"{k} {v}" for k, v in rejected.items()) or "0")
     grid.add_row("dropped stale", _fmt(h.get("dropped_stale"), "d"))
     grid.add_row("staleness", _histogram(h.get("staleness_hist") or []))
-    return Panel(grid, title=f"learner {_short(p['peer_id'])}", border_style="magenta")
+    if h.get("mode") == "sapo":  # its own policy: what it trained on, by origin
+        grid.add_row("trained on", f"{_fmt(h.get('local_groups'), 'd')} own + {_fmt(h.get('external_groups'), 'd')} "
+                     "external")
+        grid.add_row("reward lies", _fmt(h.get("reward_lies"), "d"))
+        peers = zip(h.get("external_peers") or [], h.get("external_counts") or [])
+        grid.add_row("external from", ", ".join(f"{str(peer)[-8:]} {n}" for peer, n in peers) or "nobody yet")
+    title = "sapo node" if h.get("mode") == "sapo" else "learner"
+    return Panel(grid, title=f"{title} {_short(p['peer_id'])}", border_style="magenta")
 
 
 def _versions_panel(doc: dict[str, Any], width: int = 20) -> Panel:

@@ -249,3 +249,14 @@ def test_a_50_peer_view_renders_every_peer_and_the_lagging_alert():
     console.print(build_view(doc, None, max_rows=20))
     assert "30 more" in console.file.getvalue()  # a short terminal says how many rows it left out
     assert "samplers beyond" in text or "behind" in text, text[-2000:]
+
+
+def test_dashboard_shows_a_sapo_nodes_own_policy():
+    doc = simulated_status(6, learners=2)
+    learner = next(p for p in doc["peers"] if p["role"] == "learner")
+    learner["health"].update(mode="sapo", local_groups=40, external_groups=36, reward_lies=3,
+                             external_peers=["a1b2c3d4e5f6", "0f9e8d7c6b5a"], external_counts=[20, 16])
+    validate(as_json(doc))
+    text = render(doc)
+    assert "sapo node" in text and "40 own + 36 external" in text
+    assert "e5f6 20" in text and "6b5a 16" in text
