@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
 from typing import Any, Callable
 
+import torch
 from hivemind.p2p import PeerID
 
 from swarmnode.config import NodeConfig
@@ -44,7 +46,11 @@ class SapoRole:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
         self.health: dict[str, Any] = {"mode": "sapo"}
-        self.policy = SapoPolicy(cfg, identity, checkpoint_dir=self.data_dir / "checkpoints")
+        # each node its own prompt order and sampling randomness: with one config and one seed every node of a run
+        # would draw the same prompts and (same model, same torch seed) the very same completions
+        seed = int.from_bytes(hashlib.sha256(f"{cfg.task.seed}:{identity.peer_id}".encode()).digest()[:4], "big")
+        torch.manual_seed(seed)
+        self.policy = SapoPolicy(cfg, identity, seed=seed, checkpoint_dir=self.data_dir / "checkpoints")
 
     async def run(self, stop: asyncio.Event) -> None:
         from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender
