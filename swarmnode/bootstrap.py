@@ -10,6 +10,8 @@ from collections import Counter
 from typing import Any, Callable
 
 from swarmnode.config import NodeConfig, known_run_ids
+from swarmnode.health import record_health
+from swarmnode.health_record import BootstrapHealth
 from swarmnode.identity import Identity
 from swarmnode.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
@@ -50,8 +52,8 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                                 cfg.network.announce_maddrs)
         for addr in addrs:
             emit(f"initial-peers: {addr}")
-        own: dict[str, Any] = {"uptime": 0.0, "peers_seen": 0}  # what its record and /metrics carry
-        member.update(health=own)
+        own = BootstrapHealth(uptime=0.0, peers_seen=0)  # what its record and /metrics carry
+        member.update(health=record_health(own))
         if cfg.metrics.port is not None:
             port = serve_metrics(cfg.metrics.port, lambda: own, "bootstrap", cfg.metrics.addr)
             emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
@@ -70,7 +72,7 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                 continue
             doc = bootstrap_health(member, live, connections)
             own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"])
-            member.update(health=dict(own))
+            member.update(health=record_health(own))
             if as_json:
                 emit(json.dumps(doc, sort_keys=True))
             else:

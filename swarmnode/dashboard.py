@@ -22,7 +22,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from swarmnode.health import bucket_label, rejected_by_reason
+from swarmnode.health import rejected_by_reason
+from swarmnode.staleness import bucket_label
 from swarmnode.status import other_runs_hint
 
 SPARKS = "▁▂▃▄▅▆▇█"

@@ -1,7 +1,7 @@
 """`swarmnode demo`: a local swarm (bootstrap, one learner, two samplers) as separate processes on 127.0.0.1.
 
 Each node is a real `swarmnode` subprocess. The learner appends one JSON line per optimiser step to
-`<its data dir>/learner_steps.jsonl` (see `swarmnode.node`); the demo reads that file for its live view and final
+`<its data dir>/learner_steps.jsonl` (see `swarmnode.learner.steps_log`); the demo reads that file for its live view and final
 summary. Every process the demo starts is stopped by pid (SIGTERM, then SIGKILL) however the demo ends.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarmnode.errors import Interrupted, SwarmnodeError
-from swarmnode.node import STEPS_FILE
+from swarmnode.learner.steps_log import STEPS_FILE
 
 
 class DemoError(SwarmnodeError, RuntimeError):

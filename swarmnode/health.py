@@ -1,47 +1,29 @@
-"""Swarm health as data: what a node's health record holds, how it rides in the PeerRecord, and how the swarm's
-health (summary, versions, alerts) is derived from the peers' records. Pure functions, no network.
+"""Swarm health as data: how a node's health record rides in the PeerRecord, and how the swarm's health
+(summary, versions, alerts) is derived from the peers' records. Pure functions, no network.
 
-A node keeps a full `health` dict (what `/metrics` renders); `record_health` turns it into the small form the
-DHT carries (scalars and short lists, see `swarmnode.protocol.peer.small_map`). `status --json` and the
-dashboard read the peers' records and call `swarm_summary` and `find_alerts`.
+A node keeps its role's typed record (`swarmnode.health_record`: what `/metrics` renders); `record_health`
+turns it into the small form the DHT carries (scalars and short lists, see `swarmnode.protocol.peer.small_map`).
+`status --json` and the dashboard read the peers' records and call `swarm_summary` and `find_alerts`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import OrderedDict, deque
-from typing import Any, Iterable
+from typing import Any
 
-from swarmnode.metrics import HEALTH_METRICS
+from swarmnode.health_record import WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
+from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, bucket_of  # noqa: F401 (re-export)
 
+logger = logging.getLogger(__name__)
 HISTORY_LEN = 32  # versions kept in a learner's reward/KL/IS-variance history
-MAX_BUCKETS = 16  # staleness histogram buckets: [0], [1], [2-3], [4-7], ..., the last one open-ended
 MAX_REASONS = 12
 MAX_INVALID_PEERS = 4
 
-# scalars beyond the Prometheus ones that the record carries
-EXTRA_SCALARS = frozenset({"paused", "staleness_mean", "reward_std", "groups_rejected", "max_staleness", "mode"})
-HEALTH_SCALARS = frozenset(HEALTH_METRICS) | EXTRA_SCALARS
-HEALTH_LISTS = frozenset({"staleness_hist", "reward_versions", "reward_history", "kl_history", "is_var_history",
-                          "rejected_reasons", "rejected_counts", "invalid_peers", "verified_peers",
-                          "verified_mismatch",
-                          "external_peers", "external_counts"})  # sapo: whose groups a node trained on, how many
+_UNDECLARED: set[str] = set()  # keys left out of a non-strict record_health, logged once each
 MAX_VERIFIED_PEERS = 8  # samplers whose spot-check score a learner's record carries (the worst first)
-
-
-def bucket_of(tau: int) -> int:
-    """Index of staleness `tau` in the power-of-two histogram: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ..."""
-    return 0 if tau <= 0 else min(MAX_BUCKETS - 1, int(tau).bit_length())
-
-
-def bucket_label(index: int) -> str:
-    """The staleness range of bucket `index` ("0", "1", "2-3", ..., "16384+" for the last)."""
-    if index <= 1:
-        return str(index)
-    lo = 1 << (index - 1)
-    return f"{lo}+" if index == MAX_BUCKETS - 1 else f"{lo}-{2 * lo - 1}"
-
 
 class RateMeter:
     """The rate of a growing total (bytes served, ...) over about the last `window` seconds."""
@@ -58,20 +40,6 @@ class RateMeter:
             self.samples.popleft()
         t0, v0 = self.samples[0]
         return (total - v0) / (now - t0) if now > t0 else 0.0
-
-
-class StalenessHistogram:
-    """Counts of trained-on groups by staleness bucket (cumulative since the node started)."""
-
-    def __init__(self) -> None:
-        self.counts: list[int] = []
-
-    def add(self, taus: Iterable[int]) -> None:
-        for tau in taus:
-            i = bucket_of(tau)
-            if i >= len(self.counts):
-                self.counts.extend([0] * (i + 1 - len(self.counts)))
-            self.counts[i] += 1
 
 
 class VersionSeries:
@@ -101,17 +69,28 @@ class VersionSeries:
         return out
 
 
-def record_health(health: dict[str, Any]) -> dict[str, Any]:
-    """The DHT form of a node's health: known scalars, short lists, `rejected` (dict) as two parallel lists."""
+def record_health(health: NodeHealth | dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    """The DHT form of a node's health: the wire fields whose values fit their type (non-finite numbers are left
+    out), lists cut to their last `HISTORY_LEN` items, `rejected` (dict) as two parallel lists. A key no health
+    record declares raises `UnknownHealthKey` (with `strict=False`, for a dict of a step's figures, it is left
+    out and logged once)."""
+    values = health.as_dict() if isinstance(health, NodeHealth) else health
     out: dict[str, Any] = {}
-    for key, value in health.items():
-        if key in HEALTH_SCALARS and isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            if isinstance(value, float) and not math.isfinite(value):
+    for key, value in values.items():
+        spec = WIRE_FIELDS.get(key)
+        if spec is None:
+            if key == "rejected":
                 continue
-            out[key] = value
-        elif key in HEALTH_LISTS and isinstance(value, (list, tuple)):
-            out[key] = list(value)[-HISTORY_LEN:]
-    rejected = health.get("rejected")
+            if strict:
+                raise UnknownHealthKey(f"no health record declares {key!r}")
+            if key not in _UNDECLARED:
+                _UNDECLARED.add(key)
+                logger.info("health key %r is declared by no record (swarmnode.health_record): not advertised", key)
+            continue
+        if value is None or not check_value(spec, value):
+            continue
+        out[key] = list(value)[-HISTORY_LEN:] if isinstance(value, (list, tuple)) else value
+    rejected = values.get("rejected")
     if isinstance(rejected, dict) and rejected:
         top = sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_REASONS]
         out["rejected_reasons"] = [str(k)[:40] for k, _ in top]

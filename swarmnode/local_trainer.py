@@ -1,7 +1,7 @@
 """Single-process RL: one sampler and one learner in one loop, no network. The swarm's reference point.
 
 Each round the sampler generates one batch with the weights it holds and hands the groups to the learner's
-buffer; the learner then takes every step the buffer allows. How the sampler's weights lag, in learner steps:
+inbox (the `RolloutSink` a swarm learner's receiver also feeds: `SamplerLoop` and `LearnerLoop` run the same); the learner then takes every step the buffer allows. How the sampler's weights lag, in learner steps:
 - `staleness = k` (artificial staleness, exact): the sampler always holds the weights of k versions ago
   (0 = on-policy).
 - `delay = DelayModel` (latency experiments, as HeteroRL did, and as a swarm sampler with `--simulate-delay`
@@ -32,6 +32,7 @@ from swarmnode.evaluation import evaluate
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import StopFlag, as_tuples
+from swarmnode.learner.inbox import RolloutInbox
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.models import load_model, load_tokenizer, pick_device
 from swarmnode.sampler.engines import build_engine
@@ -69,7 +70,8 @@ class LocalTrainer:
         self.forced_syncs = 0
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, self._published,
                                    checkpoint_dir)
-        self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self._receive, seed=seed)
+        self.inbox = RolloutInbox(self.buffer)  # the same delivery interface a swarm learner's receiver feeds
+        self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self.inbox.send, seed=seed)
         extra = self.learner.extra_state
         self.curve: list[dict] = list(extra.get("curve", []))
         self.evals: list[dict] = list(extra.get("evals", []))
@@ -88,9 +90,6 @@ class LocalTrainer:
         self._deliver()
         self.learner.on_step = self._record
         self.learner.extra_state = self._extra
-
-    def _receive(self, group) -> None:
-        self.buffer.add(group)
 
     def _published(self, version: int, state: dict[str, torch.Tensor]) -> None:
         self.recent.append((version, state))

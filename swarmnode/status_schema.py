@@ -10,65 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from swarmnode.errors import SwarmnodeError
+from swarmnode.health_record import WIRE_FIELDS
 
 STATUS_SCHEMA_VERSION = 1
 
-_NUM = {"type": "number"}
 _COUNT = {"type": "integer", "minimum": 0}
 _SCALAR = {"type": ["number", "string", "boolean", "null"]}
 
 HEALTH_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "the node's health record (keys by role; see README's Metrics section)",
-    "properties": {
-        "version": {"type": "integer", "minimum": -1},
-        "lag": _COUNT,
-        "step": _COUNT,
-        "reward_mean": _NUM,
-        "reward_std": _NUM,
-        "kl": _NUM,
-        "is_weight_var": {"type": "number", "minimum": 0},
-        "ratio_peqq_var": {"type": "number", "minimum": 0},
-        "entropy": {"type": "number", "minimum": 0},
-        "clip_frac": {"type": "number", "minimum": 0, "maximum": 1},
-        "grad_norm": _NUM,
-        "staleness_max": _NUM,
-        "staleness_mean": _NUM,
-        "step_time": {"type": "number", "minimum": 0},
-        "max_staleness": _COUNT,
-        "dropped_stale": _COUNT,
-        "groups_received": _COUNT,
-        "groups_rejected": _COUNT,
-        "groups_sent": _COUNT,
-        "groups_acked": _COUNT,
-        "groups_dropped": _COUNT,
-        "rollouts_per_s": {"type": "number", "minimum": 0},
-        "tokens_per_s": {"type": "number", "minimum": 0},
-        "paused": {"type": "string"},
-        "fetch_mb_s": {"type": "number", "minimum": 0},
-        "fetch_seconds": {"type": "number", "minimum": 0},
-        "served_mb": {"type": "number", "minimum": 0},
-        "serve_mb_s": {"type": "number", "minimum": 0},
-        "uptime": {"type": "number", "minimum": 0},
-        "peers_seen": _COUNT,
-        "staleness_hist": {"type": "array", "items": _COUNT},
-        "reward_versions": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-        "reward_history": {"type": "array", "items": {"type": ["number", "null"]}},
-        "kl_history": {"type": "array", "items": {"type": ["number", "null"]}},
-        "is_var_history": {"type": "array", "items": {"type": ["number", "null"]}},
-        "rejected_reasons": {"type": "array", "items": {"type": "string"}},
-        "rejected_counts": {"type": "array", "items": _COUNT},
-        "invalid_peers": {"type": "array", "items": {"type": "string"}},
-        "verified_peers": {"type": "array", "items": {"type": "string"}},
-        "verified_mismatch": {"type": "array", "items": {"type": "number", "minimum": 0}},
-        "mode": {"enum": ["sapo"]},
-        "local_groups": _COUNT,
-        "external_groups": _COUNT,
-        "reward_lies": _COUNT,
-        "external_peers": {"type": "array", "items": {"type": "string"}},
-        "external_counts": {"type": "array", "items": _COUNT},
-    },
-    "additionalProperties": {"type": ["number", "string", "boolean", "null", "array"]},
+    "description": "the node's health record (keys by role: swarmnode.health_record, README's Status JSON section)",
+    "properties": {name: spec.json_schema for name, spec in WIRE_FIELDS.items()},
+    "additionalProperties": False,
 }
 
 PEER_SCHEMA: dict[str, Any] = {

@@ -31,7 +31,7 @@ def learner_health(version: int, rng: random.Random, rewards: list[float] | None
         "step_time": 0.41, "dropped_stale": 3, "groups_received": 8 * version, "groups_rejected": 5,
         "max_staleness": 16, "uptime": 120.5, "staleness_hist": hist.counts, **series.as_health(),
         "rejected": {"duplicate": 2, "stale": 3, "invalid": 1 if invalid_peers else 0},
-        "invalid_peers": list(invalid_peers or []), "time": 1.7e9, "loss": 0.1,  # extra keys are filtered out
+        "invalid_peers": list(invalid_peers or []),
     }
 
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from swarmnode.dashboard import History, build_view, sparkline
 from swarmnode.health import (HISTORY_LEN, MAX_BUCKETS, bucket_label, bucket_of, record_health, reward_collapse,
                               swarm_summary)
+from swarmnode.health_record import UnknownHealthKey
 from swarmnode.identity import Identity
 from swarmnode.metrics import HEALTH_METRICS, HealthCollector
 from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
@@ -65,11 +66,16 @@ def test_staleness_buckets_are_powers_of_two():
     assert bucket_label(MAX_BUCKETS - 1).endswith("+")
 
 
-def test_record_health_turns_rejections_into_parallel_lists_and_drops_junk():
-    small = record_health({"version": 3, "kl": float("nan"), "paused": "", "flag": True, "weird": object(),
+def test_record_health_turns_rejections_into_parallel_lists_and_drops_junk_values():
+    small = record_health({"version": 3, "kl": float("nan"), "paused": "", "grad_norm": object(),
                            "reward_mean": 0.5, "rejected": {"invalid": 2, "stale": 7}, "step": True})
     assert small == {"version": 3, "paused": "", "reward_mean": 0.5,
                      "rejected_reasons": ["stale", "invalid"], "rejected_counts": [7, 2]}
+
+
+def test_record_health_refuses_a_key_no_record_declares():
+    with pytest.raises(UnknownHealthKey, match="loss"):
+        record_health({"version": 3, "loss": 0.1})
 
 
 # ------------------------------------------------------------------------------------------------- alerts

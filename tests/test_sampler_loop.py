@@ -90,3 +90,13 @@ def test_failing_send_is_counted_not_fatal(cfg, engine):
     loop = SamplerLoop(engine, build_task(cfg.task), cfg, Identity.generate(), broken)
     groups = loop.step()
     assert len(groups) == 3 and loop.send_errors == 3 and loop.groups_sent == 0
+
+
+def test_the_same_version_from_another_learner_line_is_taken(cfg, engine):
+    """A sampler holding the base model at version 0 is handed version 0 by a learner: its groups must name that
+    learner's line from the next batch on (the learner's buffer refuses other lines)."""
+    state = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    loop = SamplerLoop(engine, build_task(cfg.task), cfg, Identity.generate(), lambda g: None)
+    assert engine.version == 0 and loop.lineage == ""
+    loop.offer_weights(state, 0, lineage="L1")
+    assert {g.lineage for g in loop.step()} == {"L1"} and engine.version == 0

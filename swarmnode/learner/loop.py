@@ -57,6 +57,7 @@ from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
 from swarmnode.prompting import encode_prompt
+from swarmnode.staleness import StalenessHistogram
 
 Publish = Callable[[int, dict[str, torch.Tensor]], None]
 
@@ -100,6 +101,7 @@ class LearnerLoop:
         self.version = buffer.version
         self.step_count = 0
         self.rejected: Counter[str] = Counter()
+        self.staleness_hist = StalenessHistogram()  # valid groups drawn, by staleness bucket (health, /metrics)
         self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
         self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
         self.on_poisoned: Callable[[Any, str], None] | None = None  # (group, reason): its sender is to be struck
@@ -163,6 +165,7 @@ class LearnerLoop:
         }
         if groups:
             taus = [rows[0].staleness for rows in groups]
+            self.staleness_hist.add(taus)
             summary.update(staleness_min=float(min(taus)), staleness_median=float(statistics.median(taus)),
                            staleness_max=float(max(taus)))
         if not signal:

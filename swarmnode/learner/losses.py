@@ -37,7 +37,7 @@ import math
 import torch
 
 from swarmnode.config import LearnerConfig
-from swarmnode.health import bucket_label, bucket_of
+from swarmnode.staleness import bucket_label, bucket_of
 
 LOSS_TYPES = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL

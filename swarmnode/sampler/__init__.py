@@ -1,0 +1,5 @@
+"""The sampler's network-free core (never imports `swarmnode.swarm`):
+
+- `engines` GenerationEngine: transformers and vLLM, in-place weight loads
+- `loop`    SamplerLoop: prompts -> engine -> rewards -> signed RolloutGroups -> a RolloutSink
+"""

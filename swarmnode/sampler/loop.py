@@ -1,7 +1,9 @@
-"""The sampler loop's network-free core: prompts -> engine -> rewards -> signed RolloutGroups -> send.
+"""The sampler loop's network-free core: prompts -> engine -> rewards -> signed RolloutGroups -> a RolloutSink.
 
-Weights handed in with `offer_weights` (from any thread) are swapped into the engine between batches, never
-during one, so every group carries the version that really generated it.
+The sink is the swarm (`swarm.gossip.RolloutSender.send`) or, in one process, the learner's inbox
+(`learner.inbox.RolloutInbox.send`); the loop does not know which. Weights handed in with `offer_weights` (from
+any thread: the swarm's `WeightFollower`, or the local trainer) are swapped into the engine between batches,
+never during one, so every group carries the version (and lineage) that really generated it.
 """
 
 from __future__ import annotations
@@ -9,11 +11,10 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Callable
-
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.delivery import RolloutSink
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.sampler.engines import GenerationEngine
@@ -31,7 +32,7 @@ class SamplerLoop:
         task: Task,
         cfg: NodeConfig,
         identity: Identity,
-        send: Callable[[RolloutGroup], None],
+        send: RolloutSink,
         lineage: str = "",
         seed: int | None = None,
     ):
@@ -42,7 +43,7 @@ class SamplerLoop:
         self.send = send
         self.lineage = lineage
         self.rng = random.Random(cfg.task.seed if seed is None else seed)
-        self._pending: tuple[dict[str, torch.Tensor], int] | None = None
+        self._pending: tuple[dict[str, torch.Tensor], int, str | None] | None = None
         self._lock = threading.Lock()
         self.groups_sent = 0
         self.send_errors = 0
@@ -58,20 +59,24 @@ class SamplerLoop:
         with self._lock:
             return self._pending[1] if self._pending else self.engine.version
 
-    def offer_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        """Hand in a newer state; it is loaded before the next batch (older or equal versions are ignored)."""
+    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None) -> None:
+        """Hand in a newer state (of learner line `lineage`, if given); it is loaded before the next batch. Older
+        versions are ignored, and so is the same version unless it comes from another learner line (a sampler's
+        first version 0 names the learner whose line its groups belong to)."""
         with self._lock:
-            newest = self._pending[1] if self._pending else self.engine.version
-            if version > newest:
-                self._pending = (state, version)
+            newest, line = (self._pending[1], self._pending[2]) if self._pending else (self.engine.version, self.lineage)
+            if version > newest or (version == newest and lineage is not None and lineage != line):
+                self._pending = (state, version, lineage)
 
     def _swap_in(self) -> bool:
         with self._lock:
             pending, self._pending = self._pending, None
         if pending is None:
             return False
-        state, version = pending
+        state, version, lineage = pending
         self.engine.load_state_dict(state, version)
+        if lineage is not None:
+            self.lineage = lineage  # groups name the learner line whose weights made them
         return True
 
     def step(self) -> list[RolloutGroup]:

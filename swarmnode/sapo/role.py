@@ -161,7 +161,7 @@ class SapoRole:
             reward_lies=sum(counts["reward_lies"].values()), rejected=rejected,
             invalid_peers=self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
         )
-        self.member.update(version=self.policy.learner.version, health=record_health(self.health))
+        self.member.update(version=self.policy.learner.version, health=record_health(self.health, strict=False))
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -1,0 +1,42 @@
+"""Exponential backoff with jitter for every retry path of a node (weight fetches, DHT looks, role checks)."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable
+
+
+class Backoff:
+    """Delays that double after each failure from `base` up to `cap` seconds, each drawn uniformly from
+    [delay/2, delay] ("equal jitter": retries of many peers spread out instead of arriving together);
+    `success()` starts over. `ready()` says whether the next attempt may start now."""
+
+    def __init__(self, base: float = 0.5, cap: float = 30.0, *, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0 < base <= cap:
+            raise ValueError(f"need 0 < base <= cap (got base {base}, cap {cap})")
+        self.base, self.cap = base, cap
+        self.failures = 0
+        self.not_before = -float("inf")
+        self._rng = rng or random.Random()
+        self._clock = clock
+
+    def failure(self) -> float:
+        """Count a failure; returns the delay before the next attempt (also kept as `not_before`)."""
+        ceiling = min(self.cap, self.base * 2 ** self.failures)
+        self.failures += 1
+        delay = self._rng.uniform(ceiling / 2, ceiling)
+        self.not_before = self._clock() + delay
+        return delay
+
+    def success(self) -> None:
+        self.failures = 0
+        self.not_before = -float("inf")
+
+    def remaining(self) -> float:
+        """Seconds until the next attempt may start (0 when it may start now)."""
+        return max(0.0, self.not_before - self._clock())
+
+    def ready(self) -> bool:
+        return self.remaining() == 0.0

@@ -1,0 +1,7 @@
+"""A node's two working roles, each constructed whole (`await Role.create(...)`), then run (`await role.run(stop)`).
+
+- `base`: what both share: config, identity, membership, task, tokenizer, the per-node data directory, the
+  typed health record and its publication.
+- `sampler_role`: engine -> `SamplerLoop` -> `RolloutSender` (gossip); `WeightFollower` keeps the weights new.
+- `learner_role`: `RolloutReceiver` (gossip) -> `RolloutInbox` -> `LearnerLoop` -> `VersionPublisher`.
+"""

@@ -1,0 +1,171 @@
+"""The learner role: receive rollout groups, train with GEPO, publish versions, serve their chunks.
+
+A group's path in: `RolloutReceiver` (gossip: size and rate limits, signature, dedup) -> `RolloutInbox.admit`
+(the replay buffer's verdict goes back in the ack, with the learner's version; an accepted group is journaled
+to disk first, and replayed after a crash) -> `LearnerLoop.step` draws it
+(staleness, rewards recomputed, GEPO loss) -> every `publish_every` steps `VersionPublisher` writes and
+announces the new version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from swarmnode.config import NodeConfig
+from swarmnode.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
+from swarmnode.health_record import LearnerHealth
+from swarmnode.identity import Identity
+from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.inbox import RolloutInbox
+from swarmnode.learner.journal import GroupJournal
+from swarmnode.learner.loop import LearnerLoop
+from swarmnode.learner.steps_log import StepsLog
+from swarmnode.swarm.membership import Membership
+from swarmnode.models import load_model, pick_device
+from swarmnode.protocol.rollout import RolloutLimits
+from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
+from swarmnode.swarm.gossip import RolloutReceiver
+from swarmnode.swarm.publisher import VersionPublisher
+
+PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
+JOURNAL_FILE = "group_journal"  # acknowledged groups not yet in a checkpoint (swarmnode.learner.journal)
+
+
+class LearnerRole(NodeRole):
+    """See the module docstring. Build with `await LearnerRole.create(...)`, then `await role.run(stop)`."""
+
+    HEALTH = LearnerHealth
+    health: LearnerHealth
+    learner: LearnerLoop
+    inbox: RolloutInbox
+    receiver: RolloutReceiver
+    publisher: VersionPublisher
+
+    @classmethod
+    async def create(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> "LearnerRole":
+        """Serve the store, load the model (and its checkpoint), publish the version held, open the inbox."""
+        self: LearnerRole = await cls._construct(cfg, identity, member, emit)
+        emit("loading the model...")
+        model = await asyncio.to_thread(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
+        buffer = ReplayBuffer.from_config(cfg, lineage=identity.peer_id)
+        self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
+        self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, buffer, self.publisher,
+                                   checkpoint_dir=self.data_dir / "checkpoints",
+                                   published_path=self.data_dir / PUBLISHED_FILE)
+        limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
+        self.journal = self.learner.journal = GroupJournal(self.data_dir / JOURNAL_FILE,
+                                                           soft_limit=4 * cfg.learner.buffer_size,
+                                                           hard_limit=16 * cfg.learner.buffer_size)
+        if replayed := await asyncio.to_thread(self.journal.replay_into, buffer, limits):
+            emit("acknowledged groups from before the restart: " +
+                 ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
+        if self.learner.version not in self.store.versions():
+            await asyncio.to_thread(self.learner.publish_current)
+        else:
+            await self.dht.announce_version(self.learner.version, {"publisher": identity.peer_id})
+        self.member.update(version=self.learner.version, versions=self.store.versions())
+        self.inbox = RolloutInbox(buffer, self.journal)
+        self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
+                                        version=lambda: self.learner.version, durable=self.inbox.durable)
+        loop = asyncio.get_running_loop()  # a group that poisoned a step or lied counts against its sender
+        self.learner.on_poisoned = lambda group, reason: loop.call_soon_threadsafe(
+            self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}")
+        await self.receiver.start(self.p2p)
+        self.series = VersionSeries()
+        self.publish_health(version=self.learner.version, step=self.learner.step_count, **self._health_extras())
+        emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
+        return self
+
+    async def run(self, stop: asyncio.Event) -> None:
+        steps_log = StepsLog(self.data_dir)
+        progress = _Progress(self.emit)
+        try:
+            while not stop.is_set():
+                began = time.monotonic()
+                diag = await asyncio.to_thread(self.learner.step)
+                if diag is None:  # too few groups: go again as soon as enough arrive (not after a fixed nap)
+                    await asyncio.to_thread(self.inbox.wait, self.cfg.learner.prompts_per_step, 0.5)
+                    continue
+                if not diag.get("trained"):  # the groups drawn had no reward signal; they are used up
+                    continue
+                record = self._step_record(diag, time.monotonic() - began)
+                steps_log.write(record)
+                self.series.add(record["version"], record)
+                self.member.update(version=self.learner.version, versions=self.store.versions())
+                self._publish_step(record)
+                progress.step(record)
+        finally:
+            steps_log.close()
+            await asyncio.to_thread(self.learner.save)
+            self.receiver.close()
+            self.journal.close()
+
+    def _step_record(self, diag: dict, step_time: float) -> dict:
+        """One line of the steps file: the step's diagnostics plus the node's counters."""
+        stats = self.learner.buffer.stats()
+        return {
+            **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in diag.items()},
+            "step": self.learner.step_count,
+            "version": self.learner.version,
+            "clip_frac": round(float(diag.get("clip_fraction", 0.0)), 6),
+            "step_time": round(step_time, 4),
+            "groups_received": self.receiver.accepted,
+            "groups_rejected": sum(self._rejected().values()),
+            "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
+            "staleness_hist": list(self.learner.staleness_hist.counts),  # cumulative, power-of-two buckets
+            "time": round(time.time(), 3),
+        }
+
+    def _publish_step(self, record: dict) -> None:
+        """The health record after a step: each field named (a renamed diagnostic fails here, loudly)."""
+        self.publish_health(
+            step=record["step"], version=record["version"], reward_mean=record["reward_mean"],
+            reward_std=record["reward_std"], kl=record["kl"], is_weight_var=record["is_weight_var"],
+            ratio_peqq_var=record.get("ratio_peqq_var"), entropy=record.get("entropy"),
+            clip_frac=record["clip_frac"], grad_norm=record["grad_norm"], staleness_max=record["staleness_max"],
+            staleness_mean=record["staleness_mean"], step_time=record["step_time"],
+            dropped_stale=record["dropped_stale"], groups_received=record["groups_received"],
+            groups_rejected=record["groups_rejected"], **self._health_extras())
+
+    def _rejected(self) -> dict[str, int]:
+        """Groups refused, by reason: at the door (invalid, duplicate, stale...) and by the learner's checks."""
+        out = {k: v for k, v in self.receiver.statuses.items() if k != "ok" and v}
+        for reason, count in self.learner.rejected.items():
+            if reason != "reward_hint_mismatch" and count:  # a hint mismatch is counted, not refused
+                out[reason] = out.get(reason, 0) + int(count)
+        return out
+
+    def _health_extras(self) -> dict:
+        """The learner's health beyond one step: histogram, per-version history, rejections, offenders."""
+        return {
+            "staleness_hist": list(self.learner.staleness_hist.counts),
+            **self.series.as_health(),
+            "rejected": self._rejected(),
+            "invalid_peers": self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
+            **spot_check_health(self.learner.verifier.worst(MAX_VERIFIED_PEERS)),
+            "max_staleness": self.cfg.sync.max_staleness,
+        }
+
+
+class _Progress:
+    """The learner's progress line every `PROGRESS_EVERY_S` (samplers print theirs too): step, version, mean
+    reward and steps/s since the last line, groups received, mean staleness."""
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.since = time.monotonic()
+        self.rewards: list[float] = []
+        self.staleness: list[float] = []
+
+    def step(self, record: dict) -> None:
+        self.rewards.append(float(record["reward_mean"]))
+        self.staleness.append(float(record.get("staleness_mean", 0.0)))
+        elapsed = time.monotonic() - self.since
+        if elapsed < PROGRESS_EVERY_S:
+            return
+        self.emit(f"learner: step {record['step']}, version {record['version']}, reward "
+                  f"{sum(self.rewards) / len(self.rewards):.3f}, {len(self.rewards) / elapsed:.2f} steps/s, "
+                  f"{record['groups_received']} groups received, staleness mean "
+                  f"{sum(self.staleness) / len(self.staleness):.1f}")
+        self.since, self.rewards, self.staleness = time.monotonic(), [], []

@@ -1,0 +1,143 @@
+"""The sampler role: generate rollout groups with the newest weights it can get, gossip them to the learners,
+serve the weight chunks it holds.
+
+A group's path: `SamplerLoop.step` (engine, task rewards, signed `RolloutGroup`) -> the loop's sink, which is
+`RolloutSender.send` (or a `DelayedSink` around it) -> the learners. Weights come the other way: a
+`WeightFollower` sees new versions (DHT announcements each heartbeat, learners' acks at once) and its
+`WeightPuller` hands the fetched state to `SamplerLoop.offer_weights`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+
+from swarmnode.backoff import Backoff
+from swarmnode.config import NodeConfig
+from swarmnode.delivery import DelayedSink, RolloutSink
+from swarmnode.health_record import SamplerHealth
+from swarmnode.identity import Identity
+from swarmnode.models import meta_state_dict
+from swarmnode.preflight import check_trust_root
+from swarmnode.progress import fetch_progress
+from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
+from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.swarm.follower import LivePeers, WeightFollower, WeightPuller
+from swarmnode.swarm.gossip import RolloutSender
+from swarmnode.swarm.membership import Membership
+from swarmnode.swarm.weights import ModelLayout
+
+logger = logging.getLogger(__name__)
+BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
+
+
+class SamplerRole(NodeRole):
+    """See the module docstring. Build with `await SamplerRole.create(...)`, then `await role.run(stop)`."""
+
+    HEALTH = SamplerHealth
+    health: SamplerHealth
+    sender: RolloutSender
+    loop: SamplerLoop
+    follower: WeightFollower
+    puller: WeightPuller
+    peers: LivePeers
+
+    @classmethod
+    async def create(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> "SamplerRole":
+        """Serve the store, start the sender, load the engine, and fetch the newest version (up to
+        `network.startup_timeout`)."""
+        self: SamplerRole = await cls._construct(cfg, identity, member, emit)
+        self.sender = RolloutSender(self.p2p, cfg.run_id)
+        await self.sender.start()
+        emit("loading the model...")
+        engine = await asyncio.to_thread(build_engine, cfg)
+        layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model))  # bounds manifests
+        sink: RolloutSink = self.sender.send
+        self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
+        self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink)
+        check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
+        if not cfg.learner.learner_keys:
+            logger.warning("learner.accept_any_learner: trusting weights from whichever learner announces them")
+        self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval)
+        self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.learner.learner_keys,
+                                   emit=emit, progress=functools.partial(fetch_progress, emit=emit),
+                                   layout=layout, hold=lambda: self.delay_for("weights"))
+        self.follower = WeightFollower(self.dht.newest_version, self.puller, trusted=cfg.learner.learner_keys)
+        await self._discover()
+        await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
+        emit(f"sampler ready: version {self.loop.offered_version}")
+        return self
+
+    async def _discover(self) -> None:
+        """Re-read the live peers; new groups go to the learners among them."""
+        await self.peers.refresh()
+        self.sender.set_destinations(await self.peers.learners())
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """Learner discovery and a look for a newer version once per heartbeat (backing off while the DHT fails)."""
+        interval = self.cfg.network.heartbeat_interval
+        backoff = Backoff(base=interval, cap=8 * interval)
+        while not stop.is_set():
+            try:
+                await self._discover()
+                await self.follower.poll()
+                backoff.success()
+                wait = interval
+            except Exception as exc:  # a DHT hiccup must not end the sampler
+                wait = backoff.failure()
+                logger.warning("following versions failed: %s (next try in %.1f s)", exc, wait)
+            await sleep_or_stop(stop, wait)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        cfg = self.cfg
+        heartbeat = asyncio.create_task(self._heartbeat(stop))
+        stale_backoff = Backoff(base=0.5, cap=cfg.network.heartbeat_interval * 4)
+        groups, t0 = 0, time.monotonic()
+        next_report = t0 + PROGRESS_EVERY_S
+        try:
+            while not stop.is_set():
+                if time.monotonic() >= next_report:
+                    next_report = time.monotonic() + PROGRESS_EVERY_S
+                    self.emit(f"sampler: version {self.loop.version} (newest {self.follower.newest}), {groups} "
+                              f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent")
+                if cfg.sync.mode == "pull":
+                    await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
+                held = self.loop.offered_version  # the version swapped in before the next batch
+                if self.follower.newest - held > cfg.sync.max_staleness:
+                    self.publish_health(paused="too stale")
+                    await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
+                    if self.loop.offered_version == held:  # no progress (failing fetch, hint not announced yet)
+                        await sleep_or_stop(stop, stale_backoff.failure())
+                    continue
+                stale_backoff.success()
+                if self.sender.pending >= BACKPRESSURE_GROUPS:  # learners accept slower than we generate
+                    await sleep_or_stop(stop, 0.1)
+                    continue
+                began = time.monotonic()
+                batch = await asyncio.to_thread(self.loop.step)
+                self.follower.hint(self.sender.newest_hint, self.sender.hint_peer)
+                if cfg.sampler.max_groups_per_second:
+                    floor = len(batch) / cfg.sampler.max_groups_per_second
+                    await sleep_or_stop(stop, max(0.0, floor - (time.monotonic() - began)))
+                groups += len(batch)
+                self._publish_batch(groups / max(1e-6, time.monotonic() - t0))
+        finally:
+            heartbeat.cancel()
+            await self.follower.close()
+            if self.delayed is not None:
+                self.delayed.close()
+            await self.sender.close(flush_timeout=5.0)
+
+    def _publish_batch(self, groups_per_s: float) -> None:
+        tokens_per_s = round(self.loop.engine.tokens_per_second, 2)
+        self.member.update(version=self.loop.version, versions=self.store.versions(), throughput=tokens_per_s)
+        if (stats := self.puller.last_stats) is not None:
+            self.health.update(fetch_mb_s=round(stats.bytes_per_second / 1e6, 2),
+                               fetch_seconds=round(stats.seconds, 3))
+        self.publish_health(version=self.loop.version, lag=self.follower.lag(self.loop.version),
+                            rollouts_per_s=round(groups_per_s, 3), tokens_per_s=tokens_per_s,
+                            groups_sent=self.loop.groups_sent, groups_acked=self.sender.delivered,
+                            groups_dropped=self.sender.dropped, paused="")

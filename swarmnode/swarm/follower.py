@@ -1,0 +1,200 @@
+"""Version following: which policy version a sampler should hold next, and getting it there.
+
+- `WeightFollower` decides: it learns of new versions from the DHT's announcements (`poll`, once per heartbeat,
+  or blocking when the sampler must catch up) and from learners' acks (`hint`, at once), ignores versions not
+  newer than what it already has, runs one fetch at a time, and after a failed fetch waits out an exponential
+  backoff with jitter (capped) before trying again, also when the sampler is paused as too stale (it used to
+  retry there in a hot loop).
+- `WeightPuller` does one fetch: every live holder of the run serves chunks (`LivePeers`), the manifest must be
+  signed by a trusted learner, and the loaded state goes to the sampler (a `WeightSink`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Awaitable, Callable, ContextManager, Iterable, Protocol
+
+import torch
+from hivemind.p2p import P2P, PeerID
+
+from swarmnode.backoff import Backoff
+from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.weights import FetchError, FetchStats, ModelLayout, ProgressCallback, WeightFetcher, WeightStore
+
+logger = logging.getLogger(__name__)
+
+Pointer = dict[str, Any]
+NewestVersion = Callable[[], Awaitable["tuple[int, Pointer] | None"]]
+Fetch = Callable[[int, Pointer], Awaitable[None]]
+ProgressDisplay = Callable[[str], ContextManager[ProgressCallback]]  # description -> a (done, total) callback
+
+
+@contextlib.contextmanager
+def no_progress(_description: str):
+    yield lambda _done, _total: None
+
+
+class WeightSink(Protocol):
+    """Where fetched weights go: the sampler loop (swapped in between batches)."""
+
+    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None) -> None: ...
+
+
+class WeightFollower:
+    """Follows the run's newest version: one fetch at a time, backoff after failures (see the module docstring).
+
+    `newest_version()` returns the newest announced (version, pointer) or None; `fetch(version, pointer)` loads
+    that version into the sampler and raises on failure. `trusted` (the run's learner keys; empty: any learner)
+    limits which learners' ack hints are followed.
+    """
+
+    def __init__(self, newest_version: NewestVersion, fetch: Fetch, *, trusted: Iterable[str] = (),
+                 backoff: Backoff | None = None) -> None:
+        self._newest_version = newest_version
+        self._fetch = fetch
+        self.trusted = frozenset(trusted)
+        self.backoff = backoff or Backoff(base=0.5, cap=30.0)
+        self.newest = -1  # the newest version seen announced or told in an ack
+        self.offered = -1  # the newest version fetched and handed to the sampler
+        self.failures = 0  # fetches that failed, in total
+        self._task: asyncio.Task | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No fetch is running (a newer version waits for the current fetch to end)."""
+        return self._task is None or self._task.done()
+
+    def lag(self, held: int) -> int:
+        """Versions between `held` and the newest seen (0 when none is newer)."""
+        return max(0, self.newest - held)
+
+    def hint(self, version: int, publisher: str | None) -> None:
+        """A learner's ack told `version`: fetch it from that learner now (its manifest must be signed by it)
+        rather than at the next DHT look, unless it is not newer, the learner is not trusted, a fetch is
+        running, or the backoff after a failure has not passed."""
+        if publisher is None or (self.trusted and publisher not in self.trusted):
+            return  # an untrusted claim neither starts a fetch nor makes the sampler think it is stale
+        self.newest = max(self.newest, version)
+        if version <= self.offered or not self.idle or not self.backoff.ready():
+            return
+        self._start(version, {"publisher": publisher})
+
+    async def poll(self, *, wait: bool = False, timeout: float = 60.0) -> None:
+        """Look up the newest announced version and fetch it if newer than ours. With `wait`, block until it is
+        loaded or `timeout` passes, first sitting out a pending backoff (never retrying a failing fetch at once)."""
+        found = await self._newest_version()
+        if found is None:
+            return
+        version, pointer = found
+        self.newest = max(self.newest, version)
+        if version <= self.offered:
+            return
+        deadline = time.monotonic() + timeout
+        if self.idle:
+            if not self.backoff.ready():
+                if not wait:
+                    return
+                await asyncio.sleep(min(self.backoff.remaining(), timeout))
+            self._start(version, pointer)
+        if wait and self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                logger.warning("version %d not fetched within %.0f s", version, timeout)
+
+    async def close(self) -> None:
+        """Cancel a running fetch."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _start(self, version: int, pointer: Pointer) -> None:
+        self._task = asyncio.create_task(self._run(version, pointer))
+
+    async def _run(self, version: int, pointer: Pointer) -> None:
+        try:
+            await self._fetch(version, pointer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # FetchError, or a holder listing / disk failure: all retried after a backoff
+            self.failures += 1
+            delay = self.backoff.failure()
+            why = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"
+            logger.warning("fetching version %d failed (%s); next try in %.1f s", version, why, delay)
+            return
+        self.backoff.success()
+        self.offered = max(self.offered, version)
+        self.newest = max(self.newest, version)
+
+
+class LivePeers:
+    """The run's live peer records as of the last heartbeat: who the learners are, who may hold weights.
+    Re-read from the DHT only when older than `max_age` (each read verifies every peer record)."""
+
+    def __init__(self, dht: SwarmDHT, me: str, max_age: float) -> None:
+        self.dht, self.me, self.max_age = dht, me, max_age
+        self._records: list = []
+        self._read_at = -float("inf")
+
+    async def refresh(self) -> None:
+        self._records = await self.dht.live_peers()
+        self._read_at = time.monotonic()
+
+    async def _current(self) -> list:
+        if time.monotonic() - self._read_at > self.max_age:
+            await self.refresh()
+        return self._records
+
+    async def learners(self) -> list[PeerID]:
+        return [PeerID.from_base58(r.peer_id) for r in await self._current() if r.role == "learner"]
+
+    async def holders(self) -> list[PeerID]:
+        """Live learners and samplers but us: a peer fetching the same version right now serves the chunks it
+        already has (holders answer `have` with their chunk maps), so samplers help each other."""
+        return [PeerID.from_base58(r.peer_id) for r in await self._current()
+                if r.peer_id != self.me and r.role in ("learner", "sampler")]
+
+
+class WeightPuller:
+    """One version fetch for a `WeightFollower`: chunks from every live holder into the store, verified, then
+    the state handed to `sink`. A manifest that does not fit `layout` (the node's model) is refused. `progress`
+    shows long fetches to a person (the caller's display, e.g. `swarmnode.progress.fetch_progress`); `hold()` gives
+    seconds to hold the weights back (`--simulate-delay`)."""
+
+    def __init__(self, p2p: P2P, store: WeightStore, peers: LivePeers, sink: WeightSink, *,
+                 trusted: Iterable[str] = (), emit: Callable[[str], None] = print,
+                 layout: ModelLayout | None = None, progress: ProgressDisplay = no_progress,
+                 hold: Callable[[], float] = lambda: 0.0) -> None:
+        self.p2p, self.store, self.peers, self.sink = p2p, store, peers, sink
+        self.layout = layout
+        self.trusted = list(trusted)
+        self.emit, self.progress, self.hold = emit, progress, hold
+        self.last_stats: FetchStats | None = None
+
+    async def __call__(self, version: int, pointer: Pointer) -> None:
+        publisher = pointer.get("publisher")
+        publisher = publisher if isinstance(publisher, str) else None
+        allowed = self.trusted or ([publisher] if publisher else [])
+        try:
+            ids = await self.peers.holders()
+        except Exception as exc:  # a DHT hiccup: the publisher alone still serves the version
+            logger.info("could not list weight holders (%s); fetching from the publisher", exc)
+            ids = []
+        if publisher and publisher not in {str(i) for i in ids}:
+            ids.append(PeerID.from_base58(publisher))
+        fetcher = WeightFetcher(self.p2p, self.store, allowed, layout=self.layout)
+        with self.progress(f"weights v{version}") as progress:
+            await fetcher.fetch(ids, version, progress=progress)
+        if (stats := fetcher.last_stats) is not None and stats.version == version:
+            self.last_stats = stats
+            if stats.seconds >= 2.0:  # worth a line (a small model's fetches take milliseconds)
+                self.emit(f"fetched weights v{version}: {stats.fetched_bytes / 1e6:,.0f} MB in {stats.seconds:.1f} s "
+                          f"({stats.bytes_per_second / 1e6:,.0f} MB/s), {stats.reused_bytes / 1e6:,.0f} MB reused, "
+                          f"from {len(stats.chunks_by_holder)} peer(s)")
+        if (hold := self.hold()) > 0:
+            await asyncio.sleep(hold)
+        state = await asyncio.to_thread(self.store.state_dict, version)
+        self.sink.offer_weights(state, version, lineage=publisher)

@@ -1,0 +1,27 @@
+"""A learner's versions into the swarm: write each into the weight store (signed manifest, content-addressed
+chunks) and announce it in the run's DHT. The learner loop calls it from the training thread."""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+
+from swarmnode.identity import Identity
+from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.weights import WeightStore
+
+
+class VersionPublisher:
+    """`publisher(version, state)`: the `publish` a `LearnerLoop` takes. Safe from a worker thread: the DHT
+    announcement is scheduled on `loop`, the node's event loop."""
+
+    def __init__(self, store: WeightStore, dht: SwarmDHT, identity: Identity, model_id: str,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.store, self.dht, self.identity, self.model_id, self.loop = store, dht, identity, model_id, loop
+
+    def __call__(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        manifest = self.store.publish(version, state, self.identity, parent_version=version - 1,
+                                      model_id=self.model_id)
+        pointer = {"publisher": self.identity.peer_id, "total_bytes": manifest.total_bytes}
+        asyncio.run_coroutine_threadsafe(self.dht.announce_version(version, pointer), self.loop)
