@@ -70,6 +70,7 @@ def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
     assert_no_node_left(doc)
 
 
+@pytest.mark.slow  # ~90 s alone; the other two demos keep the swarm covered in the default suite
 @pytest.mark.timeout(600)
 def test_demo_learns_with_simulated_weight_delay(tmp_path):
     doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6", "--set", "sync.delay_target=weights",
