@@ -87,7 +87,10 @@ def test_status_json_fits_the_schema_during_a_run(swarm):
     learner = learner_of(doc)
     health = learner["health"]
     assert health["step"] >= 3 and 0.0 <= health["reward_mean"] <= 1.0
-    assert doc["newest_version"] == learner["version"] >= 3
+    # the newest version any peer holds: a sampler that fetched from an ack can advertise it before the
+    # learner's next heartbeat does, so the learner's record may trail it
+    held = [p["version"] for p in doc["peers"] if isinstance(p.get("version"), int)]
+    assert doc["newest_version"] == max(held) and doc["newest_version"] >= learner["version"] >= 3
     assert len(health["reward_history"]) == len(health["reward_versions"]) >= 2
     assert all(0.0 <= r <= 1.0 for r in health["reward_history"] if r is not None)
     assert sum(health["staleness_hist"]) >= 3 * 8 and health["groups_received"] >= 3 * 8
