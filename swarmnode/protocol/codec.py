@@ -185,3 +185,25 @@ def check_signature(fields: dict[str, Any], signer_peer_id: str, signature: byte
 
 def _names(kinds: tuple[type, ...]) -> str:
     return " or ".join(k.__name__ for k in kinds)
+
+
+class SignedGroup:
+    """What every signed group record shares: its id is the hash of its content, its signature covers content
+    and id. A subclass provides `_content()` and the fields `group_id` and `signature`."""
+
+    group_id: str
+    signature: bytes
+
+    def _content(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _seal(self, identity: Identity):
+        """Set the content-hash id and sign; returns self."""
+        content = self._content()
+        self.group_id = content_id(content)
+        self.signature = sign_fields({**content, "group_id": self.group_id}, identity)
+        return self
+
+    def encode(self) -> bytes:
+        """The msgpack wire form."""
+        return pack({**self._content(), "group_id": self.group_id, "signature": self.signature})

@@ -24,12 +24,10 @@ from swarmnode.protocol.codec import (
     InvalidRecord,
     bytes_field,
     check_content,
-    content_id,
+    SignedGroup,
     decode_guarded,
     float_field,
     list_field,
-    pack,
-    sign_fields,
     str_field,
     unpack_record,
 )
@@ -67,7 +65,7 @@ class TextRolloutLimits:
 
 
 @dataclass
-class TextRolloutGroup:
+class TextRolloutGroup(SignedGroup):
     """One prompt's G completions as text, with the sender's claimed rewards and likelihoods (see module doc)."""
 
     run_id: str
@@ -130,14 +128,7 @@ class TextRolloutGroup:
             temperature=float(temperature), model_id=model_id, sampler_id=identity.peer_id,
             created_at=time.time() if created_at is None else float(created_at), signature=b"",
         )
-        content = group._content()
-        group.group_id = content_id(content)
-        group.signature = sign_fields({**content, "group_id": group.group_id}, identity)
-        return group
-
-    def encode(self) -> bytes:
-        """The msgpack wire form."""
-        return pack({**self._content(), "group_id": self.group_id, "signature": self.signature})
+        return group._seal(identity)
 
     @classmethod
     def decode(cls, data: bytes, limits: TextRolloutLimits) -> "TextRolloutGroup":
