@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from swarmnode import config_compat
+from swarmnode.config import compat as config_compat
 from swarmnode.config import ConfigError, LearnerConfig, load_config
 
 

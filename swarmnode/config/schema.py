@@ -1,31 +1,23 @@
-"""The node's whole configuration: pydantic models, YAML presets and `--set a.b=c` overrides.
+"""The configuration schema: one pydantic model per section and `NodeConfig`, the whole of one node's config.
 
-Every error a user can cause here (unknown key, wrong type, out-of-range value, missing preset) is raised as
-`ConfigError` with one line naming the key and what is allowed; the CLI prints it and exits with code 2.
+Validators raise `ValueError` with one line naming the key and what is allowed; `swarmnode.config.files` turns
+them into `ConfigError`.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from swarmnode.errors import ExitCode, SwarmnodeError
-
-PRESET_DIRS = (Path(__file__).resolve().parent.parent / "configs", Path.cwd() / "configs")
-
+from swarmnode.config.compat import map_deprecated_learner_keys
+from swarmnode.delay import parse_delay
 
 # pure half-precision AdamW is refused below this learning rate: measured, bf16 parameters at lr 1e-6 moved ~1 %
 # as far as fp32 in 100 steps (a step below half a bf16 ulp, |w| * 2^-9, rounds to nothing)
 PURE_HALF_MIN_LR = 1e-4
-
-
-class ConfigError(SwarmnodeError, ValueError):
-    """A user mistake in configuration; its message is one line, fit to print as is."""
-
-    exit_code = ExitCode.USAGE
 
 
 class _Section(BaseModel):
@@ -205,8 +197,6 @@ class LearnerConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
-        from swarmnode.config_compat import map_deprecated_learner_keys
-
         return map_deprecated_learner_keys(data)
 
     @property
@@ -230,8 +220,6 @@ class SyncConfig(_Section):
     @field_validator("simulate_delay")
     @classmethod
     def _delay_parses(cls, value: str | None) -> str | None:
-        from swarmnode.delay import parse_delay
-
         parse_delay(value)  # raises DelaySpecError (a ValueError) with the accepted forms
         return value
 
@@ -304,111 +292,7 @@ class NodeConfig(_Section):
 
 def default_data_dir() -> Path:
     """`$SWARMNODE_HOME` or `~/.local/share/swarmnode`."""
-    import os
-
     base = os.environ.get("SWARMNODE_HOME") or os.path.join(
         os.environ.get("XDG_DATA_HOME", os.path.expanduser("~/.local/share")), "swarmnode"
     )
     return Path(base)
-
-
-def preset_names() -> list[str]:
-    """Names of the YAML presets shipped in `configs/`."""
-    return sorted({p.stem for d in PRESET_DIRS if d.is_dir() for p in d.glob("*.yaml")})
-
-
-def known_run_ids() -> list[str]:
-    """The default run id and those of the shipped presets: the runs a status client looks for when its own
-    run has no nodes (a DHT key is a hash, so a run id cannot be read back from the keys a node sees)."""
-    ids = {NodeConfig.model_fields["run_id"].default}
-    for d in PRESET_DIRS:
-        for path in d.glob("*.yaml") if d.is_dir() else ():
-            try:
-                run_id = (yaml.safe_load(path.read_text()) or {}).get("run_id")
-            except (OSError, yaml.YAMLError, AttributeError):
-                continue
-            if isinstance(run_id, str):
-                ids.add(run_id)
-    return sorted(ids)
-
-
-def _find_config_file(spec: str) -> Path:
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return path
-    for d in PRESET_DIRS:
-        candidate = d / f"{spec}.yaml"
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(f"config {spec!r}: no such file or preset (presets: {', '.join(preset_names()) or 'none'})")
-
-
-def _parse_scalar(text: str) -> Any:
-    """`--set` values are YAML scalars/lists: `3`, `0.5`, `true`, `null`, `[a, b]`, `gepo`."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def apply_override(data: dict, assignment: str) -> None:
-    """Apply one `a.b.c=value` override to a nested dict in place."""
-    if "=" not in assignment:
-        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. learner.beta=0.005")
-    key, _, raw = assignment.partition("=")
-    parts = [p for p in key.strip().split(".") if p]
-    if not parts:
-        raise ConfigError(f"--set {assignment!r}: empty key")
-    node = data
-    for part in parts[:-1]:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"--set {key}: {part!r} is a value, not a section")
-        node = child
-    node[parts[-1]] = _parse_scalar(raw)
-
-
-def _describe(error: dict) -> str:
-    loc = ".".join(str(p) for p in error["loc"]) or "config"
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        section = NodeConfig
-        for part in error["loc"][:-1]:
-            field = section.model_fields.get(str(part))
-            section = field.annotation if field is not None else section
-        allowed = ", ".join(getattr(section, "model_fields", {}).keys())
-        return f"{loc}: unknown key (allowed here: {allowed})"
-    if kind == "literal_error":
-        expected = error.get("ctx", {}).get("expected", "")
-        return f"{loc}: {error['input']!r} is not allowed (allowed: {expected})"
-    message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
-    if not error["loc"]:  # a whole-config check: its message names the keys; the input is the whole config
-        return message
-    return f"{loc}: {message} (got {error.get('input')!r})"
-
-
-def build_config(data: dict) -> NodeConfig:
-    """Validate a plain dict into a NodeConfig, or raise ConfigError with one line per problem."""
-    try:
-        return NodeConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError("; ".join(_describe(e) for e in exc.errors())) from None
-
-
-def load_config(spec: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> NodeConfig:
-    """Load a preset name or YAML path (default: built-in defaults), then apply `key=value` overrides."""
-    data: dict = {}
-    if spec:
-        path = _find_config_file(spec)
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"config {path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config {path}: top level must be a mapping of sections")
-        data = loaded
-    for assignment in overrides:
-        apply_override(data, assignment)
-    return build_config(data)
