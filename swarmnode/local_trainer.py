@@ -69,7 +69,7 @@ class LocalTrainer:
         self.sync: tuple[int, int, dict[str, torch.Tensor]] | None = None  # (arrival step, version, state)
         self.forced_syncs = 0
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, self._published,
-                                   checkpoint_dir)
+                                   checkpoint_dir, adapter_versions=False)  # in one process: full weights (LoRA folded in)
         self.inbox = RolloutInbox(self.buffer)  # the same delivery interface a swarm learner's receiver feeds
         self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self.inbox.send, seed=seed)
         extra = self.learner.extra_state

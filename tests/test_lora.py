@@ -1,5 +1,6 @@
 """LoRA learner (peft): adapters train and nothing else; the checkpoint holds and restores adapters and schedule;
-the published merged weights reproduce the learner's log-probs in a plain model; adapter size on Qwen3-0.6B."""
+the merged weights reproduce the learner's log-probs in a plain model; adapter size on Qwen3-0.6B. (Adapter-only
+versions in the samplers and the swarm: test_adapter_versions.py.)"""
 
 from __future__ import annotations
 
@@ -72,10 +73,10 @@ def test_lora_trains_adapters_and_publishes_weights_a_plain_model_reproduces(cfg
     assert (learner.logp - reference.logp)[m].abs().max() < 1e-5  # chunked path through peft = full logits
     assert (learner.logp - sampler.logp)[m].abs().max() < 1e-5  # behaviour gap after applying the version
     assert (learner.logp - before.logp)[m].abs().max() > 1e-3  # and the version changed the outputs
-    loop.verifier.remember(7, published)  # the spot checker re-scores older versions on a plain scratch copy
+    loop.verifier.remember(7, adapters)  # the spot checker re-scores older versions from their adapters
     with torch.no_grad():
         scratch = completion_scores(loop.verifier._weights_of(loop.model, 7), prompts, comps, 1.0, 0)
-    assert (scratch.logp - sampler.logp)[m].abs().max() < 1e-5
+    assert (scratch.logp - learner.logp)[m].abs().max() < 1e-5
 
 
 def test_restart_resumes_adapters_and_schedule(cfg, parts, tmp_path):

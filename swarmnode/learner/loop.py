@@ -10,8 +10,9 @@ logits) at each row's sampling temperature under the configured precision (`lear
 `policy_loss`; AdamW with gradient clipping and the learning-rate schedule (`learner.schedule`). Every
 `publish_every` steps the version goes up and `publish(version, state_dict)` receives a CPU copy of the weights
 in `model.dtype`. With `learner.lora.enabled` the model is wrapped by peft (`learner.lora`) and only the adapters
-train; the published state is the base with the adapters folded in (`adapter_snapshot()` gives the adapters
-alone) and the checkpoint holds the adapters only. Every `checkpoint_every` steps (and whenever the caller asks,
+train; a published version is adapter-only: `publish(version, adapters, adapter_spec)` gets the adapter tensors
+and an `AdapterSpec` naming the base weights by content hash (with `adapter_versions=False`, the base with the
+adapters folded in, as full weights); the checkpoint holds the adapters only. Every `checkpoint_every` steps (and whenever the caller asks,
 e.g. on SIGTERM) the whole state (with the LR schedule) is written atomically; on construction with a checkpoint
 directory holding one, the loop resumes at the same step and version.
 
@@ -49,15 +50,17 @@ from swarmnode.learner.checkpoint import (
     set_rng_state,
     write_published,
 )
-from swarmnode.learner.lora import adapter_state, apply_lora, is_lora, load_adapter_state, merged_state
+from swarmnode.adapters import weights_hash
 from swarmnode.learner.gradients import PolicyGradient, Row, weighted_mean
+from swarmnode.learner.lora import (adapter_spec, adapter_state, apply_lora, is_lora, load_adapter_state,
+                                    merged_state)
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.prompting import encode_prompt
 from swarmnode.staleness import StalenessHistogram
 
-Publish = Callable[[int, dict[str, torch.Tensor]], None]
+Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
 
 
 class LearnerLoop:
@@ -73,12 +76,16 @@ class LearnerLoop:
         publish: Publish | None = None,
         checkpoint_dir: Path | str | None = None,
         published_path: Path | str | None = None,
+        adapter_versions: bool = True,
     ):
         self.model, self.tokenizer, self.task, self.cfg, self.buffer = model, tokenizer, task, cfg, buffer
         self.lc = cfg.learner
         self.publish = publish
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.adapter_spec = None  # under LoRA: the base weights' hash and the adapters' shape, for versions
+        self.adapter_versions = adapter_versions
         if self.lc.lora.enabled:
+            self.adapter_spec = adapter_spec(self.lc.lora, weights_hash(model.state_dict()))
             model = self.model = apply_lora(model, self.lc.lora)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
@@ -220,7 +227,7 @@ class LearnerLoop:
     def _status(self) -> dict:
         stats = self.buffer.stats()
         out = {"step": float(self.step_count), "version": float(self.version), "buffer_size": float(stats["size"]),
-               "dropped_fraction": stats["dropped_fraction"]}
+               "dropped_fraction": stats["dropped_fraction"], "verified_groups": float(self.verifier.counts["checked"])}
         out.update({f"rejected_{k}": float(v) for k, v in self.rejected.items()})
         return out
 
@@ -238,13 +245,17 @@ class LearnerLoop:
         if self.published_path is not None and self.version > self.published:
             write_published(self.published_path, self.version)
             self.published = self.version
-        snapshot = self.state_snapshot()
-        self.verifier.remember(self.version, snapshot)
-        self.publish(self.version, snapshot)
+        adapters = self.adapter_snapshot()
+        full = self.state_snapshot() if adapters is None or not self.adapter_versions else None
+        self.verifier.remember(self.version, full if adapters is None else adapters)
+        if full is None:
+            self.publish(self.version, adapters, self.adapter_spec)
+        else:
+            self.publish(self.version, full)
 
     def state_snapshot(self) -> dict[str, torch.Tensor]:
-        """A CPU copy of the current weights in `model.dtype` (what a published version holds; under LoRA the
-        base with the adapters folded in, so every sampler loads it like a full-weight version)."""
+        """A CPU copy of the current weights in `model.dtype` (what a full-weight version holds; under LoRA the
+        base with the adapters folded in, which a plain model loads)."""
         state = merged_state(self.model) if is_lora(self.model) else self.model.state_dict()
         return {k: self.precision.for_publishing(v) for k, v in state.items()}
 
@@ -262,6 +273,7 @@ class LearnerLoop:
         path = save_checkpoint(self.checkpoint_dir, {
             "model": adapter_state(self.model) if is_lora(self.model) else self.model.state_dict(),
             "lora_base": self.cfg.model.name if is_lora(self.model) else None,
+            "lora_base_hash": self.adapter_spec.base_hash if self.adapter_spec else None,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "version": self.version,
@@ -286,6 +298,8 @@ class LearnerLoop:
             if is_lora(self.model):
                 if state["lora_base"] != self.cfg.model.name:
                     raise ValueError(f"its adapters belong to {state['lora_base']}, not {self.cfg.model.name}")
+                if state.get("lora_base_hash") not in (None, self.adapter_spec.base_hash):
+                    raise ValueError(f"its adapters belong to other base weights than {self.cfg.model.name}'s")
                 load_adapter_state(self.model, state["model"])
             else:
                 self.model.load_state_dict(state["model"])

@@ -1,17 +1,22 @@
 """LoRA through peft: wrap the policy so that only low-rank adapters train, and move adapter tensors in and out.
 
 `learner.lora` (rank, alpha, dropout, target modules) becomes a peft `LoraConfig`; the base model's weights are
-frozen. `adapter_state` is what the checkpoint (and an adapter-only version) carries: the adapter tensors alone,
-peft's own key names; `load_adapter_state` puts them back. `merged_state` folds the adapters into full weights
-under the plain model's names, which any sampler loads like a full-weight version. The output head is never
-adapted, so the chunked log-prob path (a plain linear head) applies unchanged.
+frozen. `adapter_state` (from `swarmnode.adapters`) is what the checkpoint and an adapter-only version carry: the
+adapter tensors alone, peft's own key names; `load_adapter_state` puts them back; `adapter_spec` is what an
+adapter-only version's manifest says about them (base weights' hash, rank, alpha, targets). `merged_state` folds
+the adapters into full weights under the plain model's names, which a plain model loads. The output head is
+never adapted, so the chunked log-prob path (a plain linear head) applies unchanged.
 """
 
 from __future__ import annotations
 
 import torch
 
+from swarmnode.adapters import adapter_state, load_adapter_state
 from swarmnode.config import LoraSettings
+from swarmnode.protocol.manifest import AdapterSpec
+
+__all__ = ["adapter_spec", "adapter_state", "apply_lora", "is_lora", "load_adapter_state", "merged_state"]
 
 
 def apply_lora(model: torch.nn.Module, settings: LoraSettings) -> torch.nn.Module:
@@ -31,26 +36,13 @@ def apply_lora(model: torch.nn.Module, settings: LoraSettings) -> torch.nn.Modul
     return wrapped
 
 
+def adapter_spec(settings: LoraSettings, base_hash: bytes) -> AdapterSpec:
+    """The manifest's description of adapters trained with `settings` on the base weights hashing to `base_hash`."""
+    return AdapterSpec(base_hash, settings.r, float(settings.alpha), tuple(settings.target_modules))
+
+
 def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
-
-
-def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The adapter tensors of a peft-wrapped model (detached, on their device)."""
-    from peft import get_peft_model_state_dict
-
-    return {k: v.detach() for k, v in get_peft_model_state_dict(model).items()}
-
-
-def load_adapter_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load adapter tensors saved by `adapter_state`; a missing or extra tensor is an error naming it."""
-    from peft import set_peft_model_state_dict
-
-    expected = set(adapter_state(model))
-    if set(state) != expected:
-        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
-        raise ValueError(f"adapter state does not fit this model (missing {missing[:3]}, unexpected {extra[:3]})")
-    set_peft_model_state_dict(model, state)
 
 
 def merged_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

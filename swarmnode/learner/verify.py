@@ -3,8 +3,8 @@ scores each sampler's mismatch.
 
 A group is checkable when the learner holds the exact weights of the version it claims: its current weights when
 nothing stepped since that version was published, or one of the last `verify_versions` published versions it
-keeps (the CPU copies it published anyway; kept only while they fit in `KEEP_BYTES`, so a large model is checked
-at staleness 0 only). A fraction `verify_fraction` of the checkable groups is drawn (seeded); the learner runs
+keeps (the CPU copies it published anyway, adapters alone under LoRA; kept only while they fit in `KEEP_BYTES`, so
+a large model trained in full is checked at staleness 0 only). A fraction `verify_fraction` of the checkable groups is drawn (seeded); the learner runs
 one no-grad forward over the group's completions at the group's temperature (an older version's weights are
 loaded into a scratch copy of the model) and compares with the claimed log-probs. The mismatch is the mean
 |claimed - recomputed| per token; above `verify_tolerance` the group is rejected (counted `logprob_mismatch`) and
@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from swarmnode.learner.lora import is_lora, load_adapter_state
 from swarmnode.logprobs import completion_scores
 
 KEEP_BYTES = 512 << 20  # memory the kept versions may take
@@ -46,7 +47,8 @@ class SpotChecker:
         self.seconds = 0.0  # time spent recomputing (for the cost bench)
 
     def remember(self, version: int, state: dict[str, torch.Tensor]) -> None:
-        """Keep a published version's weights (the CPU snapshot that was published) for older-version checks."""
+        """Keep a published version's weights (the CPU snapshot that was published; under LoRA its adapters) for
+        older-version checks."""
         size = sum(t.numel() * t.element_size() for t in state.values())
         if self.fraction <= 0 or self.keep_versions <= 0 or size * self.keep_versions > KEEP_BYTES:
             return
@@ -82,15 +84,16 @@ class SpotChecker:
         return float(delta.mean()) if delta.numel() else 0.0
 
     def _weights_of(self, model, version: int):
-        """A scratch copy of `model` holding `version`'s kept weights."""
+        """A scratch copy of `model` holding `version`'s kept weights (adapters on the frozen base under LoRA)."""
         import copy
 
         if self._scratch is None:
             self._scratch = copy.deepcopy(model)
-            if hasattr(self._scratch, "merge_and_unload"):  # a LoRA learner: versions are plain merged weights
-                self._scratch = self._scratch.merge_and_unload()
         if self._scratch_version != version:
-            self._scratch.load_state_dict(self.kept[version])
+            if is_lora(self._scratch):
+                load_adapter_state(self._scratch, self.kept[version])
+            else:
+                self._scratch.load_state_dict(self.kept[version])
             self._scratch_version = version
         return self._scratch
 

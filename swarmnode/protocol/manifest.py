@@ -4,6 +4,10 @@ The manifest names every tensor (name, dtype, shape, byte offset in one flat saf
 the content-addressed chunks (sha256, size) that buffer is cut into, in order: chunk i covers bytes
 [sum(size[:i]), sum(size[:i+1])). A fetcher checks the signature against the run's learner keys, then every
 chunk against its hash; a chunk unchanged from the parent version has the same hash and is not fetched again.
+
+A version is either full weights (the model's own tensor names) or adapter-only (`adapter` set): LoRA tensors
+under peft's names, applied to the base model named by its content hash (`AdapterSpec`). A full-weight manifest
+has no `adapter` field on the wire, so its signed bytes are what they were before adapter versions existed.
 """
 
 from __future__ import annotations
@@ -60,6 +64,39 @@ class ChunkEntry:
         return self.sha256.hex()
 
 
+MAX_TARGET_MODULES = 64
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """What an adapter-only version needs to be applied: the base weights' content hash (sha256, see
+    `swarmnode.adapters.weights_hash`) and the LoRA configuration (rank, alpha, adapted module names)."""
+
+    base_hash: bytes
+    r: int
+    alpha: float
+    target_modules: tuple[str, ...]
+
+    @property
+    def scale(self) -> float:
+        """The factor the low-rank update B A is multiplied by (peft's lora_alpha / r)."""
+        return self.alpha / self.r
+
+    def to_wire(self) -> list:
+        return [self.base_hash, self.r, self.alpha, list(self.target_modules)]
+
+    @classmethod
+    def from_wire(cls, item: Any) -> "AdapterSpec":
+        if not isinstance(item, (list, tuple)) or len(item) != 4:
+            raise InvalidRecord("adapter must be [base_hash, r, alpha, target_modules]")
+        obj = dict(zip(("base_hash", "r", "alpha", "target_modules"), item))
+        targets = list_field(obj, "target_modules", MAX_TARGET_MODULES, lambda t: str_field({"t": t}, "t", 128, 1))
+        if not targets:
+            raise InvalidRecord("adapter names no target module")
+        return cls(bytes_field(obj, "base_hash", HASH_BYTES, exact=HASH_BYTES), int_field(obj, "r", 1, 4096),
+                   float_field(obj, "alpha", 1e-9, 1e9), tuple(targets))
+
+
 @dataclass
 class WeightManifest:
     """A signed description of one policy version's weights."""
@@ -74,6 +111,12 @@ class WeightManifest:
     publisher: str
     created_at: float = field(default_factory=time.time)
     signature: bytes = b""
+    adapter: AdapterSpec | None = None  # set: an adapter-only version for this base model (see the module doc)
+
+    @property
+    def kind(self) -> str:
+        """'adapter' (LoRA tensors only) or 'full' (the model's weights)."""
+        return "full" if self.adapter is None else "adapter"
 
     # -- building -----------------------------------------------------------------------------------------
     @classmethod
@@ -87,10 +130,12 @@ class WeightManifest:
         model_id: str,
         tensors: list[TensorEntry],
         chunks: list[ChunkEntry],
+        adapter: AdapterSpec | None = None,
     ) -> "WeightManifest":
-        """Build, validate and sign a manifest as `identity`."""
+        """Build, validate and sign a manifest as `identity` (`adapter`: an adapter-only version)."""
         total = sum(c.size for c in chunks)
-        m = cls(run_id, version, parent_version, model_id, list(tensors), list(chunks), total, identity.peer_id)
+        m = cls(run_id, version, parent_version, model_id, list(tensors), list(chunks), total, identity.peer_id,
+                adapter=adapter)
         m._check_layout()
         m.signature = sign_fields(m._fields(), identity)
         return m
@@ -105,7 +150,7 @@ class WeightManifest:
 
     # -- wire -----------------------------------------------------------------------------------------------
     def _fields(self) -> dict[str, Any]:
-        return {
+        fields = {
             "run_id": self.run_id,
             "version": self.version,
             "parent_version": self.parent_version,
@@ -116,6 +161,9 @@ class WeightManifest:
             "publisher": self.publisher,
             "created_at": self.created_at,
         }
+        if self.adapter is not None:
+            fields["adapter"] = self.adapter.to_wire()
+        return fields
 
     def encode(self) -> bytes:
         data = pack({**self._fields(), "signature": self.signature})
@@ -138,6 +186,7 @@ class WeightManifest:
             publisher=str_field(obj, "publisher", 128, 1),
             created_at=float_field(obj, "created_at", 0.0, 1e11),
             signature=bytes_field(obj, "signature", 64, exact=64),
+            adapter=AdapterSpec.from_wire(obj["adapter"]) if "adapter" in obj else None,
         )
         m._check_layout()
         check_signature(m._fields(), m.publisher, m.signature)

@@ -54,7 +54,8 @@ class SamplerRole(NodeRole):
         await self.sender.start()
         emit("loading the model...")
         engine = await asyncio.to_thread(build_engine, cfg)
-        layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model))  # bounds manifests
+        layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model),  # bounds manifests
+                                base_hash=engine.base_hash)  # adapter versions must be for this base
         sink: RolloutSink = self.sender.send
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
         self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink)

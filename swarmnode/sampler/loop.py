@@ -3,7 +3,9 @@
 The sink is the swarm (`swarm.gossip.RolloutSender.send`) or, in one process, the learner's inbox
 (`learner.inbox.RolloutInbox.send`); the loop does not know which. Weights handed in with `offer_weights` (from
 any thread: the swarm's `WeightFollower`, or the local trainer) are swapped into the engine between batches,
-never during one, so every group carries the version (and lineage) that really generated it.
+never during one, so every group carries the version (and lineage) that really generated it. An adapter-only
+version (`adapter` given) is applied to the engine's base weights; one the engine refuses (other base weights)
+is logged and dropped, and the engine keeps the weights it has.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import torch
 from swarmnode.config import NodeConfig
 from swarmnode.delivery import RolloutSink
 from swarmnode.identity import Identity
+from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.protocol.rollout import RolloutGroup
-from swarmnode.sampler.engines import GenerationEngine
+from swarmnode.sampler.engines import EngineError, GenerationEngine
 from swarmnode.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -43,7 +46,7 @@ class SamplerLoop:
         self.send = send
         self.lineage = lineage
         self.rng = random.Random(cfg.task.seed if seed is None else seed)
-        self._pending: tuple[dict[str, torch.Tensor], int, str | None] | None = None
+        self._pending: tuple[dict[str, torch.Tensor], int, str | None, AdapterSpec | None] | None = None
         self._lock = threading.Lock()
         self.groups_sent = 0
         self.send_errors = 0
@@ -59,22 +62,31 @@ class SamplerLoop:
         with self._lock:
             return self._pending[1] if self._pending else self.engine.version
 
-    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None) -> None:
-        """Hand in a newer state (of learner line `lineage`, if given); it is loaded before the next batch. Older
-        versions are ignored, and so is the same version unless it comes from another learner line (a sampler's
-        first version 0 names the learner whose line its groups belong to)."""
+    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None,
+                      adapter: AdapterSpec | None = None) -> None:
+        """Hand in a newer state (of learner line `lineage`, if given; LoRA adapter tensors if `adapter`); it is
+        loaded before the next batch. Older versions are ignored, and so is the same version unless it comes from
+        another learner line (a sampler's first version 0 names the learner whose line its groups belong to)."""
         with self._lock:
             newest, line = (self._pending[1], self._pending[2]) if self._pending else (self.engine.version, self.lineage)
             if version > newest or (version == newest and lineage is not None and lineage != line):
-                self._pending = (state, version, lineage)
+                self._pending = (state, version, lineage, adapter)
 
     def _swap_in(self) -> bool:
         with self._lock:
             pending, self._pending = self._pending, None
         if pending is None:
             return False
-        state, version, lineage = pending
-        self.engine.load_state_dict(state, version)
+        state, version, lineage, adapter = pending
+        try:
+            if adapter is None:
+                self.engine.load_state_dict(state, version)
+            else:
+                self.engine.load_adapter(state, adapter, version)
+        except EngineError as exc:
+            log.error("weights version %d not applied: %s; generating with version %d still", version, exc,
+                      self.engine.version)
+            return False
         if lineage is not None:
             self.lineage = lineage  # groups name the learner line whose weights made them
         return True

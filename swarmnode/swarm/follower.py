@@ -6,7 +6,8 @@
   backoff with jitter (capped) before trying again, also when the sampler is paused as too stale (it used to
   retry there in a hot loop).
 - `WeightPuller` does one fetch: every live holder of the run serves chunks (`LivePeers`), the manifest must be
-  signed by a trusted learner, and the loaded state goes to the sampler (a `WeightSink`).
+  signed by a trusted learner (and an adapter-only one must name this node's base weights), and the loaded
+  state goes to the sampler (a `WeightSink`), with the manifest's `AdapterSpec` for an adapter-only version.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.backoff import Backoff
+from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.weights import FetchError, FetchStats, ModelLayout, ProgressCallback, WeightFetcher, WeightStore
 
@@ -40,7 +42,8 @@ def no_progress(_description: str):
 class WeightSink(Protocol):
     """Where fetched weights go: the sampler loop (swapped in between batches)."""
 
-    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None) -> None: ...
+    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None,
+                      adapter: AdapterSpec | None = None) -> None: ...
 
 
 class WeightFollower:
@@ -197,4 +200,5 @@ class WeightPuller:
         if (hold := self.hold()) > 0:
             await asyncio.sleep(hold)
         state = await asyncio.to_thread(self.store.state_dict, version)
-        self.sink.offer_weights(state, version, lineage=publisher)
+        manifest = self.store.manifest(version)
+        self.sink.offer_weights(state, version, lineage=publisher, adapter=manifest.adapter if manifest else None)

@@ -8,20 +8,22 @@ import asyncio
 import torch
 
 from swarmnode.identity import Identity
+from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.weights import WeightStore
 
 
 class VersionPublisher:
-    """`publisher(version, state)`: the `publish` a `LearnerLoop` takes. Safe from a worker thread: the DHT
-    announcement is scheduled on `loop`, the node's event loop."""
+    """`publisher(version, state, adapter=None)`: the `publish` a `LearnerLoop` takes (`adapter`: `state` holds
+    LoRA adapter tensors only). Safe from a worker thread: the DHT announcement is scheduled on `loop`, the
+    node's event loop."""
 
     def __init__(self, store: WeightStore, dht: SwarmDHT, identity: Identity, model_id: str,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.store, self.dht, self.identity, self.model_id, self.loop = store, dht, identity, model_id, loop
 
-    def __call__(self, version: int, state: dict[str, torch.Tensor]) -> None:
+    def __call__(self, version: int, state: dict[str, torch.Tensor], adapter: AdapterSpec | None = None) -> None:
         manifest = self.store.publish(version, state, self.identity, parent_version=version - 1,
-                                      model_id=self.model_id)
+                                      model_id=self.model_id, adapter=adapter)
         pointer = {"publisher": self.identity.peer_id, "total_bytes": manifest.total_bytes}
         asyncio.run_coroutine_threadsafe(self.dht.announce_version(version, pointer), self.loop)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from swarmnode.adapters import check_adapter_tensors
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import MAX_CHUNKS, ChunkEntry, TensorEntry, WeightManifest
 
@@ -50,20 +51,25 @@ def plan_layout(state: dict[str, torch.Tensor]) -> tuple[list[TensorEntry], int]
 class ModelLayout:
     """What a node's model holds: each tensor's dtype and shape, and the size of its flat buffer. A manifest must
     fit it before anything is allocated for it, so a signed manifest claiming a terabyte costs its reader
-    nothing (the protocol's own limits allow 16,384 chunks of 64 MiB)."""
+    nothing (the protocol's own limits allow 16,384 chunks of 64 MiB). An adapter-only manifest must name this
+    node's base weights (`base_hash`, see `swarmnode.adapters`) and hold LoRA tensors that fit its modules."""
 
     tensors: dict[str, tuple[str, tuple[int, ...]]]  # name -> (dtype name, shape)
     total_bytes: int
+    base_hash: bytes | None = None  # the content hash of the base weights adapters apply to (None: unknown)
 
     @classmethod
-    def of(cls, state: dict[str, torch.Tensor]) -> "ModelLayout":
+    def of(cls, state: dict[str, torch.Tensor], base_hash: bytes | None = None) -> "ModelLayout":
         """The layout of a state dict (meta tensors will do: only names, dtypes and shapes are read)."""
         entries, total = plan_layout(state)
-        return cls({e.name: (e.dtype, tuple(e.shape)) for e in entries}, total)
+        return cls({e.name: (e.dtype, tuple(e.shape)) for e in entries}, total, base_hash)
 
     def check(self, manifest: WeightManifest) -> None:
         """Raise InvalidRecord unless every tensor of `manifest` is one of this model's, with its dtype and shape,
-        and its buffer is no bigger than this model's (plus alignment)."""
+        and its buffer is no bigger than this model's (plus alignment); for an adapter-only manifest, unless it
+        names this node's base weights and its tensors are LoRA adapters of this model's modules."""
+        if manifest.adapter is not None:
+            return self._check_adapter(manifest)
         if manifest.total_bytes > self.total_bytes + ALIGN * len(self.tensors):
             raise InvalidRecord(f"manifest of {manifest.total_bytes:,} bytes; this node's model has "
                                 f"{self.total_bytes:,}")
@@ -74,6 +80,20 @@ class ModelLayout:
             if (t.dtype, tuple(t.shape)) != want:
                 raise InvalidRecord(f"manifest tensor {t.name!r} is {t.dtype} {list(t.shape)}, this node's model has "
                                     f"{want[0]} {list(want[1])} (is model.name/model.dtype the learner's?)")
+
+    def _check_adapter(self, manifest: WeightManifest) -> None:
+        spec = manifest.adapter
+        if spec is None or spec.base_hash != self.base_hash:
+            mine = self.base_hash.hex()[:16] if self.base_hash else "unknown"
+            raise InvalidRecord(f"adapter version {manifest.version} is for base weights {spec.base_hash.hex()[:16]}, "
+                                f"this node's base weights are {mine}: refused (is model.name/model.dtype the "
+                                "learner's?)")
+        if manifest.total_bytes > self.total_bytes + ALIGN * len(manifest.tensors):
+            raise InvalidRecord(f"adapter of {manifest.total_bytes:,} bytes; this node's model has {self.total_bytes:,}")
+        try:
+            check_adapter_tensors({t.name: (t.dtype, tuple(t.shape)) for t in manifest.tensors}, spec, self.tensors)
+        except ValueError as exc:
+            raise InvalidRecord(f"adapter version {manifest.version}: {exc}") from None
 
 
 def chunk_size_for(total: int, base: int = CHUNK_BYTES) -> int:

@@ -29,7 +29,7 @@ import torch
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord
-from swarmnode.protocol.manifest import ChunkEntry, WeightManifest
+from swarmnode.protocol.manifest import AdapterSpec, ChunkEntry, WeightManifest
 from swarmnode.swarm.weights.havemap import bitmap
 from swarmnode.swarm.weights.layout import (CHUNK_BYTES, Buffer, aligned_buffer, chunk_size_for, cut_chunks,
                                             flatten_into, plan_layout, tensors_from_buffer, write_file)
@@ -142,15 +142,16 @@ class WeightStore:
 
     # -- writing ------------------------------------------------------------------------------------------
     def publish(self, version: int, state: dict[str, torch.Tensor], identity: Identity, *,
-                parent_version: int = -1, model_id: str = "") -> WeightManifest:
-        """Write `state` as version `version` (new chunks only), sign its manifest, GC old versions."""
+                parent_version: int = -1, model_id: str = "", adapter: AdapterSpec | None = None) -> WeightManifest:
+        """Write `state` as version `version` (new chunks only), sign its manifest, GC old versions. With
+        `adapter`, `state` is LoRA adapter tensors for the base that `adapter` names (an adapter-only version)."""
         tensors, total = plan_layout(state)
         buf = aligned_buffer(total)
         flatten_into(state, tensors, buf)
         chunks = cut_chunks(buf, chunk_size_for(total, self.chunk_bytes))
         manifest = WeightManifest.create(identity=identity, run_id=self.run_id, version=version,
                                          parent_version=parent_version, model_id=model_id,
-                                         tensors=tensors, chunks=chunks)
+                                         tensors=tensors, chunks=chunks, adapter=adapter)
         for chunk, off in zip(chunks, manifest.chunk_offsets()):
             if not (self.root / "chunks" / chunk.hex).exists():
                 self.write_chunk(chunk.hex, memoryview(buf)[off : off + chunk.size])
