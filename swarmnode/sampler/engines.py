@@ -346,9 +346,9 @@ class VLLMEngine(GenerationEngine):
         from vllm.lora.request import LoRARequest
 
         if self.max_lora_rank is None or spec.r > self.max_lora_rank:
-            raise EngineError(f"adapter of rank {spec.r}: this vLLM engine was started "
-                              f"{'without LoRA' if self.max_lora_rank is None else f'for rank <= {self.max_lora_rank}'}"
-                              f" (set learner.lora.enabled=true and learner.lora.r >= {spec.r} in the sampler's config)")
+            started = "without LoRA" if self.max_lora_rank is None else f"for rank <= {self.max_lora_rank}"
+            raise EngineError(f"adapter of rank {spec.r}: this vLLM engine was started {started} (set "
+                              f"learner.lora.enabled=true and learner.lora.r >= {spec.r} in the sampler's config)")
         lora_id = (self._lora.lora_int_id + 1) if self._lora else 1
         path = write_adapter_dir(self._weights_dir / f"lora-{lora_id}", state, spec)
         self._drop_lora()

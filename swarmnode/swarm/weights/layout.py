@@ -89,7 +89,8 @@ class ModelLayout:
                                 f"this node's base weights are {mine}: refused (is model.name/model.dtype the "
                                 "learner's?)")
         if manifest.total_bytes > self.total_bytes + ALIGN * len(manifest.tensors):
-            raise InvalidRecord(f"adapter of {manifest.total_bytes:,} bytes; this node's model has {self.total_bytes:,}")
+            raise InvalidRecord(f"adapter of {manifest.total_bytes:,} bytes; this node's model has "
+                                f"{self.total_bytes:,}")
         try:
             check_adapter_tensors({t.name: (t.dtype, tuple(t.shape)) for t in manifest.tensors}, spec, self.tensors)
         except ValueError as exc:
