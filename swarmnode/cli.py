@@ -16,8 +16,16 @@ from typing import Any, NoReturn, Optional
 
 import typer
 
-from swarmnode.config import NodeConfig, load_config
+from swarmnode.cli_runtime import run_until_signal, setup_logging
+from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
+from swarmnode.delay import DelaySpecError, parse_delay
+from swarmnode.demo import run_demo
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
+from swarmnode.hardware import format_report, hardware_report
+
+# The command modules that start a node (node, idle, bootstrap, status, dashboard, local_trainer, and identity and
+# preflight, which they share) import hivemind and torch: seconds before anything prints. Each command imports
+# them itself, so `--help`, `hardware` and a bad `--config` answer at once.
 
 app = typer.Typer(
     add_completion=False,
@@ -67,8 +75,6 @@ def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetO
              role: Optional[str] = RoleOpt) -> None:
     """Probe this machine and show the role it would take for the configured model."""
     cfg = config_from_cli(config, set_, role=role)
-    from swarmnode.hardware import format_report, hardware_report
-
     report = hardware_report(cfg)
     if as_json:
         print_json(report)
@@ -94,8 +100,6 @@ def _network_flags(initial_peers=None, host_maddrs=None, announce_maddrs=None, i
 
 def _run_swarm_command(main, timeout: float | None = None) -> Any:
     """Run a swarm coroutine until it returns or Ctrl-C / SIGTERM (`swarmnode.cli_runtime.run_until_signal`)."""
-    from swarmnode.cli_runtime import run_until_signal, setup_logging
-
     setup_logging()
     return run_until_signal(main, timeout)
 
@@ -115,7 +119,7 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
              help="with no learner.learner_keys, load weights from whichever key announces them (local tests only)"),
          ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
-    from swarmnode.preflight import check_node, check_ports, check_trust_root
+    from swarmnode.preflight import check_node, check_peer_addresses, check_ports, check_trust_root
 
     cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
                                                      "learner.accept_any_learner": insecure_accept_any_learner or None},
@@ -125,7 +129,7 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
     check_ports(cfg.network.host_maddrs)
     if not idle:
         check_node(cfg)  # task, engine, model: before the swarm hears of this node
-    _check_peer_addresses(cfg)
+    check_peer_addresses(cfg)
     if not idle:
         check_trust_root(cfg)
     from swarmnode.identity import identity_for
@@ -157,12 +161,12 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               metrics_port: Optional[int] = MetricsPortOpt,
               ) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
-    from swarmnode.preflight import check_ports
+    from swarmnode.preflight import check_peer_addresses, check_ports
 
     cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
                           **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
                                            announce_maddrs, identity_path, startup_timeout))
-    _check_peer_addresses(cfg)
+    check_peer_addresses(cfg)
     check_ports(cfg.network.host_maddrs)
     from swarmnode.bootstrap import run_bootstrap
     from swarmnode.identity import identity_for
@@ -172,14 +176,6 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
                                                   emit=_emit))
 
 
-def _check_peer_addresses(cfg: NodeConfig) -> None:
-    """Every `--initial-peers` entry is a multiaddr ending in /p2p/<peer id> (SwarmStartError, exit code 2)."""
-    from swarmnode.swarm.p2p import parse_initial_peer
-
-    for text in cfg.network.initial_peers:
-        parse_initial_peer(text)
-
-
 def _emit(line: str) -> None:
     typer.echo(line)
     sys.stdout.flush()
@@ -187,11 +183,13 @@ def _emit(line: str) -> None:
 
 def _client_config(command: str, config, set_, initial_peers, host_maddrs, startup_timeout) -> NodeConfig:
     """The config of a read-only client command (status, dashboard): loopback listener unless told otherwise."""
+    from swarmnode.preflight import check_peer_addresses
+
     cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"],
                                                          None, None, startup_timeout))
     if not cfg.network.initial_peers:
         fail(f"{command} needs --initial-peers (the address `swarmnode bootstrap` prints)")
-    _check_peer_addresses(cfg)
+    check_peer_addresses(cfg)
     return cfg
 
 
@@ -239,8 +237,6 @@ def demo(
     keep: bool = typer.Option(False, "--keep", help="keep the temporary work dir (logs, data) instead of removing it"),
 ) -> None:
     """Run a local swarm (bootstrap, one learner, two samplers), by default with the tiny model, and watch it learn."""
-    from swarmnode.demo import run_demo
-
     config_from_cli(config, set_)  # a bad --config or --set fails here, before any process starts
     summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
                        kill_sampler_at=kill_sampler_at, keep=keep, config=config)
@@ -270,12 +266,9 @@ def train_local(
     eval_every: int = typer.Option(0, "--eval-every", min=0, help="evaluate on the held-out prompts every N steps"),
 ) -> None:
     """Single-process sampler+learner loop: the reference the swarm is compared against."""
-    from swarmnode.config import LEVEL_OF_ALGORITHM
-
     if loss_type is not None and loss_type not in LEVEL_OF_ALGORITHM:
         fail(f"--loss-type {loss_type!r}: expected gepo, gspo or grpo")
     cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(loss_type)})
-    from swarmnode.delay import DelaySpecError, parse_delay
     from swarmnode.local_trainer import train_local as run_local
 
     try:
@@ -284,13 +277,15 @@ def train_local(
         fail(str(exc).replace("--simulate-delay", "--delay"))
     progress = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
     result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
-    if result["stopped"] == "signal":
+    if result["stopped"] in ("signal", "interrupted"):
         progress(f"stopped by signal: checkpoint at step {result['learner_steps']}, version {result['version']}")
     if as_json:
         print_json(result)
     else:
         start, end = (f"{r:.3f}" if isinstance(r, float) else "-" for r in (result["reward_start"], result["reward_end"]))
         typer.echo(f"done: {result['learner_steps']} steps, version {result['version']}, reward {start} -> {end}")
+    if result["stopped"] == "interrupted":  # checkpointed and summarised; the exit code says Ctrl-C (130)
+        raise Interrupted("interrupted")
 
 
 def main() -> None:

@@ -13,18 +13,22 @@ import contextlib
 import logging
 import os
 import sys
+import termios
 import time
+import tty
 from collections import deque
 from typing import Any, Iterator
 
 from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from swarmnode.health import rejected_by_reason
 from swarmnode.staleness import bucket_label
-from swarmnode.status import other_runs_hint
+from swarmnode.status import client_member, other_runs_hint, read_status
+from swarmnode.swarm.p2p import SwarmStartError
 
 SPARKS = "▁▂▃▄▅▆▇█"
 ROLE_ORDER = {"learner": 0, "sampler": 1, "bootstrap": 2}
@@ -277,9 +281,6 @@ def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> Iterator
     if stream is None or not stream.isatty():
         yield False
         return
-    import termios
-    import tty
-
     fd = stream.fileno()
     saved = termios.tcgetattr(fd)
 
@@ -303,11 +304,6 @@ def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> Iterator
 async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once: bool = False,
                         console: Console | None = None) -> dict[str, Any]:
     """Poll the run's health every `refresh` s and draw it until `stop` (q, Ctrl-C); returns the last document."""
-    from rich.live import Live
-
-    from swarmnode.status import client_member, read_status
-    from swarmnode.swarm.p2p import SwarmStartError
-
     console = console or Console()
     poll_timeout = max(10.0, 3 * refresh)
     member = client_member(cfg)

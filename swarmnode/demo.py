@@ -7,6 +7,7 @@ summary. Every process the demo starts is stopped by pid (SIGTERM, then SIGKILL)
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -18,7 +19,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from swarmnode.config import load_config
 from swarmnode.errors import Interrupted, SwarmnodeError
+from swarmnode.health import bucket_label
 from swarmnode.learner.steps_log import STEPS_FILE
 
 
@@ -102,8 +109,6 @@ def _node_env() -> dict[str, str]:
 def _die_with_parent() -> None:
     """In the child, before exec: SIGTERM us when the demo dies, even by SIGKILL (Linux prctl)."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
     except OSError:
         pass  # not Linux: the demo's own stop() still stops every node
@@ -139,8 +144,6 @@ def read_steps(path: Path) -> list[dict]:
 
 def staleness_histogram(rows: list[dict]) -> dict[str, int]:
     """Groups trained on, by staleness bucket ('0', '1', '2-3', ...), from the learner's cumulative counts."""
-    from swarmnode.health import bucket_label
-
     counts = rows[-1].get("staleness_hist", []) if rows else []
     return {bucket_label(i): int(c) for i, c in enumerate(counts)}
 
@@ -170,8 +173,6 @@ def summarize(rows: list[dict], wall: float) -> dict:
 
 
 def _live_table(rows: list[dict], elapsed: float):
-    from rich.table import Table
-
     table = Table(title=f"swarmnode demo — {elapsed:.0f} s", show_header=True)
     for col in ("steps", "version", "groups rcvd", "staleness (mean/max)", "reward (last 10)"):
         table.add_column(col)
@@ -233,14 +234,12 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
 
 def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets: list[str],
                kill_sampler_at: int | None, config: str) -> dict:
-    from rich.console import Console
-    from rich.live import Live
+    # identity and models import hivemind and torch (seconds): only a demo that runs needs them, not `--help`
+    from swarmnode.identity import Identity
+    from swarmnode.models import resolve_model_path
 
     run = DemoRun(root)
     console = Console(stderr=True, quiet=quiet)
-    from swarmnode.config import load_config
-    from swarmnode.identity import Identity
-    from swarmnode.models import resolve_model_path
 
     cfg = load_config(config, sets)
     console.print(f"preparing the model {cfg.model.name} (built or converted once, then cached)...")

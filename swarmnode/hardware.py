@@ -84,8 +84,8 @@ class HardwareProbe:
 
 def probe_hardware() -> HardwareProbe:
     """Probe this machine (GPUs through torch.cuda, RAM through psutil)."""
-    import psutil
-    import torch
+    import psutil  # psutil, torch and models are imported here, not at the top: the CLI imports this module
+    import torch  # for `swarmnode hardware` and `--help`, which must answer without loading torch
 
     gpus = []
     if torch.cuda.is_available():

@@ -18,6 +18,7 @@ the evaluations, so a killed run restarts where its last checkpoint left it.
 from __future__ import annotations
 
 import random
+import signal
 import statistics
 import time
 from collections import deque
@@ -30,9 +31,8 @@ from swarmnode.config import NodeConfig
 from swarmnode.delay import DelayModel
 from swarmnode.evaluation import evaluate
 from swarmnode.identity import Identity
-from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
 from swarmnode.learner.checkpoint import StopFlag, as_tuples
-from swarmnode.learner.inbox import RolloutInbox
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.models import load_model, load_tokenizer, pick_device
 from swarmnode.sampler.engines import build_engine
@@ -147,8 +147,8 @@ class LocalTrainer:
         if self.eval_every and not self.evals:
             self.evaluate_now()
         while self.learner.step_count < steps:
-            if stop is not None and stop.requested:
-                stopped = "signal"
+            if stop is not None and stop.requested:  # Ctrl-C is "interrupted" (exit code 130), SIGTERM "signal" (0)
+                stopped = "interrupted" if stop.signal == signal.SIGINT else "signal"
                 break
             if max_seconds is not None and time.monotonic() - start > max_seconds:
                 stopped = "time"

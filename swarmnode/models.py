@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import string
 from pathlib import Path
 
@@ -25,6 +26,10 @@ import torch
 from swarmnode.config import ModelConfig, TaskConfig, TinyModelConfig, default_data_dir
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.packaged_models import PackagedModelError, ensure_packaged_model, packaged_model
+from swarmnode.warmstart import step_reporter, warm_start
+
+# transformers is imported inside the functions that use it: it takes seconds to import, and `hardware`, the
+# preflight checks and the demo's parent process use this module without building a model
 
 BUILTIN_TINY = "builtin:tiny"
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
@@ -138,8 +143,6 @@ def ensure_tiny_model(
     torch.manual_seed(tiny.seed)
     model = Qwen2ForCausalLM(tiny_config(tiny, tokenizer))
     if tiny.warm_start_steps and task is not None:
-        from swarmnode.warmstart import step_reporter, warm_start
-
         progress(f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps, "
                  "once: the result is cached)...")
         warm_start(model, tokenizer, task, steps=tiny.warm_start_steps, seed=tiny.seed,
@@ -152,8 +155,6 @@ def ensure_tiny_model(
     try:
         tmp.rename(out)  # atomic: concurrent builders race, the first one wins
     except OSError:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 

@@ -129,7 +129,7 @@ def ensure_packaged_model(model: PackagedModel, cache_dir: Path, progress=print)
 
 def _convert(gguf: Path, out: Path) -> None:
     """De-quantise `gguf` with transformers and save it as a plain float32 directory at `out`."""
-    import torch
+    import torch  # only a first-time conversion needs torch and transformers (seconds to import)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -3,7 +3,8 @@
 `check_node` runs before `join` dials anyone, `check_ports` before `bootstrap` or `join` starts p2pd, so a
 mistake ends in one clear line (and its exit code, `swarmnode.errors`) instead of a `ready` line followed by a
 traceback. Nothing here downloads: an HF model id that is not in the local cache is accepted (it is fetched when
-the model loads) unless the hub is off (`HF_HUB_OFFLINE=1`).
+the model loads) unless the hub is off (`HF_HUB_OFFLINE=1`). `check_peer_addresses` runs before any command that
+dials `--initial-peers`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ import os
 import socket
 from pathlib import Path
 
+from huggingface_hub import try_to_load_from_cache
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, InUseError, MissingError, UsageError, missing_package
+from swarmnode.models import BUILTIN_TINY, resolve_model_path
+from swarmnode.swarm.p2p import parse_initial_peer
+from swarmnode.tasks import build_task
 
 
 def has_package(name: str) -> bool:
@@ -25,8 +32,6 @@ def has_package(name: str) -> bool:
 
 def check_task(cfg: NodeConfig) -> None:
     """The task can be built: its JSONL file reads, or the `datasets` package is there for `task.dataset`."""
-    from swarmnode.tasks import build_task
-
     if cfg.task.dataset and not cfg.task.path:
         if not has_package("datasets"):
             raise missing_package("datasets", f"task.dataset={cfg.task.dataset}", extra="data")
@@ -36,17 +41,12 @@ def check_task(cfg: NodeConfig) -> None:
 
 def check_model(cfg: NodeConfig) -> None:
     """The model is the built-in one, a directory that exists, or a valid HF id (cached, or the hub reachable)."""
-    from swarmnode.models import BUILTIN_TINY, resolve_model_path
-
     name = cfg.model.name
     if name == BUILTIN_TINY:  # built locally when the node loads it (nothing to check; it takes a while)
         return
     resolve_model_path(cfg.model, cfg.task)  # ModelLoadError for a missing directory
     if Path(name).expanduser().is_dir():
         return
-    from huggingface_hub import try_to_load_from_cache
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     try:
         validate_repo_id(name)
     except HFValidationError:
@@ -101,6 +101,12 @@ def _listen_ports(maddrs: list[str]) -> list[tuple[str, str, int, str]]:
         if port:
             out.append((parts[0], parts[1], port, parts[2]))
     return out
+
+
+def check_peer_addresses(cfg: NodeConfig) -> None:
+    """Every `--initial-peers` entry is a multiaddr ending in /p2p/<peer id> (SwarmStartError, exit code 2)."""
+    for text in cfg.network.initial_peers:
+        parse_initial_peer(text)
 
 
 def check_ports(maddrs: list[str]) -> None:

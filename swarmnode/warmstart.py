@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 from swarmnode.config import TaskConfig
+from swarmnode.tasks import build_task
 
 BATCH_SIZE = 64
 LEARNING_RATE = 3e-3
@@ -75,8 +76,6 @@ def warm_start(
     of the steps and noisy ones after: a tiny model does not find a long-range lookup under 50 % noise within a
     few hundred steps (digitmap, 128 digits: 0.108 per-digit accuracy after 100 noisy steps, 0.993 after 100
     clean ones), and the noisy half brings its per-digit accuracy back down to about `correct_fraction`."""
-    from swarmnode.tasks import build_task
-
     task = build_task(task_cfg)
     rng = random.Random(f"warmstart:{seed}")
     torch.manual_seed(seed)

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from swarmnode.config import ConfigError, TaskConfig, load_config
-from swarmnode.digitmap import DigitMapTask, digitmap_reward, mapped
+from swarmnode.tasks.digitmap import DigitMapTask, digitmap_reward, mapped
 from swarmnode.tasks import build_task
 
 

@@ -1,4 +1,4 @@
-"""Ctrl-C (SIGINT) stops a node and the demo with exit code 130 and leaves no process behind; the demo's nodes
+"""Ctrl-C (SIGINT) stops a node, `train-local` and the demo with exit code 130 and leaves no process behind; the demo's nodes
 run from a directory that holds a `swarmnode/` folder (a clone's parent) and its temporary work dir is removed."""
 
 from __future__ import annotations
@@ -79,3 +79,27 @@ def test_ctrl_c_stops_the_demo_run_from_a_clones_parent_and_removes_its_work_dir
     assert "stopped: interrupted" in out, out
     wait_for(lambda: not any(pid_alive(pid) for pid in nodes), 30, "every node and daemon to exit")
     assert not list(scratch.glob("swarmnode-demo-*")), "the temporary work dir is removed"
+
+
+def test_ctrl_c_stops_train_local_with_a_checkpoint_and_exit_code_130(tmp_path, swarmnode_home):
+    ckpt = tmp_path / "ckpt"
+    fast = ["model.tiny.warm_start_steps=0", "sampler.device=cpu", "learner.device=cpu", "sampler.prompts_per_batch=4",
+            "learner.prompts_per_step=4", "sampler.max_completion_length=6", "learner.checkpoint_every=1000"]
+    cmd = [sys.executable, "-m", "swarmnode", "train-local", "-c", "tiny-cpu", "--steps", "100000",
+           "--checkpoint-dir", str(ckpt), *sum((["--set", s] for s in fast), [])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        for line in proc.stdout:  # wait for the first trained step, then Ctrl-C
+            if line.startswith("step"):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == ExitCode.INTERRUPTED, err[-3000:]
+    assert "Traceback" not in err and "interrupted" in err, err[-3000:]
+    assert "stopped by signal: checkpoint at step" in out and "done:" in out, out[-3000:]
+    assert (ckpt / "checkpoint.pt").is_file()  # checkpoint_every=1000: only the stop wrote it

@@ -229,6 +229,9 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
 
             async def truncating(info, reader, writer):
                 while (req := await read_control(reader)) is not None:
+                    if req.get("op") == "manifest":  # the learner's real manifest: only the chunks are broken
+                        await write_frame(writer, ls.manifest(1).encode())
+                        continue
                     if req.get("op") == "have":
                         await write_frame(writer, b"\xff" * ((n_chunks + 7) // 8) + bytes((n_chunks + 7) // 8))
                         continue
@@ -240,6 +243,14 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
                 writer.close()
 
             await bad.add_binary_stream_handler(protocol_name(RUN), truncating)
+            # the truncating holder alone: the fetch fails cleanly (no hang, no partial version, no chunk kept) and
+            # the holder is dropped for its truncated stream
+            truncated_only = WeightFetcher(sp, store(tmp_path, "t"), [learner.peer_id], layout=None, max_rounds=1,
+                                           timeout=5)
+            with pytest.raises(FetchError, match="unavailable"):
+                await truncated_only.fetch([bad.peer_id], 1)
+            assert truncated_only.store.versions() == [] and truncated_only.store.partial_versions() == []
+            assert not any((tmp_path / "t" / "chunks").iterdir())
             cs = store(tmp_path, "c")
             corrupt_host = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
                                             auto_nat=False, initial_peers=await lp.get_visible_maddrs())
@@ -260,15 +271,15 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
                 await good.fetch([bad.peer_id, corrupt_host.peer_id, lp.peer_id], 1)
                 assert_same(store(tmp_path, "s").state_dict(1), state)  # good traffic continued
                 assert good.last_stats.chunks_by_holder[str(lp.peer_id)] >= 1
-                return cs2_server.served_chunks
+                return cs2_server.served_chunks, str(bad.peer_id)
             finally:
                 await corrupt_host.shutdown()
 
-    corrupt_served = asyncio.run(scenario())
+    corrupt_served, bad_name = asyncio.run(scenario())
     text = caplog.text
     assert "not one of the run's learner keys" in text
     assert corrupt_served >= 1 and "hash mismatch" in text  # corrupt chunks were served, caught and logged
-    assert "IncompleteReadError" in text  # the truncated stream, logged
+    assert f"holder {bad_name[-8:]} failed" in text  # the truncated stream dropped its holder (logged)
 
 
 def test_three_fetchers_concurrently_serve_each_other(tmp_path):

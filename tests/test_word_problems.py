@@ -9,7 +9,7 @@ import pytest
 
 from swarmnode.config import TaskConfig
 from swarmnode.tasks import build_task
-from swarmnode.word_problems import CORRECT_WEIGHT, FORMAT_WEIGHT, WordProblemTask, word_problem_reward
+from swarmnode.tasks.word_problems import CORRECT_WEIGHT, FORMAT_WEIGHT, WordProblemTask, word_problem_reward
 
 
 @pytest.fixture(scope="module")

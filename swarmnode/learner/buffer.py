@@ -5,6 +5,13 @@ staler than `max_staleness` are refused on arrival and dropped when the version 
 from a *future* version (which this learner never published) are refused. One sampler may hold at most
 `quota` groups, so a fast or hostile sender cannot crowd out the rest. When full, the stalest group is
 evicted. `draw` removes what it returns (each group is trained on once). Every outcome is counted.
+
+`RolloutInbox` is the buffer's door for rollout delivery: whoever delivers (the swarm's `RolloutReceiver`, which
+needs the buffer's verdict for its ack, or a local sampler through `send`, a `RolloutSink`) hands groups to it;
+the learner loop draws from the buffer and, when it holds too few groups, waits in the inbox for the next arrival
+instead of polling. With a `journal` (a swarm learner's `GroupJournal`), an accepted group is made `durable`
+before it is acknowledged, and no group is accepted while the journal is over its hard limit (the learner is not
+checkpointing).
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ import functools
 import math
 import threading
 from collections import Counter, OrderedDict
-from typing import Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
+
+if TYPE_CHECKING:  # the journal replays into a ReplayBuffer: a runtime import would be a cycle
+    from swarmnode.learner.journal import GroupJournal
 
 F = TypeVar("F", bound=Callable)
 
@@ -189,3 +199,36 @@ class ReplayBuffer:
         self.counters = Counter({str(k): int(v) for k, v in state["counters"].items()})
         self.drawn = int(state["drawn"])
         self._seen = OrderedDict((str(g), None) for g in state["seen"][-self._seen_cap :])
+
+
+class RolloutInbox:
+    """Admits groups into `buffer` (from any thread) and wakes a learner waiting for them."""
+
+    def __init__(self, buffer: ReplayBuffer, journal: GroupJournal | None = None) -> None:
+        self.buffer, self.journal = buffer, journal
+        self._arrived = threading.Condition()
+
+    def admit(self, group: _Group) -> str:
+        """Put `group` in the buffer; its status ("ok", "duplicate", "stale", "quota", "busy"...), as an ack
+        tells it."""
+        if self.journal is not None and self.journal.over_hard_limit:
+            return "busy"  # accept no more than a learner that is not checkpointing can keep
+        status = self.buffer.add(group)
+        with self._arrived:
+            self._arrived.notify_all()
+        return status
+
+    async def durable(self, group: _Group, body: bytes) -> None:
+        """Journal an accepted group's wire bytes and wait until they are on disk (before the ack)."""
+        if self.journal is not None:
+            self.journal.append(body)
+            await self.journal.sync()
+
+    def send(self, group: _Group) -> None:
+        """The `RolloutSink` form of `admit` (a local sampler needs no verdict)."""
+        self.admit(group)
+
+    def wait(self, groups: int, timeout: float) -> bool:
+        """Block until the buffer holds at least `groups` groups (True) or `timeout` seconds pass (False)."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: len(self.buffer) >= groups, timeout)

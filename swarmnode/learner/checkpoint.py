@@ -1,4 +1,4 @@
-"""Atomic learner checkpoints and a SIGTERM/SIGINT stop flag.
+"""Atomic learner checkpoints (what they hold: `learner_state` / `restore_learner`) and a SIGTERM/SIGINT stop flag.
 
 A checkpoint is one `torch.save` file written to a temporary name, fsynced, then renamed over
 `checkpoint.pt` (a crash mid-write leaves the previous checkpoint intact). It is loaded with
@@ -10,12 +10,17 @@ from __future__ import annotations
 import os
 import random
 import signal
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.learner.lora import adapter_state, is_lora, load_adapter_state
+
+if TYPE_CHECKING:  # the loop saves through these functions; they only read and set its attributes
+    from swarmnode.learner.loop import LearnerLoop
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -131,6 +136,53 @@ def set_rng_state(state: dict[str, Any], rng: random.Random | None = None) -> No
         rng.setstate(as_tuples(state["loop"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def learner_state(loop: LearnerLoop) -> dict[str, Any]:
+    """What a learner's checkpoint holds: weights (the adapters alone under LoRA), optimiser, LR schedule,
+    version and step, RNG, the buffer's position, rejection counters and the caller's `extra_state`."""
+    lora = is_lora(loop.model)
+    return {
+        "model": adapter_state(loop.model) if lora else loop.model.state_dict(),
+        "lora_base": loop.cfg.model.name if lora else None,
+        "lora_base_hash": loop.adapter_spec.base_hash if loop.adapter_spec else None,
+        "optimizer": loop.optimizer.state_dict(),
+        "scheduler": loop.scheduler.state_dict(),
+        "version": loop.version,
+        "step": loop.step_count,
+        "rng": rng_state(loop.rng),
+        "buffer": loop.buffer.state_dict(),
+        "rejected": dict(loop.rejected),
+        "extra": loop.extra_state() if callable(loop.extra_state) else loop.extra_state,
+    }
+
+
+def restore_learner(loop: LearnerLoop, state: dict[str, Any]) -> None:
+    """Put a loaded `learner_state` back into `loop` (same step and version as saved); `CheckpointError` when it
+    does not fit the loop's model or optimiser."""
+    try:
+        if is_lora(loop.model) != bool(state.get("lora_base")):
+            raise ValueError("saved with learner.lora.enabled=" + str(bool(state.get("lora_base"))).lower())
+        if is_lora(loop.model):
+            if state["lora_base"] != loop.cfg.model.name:
+                raise ValueError(f"its adapters belong to {state['lora_base']}, not {loop.cfg.model.name}")
+            if state.get("lora_base_hash") not in (None, loop.adapter_spec.base_hash):
+                raise ValueError(f"its adapters belong to other base weights than {loop.cfg.model.name}'s")
+            load_adapter_state(loop.model, state["model"])
+        else:
+            loop.model.load_state_dict(state["model"])
+        loop.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in state:
+            loop.scheduler.load_state_dict(state["scheduler"])
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint in {loop.checkpoint_dir} does not fit this model/optimizer "
+                              f"({str(exc).splitlines()[0]})") from None
+    loop.version, loop.step_count = int(state["version"]), int(state["step"])
+    set_rng_state(state["rng"], loop.rng)
+    loop.buffer.load_state_dict(state["buffer"])
+    loop.buffer.set_version(loop.version)
+    loop.rejected = Counter(state.get("rejected", {}))
+    loop.extra_state = state.get("extra", {})
 
 
 class StopFlag:

@@ -2,8 +2,8 @@
 
 Per optimiser step: draw `prompts_per_step` groups; reject (and count) groups whose prompt id the task does not
 know or whose prompt tokens differ from the learner's own tokenisation; recompute every reward from the decoded
-completion (the sender's rewards are only a hint); skip zero-signal groups; hand the rest to
-`learner.gradients.PolicyGradient`, which splits them into `gradient_accumulation_steps` chunks of whole groups and compute each chunk's group statistics (advantages,
+completion (the sender's rewards are only a hint); skip zero-signal groups; split the rest into
+`gradient_accumulation_steps` chunks of whole groups and compute each chunk's group statistics (advantages,
 GEPO's E_q[q]); cut the chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens
 (`learner.microbatch`: the gradient equals the unsplit one); compute log-probs (chunked lm_head, no [B, T, V]
 logits) at each row's sampling temperature under the configured precision (`learner.precision`);
@@ -42,25 +42,33 @@ import torch
 from swarmnode.config import NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import (
-    CheckpointError,
+    learner_state,
     load_checkpoint,
     read_published,
-    rng_state,
+    restore_learner,
     save_checkpoint,
-    set_rng_state,
     write_published,
 )
 from swarmnode.adapters import weights_hash
-from swarmnode.learner.gradients import PolicyGradient, Row, weighted_mean
-from swarmnode.learner.lora import (adapter_spec, adapter_state, apply_lora, is_lora, load_adapter_state,
-                                    merged_state)
+from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
+from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance
+from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.verify import SpotChecker
+from swarmnode.logprobs import completion_scores
 from swarmnode.prompting import encode_prompt
 from swarmnode.staleness import StalenessHistogram
 
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
+
+
+class _Row:
+    __slots__ = ("group", "prompt_tokens", "completion", "logq", "reward", "temperature", "staleness")
+
+    def __init__(self, group, completion, logq, reward, staleness):
+        self.group, self.completion, self.logq, self.reward = group, completion, logq, reward
+        self.prompt_tokens, self.temperature, self.staleness = group.prompt_tokens, group.temperature, staleness
 
 
 class LearnerLoop:
@@ -89,7 +97,6 @@ class LearnerLoop:
             model = self.model = apply_lora(model, self.lc.lora)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
-        self.gradient = PolicyGradient(model, tokenizer.pad_token_id, self.lc, self.precision, self._dropped)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=self.lc.learning_rate,
             weight_decay=self.lc.weight_decay,
@@ -120,7 +127,7 @@ class LearnerLoop:
         """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included)."""
         return encode_prompt(self.tokenizer, text, self.cfg.sampler.max_prompt_length)
 
-    def _rows(self, group) -> list[Row] | None:
+    def _rows(self, group) -> list[_Row] | None:
         """Validated rows of one group with recomputed rewards, or None (counted) if it must be rejected."""
         prompt = self.task.get(group.prompt_id)
         if prompt is None:
@@ -142,7 +149,7 @@ class LearnerLoop:
         if any(abs(a - b) > 1e-6 for a, b in zip(rewards, group.rewards)):
             self.rejected["reward_hint_mismatch"] += 1  # counted, not rejected: our rewards are used
         tau = self.version - int(group.policy_version)
-        return [Row(group, c, lq, r, tau) for c, lq, r in zip(group.completions, group.logprobs, rewards)]
+        return [_Row(group, c, lq, r, tau) for c, lq, r in zip(group.completions, group.logprobs, rewards)]
 
     # ---- the step ----------------------------------------------------------------------------------------
     def step(self) -> dict | None:
@@ -180,7 +187,7 @@ class LearnerLoop:
             self.save()
         return out
 
-    def _optimise(self, groups: list[list[Row]]) -> dict:
+    def _optimise(self, groups: list[list[_Row]]) -> dict:
         self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -198,9 +205,60 @@ class LearnerLoop:
         merged.update(grad_norm=grad_norm, learning_rate=learning_rate)
         return merged
 
-    def accumulate_gradients(self, groups: list[list[Row]]) -> list[tuple[int, dict]]:
-        """Forward and backward over validated `groups` (see `PolicyGradient.accumulate`)."""
-        return self.gradient.accumulate(groups, self.step_count)
+    def accumulate_gradients(self, groups: list[list[_Row]]) -> list[tuple[int, dict]]:
+        """Forward and backward over `groups` (gradients add up in `.grad`); per chunk (rows, diagnostics).
+
+        Group statistics are computed per gradient-accumulation chunk of whole groups, then the chunk's rows are
+        cut by the token budget; each micro-batch's loss is scaled by its share of the whole step's loss. The
+        paper's `ratio_peqq_var` is taken over the whole chunk, as without the split.
+        """
+        step_lengths = [len(r.completion) for rows in groups for r in rows]
+        diags: list[tuple[int, dict]] = []
+        for chunk in (c for c in split_chunks(groups, self.lc.gradient_accumulation_steps) if c):
+            rows = [r for group in chunk for r in group]
+            group_index = torch.tensor([gi for gi, group in enumerate(chunk) for _ in group])
+            rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
+            adv = group_advantages(rewards, group_index, self.lc)
+            seq_logq = torch.tensor([sum(r.logq) / max(1, len(r.logq)) for r in rows], dtype=torch.float32)
+            log_e = group_log_expectation(seq_logq, group_index, self.lc)
+            seq_logp = torch.zeros(len(rows))
+            chunk_lengths = [len(r.completion) for r in rows]
+            parts: list[tuple[int, dict]] = []
+            sizes = [(len(r.prompt_tokens), len(r.completion)) for r in rows]
+            for batch in token_budget_batches(sizes, self.lc.max_tokens_per_microbatch):
+                loss, diag, seq_logp[batch] = self._micro_loss(
+                    [rows[i] for i in batch], group_index[batch], adv[batch], log_e[batch])
+                share = loss_share(self.lc.loss_type, [chunk_lengths[i] for i in batch], chunk_lengths, step_lengths)
+                (loss * share).backward()
+                parts.append((len(batch), diag))
+            merged = weighted_mean(parts)
+            merged["ratio_peqq_var"] = ratio_peqq_variance(seq_logp, seq_logq, self.step_count)
+            diags.append((len(rows), merged))
+        return diags
+
+    def _micro_loss(self, rows: list[_Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """(loss, diagnostics, per-row length-normalised learner log-prob) of one micro-batch."""
+        device = next(self.model.parameters()).device
+        with self.precision.autocast():
+            scores = completion_scores(
+                self.model, [r.prompt_tokens for r in rows], [r.completion for r in rows],
+                [r.temperature for r in rows], self.tokenizer.pad_token_id,
+            )
+        logq = torch.zeros_like(scores.logp, dtype=torch.float32)
+        for i, r in enumerate(rows):
+            if r.logq:
+                logq[i, : len(r.logq)] = torch.as_tensor(r.logq, dtype=torch.float32)
+        rewards = torch.tensor([r.reward for r in rows], device=device)
+        staleness = torch.tensor([r.staleness for r in rows], device=device)
+        args = (scores.logp, logq.to(device), scores.mask, rewards, group_index.to(device), staleness,
+                adv.to(device), log_e.to(device))
+        loss, diag = self._policy_loss(*args)
+        if not torch.isfinite(loss):
+            loss, diag = self._isolate(rows, *args)
+        with torch.no_grad():
+            diag["learner_entropy"] = float(scores.entropy[scores.mask].mean()) if scores.mask.any() else 0.0
+            seq_logp = scores.logp.detach().sum(dim=1) / scores.mask.sum(dim=1).clamp(min=1)
+        return loss, diag, seq_logp.float().cpu()
 
     def _verified(self, group) -> bool:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
@@ -218,11 +276,30 @@ class LearnerLoop:
             self.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
         return False
 
-    def _dropped(self, group) -> None:
-        """A group whose own loss was not finite was left out of the step: counted, its sender to be struck."""
-        self.rejected["poisoned_group"] += 1
-        if self.on_poisoned is not None:
-            self.on_poisoned(group, "poisoned_group (its loss was not finite)")
+    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e):
+        return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
+                           shuffle_seed=self.step_count, adv=adv, log_e=log_e)
+
+    def _isolate(self, rows: list[_Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
+        groups whose own loss is not finite are dropped (counted, reported to `on_poisoned`), the others'
+        losses are averaged by rows."""
+        group_index = args[4]
+        kept: list[tuple[int, dict]] = []
+        total = args[0].sum() * 0.0  # keeps the graph (and a zero gradient) when every group is dropped
+        for gi in torch.unique(group_index).tolist():
+            mine = group_index == gi
+            loss, diag = self._policy_loss(*(a[mine] for a in args))
+            if not torch.isfinite(loss):
+                self.rejected["poisoned_group"] += 1
+                if self.on_poisoned is not None:
+                    self.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
+                continue
+            n = int(mine.sum())
+            kept.append((n, diag))
+            total = total + loss * n
+        n = sum(k for k, _ in kept)
+        return (total / n if n else total), (weighted_mean(kept) if kept else {})
 
     def _status(self) -> dict:
         stats = self.buffer.stats()
@@ -271,19 +348,7 @@ class LearnerLoop:
         """Write the checkpoint now (no-op without a checkpoint directory)."""
         if self.checkpoint_dir is None:
             return None
-        path = save_checkpoint(self.checkpoint_dir, {
-            "model": adapter_state(self.model) if is_lora(self.model) else self.model.state_dict(),
-            "lora_base": self.cfg.model.name if is_lora(self.model) else None,
-            "lora_base_hash": self.adapter_spec.base_hash if self.adapter_spec else None,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "version": self.version,
-            "step": self.step_count,
-            "rng": rng_state(self.rng),
-            "buffer": self.buffer.state_dict(),
-            "rejected": dict(self.rejected),
-            "extra": self.extra_state() if callable(self.extra_state) else self.extra_state,
-        })
+        path = save_checkpoint(self.checkpoint_dir, learner_state(self))
         if self.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
             self.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
         return path
@@ -293,28 +358,6 @@ class LearnerLoop:
         state = load_checkpoint(self.checkpoint_dir)
         if state is None:
             return False
-        try:
-            if is_lora(self.model) != bool(state.get("lora_base")):
-                raise ValueError("saved with learner.lora.enabled=" + str(bool(state.get("lora_base"))).lower())
-            if is_lora(self.model):
-                if state["lora_base"] != self.cfg.model.name:
-                    raise ValueError(f"its adapters belong to {state['lora_base']}, not {self.cfg.model.name}")
-                if state.get("lora_base_hash") not in (None, self.adapter_spec.base_hash):
-                    raise ValueError(f"its adapters belong to other base weights than {self.cfg.model.name}'s")
-                load_adapter_state(self.model, state["model"])
-            else:
-                self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            if "scheduler" in state:
-                self.scheduler.load_state_dict(state["scheduler"])
-        except (RuntimeError, KeyError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint in {self.checkpoint_dir} does not fit this model/optimizer "
-                                  f"({str(exc).splitlines()[0]})") from None
-        self.version, self.step_count = int(state["version"]), int(state["step"])
-        set_rng_state(state["rng"], self.rng)
-        self.buffer.load_state_dict(state["buffer"])
-        self.buffer.set_version(self.version)
-        self.rejected = Counter(state.get("rejected", {}))
-        self.extra_state = state.get("extra", {})
+        restore_learner(self, state)
         return True
 

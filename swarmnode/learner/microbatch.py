@@ -1,4 +1,5 @@
-"""Row-level micro-batches by a token budget, and each micro-batch's share of the step's loss.
+"""Row-level micro-batches by a token budget, each micro-batch's share of the step's loss, gradient-accumulation
+chunks of whole groups, and the merge of their diagnostics.
 
 Group statistics (advantages, GEPO's log E_q[q]) depend only on sampler data, so the loop computes them over
 whole groups first; rows can then be cut into micro-batches freely. A micro-batch holds at most
@@ -49,3 +50,28 @@ def loss_share(aggregation: str, batch: list[int], chunk: list[int], step: list[
     if aggregation == "dr_grpo":
         return len(batch) * max(1, max(batch)) / (len(step) * max(1, max(chunk)))
     return len(batch) / len(step)
+
+
+def split_chunks(items: list, parts: int) -> list[list]:
+    """`items` cut into `parts` contiguous, nearly equal pieces."""
+    k, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + k + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def weighted_mean(diags: list[tuple[int, dict]]) -> dict:
+    """Row-weighted mean of each diagnostic over micro-batches (exact when there is one micro-batch)."""
+    keys = {k for _, d in diags for k in d}
+    out = {}
+    for k in keys:
+        pairs = [(n, d[k]) for n, d in diags if k in d]
+        weight = sum(n for n, _ in pairs)
+        out[k] = sum(n * v for n, v in pairs) / weight
+    for k in ("staleness_min", "staleness_max", "is_weight_max"):
+        if k in keys:
+            out[k] = (min if k.endswith("min") else max)(d[k] for _, d in diags if k in d)
+    return out

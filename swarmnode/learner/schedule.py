@@ -14,7 +14,7 @@ from swarmnode.config import LearnerConfig
 
 def build_scheduler(optimizer: torch.optim.Optimizer, lc: LearnerConfig) -> torch.optim.lr_scheduler.LRScheduler:
     """The configured schedule over `optimizer` (stepped once per optimiser step)."""
-    from transformers import get_scheduler
+    from transformers import get_scheduler  # transformers takes seconds to import; only a learner needs it
 
     if lc.lr_schedule == "constant":
         return get_scheduler("constant", optimizer)

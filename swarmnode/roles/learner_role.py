@@ -16,8 +16,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
 from swarmnode.health_record import LearnerHealth
 from swarmnode.identity import Identity
-from swarmnode.learner.buffer import ReplayBuffer
-from swarmnode.learner.inbox import RolloutInbox
+from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
 from swarmnode.learner.journal import GroupJournal
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import StepsLog

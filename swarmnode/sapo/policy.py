@@ -21,12 +21,14 @@ from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
+from swarmnode.models import load_model, load_tokenizer, pick_device
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.protocol.text_rollout import TextRolloutGroup
 from swarmnode.sapo.pool import ExternalPool
 from swarmnode.sapo.rescore import Rescorer
 from swarmnode.sampler.engines import HFEngine
 from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.tasks import build_task
 
 
 def model_id(cfg: NodeConfig, model) -> str:
@@ -40,9 +42,6 @@ class SapoPolicy:
 
     def __init__(self, cfg: NodeConfig, identity: Identity, *, model=None, tokenizer=None, task=None,
                  seed: int | None = None, checkpoint_dir: Path | str | None = None, clock=None):
-        from swarmnode.models import load_model, load_tokenizer, pick_device
-        from swarmnode.tasks import build_task
-
         sc = cfg.sapo
         self.cfg, self.identity = cfg, identity
         self.task = task or build_task(cfg.task)

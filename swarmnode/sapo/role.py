@@ -25,6 +25,8 @@ from hivemind.p2p import PeerID
 from swarmnode.config import NodeConfig
 from swarmnode.health import MAX_INVALID_PEERS, record_health
 from swarmnode.identity import Identity
+from swarmnode.sapo.policy import SapoPolicy
+from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender
 from swarmnode.swarm.membership import Membership
 from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
 
@@ -38,8 +40,6 @@ class SapoRole:
     """Generate, share as text, train on I local + J external groups; see the module docstring."""
 
     def __init__(self, cfg: NodeConfig, identity: Identity, member: Membership, emit: Callable[[str], None]):
-        from swarmnode.sapo.policy import SapoPolicy
-
         self.cfg, self.identity, self.member, self.emit = cfg, identity, member, emit
         self.p2p = member.dht.p2p
         self.data_dir = cfg.resolved_data_dir()
@@ -53,8 +53,6 @@ class SapoRole:
         self.policy = SapoPolicy(cfg, identity, seed=seed, checkpoint_dir=self.data_dir / "checkpoints")
 
     async def run(self, stop: asyncio.Event) -> None:
-        from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender
-
         cfg, policy = self.cfg, self.policy
         limits = TextRolloutLimits.from_config(cfg)
         arrived = asyncio.Event()

@@ -18,7 +18,7 @@ import hashlib
 import random
 import re
 
-from swarmnode.tasks import Prompt, Task
+from swarmnode.tasks.base import Prompt, Task
 
 SPLITS = 8  # hash % SPLITS: 0 = evaluation, 1 = validation, the rest = training
 PREFIX = "dmap:"

@@ -15,7 +15,8 @@ from __future__ import annotations
 import random
 import re
 
-from swarmnode.tasks import Prompt, Task, _held_out, math_verify_reward
+from swarmnode.tasks.base import Prompt, Task, hash_held_out
+from swarmnode.tasks.math_problems import math_verify_reward
 
 NAMES = [("Mia", "She"), ("Tom", "He"), ("Ava", "She"), ("Leo", "He"), ("Zoe", "She"), ("Sam", "He"),
          ("Lily", "She"), ("Ben", "He")]
@@ -66,7 +67,7 @@ class WordProblemTask(Task):
                             rng.randint(1, self.max_operand), rng.randint(1, self.max_operand))
 
     def _is_eval(self, prompt: Prompt) -> bool:
-        return _held_out(self.seed, prompt.prompt_id)
+        return hash_held_out(self.seed, prompt.prompt_id)
 
     def _build_eval(self) -> list[Prompt]:
         rng = random.Random(f"eval:{self.seed}")
