@@ -11,14 +11,19 @@ import stat
 from pathlib import Path
 
 import pytest
+from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
 from hivemind.p2p import P2P, PeerID
+from hivemind.utils import get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
 import swarmnode
 from swarmnode.identity import Identity
 from swarmnode.swarm.p2p import SOCKET_GLOB
+from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import (PINNED_HIVEMIND, HivemindVersionError, check_hivemind_version, connect,
-                                             daemon_socket_paths, has_buffered_bytes, p2pd_process)
+                                             daemon_socket_paths, has_buffered_bytes, p2pd_process,
+                                             use_local_storage)
 
 KW = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False)
 
@@ -63,6 +68,26 @@ def test_stream_reader_buffer_accessor():
         assert has_buffered_bytes(reader)
         assert await reader.readexactly(3) == b"abc"
         assert not has_buffered_bytes(reader)
+
+    asyncio.run(scenario())
+
+
+def test_a_dht_node_stores_into_the_storage_it_is_given():
+    async def scenario():
+        p2p = await P2P.create(**KW)
+        node = await DHTNode.create(p2p=p2p, client_mode=False)
+        try:
+            now = get_dht_time()
+            assert await node.store("k", b"held before", now + 60, subkey="a")
+            use_local_storage(node, CappedStorage(max_subkeys=2))
+            assert node.protocol.storage.get(DHTID.generate(source="k")) is not None  # moved over
+            assert await node.store("k", b"second", now + 60, subkey="b")
+            assert not await node.store("k", b"third", now + 60, subkey="c")  # refused by the cap: stored nowhere
+            found = await node.get("k", latest=True)
+            assert set(found.value) == {"a", "b"}
+        finally:
+            await node.shutdown()
+            await p2p.shutdown()
 
     asyncio.run(scenario())
 

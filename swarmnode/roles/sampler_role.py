@@ -73,9 +73,11 @@ class SamplerRole(NodeRole):
         return self
 
     async def _discover(self) -> None:
-        """Re-read the live peers; new groups go to the learners among them."""
+        """Re-read the live peers; new groups go to the learners among them that the run trusts (a peer record
+        saying "learner" is self-declared: with `learner.learner_keys` set, only those keys are sent to)."""
         await self.peers.refresh()
-        self.sender.set_destinations(await self.peers.learners())
+        trusted = set(self.cfg.learner.learner_keys)
+        self.sender.set_destinations([p for p in await self.peers.learners() if not trusted or str(p) in trusted])
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         """Learner discovery and a look for a newer version once per heartbeat (backing off while the DHT fails)."""

@@ -3,6 +3,7 @@
 Keys (namespaced by run id; every subkey owned and signed, see `swarmnode.swarm.validator`):
 - `<run>/peers`     subkey `<peer id>`            -> PeerRecord, expiring after `missed_beats_to_expire` beats
 - `<run>/versions`  subkey `newest@<peer id>`    -> VersionAnnouncement of that learner's newest version
+What this node stores for others is bounded per key (`swarmnode.swarm.dht_storage.CappedStorage`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.peer import PeerRecord
-from swarmnode.swarm.hivemind_compat import ping_into_routing_table
+from swarmnode.swarm.dht_storage import CappedStorage
+from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
 from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
 from swarmnode.swarm.validator import (
     ANNOUNCEMENT_LABEL,
@@ -75,6 +77,7 @@ class SwarmDHT:
                 cache_locally=False,  # a cached copy would outlive withdrawn ("leaving") records
                 cache_nearest=0,
             )
+            use_local_storage(node, CappedStorage())  # a flood of throwaway keys cannot crowd a key's readers out
         except BaseException:
             if owns_p2p:
                 await stop_p2p(p2p)

@@ -15,6 +15,7 @@ import asyncio
 from typing import Iterable
 
 import hivemind
+from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
@@ -66,6 +67,19 @@ async def ping_into_routing_table(node, peer_id: PeerID) -> bool:
     """Ask a DHT peer for its node id and (if it answers) put it back in `node`'s routing table (a hivemind
     DHTNode's protocol does both in `call_ping`)."""
     return await node.protocol.call_ping(peer_id) is not None
+
+
+def use_local_storage(node, storage) -> None:
+    """Make `storage` (a `DHTLocalStorage`, e.g. `CappedStorage`) the local storage of a hivemind `DHTNode`: what
+    it keeps for others and for itself (hivemind takes no storage argument; its protocol holds the object).
+    Records already stored move over."""
+    for key, item in node.protocol.storage.items():
+        if isinstance(item.value, DictionaryDHTValue):
+            for subkey, sub in item.value.items():
+                storage.store_subkey(key, subkey, sub.value, sub.expiration_time)
+        else:
+            storage.store(key, item.value, item.expiration_time)
+    node.protocol.storage = storage
 
 
 def has_buffered_bytes(reader: asyncio.StreamReader) -> bool:
