@@ -9,33 +9,21 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_learner_loop import FAST, sampled_groups
-from test_lora import _loop, _train
+from test_learner_loop import sampled_groups
+from test_lora import _loop, _train, cfg, parts  # noqa: F401  (fixtures: the tiny model at lr 1e-2)
 
 from swarmnode.adapters import weights_hash
-from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.logprobs import behaviour_mismatch
-from swarmnode.models import load_model, load_tokenizer, meta_state_dict
+from swarmnode.models import load_model, meta_state_dict
 from swarmnode.protocol.codec import InvalidRecord, unpack
 from swarmnode.protocol.manifest import WeightManifest
-from swarmnode.sampler.engines import EngineError, HFEngine, build_engine
+from swarmnode.sampler.engines import EngineError, HFEngine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.swarm.weights import ModelLayout, WeightStore
-from swarmnode.tasks import build_task
 
 PROMPTS = ["3+5=", "12+13=", "7+0=", "40+2="]
 G, MAX_NEW = 4, 6
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_config("tiny-cpu", FAST + ["learner.learning_rate=1e-2"])
-
-
-@pytest.fixture(scope="module")
-def parts(cfg):
-    return build_task(cfg.task), load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
 
 
 @pytest.fixture(scope="module")

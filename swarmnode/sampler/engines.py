@@ -34,10 +34,9 @@ from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.prompting import encode_prompts
 from swarmnode.protocol.manifest import AdapterSpec
-from swarmnode.sampler.lora import PeftAdapter, write_adapter_dir
+from swarmnode.sampler.lora import PeftAdapter, VLLMAdapter, vllm_lora_rank
 
 THROUGHPUT_EMA = 0.3  # weight of the newest batch in tokens_per_second
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
 class EngineError(SwarmnodeError, RuntimeError):
@@ -261,10 +260,9 @@ class VLLMEngine(GenerationEngine):
         self.tokens_per_second = 0.0
         self.eos_ids = _eos_ids(tokenizer)
         self._weights_dir = Path(tempfile.mkdtemp(prefix="swarmnode-vllm-"))
-        self.max_lora_rank = None if lora_rank is None else min(r for r in VLLM_LORA_RANKS if r >= min(lora_rank, 512))
         self.base_hash = base_hash
-        self._lora = None  # the LoRARequest of the adapter version held (None: the plain weights)
-        lora = dict(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=1) if self.max_lora_rank else {}
+        self._lora = VLLMAdapter(self._weights_dir, None if lora_rank is None else vllm_lora_rank(lora_rank))
+        lora = dict(enable_lora=True, max_lora_rank=self._lora.max_rank, max_loras=1) if self._lora.max_rank else {}
         try:
             self.llm = LLM(
                 model=model_path,
@@ -304,7 +302,7 @@ class VLLMEngine(GenerationEngine):
         prompt_ids = encode_prompts(self.tokenizer, prompts, self.max_prompt_tokens)
         start = time.perf_counter()
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False,
-                                    lora_request=self._lora)
+                                    lora_request=self._lora.request)
         results, produced = [], 0
         for ids, out in zip(prompt_ids, outputs):
             comps, lps = [], []
@@ -337,33 +335,15 @@ class VLLMEngine(GenerationEngine):
         except Exception as exc:
             raise EngineError(f"vLLM reload_weights failed: {exc}") from None
         self.llm.reset_prefix_cache()
-        self._drop_lora()
+        self._lora.drop(self.llm)
         self.version = version
         self.base_hash = None  # these weights are no longer the base adapters were made for
 
     def _apply_adapter(self, state: dict[str, torch.Tensor], spec: AdapterSpec) -> None:
-        """A new LoRARequest (its own id and directory) per version; the previous adapter is removed."""
-        from vllm.lora.request import LoRARequest
-
-        if self.max_lora_rank is None or spec.r > self.max_lora_rank:
-            started = "without LoRA" if self.max_lora_rank is None else f"for rank <= {self.max_lora_rank}"
-            raise EngineError(f"adapter of rank {spec.r}: this vLLM engine was started {started} (set "
-                              f"learner.lora.enabled=true and learner.lora.r >= {spec.r} in the sampler's config)")
-        lora_id = (self._lora.lora_int_id + 1) if self._lora else 1
-        path = write_adapter_dir(self._weights_dir / f"lora-{lora_id}", state, spec)
-        self._drop_lora()
-        self._lora = LoRARequest(f"adapter-{lora_id}", lora_id, str(path))
-
-    def _drop_lora(self) -> None:
-        """Forget the adapter held: vLLM unloads it, its directory goes."""
-        if self._lora is None:
-            return
         try:
-            self.llm.llm_engine.remove_lora(self._lora.lora_int_id)
-        except Exception:  # never loaded (no batch ran with it), or an engine without the hook
-            pass
-        shutil.rmtree(self._lora.lora_path, ignore_errors=True)
-        self._lora = None
+            self._lora.load(self.llm, state, spec)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from None
 
     def close(self) -> None:
         """Stop the engine's worker processes and remove its temporary weights directory."""
