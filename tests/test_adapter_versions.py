@@ -1,9 +1,11 @@
 """Adapter-only weight versions: the manifest names the base weights by content hash; a sampler's engine applies
 a LoRA learner's adapters and then reports the learner's log-probs (fp32, <= 1e-5 per token); a version for other
-base weights is refused before any fetch (the manifest check) and by the engine (the sampler keeps its weights)."""
+base weights is refused before any chunk is fetched (the manifest check, over real p2pd daemons) and by the engine
+(the sampler keeps its weights)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
 
@@ -20,7 +22,8 @@ from swarmnode.protocol.codec import InvalidRecord, unpack
 from swarmnode.protocol.manifest import WeightManifest
 from swarmnode.sampler.engines import EngineError, HFEngine
 from swarmnode.sampler.loop import SamplerLoop
-from swarmnode.swarm.weights import ModelLayout, WeightStore
+from swarmnode.swarm.weights import FetchError, ModelLayout, WeightFetcher, WeightServer, WeightStore
+from weights_helpers import assert_same, daemons, store
 
 PROMPTS = ["3+5=", "12+13=", "7+0=", "40+2="]
 G, MAX_NEW = 4, 6
@@ -50,9 +53,9 @@ def test_adapter_version_is_adapter_only_and_signed(cfg, parts, trained, tmp_pat
     loop, adapters, spec = trained
     assert spec.base_hash == weights_hash(load_model(cfg.model, cfg.task).state_dict())
     assert (spec.r, spec.alpha, set(spec.target_modules)) == (4, 8.0, set(cfg.learner.lora.target_modules))
-    store, me = WeightStore(tmp_path / "w", cfg.run_id), Identity.generate()
-    full = store.publish(1, loop.state_snapshot(), me)
-    adapter = store.publish(2, adapters, me, parent_version=1, adapter=spec)
+    held, me = WeightStore(tmp_path / "w", cfg.run_id), Identity.generate()
+    full = held.publish(1, loop.state_snapshot(), me)
+    adapter = held.publish(2, adapters, me, parent_version=1, adapter=spec)
     decoded = WeightManifest.decode(adapter.encode())
     assert (decoded.kind, decoded.adapter, full.kind) == ("adapter", spec, "full")
     assert all("lora_" in t.name for t in decoded.tensors)
@@ -134,3 +137,29 @@ def test_layout_checks_adapter_tensors_against_the_model(cfg, trained):
         layout.check(manifest({k: v for k, v in adapters.items() if k != name}))
     with pytest.raises(InvalidRecord, match="not a LoRA"):
         layout.check(manifest({**adapters, "model.norm.weight": torch.zeros(4)}))
+
+
+def test_fetch_of_an_adapter_for_other_base_weights_is_refused_before_any_chunk(cfg, trained, tmp_path):
+    """Real p2pd daemons: the manifest check refuses the version, nothing is allocated or kept; the right base
+    fetches it."""
+    _, adapters, spec = trained
+    learner = Identity.generate()
+    meta = meta_state_dict(cfg.model)
+
+    async def scenario():
+        async with daemons(2) as (lp, sp):
+            published = store(tmp_path, "learner")
+            await WeightServer(published).start(lp)
+            published.publish(1, adapters, learner, adapter=spec)
+            other = store(tmp_path, "other")
+            refusing = WeightFetcher(sp, other, [learner.peer_id], layout=ModelLayout.of(meta, bytes(32)))
+            with pytest.raises(FetchError, match="refused"):
+                await refusing.fetch([lp.peer_id], 1)
+            assert other.versions() == [] and other.partial_versions() == [] and refusing.rejected_manifests == 1
+            same = store(tmp_path, "same")
+            await WeightFetcher(sp, same, [learner.peer_id], layout=ModelLayout.of(meta, spec.base_hash)).fetch(
+                [lp.peer_id], 1)
+            assert same.manifest(1).adapter == spec
+            assert_same(same.state_dict(1), adapters)
+
+    asyncio.run(scenario())
