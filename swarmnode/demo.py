@@ -48,6 +48,9 @@ class Proc:
             return ""
 
 
+LEARNER_STOP_GRACE_S = 300.0  # the learner's final checkpoint write, on a loaded 2-core machine
+
+
 @dataclass
 class DemoRun:
     """The processes of one demo and where they write."""
@@ -85,15 +88,18 @@ class DemoRun:
             if code is not None:
                 raise DemoError(f"{proc.name} exited with code {code}; its last output:\n{proc.tail()}")
 
-    def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM every node (samplers first, bootstrap last), wait, then SIGKILL what is left."""
+    def stop(self, grace: float = 15.0, learner_grace: float = LEARNER_STOP_GRACE_S) -> None:
+        """SIGTERM every node (samplers first, bootstrap last), wait, then SIGKILL what is left. The learner gets
+        `learner_grace` seconds: on SIGTERM it writes its checkpoint (1.6 GB for SmolLM2-135M with the optimiser
+        state), and a SIGKILL in the middle of that write loses the run's last steps."""
         for proc in reversed(self.procs):
             if proc.popen.poll() is None:
                 proc.popen.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
+        start = time.monotonic()
         for proc in self.procs:
+            allowed = learner_grace if proc.name == "learner" else grace
             try:
-                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+                proc.popen.wait(timeout=max(0.1, start + allowed - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(timeout=10)
@@ -285,7 +291,7 @@ def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets:
             except _Terminated:
                 stopped = "terminated"
     finally:
-        console.print("\nstopping the nodes...")
+        console.print(f"\nstopping the nodes (the learner writes its checkpoint: up to {LEARNER_STOP_GRACE_S:.0f} s)...")
         run.stop()
     rows = read_steps(root / "learner" / STEPS_FILE)
     summary = summarize(rows, time.monotonic() - start)

@@ -79,3 +79,29 @@ def test_demo_learns_with_simulated_weight_delay(tmp_path):
     assert doc["staleness_max"] >= 3, "held-back weights must show up as staler rollouts"
     assert_climbs(doc)
     assert_no_node_left(doc)
+
+
+def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_path):
+    """On stop, a learner still writing its checkpoint after the samplers' grace is left to finish; a sampler that
+    ignores SIGTERM is killed after its grace."""
+    from swarmnode.demo import DemoRun, Proc
+
+    run = DemoRun(tmp_path)
+    slow_checkpoint = ("import signal, sys, time\n"
+                       "def done(*_):\n    time.sleep(3); open(sys.argv[1], 'w').write('ok'); sys.exit(0)\n"
+                       "signal.signal(signal.SIGTERM, done)\nprint('up', flush=True)\ntime.sleep(60)\n")
+    stuck = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n"
+    marker = tmp_path / "checkpoint-written"
+    for name, code, args in (("learner", slow_checkpoint, [str(marker)]), ("sampler1", stuck, [])):
+        popen = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, start_new_session=True)
+        assert popen.stdout.readline().strip() == b"up"  # its handler is installed
+        run.procs.append(Proc(name, popen, tmp_path / f"{name}.log"))
+    try:
+        run.stop(grace=0.5, learner_grace=30)
+        learner, sampler = (proc.popen for proc in run.procs)
+        assert learner.returncode == 0 and marker.read_text() == "ok"
+        assert sampler.returncode == -9
+    finally:
+        for proc in run.procs:
+            if proc.popen.poll() is None:
+                proc.popen.kill()
