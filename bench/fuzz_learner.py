@@ -15,6 +15,10 @@ Reports: crashes (the learner process exited or logged a traceback), wrongly acc
 that must be refused), statuses by category, honest steps/s during the attack / before it. Writes JSON to --out.
 
     python bench/fuzz_learner.py --messages 10000 --out bench/results/fuzz_learner.json
+
+`--pin SWARM:ATTACK` (e.g. `0:1`) pins the swarm's processes (bootstrap, learner, sampler and their daemons) to
+the CPUs listed before the colon and this process with the attackers' daemons to those after it, before the
+baseline is measured: the ratio then shows what the attack costs the learner, not what sharing its cores does.
 """
 
 from __future__ import annotations
@@ -232,6 +236,20 @@ async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
     return out
 
 
+def pin(swarm_pids: list[int], swarm_cpus: set[int], attack_cpus: set[int]) -> None:
+    """Swarm processes and their children onto `swarm_cpus`; this process (and daemons it starts) onto
+    `attack_cpus`."""
+    import psutil
+
+    for pid in swarm_pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc = psutil.Process(pid)
+            for p in [proc, *proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.cpu_affinity(sorted(swarm_cpus))
+    os.sched_setaffinity(0, attack_cpus)
+
+
 def steps_per_second(path: Path, seconds: float) -> float:
     begin = len(steps(path))
     time.sleep(seconds)
@@ -248,6 +266,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=8.0, help="attack time limit")
     ap.add_argument("--window", type=float, default=30.0, help="seconds of each steps/s measurement")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--pin", default=None, help="SWARM:ATTACK cpu lists, e.g. 0:1 (see the module docstring)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fuzz-learner-"))
     with LocalSwarm(root) as swarm:
@@ -257,6 +276,9 @@ def main() -> int:
         wait_rows(steps_file, lambda rows: len(rows) >= 5, 300, "5 learner steps")
         peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
         sampler = next(p for p in peers.values() if p["role"] == "sampler")
+        if args.pin:
+            swarm_cpus, attack_cpus = ({int(c) for c in part.split(",")} for part in args.pin.split(":"))
+            pin([proc.popen.pid for proc in swarm.procs], swarm_cpus, attack_cpus)
         honest = asyncio.run(honest_sample(sampler["peer_id"], sampler["addrs"][0], swarm.run_id))
         offline_result = asyncio.run(offline(args.offline, swarm.run_id, learner_id, honest)) if args.offline else {}
         before = steps_per_second(steps_file, args.window)
@@ -305,6 +327,7 @@ def main() -> int:
         "honest_throughput_ratio": round(during / before, 3) if before else None,
         "alerts_after": alerts,
         "load_avg": os.getloadavg(),
+        "pinned": args.pin,
         "command": " ".join(sys.argv),
     }
     text = json.dumps(report, indent=1, sort_keys=True)
