@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.live import Live
@@ -58,11 +59,16 @@ class DemoRun:
     workdir: Path
     procs: list[Proc] = field(default_factory=list)
     killed: list[Proc] = field(default_factory=list)  # killed on purpose (a restart test), no longer watched
+    # per node name: a command prefix (e.g. `taskset -c 0`) and Python options before `-m swarmnode` (e.g. a
+    # profiler); benchmarks pin and profile nodes with them, the demo leaves them empty
+    prefix: Callable[[str], list[str]] = lambda _name: []
+    python_args: Callable[[str], list[str]] = lambda _name: []
 
     def start(self, name: str, args: list[str]) -> Proc:
         log = self.workdir / f"{name}.log"
         popen = subprocess.Popen(
-            [sys.executable, "-P", "-m", "swarmnode", *args],  # -P: a swarmnode/ in the cwd must not shadow us
+            # -P: a swarmnode/ in the cwd must not shadow us
+            [*self.prefix(name), sys.executable, "-P", *self.python_args(name), "-m", "swarmnode", *args],
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -238,36 +244,52 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     return summary
 
 
-def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets: list[str],
-               kill_sampler_at: int | None, config: str) -> dict:
+def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str], None] = print) -> list[str]:
+    """Build (or find cached) the run's model and the learner's key in `root`; returns `sets` plus the one that
+    makes samplers trust only that learner. Slow the first time (the tiny model's warm start)."""
     # identity and models import hivemind and torch (seconds): only a demo that runs needs them, not `--help`
     from swarmnode.identity import Identity
     from swarmnode.models import resolve_model_path
 
+    cfg = load_config(config, sets)
+    say(f"preparing the model {cfg.model.name} (built or converted once, then cached)...")
+    resolve_model_path(cfg.model, cfg.task, progress=say)
+    learner_key = Identity.load_or_create(root / "learner.key").peer_id  # samplers trust only this learner
+    return [*sets, f"learner.learner_keys=[{learner_key}]"]
+
+
+def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print) -> dict[int, list[str]]:
+    """Start a local swarm in `run.workdir` (after `prepare_swarm`, whose `sets` it takes): a bootstrap, then one
+    learner and two samplers joining it. Returns each sampler's `join` arguments (to start it again)."""
+    root = run.workdir
+    common = ["--config", config, *[a for s in sets for a in ("--set", s)]]
+    boot = run.start("bootstrap", ["bootstrap", *common, "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
+                                   "--identity-path", str(root / "bootstrap.key")])
+    peers = wait_for_line(boot, "initial-peers:", timeout=90)
+    say(f"bootstrap up: {peers}")
+    node_args = ["join", *common, "--initial-peers", peers]
+    run.start("learner", [*node_args, "--role", "learner", "--set", f"data_dir={root / 'learner'}",
+                          "--identity-path", str(root / "learner.key")])
+    sampler_args = {i: [*node_args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
+                        "--identity-path", str(root / f"sampler{i}.key")] for i in (1, 2)}
+    for i, args in sampler_args.items():
+        run.start(f"sampler{i}", args)
+    return sampler_args
+
+
+def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets: list[str],
+               kill_sampler_at: int | None, config: str) -> dict:
+    from swarmnode.identity import Identity
+
     run = DemoRun(root)
     console = Console(stderr=True, quiet=quiet)
-
-    cfg = load_config(config, sets)
-    console.print(f"preparing the model {cfg.model.name} (built or converted once, then cached)...")
-    resolve_model_path(cfg.model, cfg.task, progress=console.print)
-    learner_key = Identity.load_or_create(root / "learner.key").peer_id  # samplers trust only this learner
-    sets = [*sets, f"learner.learner_keys=[{learner_key}]"]
-    common = ["--config", config, *[a for s in sets for a in ("--set", s)]]
     samplers = {f"sampler{i}": Identity.load_or_create(root / f"sampler{i}.key").peer_id for i in (1, 2)}
+    say = lambda msg: console.print(msg, soft_wrap=True)  # noqa: E731 (the bootstrap's address stays on one line)
+    sets = prepare_swarm(root, config, sets, say)
     start = time.monotonic()
     restarted_at = None
     try:
-        boot = run.start("bootstrap", ["bootstrap", *common, "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
-                                       "--identity-path", str(root / "bootstrap.key")])
-        peers = wait_for_line(boot, "initial-peers:", timeout=90)
-        console.print(f"bootstrap up: {peers}", soft_wrap=True)  # one line, so the address can be copied
-        node_args = ["join", *common, "--initial-peers", peers]
-        run.start("learner", [*node_args, "--role", "learner", "--set", f"data_dir={root / 'learner'}",
-                              "--identity-path", str(root / "learner.key")])
-        sampler_args = {i: [*node_args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
-                            "--identity-path", str(root / f"sampler{i}.key")] for i in (1, 2)}
-        for i, args in sampler_args.items():
-            run.start(f"sampler{i}", args)
+        sampler_args = start_swarm(run, config, sets, say)
         steps_file = root / "learner" / STEPS_FILE
         deadline = start + minutes * 60
         stopped = "minutes"

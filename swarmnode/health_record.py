@@ -131,6 +131,8 @@ class LearnerHealth(HolderHealth):
     groups_received: int | None = _field("rollout groups accepted", metric="swarmnode_groups_received",
                                          kind="counter", minimum=0)
     groups_rejected: int | None = _field("rollout groups refused, all reasons", minimum=0)
+    idle_seconds: float | None = _field("seconds the learner waited for enough rollout groups to step, cumulative",
+                                        metric="swarmnode_learner_idle_seconds", kind="counter", minimum=0)
     staleness_hist: list[int] | None = _field(
         "groups trained on, by staleness bucket (0, 1, 2-3, 4-7, ...), cumulative",
         metric="swarmnode_staleness_groups", kind="counter", label="bucket", minimum=0)

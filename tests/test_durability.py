@@ -131,3 +131,26 @@ def test_a_learner_killed_after_publishing_resumes_above_every_version_it_announ
     # a clean stop (checkpoint at the version it announced) resumes at that same version
     second.save()
     assert loop().version == 4
+
+
+def test_a_background_publishing_learner_records_versions_ahead_and_a_checkpoint_narrows_the_record(parts, tmp_path):
+    cfg, task, tokenizer = parts
+    published: list[int] = []
+
+    def loop() -> LearnerLoop:
+        model = load_model(cfg.model, cfg.task, "cpu")
+        return LearnerLoop(model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg),
+                           lambda v, _: published.append(v), tmp_path, published_path=tmp_path / "published",
+                           publish_in_background=True)
+
+    first = loop()
+    first.publish_current()
+    for _ in range(3):
+        first._bump_version()
+    assert first.flush_publish(30)
+    assert published[-1] == 3 and published == sorted(set(published))  # newest last, superseded ones skipped
+    assert read_published(tmp_path / "published") >= 3  # recorded ahead, before anything was announced
+    reserved = read_published(tmp_path / "published")
+    assert loop().version == reserved + 1  # killed now (no checkpoint): above everything it may have announced
+    first.save()  # a checkpoint at version 3 narrows the record: a clean restart goes on at version 3
+    assert read_published(tmp_path / "published") == 3 and loop().version == 3

@@ -178,6 +178,9 @@ class LearnerConfig(_Section):
     keep_versions: int = Field(4, ge=1, le=1000)
     buffer_size: int = Field(512, ge=1, le=10_000_000, description="max groups held")
     per_sampler_quota: float = Field(0.5, gt=0, le=1, description="max share of the buffer one sampler may hold")
+    max_groups_per_second_per_sampler: float = Field(
+        200.0, gt=0, le=100_000, description="rollout groups one peer may push per second (a burst of twice as "
+        "many); beyond it the learner answers rate_limited and the sender backs off")
     draw_order: Literal["newest", "oldest"] = "newest"
     max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants")
     learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")

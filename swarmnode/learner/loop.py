@@ -9,7 +9,8 @@ GEPO's E_q[q]); cut the chunk's rows into micro-batches of at most `max_tokens_p
 logits) at each row's sampling temperature under the configured precision (`learner.precision`);
 `policy_loss`; AdamW with gradient clipping and the learning-rate schedule (`learner.schedule`). Every
 `publish_every` steps the version goes up and `publish(version, state_dict)` receives a CPU copy of the weights
-in `model.dtype`. With `learner.lora.enabled` the model is wrapped by peft (`learner.lora`) and only the adapters
+in `model.dtype` (with `publish_in_background`, from a worker thread that publishes the newest version
+handed in: `learner.publish_worker`). With `learner.lora.enabled` the model is wrapped by peft (`learner.lora`) and only the adapters
 train; a published version is adapter-only: `publish(version, adapters, adapter_spec)` gets the adapter tensors
 and an `AdapterSpec` naming the base weights by content hash (with `adapter_versions=False`, the base with the
 adapters folded in, as full weights); the checkpoint holds the adapters only. Every `checkpoint_every` steps
@@ -24,7 +25,9 @@ spot-verified (`swarmnode.learner.verify`): their behaviour log-probs are recomp
 refused (counted `logprob_mismatch`, reported to `on_poisoned`).
 
 Versions never go backwards: with `published_path`, every version is recorded there (fsynced) before it is
-published, and a learner restarted from an older checkpoint goes on above the highest recorded one. With a
+published (with `publish_in_background`, `RESERVE_VERSIONS` ahead, so one fsync covers several steps; a
+checkpoint narrows the record to its own version), and a learner restarted from an older checkpoint goes on
+above the highest recorded one. With a
 `journal` (a GroupJournal of the groups it acknowledged) the loop compacts it after every checkpoint and
 checkpoints early when it grows past its soft limit.
 """
@@ -54,6 +57,7 @@ from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_l
 from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
+from swarmnode.learner.publish_worker import LatestPublisher
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
@@ -61,6 +65,7 @@ from swarmnode.prompting import encode_prompt
 from swarmnode.staleness import StalenessHistogram
 
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
+RESERVE_VERSIONS = 8  # versions recorded ahead per fsync when publishing in the background (< max_staleness)
 
 
 class _Row:
@@ -85,10 +90,13 @@ class LearnerLoop:
         checkpoint_dir: Path | str | None = None,
         published_path: Path | str | None = None,
         adapter_versions: bool = True,
+        publish_in_background: bool = False,
     ):
         self.model, self.tokenizer, self.task, self.cfg, self.buffer = model, tokenizer, task, cfg, buffer
         self.lc = cfg.learner
         self.publish = publish
+        # with publish_in_background, versions are published by a worker thread (the newest handed in)
+        self.publisher = LatestPublisher(publish) if publish and publish_in_background else None
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.adapter_spec = None  # under LoRA: the base weights' hash and the adapters' shape, for versions
         self.adapter_versions = adapter_versions
@@ -321,15 +329,22 @@ class LearnerLoop:
         if self.publish is None:
             return
         if self.published_path is not None and self.version > self.published:
-            write_published(self.published_path, self.version)
-            self.published = self.version
+            # recorded ahead: one fsync covers the next `RESERVE_VERSIONS` versions (a background publisher's),
+            # a restart goes on above the reservation; `save` narrows it again
+            self.published = self.version + (RESERVE_VERSIONS if self.publisher is not None else 0)
+            write_published(self.published_path, self.published)
         adapters = self.adapter_snapshot()
         full = self.state_snapshot() if adapters is None or not self.adapter_versions else None
         self.verifier.remember(self.version, full if adapters is None else adapters)
-        if full is None:
-            self.publish(self.version, adapters, self.adapter_spec)
+        payload = (full,) if full is not None else (adapters, self.adapter_spec)
+        if self.publisher is not None:
+            self.publisher.submit(self.version, *payload)  # training goes on while it is written
         else:
-            self.publish(self.version, full)
+            self.publish(self.version, *payload)
+
+    def flush_publish(self, timeout: float | None = None) -> bool:
+        """Wait until every version handed to the background publisher is published (True at once without one)."""
+        return self.publisher.flush(timeout) if self.publisher is not None else True
 
     def state_snapshot(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the current weights in `model.dtype` (what a full-weight version holds; under LoRA the
@@ -349,6 +364,9 @@ class LearnerLoop:
         if self.checkpoint_dir is None:
             return None
         path = save_checkpoint(self.checkpoint_dir, learner_state(self))
+        if self.published_path is not None and self.published > self.version:  # nothing above it was announced
+            self.published = self.version
+            write_published(self.published_path, self.version)  # so a clean restart goes on at this version
         if self.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
             self.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
         return path

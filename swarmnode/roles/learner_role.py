@@ -51,7 +51,7 @@ class LearnerRole(NodeRole):
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, buffer, self.publisher,
                                    checkpoint_dir=self.data_dir / "checkpoints",
-                                   published_path=self.data_dir / PUBLISHED_FILE)
+                                   published_path=self.data_dir / PUBLISHED_FILE, publish_in_background=True)
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
         self.journal = self.learner.journal = GroupJournal(self.data_dir / JOURNAL_FILE,
                                                            soft_limit=4 * cfg.learner.buffer_size,
@@ -61,17 +61,22 @@ class LearnerRole(NodeRole):
                  ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
         if self.learner.version not in self.store.versions():
             await asyncio.to_thread(self.learner.publish_current)
+            await asyncio.to_thread(self.learner.flush_publish)
         else:
             await self.dht.announce_version(self.learner.version, {"publisher": identity.peer_id})
         self.member.update(version=self.learner.version, versions=self.store.versions())
         self.inbox = RolloutInbox(buffer, self.journal)
+        rate = cfg.learner.max_groups_per_second_per_sampler
         self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
-                                        version=lambda: self.learner.version, durable=self.inbox.durable)
+                                        rate=rate, burst=2 * rate,
+                                        # acks tell the newest version published (training may be ahead)
+                                        version=lambda: self.publisher.newest, durable=self.inbox.durable)
         loop = asyncio.get_running_loop()  # a group that poisoned a step or lied counts against its sender
         self.learner.on_poisoned = lambda group, reason: loop.call_soon_threadsafe(
             self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}")
         await self.receiver.start(self.p2p)
         self.series = VersionSeries()
+        self.idle_seconds = 0.0  # the loop's time waiting for enough groups (the swarm's samplers too slow)
         self.publish_health(version=self.learner.version, step=self.learner.step_count, **self._health_extras())
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
@@ -85,6 +90,7 @@ class LearnerRole(NodeRole):
                 diag = await asyncio.to_thread(self.learner.step)
                 if diag is None:  # too few groups: go again as soon as enough arrive (not after a fixed nap)
                     await asyncio.to_thread(self.inbox.wait, self.cfg.learner.prompts_per_step, 0.5)
+                    self.idle_seconds += time.monotonic() - began  # waiting for data, not training
                     continue
                 if not diag.get("trained"):  # the groups drawn had no reward signal; they are used up
                     continue
@@ -96,6 +102,7 @@ class LearnerRole(NodeRole):
                 progress.step(record)
         finally:
             steps_log.close()
+            await asyncio.to_thread(self.learner.flush_publish, 10.0)
             await asyncio.to_thread(self.learner.save)
             self.receiver.close()
             self.journal.close()
@@ -113,6 +120,7 @@ class LearnerRole(NodeRole):
             "groups_rejected": sum(self._rejected().values()),
             "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
             "staleness_hist": list(self.learner.staleness_hist.counts),  # cumulative, power-of-two buckets
+            "idle_seconds": round(self.idle_seconds, 3),
             "time": round(time.time(), 3),
         }
 
@@ -125,7 +133,7 @@ class LearnerRole(NodeRole):
             clip_frac=record["clip_frac"], grad_norm=record["grad_norm"], staleness_max=record["staleness_max"],
             staleness_mean=record["staleness_mean"], step_time=record["step_time"],
             dropped_stale=record["dropped_stale"], groups_received=record["groups_received"],
-            groups_rejected=record["groups_rejected"], **self._health_extras())
+            groups_rejected=record["groups_rejected"], idle_seconds=record["idle_seconds"], **self._health_extras())
 
     def _rejected(self) -> dict[str, int]:
         """Groups refused, by reason: at the door (invalid, duplicate, stale...) and by the learner's checks."""

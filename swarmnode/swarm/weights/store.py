@@ -168,7 +168,7 @@ class WeightStore:
     def begin(self, manifest: WeightManifest, buf: Buffer) -> None:
         """Record a version being fetched: its chunks survive GC and a restart resumes from them (an older
         partial version is dropped)."""
-        self._atomic_write(self.root / "partial" / f"{manifest.version}.bin", manifest.encode())
+        self._write_manifest(self.root / "partial" / f"{manifest.version}.bin", manifest)
         self._exposed.setdefault(manifest.version, {})
         self._fetching[manifest.version] = manifest
         self._held_bits[manifest.version] = bytearray((len(manifest.chunks) + 7) // 8)
@@ -189,7 +189,7 @@ class WeightStore:
 
     def commit(self, manifest: WeightManifest, buf: Buffer) -> None:
         """Mark a version complete (all chunks on disk), cache its buffer, and GC beyond the window."""
-        self._atomic_write(self.root / "manifests" / f"{manifest.version}.bin", manifest.encode())
+        self._write_manifest(self.root / "manifests" / f"{manifest.version}.bin", manifest)
         with contextlib.suppress(FileNotFoundError):
             (self.root / "partial" / f"{manifest.version}.bin").unlink()
         self._exposed.pop(manifest.version, None)
@@ -302,6 +302,19 @@ class WeightStore:
             return False
         return True
 
+    def _write_manifest(self, path: Path, manifest: WeightManifest) -> None:
+        """Write a verified manifest atomically and remember it decoded: GC and the memory index read it right
+        after, and decoding our own file again would verify its signature once more (4 of the 10 ms a tiny-model
+        publish took)."""
+        self._atomic_write(path, manifest.encode())
+        st = path.stat()
+        self._remember((str(path), st.st_ino, st.st_size, st.st_mtime_ns), manifest)
+
+    def _remember(self, key: tuple, manifest: WeightManifest) -> None:
+        self._decoded[key] = manifest
+        while len(self._decoded) > 4 * (self.keep_versions + 4):
+            self._decoded.popitem(last=False)
+
     def _read_manifest(self, path: Path) -> WeightManifest | None:
         """The verified manifest in `path`, or None. Decoded manifests are kept while the file is unchanged
         (same inode, size and mtime): GC, the memory index and every peer's manifest or have request read them,
@@ -315,9 +328,7 @@ class WeightStore:
             m = WeightManifest.decode(path.read_bytes())
         except (OSError, InvalidRecord):
             return None
-        self._decoded[key] = m
-        while len(self._decoded) > 4 * (self.keep_versions + 4):
-            self._decoded.popitem(last=False)
+        self._remember(key, m)
         return m
 
     @staticmethod

@@ -1,0 +1,369 @@
+"""The swarm's value on fixed learner hardware: does one extra core of samplers make a learner faster?
+
+Arms, each given the same wall-clock budget from its launch, alternated `--repeats` times in one run:
+- local: `swarmnode train-local` (sampler and learner in one loop) pinned to core 0 (`taskset -c 0`);
+- swarm (and any `swarm-<name>` arm with its own `--arm-set` overrides): the demo swarm
+  (`swarmnode.demo.start_swarm`: bootstrap, learner, two samplers as processes) with the learner (and its p2pd, a
+  child process, so it inherits the pinning) on core 0 and the bootstrap and both samplers (and their p2pds) on
+  core 1. The samplers' throttle is off (`--swarm-set`): they have a core of their own.
+This process stays on core 1. Both learners checkpoint every `learner.checkpoint_every` steps; the bench copies
+each checkpoint as it appears and after each run evaluates every copy on the task's held-out prompts
+(`swarmnode.evaluation.evaluate`, mean@`--eval-samples`), placed at the wall time of the step it holds. Per arm:
+steps and steps/s, training reward first/last 10 %, held-out reward at four wall-clock marks, the time each repeat
+first reaches a held-out target (the local arm's start plus `--target-fraction` of its mean gain; a trailing
+mean of 3 evaluations must reach it), for the swarm the learner's idle fraction (its `idle_seconds` counter:
+seconds waiting for groups per second after its first step), and CPU ms per group on each core (python + p2pd,
+from the processes' CPU times). The speed-up of a swarm arm is the local arm's median time to the target over
+its own.
+
+    python bench/swarm_value.py [--seconds 120] [--repeats 3] [--arms local,swarm,swarm-p8]
+        [--arm-set swarm-p8=learner.publish_every=8] [--set k=v ...] [--out bench/results/swarm_value]
+    python bench/swarm_value.py --profile DIR --seconds 60 --arms swarm   # cProfile every thread of every node
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from swarmnode.demo import DemoRun, prepare_swarm, read_steps, start_swarm  # noqa: E402
+from swarmnode.learner.checkpoint import CHECKPOINT_NAME  # noqa: E402
+from swarmnode.learner.steps_log import STEPS_FILE  # noqa: E402
+
+LEARNER_CORE, SAMPLER_CORE = "0", "1"
+
+
+class SnapshotCopier(threading.Thread):
+    """Copies `<dir>/checkpoint.pt` to `<dest>/<n>.pt` each time it changes (polled every `period` s)."""
+
+    def __init__(self, directory: Path, dest: Path, period: float = 0.25):
+        super().__init__(daemon=True)
+        self.path, self.dest, self.period = directory / CHECKPOINT_NAME, dest, period
+        self.dest.mkdir(parents=True, exist_ok=True)
+        self.done = threading.Event()
+        self.copied: list[tuple[Path, float]] = []  # (copy, wall time seen)
+
+    def run(self) -> None:
+        last = None
+        while not self.done.wait(self.period):
+            try:
+                stamp = self.path.stat().st_mtime_ns
+                if stamp != last:
+                    copy = self.dest / f"{len(self.copied):04d}.pt"
+                    shutil.copyfile(self.path, copy)
+                    self.copied.append((copy, time.time()))
+                    last = stamp
+            except OSError:
+                continue
+
+
+def _sets_args(sets: list[str]) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
+
+
+def run_local(seconds: float, sets: list[str], work: Path, profile: Path | None) -> dict:
+    """train-local pinned to the learner core, checkpointing into `work`; its curve and snapshot copies."""
+    ckpt = work / "local-ckpt"
+    copier = SnapshotCopier(ckpt, work / "local-snapshots")
+    py = [str(ROOT / "bench" / "profile_node.py"), str(profile / "local.prof")] if profile else []
+    cmd = ["taskset", "-c", LEARNER_CORE, sys.executable, "-P", *py, "-m", "swarmnode", "train-local", "-c",
+           "tiny-cpu", "--json", "--steps", "100000000", "--max-seconds", str(seconds), "--checkpoint-dir",
+           str(ckpt), *_sets_args(sets)]
+    t0 = time.time()
+    copier.start()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 600, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    copier.done.set()
+    copier.join()
+    if done.returncode != 0:
+        raise SystemExit(f"train-local failed:\n{done.stderr[-3000:]}")
+    curve = json.loads(done.stdout)["curve"]  # --max-seconds counts from the loop's start: clip to the budget
+    return {"t0": t0, "curve": [{"time": p["time"], "step": int(p["step"]), "reward_mean": p["reward_mean"]}
+                                for p in curve if p["time"] - t0 <= seconds],
+            "snapshots": copier.copied, "idle_seconds": None,
+            "cpu_seconds": {"local": {"python": round(after.ru_utime + after.ru_stime - before.ru_utime
+                                                     - before.ru_stime, 2), "p2pd": 0.0}},
+            "groups_received": len(curve) * prompts_per_step(sets)}
+
+
+def prompts_per_step(sets: list[str]) -> int:
+    from swarmnode.config import load_config
+
+    return load_config("tiny-cpu", sets).learner.prompts_per_step
+
+
+def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None) -> dict:
+    """The demo swarm with the learner pinned to core 0 and everything else to core 1, for `seconds`."""
+    root = work / "swarm"
+    root.mkdir(parents=True, exist_ok=True)
+    run = DemoRun(root)
+    run.prefix = lambda name: ["taskset", "-c", LEARNER_CORE if name == "learner" else SAMPLER_CORE]
+    if profile is not None:
+        run.python_args = lambda name: [str(ROOT / "bench" / "profile_node.py"), str(profile / f"{name}.prof")]
+    copier = SnapshotCopier(root / "learner" / "checkpoints", work / "swarm-snapshots")
+    sets = prepare_swarm(root, "tiny-cpu", sets, say=lambda _msg: None)  # the model is cached: both arms load it
+    t0 = time.time()
+    copier.start()
+    try:
+        start_swarm(run, "tiny-cpu", sets, say=lambda _msg: None)
+        while time.time() - t0 < seconds:
+            run.check_alive()
+            time.sleep(0.5)
+        cpu = {proc.name: cpu_seconds(proc.popen.pid) for proc in run.procs}
+    finally:
+        run.stop(grace=30.0)
+        copier.done.set()
+        copier.join()
+    rows = read_steps(root / "learner" / STEPS_FILE)
+    return {"t0": t0, "curve": [{"time": r["time"], "step": int(r["step"]), "reward_mean": r["reward_mean"]}
+                                for r in rows if r["time"] - t0 <= seconds],
+            "snapshots": copier.copied, "cpu_seconds": cpu,
+            "groups_received": rows[-1]["groups_received"] if rows else 0,
+            # seconds the learner waited for groups between its first and last step
+            "idle_seconds": rows[-1]["idle_seconds"] - rows[0]["idle_seconds"] if len(rows) > 1 else None}
+
+
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) a node process and its children (its p2pd) have used so far."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    own = proc.cpu_times()
+    children = 0.0
+    for child in proc.children(recursive=True):
+        try:
+            times = child.cpu_times()
+            children += times.user + times.system
+        except psutil.NoSuchProcess:
+            continue
+    return {"python": round(own.user + own.system, 2), "p2pd": round(children, 2)}
+
+
+def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t0: float, sets: list[str],
+                       samples: int) -> list[dict]:
+    """Held-out reward of each snapshot, placed at the wall time of the step it holds."""
+    import torch
+
+    from swarmnode.config import load_config
+    from swarmnode.models import load_model, load_tokenizer
+    from swarmnode.tasks import build_task
+
+    cfg = load_config("tiny-cpu", sets)
+    task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
+    model = load_model(cfg.model, cfg.task, torch.device("cpu"))
+    time_of = {p["step"]: p["time"] for p in curve}
+    sc = cfg.sampler
+    points = [{"step": 0, "t": 0.0, **_eval(model, tokenizer, task, sc, cfg, samples)}]  # the shared start
+    for path, seen in snapshots:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        step = int(state["step"])
+        if step == 0:
+            continue
+        model.load_state_dict(state["model"])
+        if step not in time_of:
+            continue  # a step after the budget (the checkpoint written at shutdown)
+        when = time_of[step]
+        points.append({"step": step, "t": round(when - t0, 2), **_eval(model, tokenizer, task, sc, cfg, samples)})
+    return points
+
+
+def _eval(model, tokenizer, task, sc, cfg, samples: int) -> dict:
+    from swarmnode.evaluation import evaluate
+
+    out = evaluate(model, tokenizer, task, samples=samples, temperature=sc.temperature,
+                   max_new_tokens=sc.max_completion_length, max_prompt_tokens=sc.max_prompt_length,
+                   seed=cfg.task.seed)
+    return {"eval_reward": round(out["eval_reward"], 4)}
+
+
+def first_time_at(points: list[dict], target: float, window: int = 3) -> float | None:
+    """Seconds from launch of the first held-out point whose trailing mean over `window` points (itself and the
+    ones before it; fewer at the start) is at or above `target` (one lucky evaluation does not count)."""
+    for i, p in enumerate(points):
+        recent = [q["eval_reward"] for q in points[max(0, i - window + 1): i + 1]]
+        if p["step"] > 0 and statistics.fmean(recent) >= target:
+            return p["t"]
+    return None
+
+
+def heldout_at(points: list[dict], seconds: float) -> float | None:
+    """The last held-out reward evaluated at or before `seconds` from launch."""
+    before = [p["eval_reward"] for p in points if p["t"] <= seconds]
+    return before[-1] if before else None
+
+
+def summarise_arm(result: dict, points: list[dict], seconds: float) -> dict:
+    curve, t0 = result["curve"], result["t0"]
+    first = curve[0]["time"] - t0 if curve else None
+    active = (curve[-1]["time"] - curve[0]["time"]) if len(curve) > 1 else None
+    out = {
+        "steps": len(curve) and curve[-1]["step"],
+        "steps_per_s": round(len(curve) / seconds, 2),
+        "steps_per_s_after_first_step": round((len(curve) - 1) / active, 2) if active else None,
+        "first_step_s": round(first, 2) if first is not None else None,
+        "reward_first10pct": _tenth(curve, first=True), "reward_last10pct": _tenth(curve, first=False),
+        "heldout": points,
+        "heldout_final": points[-1]["eval_reward"] if points else None,
+        "heldout_at": {str(int(t)): heldout_at(points, t) for t in _checkpoints(seconds)},
+    }
+    if result.get("cpu_seconds"):
+        out["cpu_seconds"] = cpu = result["cpu_seconds"]
+        out["groups_received"] = groups = max(1, result["groups_received"])
+        total = {name: c["python"] + c["p2pd"] for name, c in cpu.items()}
+        learner_core = total.get("learner", total.get("local", 0.0))
+        other = sum(v for k, v in total.items() if k not in ("learner", "local"))
+        out["cpu_ms_per_group"] = {"learner_core": round(learner_core / groups * 1e3, 2),
+                                   "sampler_core": round(other / groups * 1e3, 2)}
+    if result.get("idle_seconds") is not None and active:
+        out["learner_idle_fraction"] = round(result["idle_seconds"] / active, 3)
+    return out
+
+
+def _checkpoints(seconds: float) -> list[float]:
+    """Four evenly spaced wall-clock marks up to the budget."""
+    return [seconds * k / 4 for k in range(1, 5)]
+
+
+def _tenth(curve: list[dict], first: bool) -> float | None:
+    rewards = [p["reward_mean"] for p in curve]
+    if not rewards:
+        return None
+    k = max(1, len(rewards) // 10)
+    return round(statistics.fmean(rewards[:k] if first else rewards[-k:]), 4)
+
+
+def print_profiles(profile: Path, top: int) -> None:
+    import pstats
+
+    for prof in sorted(profile.glob("*.prof")):
+        print(f"\n===== {prof.stem} =====")
+        pstats.Stats(str(prof)).sort_stats("cumulative").print_stats(top)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=120.0, help="wall-clock budget of each arm, from launch")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--arms", default="local,swarm",
+                    help="comma-separated: local, and swarm arms named swarm or swarm-<anything>; a swarm arm's "
+                    "own overrides come with --arm-set NAME=k=v")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="config override for every arm")
+    ap.add_argument("--swarm-set", dest="swarm_sets", action="append", default=["sampler.max_groups_per_second=0"],
+                    help="config override for every swarm arm (default: the samplers' throttle off)")
+    ap.add_argument("--arm-set", dest="arm_sets", action="append", default=[],
+                    help="NAME=k=v: a config override for one arm only (e.g. swarm-p8=learner.publish_every=8)")
+    ap.add_argument("--eval-samples", type=int, default=8, help="completions per held-out prompt")
+    ap.add_argument("--target-fraction", type=float, default=0.75)
+    ap.add_argument("--profile", type=Path, default=None, help="cProfile every process into this directory")
+    ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
+    args = ap.parse_args()
+    arms = args.arms.split(",")
+    os.sched_setaffinity(0, {int(SAMPLER_CORE)})  # the snapshot copier and the evaluations stay off core 0
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    raw: dict[str, list[dict]] = {arm: [] for arm in arms}
+    with tempfile.TemporaryDirectory(prefix="swarm-value-") as tmp:
+        for rep in range(args.repeats):
+            for arm in arms:
+                work = Path(tmp) / f"{arm}{rep}"
+                work.mkdir()
+                print(f"repeat {rep + 1}/{args.repeats}: {arm} ({args.seconds:.0f} s)", file=sys.stderr)
+                if arm == "local":
+                    result = run_local(args.seconds, args.sets, work, args.profile)
+                else:
+                    own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
+                    result = run_swarm(args.seconds, [*args.sets, *args.swarm_sets, *own], work, args.profile)
+                points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.sets,
+                                            args.eval_samples)
+                raw[arm].append(summarise_arm(result, points, args.seconds))
+        if args.profile:
+            print_profiles(args.profile, 40)
+    doc = build_doc(args, arms, raw, load)
+    text = markdown(doc)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+        args.out.with_suffix(".md").write_text(text)
+
+
+def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) -> dict:
+    doc = {"command": " ".join(["python bench/swarm_value.py", *sys.argv[1:]]),
+           "seconds": args.seconds, "repeats": args.repeats, "load_before": [round(x, 2) for x in load],
+           "load_after": [round(x, 2) for x in os.getloadavg()], "sets": args.sets, "swarm_sets": args.swarm_sets,
+           "arm_sets": args.arm_sets,
+           "arms": raw}
+    base = raw.get("local") or next(iter(raw.values()))
+    start = base[0]["heldout"][0]["eval_reward"] if base and base[0]["heldout"] else 0.0
+    # the local arm's final held-out level: the mean of its repeats' last three evaluations
+    finals = [statistics.fmean(p["eval_reward"] for p in r["heldout"][-3:]) for r in base if r["heldout"]]
+    target = round(start + args.target_fraction * (statistics.fmean(finals) - start), 4) if finals else None
+    doc["target"] = target
+    doc["start_eval_reward"] = start
+    for arm in arms:
+        times = [first_time_at(r["heldout"], target) if target is not None else None for r in raw[arm]]
+        doc.setdefault("time_to_target_s", {})[arm] = times
+    med = {arm: _median(doc["time_to_target_s"][arm]) for arm in arms}
+    doc["median_time_to_target_s"] = med
+    doc["speedup_time_to_target"] = {arm: round(med["local"] / med[arm], 3) for arm in arms
+                                     if arm != "local" and med.get("local") and med.get(arm)}
+    return doc
+
+
+def _median(values: list[float | None]) -> float | None:
+    """Median with never-reached (None) counted as infinitely late; None if half or more never reached it."""
+    ranked = sorted(float("inf") if v is None else v for v in values)
+    if not ranked:
+        return None
+    m = statistics.median(ranked)
+    return None if m == float("inf") else round(m, 2)
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# swarm value: `{doc['command']}`", "",
+             f"load average (1/5/15 min) before {doc['load_before']}, after {doc['load_after']}; "
+             f"{doc['seconds']:.0f} s per arm, {doc['repeats']} repeats; held-out target {doc['target']} "
+             f"(start {doc['start_eval_reward']})", "",
+             "| arm | repeat | steps | steps/s | steps/s after 1st step | 1st step (s) | train reward first/last 10% "
+             "| held-out final | time to target (s) | learner idle | CPU ms per group, learner core / sampler core |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for arm, reps in doc["arms"].items():
+        for i, r in enumerate(reps):
+            lines.append(f"| {arm} | {i + 1} | {r['steps']} | {r['steps_per_s']} | {r['steps_per_s_after_first_step']} "
+                         f"| {r['first_step_s']} | {r['reward_first10pct']} / {r['reward_last10pct']} "
+                         f"| {r['heldout_final']} | {doc['time_to_target_s'][arm][i]} "
+                         f"| {r.get('learner_idle_fraction', '-')} "
+                         f"| {r.get('cpu_ms_per_group', {}).get('learner_core', '-')} / "
+                         f"{r.get('cpu_ms_per_group', {}).get('sampler_core', '-')} |")
+    marks = list(next(iter(doc["arms"].values()))[0]["heldout_at"]) if doc["arms"] else []
+    lines += ["", "held-out reward at wall-clock seconds since launch (mean over repeats):", "",
+              "| arm | " + " | ".join(f"{m} s" for m in marks) + " |", "|---|" + "---|" * len(marks)]
+    for arm, reps in doc["arms"].items():
+        cells = []
+        for m in marks:
+            values = [r["heldout_at"][m] for r in reps if r["heldout_at"][m] is not None]
+            cells.append(f"{statistics.fmean(values):.3f}" if values else "-")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += ["", f"median time to target: {doc['median_time_to_target_s']}; speed-up (local / swarm): "
+              f"{doc.get('speedup_time_to_target', 'n/a')}"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
