@@ -221,9 +221,9 @@ def summarise_arm(result: dict, points: list[dict], seconds: float) -> dict:
         "heldout_final": points[-1]["eval_reward"] if points else None,
         "heldout_at": {str(int(t)): heldout_at(points, t) for t in _checkpoints(seconds)},
     }
-    if result.get("cpu_seconds"):
+    if result.get("cpu_seconds") and result["groups_received"]:
         out["cpu_seconds"] = cpu = result["cpu_seconds"]
-        out["groups_received"] = groups = max(1, result["groups_received"])
+        out["groups_received"] = groups = result["groups_received"]
         total = {name: c["python"] + c["p2pd"] for name, c in cpu.items()}
         learner_core = total.get("learner", total.get("local", 0.0))
         other = sum(v for k, v in total.items() if k not in ("learner", "local"))
