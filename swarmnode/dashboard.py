@@ -171,6 +171,8 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
     grid.add_row("rejected", ", ".join(f"{k} {v}" for k, v in rejected.items()) or "0")
     grid.add_row("dropped stale", _fmt(h.get("dropped_stale"), "d"))
     grid.add_row("staleness", _histogram(h.get("staleness_hist") or []))
+    if h.get("averaging_rounds") is not None:  # one of several learners averaging through hivemind
+        grid.add_row("averaging", _averaging(h))
     if h.get("mode") == "sapo":  # its own policy: what it trained on, by origin
         grid.add_row("trained on", f"{_fmt(h.get('local_groups'), 'd')} own + {_fmt(h.get('external_groups'), 'd')} "
                      "external")
@@ -179,6 +181,15 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
         grid.add_row("external from", ", ".join(f"{str(peer)[-8:]} {n}" for peer, n in peers) or "nobody yet")
     title = "sapo node" if h.get("mode") == "sapo" else "learner"
     return Panel(grid, title=f"{title} {_short(p['peer_id'])}", border_style="magenta")
+
+
+def _averaging(h: dict[str, Any]) -> str:
+    """Averaging rounds of one of several learners: done, failed, the last one's group, time and traffic."""
+    text = f"{_fmt(h.get('averaging_rounds'), 'd')} rounds, {_fmt(h.get('averaging_failures'), 'd')} failed"
+    if h.get("averaging_group") is not None:
+        text += (f"; last: {_fmt(h.get('averaging_group'), 'd')} learners, {_fmt(h.get('averaging_seconds'), '.2f')} s, "
+                 f"{_fmt(h.get('averaging_mb'), '.1f')} MB")
+    return text
 
 
 def _versions_panel(doc: dict[str, Any], width: int = 20) -> Panel:
@@ -224,13 +235,14 @@ def _other_learners(learners: list[dict[str, Any]]) -> Table:
     """Learners beyond the two with panels, a line each."""
     table = Table(expand=True, title=f"{len(learners)} more learner{'s' if len(learners) != 1 else ''}",
                   title_justify="left", pad_edge=False)
-    for col in ("learner", "step", "version", "reward", "KL", "IS var", "received", "dropped stale"):
+    for col in ("learner", "step", "version", "reward", "KL", "IS var", "received", "dropped stale", "rounds"):
         table.add_column(col, justify="left" if col == "learner" else "right")
     for p in learners:
         h = p.get("health", {})
         table.add_row(_short(p["peer_id"]), _fmt(h.get("step"), "d"), _fmt(h.get("version"), "d"),
                       _fmt(h.get("reward_mean")), _fmt(h.get("kl"), ".4f"), _fmt(h.get("is_weight_var"), ".4f"),
-                      _fmt(h.get("groups_received"), "d"), _fmt(h.get("dropped_stale"), "d"))
+                      _fmt(h.get("groups_received"), "d"), _fmt(h.get("dropped_stale"), "d"),
+                      f"{_fmt(h.get('averaging_rounds'), 'd')}/{_fmt(h.get('averaging_failures'), 'd')} failed")
     return table
 
 

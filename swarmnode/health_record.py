@@ -150,6 +150,19 @@ class LearnerHealth(HolderHealth):
         "spot-checked samplers' mean |claimed - recomputed| behaviour log-prob per token (moving average), aligned "
         "with verified_peers", metric="swarmnode_sampler_logprob_mismatch", label="sampler",
         labels_from="verified_peers", minimum=0)
+    averaging_rounds: int | None = _field("several learners: averaging rounds completed",
+                                          metric="swarmnode_averaging_rounds", kind="counter", minimum=0)
+    averaging_failures: int | None = _field("several learners: averaging rounds that failed (no group in time, a "
+                                            "peer lost mid-round); training went on locally",
+                                            metric="swarmnode_averaging_failures", kind="counter", minimum=0)
+    averaging_learners: int | None = _field("several learners: live learners of the run this learner sees, itself "
+                                            "included", minimum=1)
+    averaging_group: int | None = _field("several learners: learners in the last completed round",
+                                         metric="swarmnode_averaging_group_size", minimum=2)
+    averaging_seconds: float | None = _field("several learners: wall time of the last completed round (finding the "
+                                             "group included)", metric="swarmnode_averaging_seconds", minimum=0)
+    averaging_mb: float | None = _field("several learners: MB this learner sent plus received in the last round "
+                                        "(from the tensor sizes)", minimum=0)
 
 
 @dataclasses.dataclass

@@ -343,3 +343,9 @@ def test_in_process_p2pd_dies_with_stop(tmp_path):
 
     pid = asyncio.run(scenario())
     assert wait_until(lambda: not pid_alive(pid), timeout=5)
+
+
+def test_a_store_keeping_many_versions_lists_its_newest_in_the_record():
+    record = PeerRecord.create(Identity.generate(), role="learner", versions=list(range(100)))  # keep_versions 100
+    assert record.versions == list(range(36, 100))
+    assert PeerRecord.decode(record.encode()).versions == record.versions

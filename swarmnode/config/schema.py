@@ -182,7 +182,12 @@ class LearnerConfig(_Section):
         200.0, gt=0, le=100_000, description="rollout groups one peer may push per second (a burst of twice as "
         "many); beyond it the learner answers rate_limited and the sender backs off")
     draw_order: Literal["newest", "oldest"] = "newest"
-    max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants")
+    max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants; above 1 they train one "
+                              "policy together, averaging their parameters through hivemind (see average_every)")
+    average_every: int = Field(8, ge=1, le=1_000_000, description="with several learners: local optimiser steps "
+                               "between two rounds of parameter averaging (DiLoCo's H)")
+    averaging_timeout: float = Field(30.0, gt=0, le=3600, description="seconds an averaging round may take (finding "
+                                     "the group included) before it fails and the learner trains on alone")
     learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
     accept_any_learner: bool = Field(False, description="insecure: with no learner_keys, samplers load weights "
                                      "whichever key announces them (throwaway local runs only)")

@@ -10,8 +10,10 @@ logits) at each row's sampling temperature under the configured precision (`lear
 `policy_loss`; AdamW with gradient clipping and the learning-rate schedule (`learner.schedule`). Every
 `publish_every` steps the version goes up and `publish(version, state_dict)` receives a CPU copy of the weights
 in `model.dtype` (with `publish_in_background`, from a worker thread that publishes the newest version
-handed in: `learner.publish_worker`). With `learner.lora.enabled` the model is wrapped by peft (`learner.lora`) and only the adapters
-train; a published version is adapter-only: `publish(version, adapters, adapter_spec)` gets the adapter tensors
+handed in: `learner.publish_worker`; while `local_versions`: a learner averaging with others takes its versions
+from the rounds, through `adopt_version`). With `learner.lora.enabled` the model is wrapped by peft
+(`learner.lora`) and only the adapters train; a published version is adapter-only: `publish(version, adapters,
+adapter_spec)` gets the adapter tensors
 and an `AdapterSpec` naming the base weights by content hash (with `adapter_versions=False`, the base with the
 adapters folded in, as full weights); the checkpoint holds the adapters only. Every `checkpoint_every` steps
 (and whenever the caller asks, e.g. on SIGTERM) the whole state (with the LR schedule) is written atomically; on
@@ -105,10 +107,8 @@ class LearnerLoop:
             model = self.model = apply_lora(model, self.lc.lora)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=self.lc.learning_rate,
-            weight_decay=self.lc.weight_decay,
-        )
+        self.trainable = [p for p in model.parameters() if p.requires_grad]  # what trains (and is averaged)
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=self.lc.learning_rate, weight_decay=self.lc.weight_decay)
         self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
         self.version = buffer.version
@@ -118,6 +118,9 @@ class LearnerLoop:
         self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
         self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
         self.on_poisoned: Callable[[Any, str], None] | None = None  # (group, reason): its sender is to be struck
+        self.local_versions = True  # False while versions come from averaging rounds (`adopt_version`) instead
+        self.checkable: Callable[[Any], bool] = lambda group: True  # groups the spot checks may judge
+        self.on_publish: Callable[[int], None] | None = None  # sees each version as its weights are snapshotted
         self.verifier = SpotChecker(self.lc.verify_fraction, self.lc.verify_tolerance, cfg.task.seed,
                                     self.lc.verify_versions)
         self._weights_published = False  # the weights are exactly the current version's (nothing stepped since)
@@ -185,7 +188,7 @@ class LearnerLoop:
             return {**summary, **self._status(), "trained": 0.0}
         diag = self._optimise(signal)
         self.step_count += 1
-        if self.step_count % self.lc.publish_every == 0:
+        if self.local_versions and self.step_count % self.lc.publish_every == 0:
             self._bump_version()
         out = {**diag, **summary, **self._status(), "trained": 1.0}
         if self.on_step is not None:
@@ -272,7 +275,7 @@ class LearnerLoop:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
         its version's weights give; True when they are, or when the group is not checked."""
         version = int(group.policy_version)
-        if not self.verifier.wants(version, self.version, self._weights_published):
+        if not self.checkable(group) or not self.verifier.wants(version, self.version, self._weights_published):
             return True
         current = self.version if self._weights_published else None
         mismatch = self.verifier.mismatch(self.model, group, self.tokenizer.pad_token_id, self.precision.autocast,
@@ -322,6 +325,16 @@ class LearnerLoop:
         self.buffer.set_version(self.version)
         self.publish_current()
 
+    def adopt_version(self, version: int) -> int:
+        """Publish the current weights (just averaged with other learners, or loaded from one) as `version` when
+        it is above this learner's own, else as its own + 1 (a number it may have announced is never reused for
+        other weights: its versions only go up, and a restart starts above everything it recorded); the version
+        published."""
+        self.version = max(int(version), self.version + 1)
+        self.buffer.set_version(self.version)
+        self.publish_current()
+        return self.version
+
     def publish_current(self) -> None:
         """Publish the current weights as the current version; the version is first recorded on disk, so a
         restarted learner never announces a number it announced before."""
@@ -336,6 +349,8 @@ class LearnerLoop:
         adapters = self.adapter_snapshot()
         full = self.state_snapshot() if adapters is None or not self.adapter_versions else None
         self.verifier.remember(self.version, full if adapters is None else adapters)
+        if self.on_publish is not None:  # in this thread, while the weights are still this version's
+            self.on_publish(self.version)
         payload = (full,) if full is not None else (adapters, self.adapter_spec)
         if self.publisher is not None:
             self.publisher.submit(self.version, *payload)  # training goes on while it is written

@@ -30,10 +30,11 @@ MAX_PEER_RECORD_BYTES = 16 * 1024
 ROLES = ("bootstrap", "sampler", "learner", "auto", "client")
 STATES = ("up", "leaving")
 Role = Literal["bootstrap", "sampler", "learner", "auto", "client"]
-_MAX_MAP_ITEMS = 32
+_MAX_MAP_ITEMS = 48  # a learner of several (averaging) fills ~35 health fields
 _MAX_KEY_LEN = 40
 _MAX_TEXT_LEN = 128
 _MAX_LIST_ITEMS = 32  # e.g. a learner's reward history over its last 32 versions
+MAX_LISTED_VERSIONS = 64  # versions a node advertises it can serve: its newest ones (it may keep more)
 
 
 def _scalar(value: Any, where: str) -> Any:
@@ -109,6 +110,8 @@ class PeerRecord:
     def create(cls, identity: Identity, **values: Any) -> "PeerRecord":
         """A record for `identity`, timestamped now and signed; validated so a bad field fails at the source."""
         values.setdefault("timestamp", time.time())
+        if "versions" in values:  # a store keeping more (learner.keep_versions) lists its newest
+            values["versions"] = sorted(values["versions"])[-MAX_LISTED_VERSIONS:]
         record = cls(peer_id=identity.peer_id, **values)
         record.signature = sign_fields(record._fields(), identity)
         encoded = record.encode()
@@ -139,7 +142,7 @@ class PeerRecord:
             state=state,
             hardware=small_map(obj.get("hardware"), "hardware", allow_lists=False),
             version=version,
-            versions=list_field(obj, "versions", 64, _version),
+            versions=list_field(obj, "versions", MAX_LISTED_VERSIONS, _version),
             throughput=float_field(obj, "throughput", 0.0, 1e15),
             software=str_field(obj, "software", 64),
             addrs=list_field(obj, "addrs", 8, _maddr),

@@ -4,7 +4,8 @@ A group's path in: `RolloutReceiver` (gossip: size and rate limits, signature, d
 (the replay buffer's verdict goes back in the ack, with the learner's version; an accepted group is journaled
 to disk first, and replayed after a crash) -> `LearnerLoop.step` draws it
 (staleness, rewards recomputed, GEPO loss) -> every `publish_every` steps `VersionPublisher` writes and
-announces the new version.
+announces the new version. With `learner.max_learners` > 1 the learners of the run average their parameters
+through hivemind every `average_every` steps and publish one version per round (`AveragingRounds`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from swarmnode.learner.steps_log import StepsLog
 from swarmnode.swarm.membership import Membership
 from swarmnode.models import load_model, pick_device
 from swarmnode.protocol.rollout import RolloutLimits
+from swarmnode.roles.averaging_rounds import AveragingRounds, averaging_enabled
 from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
+from swarmnode.swarm.averaging import LearnerAveraging
 from swarmnode.swarm.gossip import RolloutReceiver
 from swarmnode.swarm.publisher import VersionPublisher
 
@@ -47,7 +50,8 @@ class LearnerRole(NodeRole):
         self: LearnerRole = await cls._construct(cfg, identity, member, emit)
         emit("loading the model...")
         model = await asyncio.to_thread(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
-        buffer = ReplayBuffer.from_config(cfg, lineage=identity.peer_id)
+        averaging = averaging_enabled(cfg)  # groups made with any of the run's learners' versions are ours too
+        buffer = ReplayBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, buffer, self.publisher,
                                    checkpoint_dir=self.data_dir / "checkpoints",
@@ -59,6 +63,9 @@ class LearnerRole(NodeRole):
         if replayed := await asyncio.to_thread(self.journal.replay_into, buffer, limits):
             emit("acknowledged groups from before the restart: " +
                  ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
+        self.rounds: AveragingRounds | None = None
+        if averaging:
+            await self._start_averaging()
         if self.learner.version not in self.store.versions():
             await asyncio.to_thread(self.learner.publish_current)
             await asyncio.to_thread(self.learner.flush_publish)
@@ -81,6 +88,16 @@ class LearnerRole(NodeRole):
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
 
+    async def _start_averaging(self) -> None:
+        """Start this learner's hivemind averager and take a newer state from another learner, if one has it."""
+        cfg = self.cfg
+        averaging = LearnerAveraging(self.learner.trainable, self.dht, cfg.run_id, group_size=cfg.learner.max_learners,
+                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.learner.learner_keys)
+        await asyncio.to_thread(averaging.start)
+        self.learner.on_publish = averaging.share  # what a learner that joins later downloads
+        self.rounds = AveragingRounds(self.learner, averaging, self.dht, cfg, self.identity.peer_id, self.emit)
+        await self.rounds.join()
+
     async def run(self, stop: asyncio.Event) -> None:
         steps_log = StepsLog(self.data_dir)
         progress = _Progress(self.emit)
@@ -94,6 +111,8 @@ class LearnerRole(NodeRole):
                     continue
                 if not diag.get("trained"):  # the groups drawn had no reward signal; they are used up
                     continue
+                if self.rounds is not None:
+                    await self.rounds.after_step()
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_log.write(record)
                 self.series.add(record["version"], record)
@@ -103,6 +122,8 @@ class LearnerRole(NodeRole):
         finally:
             steps_log.close()
             await asyncio.to_thread(self.learner.flush_publish, 10.0)
+            if self.rounds is not None:
+                await asyncio.to_thread(self.rounds.averaging.stop)
             await asyncio.to_thread(self.learner.save)
             self.receiver.close()
             self.journal.close()
@@ -121,6 +142,7 @@ class LearnerRole(NodeRole):
             "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
             "staleness_hist": list(self.learner.staleness_hist.counts),  # cumulative, power-of-two buckets
             "idle_seconds": round(self.idle_seconds, 3),
+            **(self.rounds.health() if self.rounds is not None else {}),
             "time": round(time.time(), 3),
         }
 
@@ -152,6 +174,7 @@ class LearnerRole(NodeRole):
             "invalid_peers": self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
             **spot_check_health(self.learner.verifier.worst(MAX_VERIFIED_PEERS)),
             "max_staleness": self.cfg.sync.max_staleness,
+            **(self.rounds.health() if self.rounds is not None else {}),
         }
 
 

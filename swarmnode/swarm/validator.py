@@ -8,7 +8,9 @@ Every record under the run's keys must
 - fit in `MAX_RECORD_BYTES` and decode with the schema registered for its key,
 - expire within `max_ttl` seconds from now (the writer picks the expiration time: without a cap, one record
   with no process behind it would stay a "live" peer or a send target for as long as its writer wished).
-Records under any other key are refused: strangers cannot use the run's DHT as free storage.
+Records under any other key are refused: strangers cannot use the run's DHT as free storage. The learners'
+hivemind averager (`swarmnode.swarm.averaging`) writes its two keys (`averaging_keys`) in the same owned, signed
+form, with a bool or number as payload.
 """
 
 from __future__ import annotations
@@ -59,6 +61,33 @@ def run_keys(run_id: str) -> dict[str, str]:
     return {"peers": f"{run_id}/peers", "versions": f"{run_id}/versions"}
 
 
+def averaging_prefix(run_id: str) -> str:
+    """The hivemind averaging prefix of a run's learners (hivemind wants no '.' in it, and run ids may hold one)."""
+    return "swarmnode-avg-" + hashlib.sha256(run_id.encode()).hexdigest()[:24]
+
+
+def averaging_keys(run_id: str) -> list[str]:
+    """The DHT keys hivemind's `DecentralizedAverager` uses under `averaging_prefix`: its matchmaking bucket (group
+    bits stay empty: no `initial_group_bits`) and the list of peers that share their state."""
+    prefix = averaging_prefix(run_id)
+    return [f"{prefix}.0b", f"{prefix}.all_averagers"]
+
+
+AVERAGING_VALUE_BYTES = 16  # a msgpack bool, float or nil
+
+
+def _averaging_schema(owner: str, label: str, payload: bytes) -> None:
+    """An averager's declaration: "looking for a group" (bool) or its state-sharing priority (number or nil)."""
+    if label or len(payload) > AVERAGING_VALUE_BYTES:
+        raise InvalidRecord("averaging record: unlabelled subkey and a small scalar expected")
+    try:
+        value = msgpack.unpackb(payload)
+    except Exception:  # msgpack raises many types
+        raise InvalidRecord("averaging record: not msgpack") from None
+    if value is not None and not isinstance(value, (bool, int, float)):
+        raise InvalidRecord("averaging record: a bool, a number or nil expected")
+
+
 def owned_subkey(peer_id: str, label: str = "") -> str:
     """The subkey a peer may write: its peer id, optionally prefixed by `label@`."""
     return f"{label}@{peer_id}" if label else peer_id
@@ -77,6 +106,7 @@ class SwarmValidator(RecordValidatorBase):
                  max_ttl: float = DEFAULT_MAX_TTL_S):
         keys = run_keys(run_id)
         schemas: dict[str, Schema] = {keys["peers"]: _peer_schema, keys["versions"]: _version_schema}
+        schemas.update({key: _averaging_schema for key in averaging_keys(run_id)})
         schemas.update(extra_schemas or {})
         self._schemas = {DHTID.generate(source=key).to_bytes(): schema for key, schema in schemas.items()}
         self._identity = identity

@@ -34,6 +34,7 @@ class _Link:
         self.retiring = False
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.queued = 0  # groups queued to this destination so far (spread mode balances on it)
 
     def close_stream(self) -> None:
         if self.writer is not None:
@@ -52,12 +53,16 @@ class RolloutSender:
     `alive_window` seconds, or a new link still within its first window). `pending`, the sampler's
     backpressure, counts only live destinations' outboxes, so a peer record with no process behind it (or a
     learner that stopped answering) cannot stall generation; its own outbox stays bounded and it is still tried.
+
+    With `spread`, each group goes to one destination only (a run's several learners each train on their own
+    share): the answering destination with the shortest outbox, ties to the one sent the fewest groups.
     """
 
     def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
                  ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0,
-                 alive_window: float = 30.0, stream: str = "rollouts"):
+                 alive_window: float = 30.0, stream: str = "rollouts", spread: bool = False):
         self.p2p = p2p
+        self.spread = spread
         self.alive_window = alive_window
         self.run_id = run_id
         self.stream = stream
@@ -166,9 +171,12 @@ class RolloutSender:
             return
         self.recent.append((created_at, group_id, data))
         now = time.monotonic()
-        for link in self._links.values():
-            if link.retiring:
-                continue
+        links = [link for link in self._links.values() if not link.retiring]
+        if self.spread and len(links) > 1:
+            answering = [link for link in links if self._alive(link, now)] or links
+            links = [min(answering, key=lambda link: (len(link.outbox), link.queued))]
+        for link in links:
+            link.queued += 1
             if len(link.outbox) >= link.maxlen:
                 link.outbox.popleft()
                 self.dropped += 1
