@@ -24,6 +24,11 @@ LORA = ["learner.lora.enabled=true", "learner.lora.r=4", "learner.lora.alpha=8",
         "learner.keep_versions=100"]
 
 
+def _newest_group_version(row: dict) -> int:
+    """The newest policy version among a step's groups (the version is the step's, after its publish)."""
+    return row["version"] - 1 - int(row.get("staleness_min", row["version"]))
+
+
 def _sets(*sets: str) -> list[str]:
     return [a for s in sets for a in ("--set", s)]
 
@@ -48,11 +53,14 @@ def run_lora_swarm(tmp_path, restart: bool) -> None:
         sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV, wait=False,
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
         sampler.ready_fields(timeout=180)
-        rows = wait_rows(steps_file, lambda r: len(r) >= 4 and r[-1]["verified_groups"] >= 8, 240,
-                         "4 learner steps with 8 spot-checked groups")
+        rows = wait_rows(steps_file, lambda r: len(r) >= 4 and r[-1]["verified_groups"] >= 8
+                         and any(_newest_group_version(x) >= 2 for x in r), 240,
+                         "4 learner steps, 8 spot-checked groups, groups made with adapter version 2 or newer")
+        assert sampler.popen.poll() is None and "not applied" not in sampler.stderr(), sampler.stderr()[-2000:]
         assert learner.stop(timeout=120) == 0, learner.stderr()[-2000:]  # SIGTERM: checkpoint, leave
         rows = steps(steps_file)
-        # every group was checked against the learner's weights of its version, none differed by > 1e-5 / token
+        # every group was checked against the learner's weights of its version (the sampler's groups of adapter
+        # versions too: it applied them), none differed by more than 1e-5 nats per token
         assert all(r.get("rejected_logprob_mismatch", 0) == 0 for r in rows), rows[-1]
         store = WeightStore(tmp_path / "learner" / "weights", swarm.run_id)
         full_bytes = ModelLayout.of(meta_state_dict(cfg.model)).total_bytes
