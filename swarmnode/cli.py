@@ -8,6 +8,7 @@ Every error of the package derives from `SwarmnodeError` and is caught once, in 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -98,6 +99,21 @@ def _network_flags(initial_peers=None, host_maddrs=None, announce_maddrs=None, i
             "network.startup_timeout": startup_timeout}
 
 
+def _run_node_command(main) -> NoReturn:
+    """Run a node (`join`, `bootstrap`) until it stops, then exit at once with its code. By then it has left
+    cleanly (record withdrawn, checkpoint written, p2pd stopped, output flushed); the interpreter's own teardown
+    (freeing torch and hivemind, no Python frame left) took 1-3.6 s more per stop on a loaded 2-core machine."""
+    try:
+        _run_swarm_command(main)
+        code = int(ExitCode.OK)
+    except Interrupted as exc:  # Ctrl-C: the same one line and exit code as `main` gives
+        code = _report(exc)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 def _run_swarm_command(main, timeout: float | None = None) -> Any:
     """Run a swarm coroutine until it returns or Ctrl-C / SIGTERM (`swarmnode.cli_runtime.run_until_signal`)."""
     setup_logging()
@@ -138,9 +154,9 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
 
     identity = identity_for(cfg, "identity.key")
     if idle:
-        _run_swarm_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
+        _run_node_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
     else:
-        _run_swarm_command(lambda stop: run_node(cfg, identity, stop, emit=_emit))
+        _run_node_command(lambda stop: run_node(cfg, identity, stop, emit=_emit))
 
 
 @app.command()
@@ -172,8 +188,8 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
     from swarmnode.identity import identity_for
 
     identity = identity_for(cfg, "bootstrap.key")
-    _run_swarm_command(lambda stop: run_bootstrap(cfg, identity, stop, as_json=as_json, log_interval=log_interval,
-                                                  emit=_emit))
+    _run_node_command(lambda stop: run_bootstrap(cfg, identity, stop, as_json=as_json, log_interval=log_interval,
+                                                 emit=_emit))
 
 
 def _emit(line: str) -> None:
