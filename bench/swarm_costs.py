@@ -10,6 +10,7 @@
 3. fetch: one version fetched by a second p2pd from this process's WeightServer (as a sampler does at every
    learner step): CPU ms of this process and of both p2pd daemons per version, against the publish's.
 4. per group: signing + encoding (sampler), decoding + verifying (learner), CPU ms.
+5. for scale: the single process's step split into sampling its groups and the learner step, CPU ms.
 
     python bench/swarm_costs.py [--seconds 20] [--rounds 2] [--versions 40] [--json FILE]
 """
@@ -162,6 +163,26 @@ async def fetch_costs(cfg, tmp: Path, versions: int) -> dict:
             "version_bytes": sum(t.numel() * t.element_size() for t in state.values())}
 
 
+def local_split(cfg, rounds: int = 120) -> dict:
+    """The single process's step, split: CPU ms per learner step spent sampling its groups and training."""
+    from swarmnode.local_trainer import LocalTrainer
+
+    trainer = LocalTrainer(cfg, progress=None)
+    sampling = training = 0.0
+    for _ in range(rounds):
+        trainer._deliver()
+        c = time.thread_time()
+        trainer.sampler.step()
+        sampling += time.thread_time() - c
+        c = time.thread_time()
+        while trainer.learner.step() is not None:
+            pass
+        training += time.thread_time() - c
+    steps = max(1, trainer.learner.step_count)
+    return {"steps": steps, "sampling_cpu_ms_per_step": round(sampling / steps * 1e3, 1),
+            "learner_cpu_ms_per_step": round(training / steps * 1e3, 1)}
+
+
 def group_costs(cfg, n: int = 300) -> dict:
     ident = Identity.generate()
 
@@ -203,6 +224,7 @@ def main() -> None:
         doc["learner_loop_steps_ratio_new_over_old"] = round(new / old, 3) if old else None
         doc["fetch_per_version"] = asyncio.run(fetch_costs(cfg, Path(tmp), args.versions))
         doc["per_group"] = group_costs(cfg)
+        doc["local_step_split"] = local_split(cfg)
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(doc, indent=1))
     if args.json:

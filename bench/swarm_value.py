@@ -12,8 +12,8 @@ each checkpoint as it appears and after each run evaluates every copy on the tas
 steps and steps/s, training reward first/last 10 %, held-out reward at four wall-clock marks, the time each repeat
 first reaches a held-out target (the local arm's start plus `--target-fraction` of its mean gain; a trailing
 mean of 3 evaluations must reach it), for the swarm the learner's idle fraction (its `idle_seconds` counter:
-seconds waiting for groups per second after its first step), and CPU ms per group on each core (python + p2pd,
-from the processes' CPU times). The speed-up of a swarm arm is the local arm's median time to the target over
+seconds waiting for groups per second after its first step), and CPU ms per trained group on each core from the
+first step on (python + p2pd, sampled from the processes' CPU times every 0.5 s; start-up left out). The speed-up of a swarm arm is the local arm's median time to the target over
 its own.
 
     python bench/swarm_value.py [--seconds 120] [--repeats 3] [--arms local,swarm,swarm-p8]
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -84,21 +83,24 @@ def run_local(seconds: float, sets: list[str], work: Path, profile: Path | None)
            str(ckpt), *_sets_args(sets)]
     t0 = time.time()
     copier.start()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 600, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out_path = work / "local.json"
+    with open(out_path, "w") as out, open(work / "local.err", "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cpu_series = []
+        while proc.poll() is None and time.time() - t0 < seconds + 600:
+            cpu_series.append((time.time(), {"local": total_cpu(proc.pid)}))
+            time.sleep(0.5)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
     copier.done.set()
     copier.join()
-    if done.returncode != 0:
-        raise SystemExit(f"train-local failed:\n{done.stderr[-3000:]}")
-    curve = json.loads(done.stdout)["curve"]  # --max-seconds counts from the loop's start: clip to the budget
+    if proc.returncode != 0:
+        raise SystemExit(f"train-local failed:\n{(work / 'local.err').read_text()[-3000:]}")
+    curve = json.loads(out_path.read_text())["curve"]  # --max-seconds counts from the loop's start: clip it
     return {"t0": t0, "curve": [{"time": p["time"], "step": int(p["step"]), "reward_mean": p["reward_mean"]}
                                 for p in curve if p["time"] - t0 <= seconds],
-            "snapshots": copier.copied, "idle_seconds": None,
-            "cpu_seconds": {"local": {"python": round(after.ru_utime + after.ru_stime - before.ru_utime
-                                                     - before.ru_stime, 2), "p2pd": 0.0}},
-            "groups_received": len(curve) * prompts_per_step(sets)}
+            "snapshots": copier.copied, "idle_seconds": None, "cpu_series": cpu_series}
 
 
 def prompts_per_step(sets: list[str]) -> int:
@@ -121,10 +123,11 @@ def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None)
     copier.start()
     try:
         start_swarm(run, "tiny-cpu", sets, say=lambda _msg: None)
+        cpu_series = []
         while time.time() - t0 < seconds:
             run.check_alive()
+            cpu_series.append((time.time(), {proc.name: total_cpu(proc.popen.pid) for proc in run.procs}))
             time.sleep(0.5)
-        cpu = {proc.name: cpu_seconds(proc.popen.pid) for proc in run.procs}
     finally:
         run.stop(grace=30.0)
         copier.done.set()
@@ -132,32 +135,59 @@ def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None)
     rows = read_steps(root / "learner" / STEPS_FILE)
     return {"t0": t0, "curve": [{"time": r["time"], "step": int(r["step"]), "reward_mean": r["reward_mean"]}
                                 for r in rows if r["time"] - t0 <= seconds],
-            "snapshots": copier.copied, "cpu_seconds": cpu,
-            "groups_received": rows[-1]["groups_received"] if rows else 0,
+            "snapshots": copier.copied, "cpu_series": cpu_series,
             # seconds the learner waited for groups between its first and last step
             "idle_seconds": rows[-1]["idle_seconds"] - rows[0]["idle_seconds"] if len(rows) > 1 else None}
 
 
-def cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) a node process and its children (its p2pd) have used so far."""
+def total_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process and its children (a node's p2pd) have used so far."""
     import psutil
 
-    proc = psutil.Process(pid)
-    own = proc.cpu_times()
-    children = 0.0
-    for child in proc.children(recursive=True):
-        try:
-            times = child.cpu_times()
-            children += times.user + times.system
-        except psutil.NoSuchProcess:
-            continue
-    return {"python": round(own.user + own.system, 2), "p2pd": round(children, 2)}
+    try:
+        proc = psutil.Process(pid)
+        total = sum(proc.cpu_times()[:2])
+        for child in proc.children(recursive=True):
+            try:
+                total += sum(child.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                continue
+        return total
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
+def steady_cpu_per_group(result: dict, groups_per_step: int) -> dict | None:
+    """CPU ms per trained group on each core from the arm's first step to its last CPU sample (start-up, imports
+    and model loading left out): the learner core (learner or local process, with its p2pd) and the other core
+    (bootstrap and samplers, with theirs)."""
+    curve, series = result["curve"], result["cpu_series"]
+    if len(curve) < 2 or not series:
+        return None
+    first = next(((t, c) for t, c in series if t >= curve[0]["time"]), None)
+    if first is None or series[-1][0] <= first[0]:
+        return None
+    last = series[-1]
+    steps = sum(1 for p in curve if first[0] <= p["time"] <= last[0])
+    if not steps:
+        return None
+    core0 = {"learner", "local"}
+    delta = {name: last[1].get(name, 0.0) - first[1].get(name, 0.0) for name in last[1]}
+    per = 1e3 / (steps * groups_per_step)
+    return {"learner_core": round(sum(v for k, v in delta.items() if k in core0) * per, 2),
+            "sampler_core": round(sum(v for k, v in delta.items() if k not in core0) * per, 2),
+            "steps_measured": steps}
 
 
 def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t0: float, sets: list[str],
-                       samples: int) -> list[dict]:
-    """Held-out reward of each snapshot, placed at the wall time of the step it holds."""
+                       samples: int, max_evals: int) -> list[dict]:
+    """Held-out reward of at most `max_evals` snapshots (evenly spaced, the last one always), each placed at the
+    wall time of the step it holds."""
     import torch
+
+    if len(snapshots) > max_evals:
+        picks = {round(i * (len(snapshots) - 1) / (max_evals - 1)) for i in range(max_evals)}
+        snapshots = [snap for i, snap in enumerate(snapshots) if i in picks]
 
     from swarmnode.config import load_config
     from swarmnode.models import load_model, load_tokenizer
@@ -207,7 +237,7 @@ def heldout_at(points: list[dict], seconds: float) -> float | None:
     return before[-1] if before else None
 
 
-def summarise_arm(result: dict, points: list[dict], seconds: float) -> dict:
+def summarise_arm(result: dict, points: list[dict], seconds: float, groups_per_step: int) -> dict:
     curve, t0 = result["curve"], result["t0"]
     first = curve[0]["time"] - t0 if curve else None
     active = (curve[-1]["time"] - curve[0]["time"]) if len(curve) > 1 else None
@@ -221,14 +251,8 @@ def summarise_arm(result: dict, points: list[dict], seconds: float) -> dict:
         "heldout_final": points[-1]["eval_reward"] if points else None,
         "heldout_at": {str(int(t)): heldout_at(points, t) for t in _checkpoints(seconds)},
     }
-    if result.get("cpu_seconds") and result["groups_received"]:
-        out["cpu_seconds"] = cpu = result["cpu_seconds"]
-        out["groups_received"] = groups = result["groups_received"]
-        total = {name: c["python"] + c["p2pd"] for name, c in cpu.items()}
-        learner_core = total.get("learner", total.get("local", 0.0))
-        other = sum(v for k, v in total.items() if k not in ("learner", "local"))
-        out["cpu_ms_per_group"] = {"learner_core": round(learner_core / groups * 1e3, 2),
-                                   "sampler_core": round(other / groups * 1e3, 2)}
+    if (cost := steady_cpu_per_group(result, groups_per_step)) is not None:
+        out["cpu_ms_per_group"] = cost
     if result.get("idle_seconds") is not None and active:
         out["learner_idle_fraction"] = round(result["idle_seconds"] / active, 3)
     return out
@@ -268,6 +292,7 @@ def main() -> None:
     ap.add_argument("--arm-set", dest="arm_sets", action="append", default=[],
                     help="NAME=k=v: a config override for one arm only (e.g. swarm-p8=learner.publish_every=8)")
     ap.add_argument("--eval-samples", type=int, default=8, help="completions per held-out prompt")
+    ap.add_argument("--max-evals", type=int, default=16, help="held-out evaluations per run at most")
     ap.add_argument("--target-fraction", type=float, default=0.75)
     ap.add_argument("--profile", type=Path, default=None, help="cProfile every process into this directory")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
@@ -290,8 +315,8 @@ def main() -> None:
                     own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
                     result = run_swarm(args.seconds, [*args.sets, *args.swarm_sets, *own], work, args.profile)
                 points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.sets,
-                                            args.eval_samples)
-                raw[arm].append(summarise_arm(result, points, args.seconds))
+                                            args.eval_samples, args.max_evals)
+                raw[arm].append(summarise_arm(result, points, args.seconds, prompts_per_step(args.sets)))
         if args.profile:
             print_profiles(args.profile, 40)
     doc = build_doc(args, arms, raw, load)
@@ -341,7 +366,7 @@ def markdown(doc: dict) -> str:
              f"{doc['seconds']:.0f} s per arm, {doc['repeats']} repeats; held-out target {doc['target']} "
              f"(start {doc['start_eval_reward']})", "",
              "| arm | repeat | steps | steps/s | steps/s after 1st step | 1st step (s) | train reward first/last 10% "
-             "| held-out final | time to target (s) | learner idle | CPU ms per group, learner core / sampler core |",
+             "| held-out final | time to target (s) | learner idle | CPU ms per trained group after the 1st step, learner core / other core |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, reps in doc["arms"].items():
         for i, r in enumerate(reps):
