@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import cProfile
+import os
 import pstats
 import runpy
 import sys
@@ -40,9 +41,15 @@ def _dump() -> None:
     stats.dump_stats(out)
 
 
+def _dump_then_exit(code: int) -> None:
+    _dump()  # `join` and `bootstrap` leave with os._exit, which skips atexit
+    _os_exit(code)
+
+
 threading.Thread.run = _profiled_run
 main = cProfile.Profile()
 atexit.register(_dump)
+_os_exit, os._exit = os._exit, _dump_then_exit
 sys.argv = [module, *rest]
 main.enable()
 runpy.run_module(module, run_name="__main__", alter_sys=True)
