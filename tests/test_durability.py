@@ -100,6 +100,21 @@ def test_bounds_ask_for_a_checkpoint_then_refuse(tmp_path):
     assert journal.records == 0 and not journal.over_soft_limit
 
 
+
+def test_a_closed_journal_refuses_new_groups_and_a_late_sync_is_harmless(tmp_path):
+    """A learner stopping closes its journal while a stream may still be handing a group over: the group is
+    refused "busy" (the sampler keeps it and retries), and a sync racing the close returns quietly."""
+    from swarmnode.learner.buffer import RolloutInbox
+
+    journal = GroupJournal(tmp_path / "j")
+    inbox = RolloutInbox(ReplayBuffer(capacity=10, max_staleness=4, lineage="L"), journal)
+    assert inbox.admit(group(0)) == "ok"
+    journal.append(group(0).encode())
+    journal.close()
+    asyncio.run(journal.sync())  # raced the close: everything was synced by close, nothing raises
+    assert journal.closed and inbox.admit(group(1)) == "busy"
+    assert len(inbox.buffer) == 1
+
 @pytest.fixture(scope="module")
 def parts():
     cfg = load_config("tiny-cpu", ["model.tiny.warm_start_steps=0", "learner.device=cpu"])

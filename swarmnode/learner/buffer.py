@@ -211,8 +211,8 @@ class RolloutInbox:
     def admit(self, group: _Group) -> str:
         """Put `group` in the buffer; its status ("ok", "duplicate", "stale", "quota", "busy"...), as an ack
         tells it."""
-        if self.journal is not None and self.journal.over_hard_limit:
-            return "busy"  # accept no more than a learner that is not checkpointing can keep
+        if self.journal is not None and (self.journal.closed or self.journal.over_hard_limit):
+            return "busy"  # stopping, or accept no more than a learner that is not checkpointing can keep
         status = self.buffer.add(group)
         with self._arrived:
             self._arrived.notify_all()

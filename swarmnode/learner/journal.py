@@ -54,6 +54,11 @@ class GroupJournal:
         return self._records
 
     @property
+    def closed(self) -> bool:
+        """True once the learner closed the journal (it is stopping: accept nothing more)."""
+        return self._file.closed
+
+    @property
     def over_soft_limit(self) -> bool:
         return self._records >= self.soft_limit
 
@@ -84,7 +89,8 @@ class GroupJournal:
 
     def _fsync(self) -> None:
         with self._lock:
-            os.fsync(self._file.fileno())
+            if not self._file.closed:  # closed: `close` already synced everything appended
+                os.fsync(self._file.fileno())
 
     def compact(self, keep: Callable[[], Iterable[bytes]]) -> None:
         """Atomically replace the journal with exactly the records `keep()` gives (the buffer's held groups;
