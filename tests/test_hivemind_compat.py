@@ -22,8 +22,8 @@ from swarmnode.identity import Identity
 from swarmnode.swarm.p2p import SOCKET_GLOB
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import (PINNED_HIVEMIND, HivemindVersionError, check_hivemind_version, connect,
-                                             daemon_socket_paths, has_buffered_bytes, p2pd_process,
-                                             use_local_storage)
+                                             daemon_listen_maddr, daemon_socket_paths, has_buffered_bytes,
+                                             p2pd_process, use_local_storage)
 
 KW = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False)
 
@@ -87,6 +87,20 @@ def test_a_dht_node_stores_into_the_storage_it_is_given():
             assert set(found.value) == {"a", "b"}
         finally:
             await node.shutdown()
+            await p2p.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_second_client_of_the_same_daemon():
+    async def scenario():  # what the in-thread averager (ThreadedAverager, exercised in test_averaging) opens
+        p2p = await P2P.create(**KW)
+        try:
+            replica = await P2P.replicate(daemon_listen_maddr(p2p))
+            assert replica.peer_id == p2p.peer_id
+            await replica.shutdown()
+            assert p2pd_process(p2p).returncode is None  # the node's daemon lives on
+        finally:
             await p2p.shutdown()
 
     asyncio.run(scenario())

@@ -148,6 +148,7 @@ class LearnerAveraging:
                                           lambda: self._shared)
 
     def start(self) -> "LearnerAveraging":
+        logging.getLogger("hivemind.averaging.averager").setLevel(logging.CRITICAL)  # `round` logs failures itself
         self.averager.start_in_thread(self.timeout)
         return self
 

@@ -160,6 +160,17 @@ class ThreadedAverager(DecentralizedAverager):
             self.wait_until_ready(timeout)
         finally:  # the averager installs uvloop's policy process-wide: later loops keep the one we had
             asyncio.set_event_loop_policy(policy)
+        self._outer_pipe.send(("_quiet_closed_streams", [], {}))
+
+    async def _quiet_closed_streams(self) -> None:
+        """On the averager's loop: a stream the daemon opens to this client and closes at once is not an error
+        (asyncio would print a traceback for each); everything else goes to the default handler."""
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+            if not isinstance(context.get("exception"), asyncio.IncompleteReadError):
+                loop.default_exception_handler(context)
+
+        asyncio.get_running_loop().set_exception_handler(handler)
 
     def stop_thread(self, timeout: float) -> None:
         """Leave the averaging (handlers removed, running groups finalized), end the thread and its P2P client."""
