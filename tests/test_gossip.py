@@ -372,3 +372,15 @@ def test_seen_journal_survives_restart_and_compacts(tmp_path):
     again.add("id10")
     again.close()
     assert journal.read_text().split()[-1] == "id10" and "id9-cut-by-a-cra" not in journal.read_text()
+
+
+def test_a_closed_receiver_answers_busy_instead_of_raising():
+    """A push that arrives while a stopping learner closes its receiver (decode pool shut down) is answered
+    "busy" (the sampler keeps the group and retries elsewhere or later); nothing raises, nothing is handed over."""
+    got = Collector()
+    receiver = RolloutReceiver(RUN, got, LIMITS)
+    sid = Identity.generate()
+    group = make_group(sid, random.Random(5), "closed", 0)
+    receiver.close()
+    assert asyncio.run(receiver.accept_bytes(group.encode(), sid.peer_id)) == ("", "busy")
+    assert got.ids == [] and receiver.statuses["busy"] == 1

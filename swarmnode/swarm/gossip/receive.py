@@ -145,6 +145,7 @@ class RolloutReceiver:
         self._banned_until: dict[str, float] = {}
         self._last_log: dict[tuple[str, str], float] = {}
         self._streams: collections.Counter[str] = collections.Counter()  # open push streams per peer
+        self._closed = False
         self._decoder = concurrent.futures.ThreadPoolExecutor(decode_workers, thread_name_prefix="rollout-decode")
         self._decode_slots = asyncio.Semaphore(decode_workers)
 
@@ -153,6 +154,7 @@ class RolloutReceiver:
         await p2p.add_binary_stream_handler(push_protocol(self.run_id, self.stream), self._handle_push)
 
     def close(self) -> None:
+        self._closed = True
         self.seen.close()
         self._decoder.shutdown(wait=False, cancel_futures=True)
 
@@ -239,6 +241,11 @@ class RolloutReceiver:
             except InvalidRecord as exc:
                 self._strike(peer, f"invalid group: {exc}")
                 return "", "invalid"
+            except (RuntimeError, concurrent.futures.CancelledError):
+                if not self._closed:
+                    raise
+                self._count("busy", peer)  # the pool was shut down: the learner is stopping; the sender retries
+                return "", "busy"
         return await self._hand_over(group, body, peer)
 
     def _decode(self, body: bytes, peer: str) -> RolloutGroup:
