@@ -274,7 +274,11 @@ def main() -> int:
         learner_id = learner.ready_fields()["peer_id"]
         steps_file = root / "learner" / "learner_steps.jsonl"
         wait_rows(steps_file, lambda rows: len(rows) >= 5, 300, "5 learner steps")
-        peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
+        for _ in range(10):  # a read may miss a record whose heartbeat came late (2 s lifetime here)
+            peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
+            if learner_id in peers and any(p["role"] == "sampler" for p in peers.values()):
+                break
+            time.sleep(1)
         sampler = next(p for p in peers.values() if p["role"] == "sampler")
         if args.pin:
             swarm_cpus, attack_cpus = ({int(c) for c in part.split(",")} for part in args.pin.split(":"))
