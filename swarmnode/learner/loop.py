@@ -104,7 +104,7 @@ class LearnerLoop:
         self.adapter_versions = adapter_versions
         if self.lc.lora.enabled:
             self.adapter_spec = adapter_spec(self.lc.lora, weights_hash(model.state_dict()))
-            model = self.model = apply_lora(model, self.lc.lora)
+            model = self.model = apply_lora(model, self.lc.lora, seed=cfg.task.seed)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
         self.trainable = [p for p in model.parameters() if p.requires_grad]  # what trains (and is averaged)

@@ -19,16 +19,21 @@ from swarmnode.protocol.manifest import AdapterSpec
 __all__ = ["adapter_spec", "adapter_state", "apply_lora", "is_lora", "load_adapter_state", "merged_state"]
 
 
-def apply_lora(model: torch.nn.Module, settings: LoraSettings) -> torch.nn.Module:
-    """`model` wrapped by peft with fresh adapters (B = 0: the wrapped model computes what the base does)."""
+def apply_lora(model: torch.nn.Module, settings: LoraSettings, seed: int = 0) -> torch.nn.Module:
+    """`model` wrapped by peft with fresh adapters (B = 0: the wrapped model computes what the base does). The
+    random A matrices are drawn from `seed` (the global RNG is left as it was): every learner of a run starts from
+    the same adapters, so several averaging learners publish the same version 0 and average from one start."""
     from peft import LoraConfig, get_peft_model
 
     if "lm_head" in settings.target_modules:
         raise ValueError("learner.lora.target_modules: lm_head cannot be adapted (the log-prob path reads its weight)")
     config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=list(settings.target_modules), bias="none", task_type="CAUSAL_LM")
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     try:
-        wrapped = get_peft_model(model, config)
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            wrapped = get_peft_model(model, config)
     except ValueError as exc:  # e.g. no module matches the target names
         raise ValueError(f"learner.lora: {str(exc).splitlines()[0]}") from None
     if getattr(model, "is_activation_checkpointing", None) or getattr(model, "gradient_checkpointing", False):
