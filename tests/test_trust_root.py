@@ -55,12 +55,12 @@ def test_weights_of_a_learner_not_designated_are_never_loaded(tmp_path):
         while True:
             peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
             versions = {name: peers.get(peer_id, {}).get("version", -1) for name, peer_id in ids.items()}
-            wary_sent = peers.get(ids["wary"], {}).get("health", {}).get("groups_sent", 0)
-            if versions["trusting"] >= 3 and versions["learner"] >= 6 and wary_sent >= 1:
-                break  # the wary sampler is at work too (generating with its base model)
-            assert time.monotonic() < deadline, f"no progress: {versions}, wary sampler sent {wary_sent} groups"
+            wary_health = peers.get(ids["wary"], {}).get("health", {})
+            if versions["trusting"] >= 3 and versions["learner"] >= 6 and wary_health.get("paused") == "no learner":
+                break  # the wary sampler is at work too: no learner it trusts is live, so it waits for one
+            assert time.monotonic() < deadline, f"no progress: {versions}, wary sampler's health {wary_health}"
             time.sleep(1.0)
-        assert versions["wary"] <= 0, versions  # still the base model
+        assert versions["wary"] <= 0 and not wary_health.get("groups_sent"), (versions, wary_health)  # sent nothing
         assert list((tmp_path / "wary" / "weights" / "manifests").glob("*.bin")) == []
         assert list((tmp_path / "wary" / "weights" / "partial").glob("*.bin")) == []  # not even begun
         assert "fetching version" not in wary.stderr() and "rejected manifest" not in wary.stderr()

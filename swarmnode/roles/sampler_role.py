@@ -32,6 +32,7 @@ from swarmnode.swarm.weights import ModelLayout
 
 logger = logging.getLogger(__name__)
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
+NO_LEARNER = "no learner"  # health `paused`: no live learner (that the run trusts) to send groups to
 
 
 class SamplerRole(NodeRole):
@@ -44,6 +45,7 @@ class SamplerRole(NodeRole):
     follower: WeightFollower
     puller: WeightPuller
     peers: LivePeers
+    learners: list  # the live learners groups go to (peer ids), as of the last heartbeat
 
     @classmethod
     async def create(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> "SamplerRole":
@@ -77,7 +79,8 @@ class SamplerRole(NodeRole):
         saying "learner" is self-declared: with `learner.learner_keys` set, only those keys are sent to)."""
         await self.peers.refresh()
         trusted = set(self.cfg.learner.learner_keys)
-        self.sender.set_destinations([p for p in await self.peers.learners() if not trusted or str(p) in trusted])
+        self.learners = [p for p in await self.peers.learners() if not trusted or str(p) in trusted]
+        self.sender.set_destinations(self.learners)
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         """Learner discovery and a look for a newer version once per heartbeat (backing off while the DHT fails)."""
@@ -106,6 +109,12 @@ class SamplerRole(NodeRole):
                     next_report = time.monotonic() + PROGRESS_EVERY_S
                     self.emit(f"sampler: version {self.loop.version} (newest {self.follower.newest}), {groups} "
                               f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent")
+                if not self.learners:  # nobody would receive what we make: wait for a learner to join
+                    if self.health.paused != NO_LEARNER:
+                        self.emit("sampler: no learner of the run is live; generation paused until one joins")
+                    self.publish_health(paused=NO_LEARNER)
+                    await sleep_or_stop(stop, min(0.5, cfg.network.heartbeat_interval))
+                    continue
                 if cfg.sync.mode == "pull":
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
                 held = self.loop.offered_version  # the version swapped in before the next batch
@@ -143,4 +152,4 @@ class SamplerRole(NodeRole):
         self.publish_health(version=self.loop.version, lag=self.follower.lag(self.loop.version),
                             rollouts_per_s=round(groups_per_s, 3), tokens_per_s=tokens_per_s,
                             groups_sent=self.loop.groups_sent, groups_acked=self.sender.delivered,
-                            groups_dropped=self.sender.dropped, paused="")
+                            groups_dropped=self.sender.dropped + self.sender.unrouted, paused="")

@@ -72,6 +72,7 @@ class RolloutSender:
         self.recent: collections.deque[tuple[float, str, bytes]] = collections.deque(maxlen=recent_size)
         self.delivered = 0
         self.dropped = 0
+        self.unrouted = 0  # groups sent while there was no destination: kept in the recent ring only
         self.retries = 0
         self.statuses: collections.Counter[str] = collections.Counter()
         self.latencies: collections.deque[float] = collections.deque(maxlen=10_000)  # enqueue -> ack, seconds
@@ -172,6 +173,8 @@ class RolloutSender:
         self.recent.append((created_at, group_id, data))
         now = time.monotonic()
         links = [link for link in self._links.values() if not link.retiring]
+        if not links:  # nobody to push to: only a peer that pulls the recent ring can still get it
+            self.unrouted += 1
         if self.spread and len(links) > 1:
             answering = [link for link in links if self._alive(link, now)] or links
             links = [min(answering, key=lambda link: (len(link.outbox), link.queued))]
