@@ -84,7 +84,9 @@ class LearnerRole(NodeRole):
         await self.receiver.start(self.p2p)
         self.series = VersionSeries()
         self.idle_seconds = 0.0  # the loop's time waiting for enough groups (the swarm's samplers too slow)
-        self.publish_health(version=self.learner.version, step=self.learner.step_count, **self._health_extras())
+        self._idle_published = -float("inf")
+        self.publish_health(version=self.learner.version, step=self.learner.step_count, idle_seconds=0.0,
+                            **self._health_extras())
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
 
@@ -108,6 +110,7 @@ class LearnerRole(NodeRole):
                 if diag is None:  # too few groups: go again as soon as enough arrive (not after a fixed nap)
                     await asyncio.to_thread(self.inbox.wait, self.cfg.learner.prompts_per_step, 0.5)
                     self.idle_seconds += time.monotonic() - began  # waiting for data, not training
+                    self._publish_idle()
                     continue
                 if not diag.get("trained"):  # the groups drawn had no reward signal; they are used up
                     continue
@@ -127,6 +130,14 @@ class LearnerRole(NodeRole):
             await asyncio.to_thread(self.learner.save)
             self.receiver.close()
             self.journal.close()
+
+    def _publish_idle(self) -> None:
+        """While no step can be taken, the health record's `idle_seconds` still grows (once per heartbeat): a
+        learner with no samplers shows it is starved, not frozen at its last step's figures."""
+        now = time.monotonic()
+        if now - self._idle_published >= self.cfg.network.heartbeat_interval:
+            self._idle_published = now
+            self.publish_health(idle_seconds=round(self.idle_seconds, 3))
 
     def _step_record(self, diag: dict, step_time: float) -> dict:
         """One line of the steps file: the step's diagnostics plus the node's counters."""
