@@ -30,9 +30,8 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import load_config
-from swarmnode.demo import DemoRun, read_steps, wait_for_line
+from swarmnode.demo import DemoRun, learner_names, prepare_swarm, read_steps, start_swarm, wait_for_line
 from swarmnode.evaluation import evaluate
-from swarmnode.identity import Identity
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.models import load_model, load_tokenizer, resolve_model_path
 from swarmnode.swarm.weights import WeightStore
@@ -47,23 +46,15 @@ def load() -> str:
 
 
 def run_arm(root: Path, learners: int, minutes: float, sets: list[str]) -> dict:
-    """One local swarm with `learners` learners and 2 samplers; the learners' step records and stores."""
-    names = [f"learner{i}" for i in range(learners)]
-    keys = [Identity.load_or_create(root / f"{n}.key").peer_id for n in names]
-    arm_sets = [*sets, f"learner.learner_keys=[{','.join(keys)}]", f"learner.max_learners={learners}"]
-    common = ["--config", CONFIG, *[a for s in arm_sets for a in ("--set", s)]]
+    """One local swarm with `learners` learners and 2 samplers (`swarmnode.demo`'s, as `swarmnode demo
+    --learners N` starts it); the learners' step records and stores."""
+    names = learner_names(learners)
+    arm_sets = prepare_swarm(root, CONFIG, sets, say=lambda _msg: None, learners=learners)
     run = DemoRun(root)
     before = load()
     try:
-        boot = run.start("bootstrap", ["bootstrap", *common, "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
-                                       "--identity-path", str(root / "bootstrap.key")])
-        node = ["join", *common, "--initial-peers", wait_for_line(boot, "initial-peers:", 120)]
-        procs = [run.start(n, [*node, "--role", "learner", "--set", f"data_dir={root / n}",
-                               "--identity-path", str(root / f"{n}.key")]) for n in names]
-        for i in (1, 2):
-            run.start(f"sampler{i}", [*node, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
-                                      "--identity-path", str(root / f"sampler{i}.key")])
-        for proc in procs:
+        start_swarm(run, CONFIG, arm_sets, say=lambda _msg: None, learners=learners)
+        for proc in [p for p in run.procs if p.name in names]:
             wait_for_line(proc, "learner ready:", 300)
         start = time.time()
         while time.time() < start + minutes * 60:

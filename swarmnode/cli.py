@@ -20,7 +20,7 @@ import typer
 from swarmnode.cli_runtime import run_until_signal, setup_logging
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
 from swarmnode.delay import DelaySpecError, parse_delay
-from swarmnode.demo import run_demo
+from swarmnode.demo import MAX_DEMO_LEARNERS, run_demo
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 from swarmnode.hardware import format_report, hardware_report
 
@@ -251,16 +251,25 @@ def demo(
     kill_sampler_at: Optional[int] = typer.Option(
         None, "--kill-sampler-at", min=1, help="at this learner step, kill sampler2 (SIGKILL) and start it again"),
     keep: bool = typer.Option(False, "--keep", help="keep the temporary work dir (logs, data) instead of removing it"),
+    learners: int = typer.Option(1, "--learners", help=f"learners to run (1 to {MAX_DEMO_LEARNERS}); above 1 they "
+                                 "average through hivemind (learner.max_learners) and --steps counts each one's"),
 ) -> None:
-    """Run a local swarm (bootstrap, one learner, two samplers), by default with the tiny model, and watch it learn."""
+    """Run a local swarm (bootstrap, one learner or --learners N, two samplers), by default with the tiny model, and
+    watch it learn."""
+    if not 1 <= learners <= MAX_DEMO_LEARNERS:
+        fail(f"--learners {learners}: expected 1 to {MAX_DEMO_LEARNERS} (each learner is a process on this machine)")
     config_from_cli(config, set_)  # a bad --config or --set fails here, before any process starts
     summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
-                       kill_sampler_at=kill_sampler_at, keep=keep, config=config)
+                       kill_sampler_at=kill_sampler_at, keep=keep, config=config, learners=learners)
     if as_json:
         print_json(summary)
     else:
         curve = summary.pop("reward_curve")
+        each = summary.pop("learners")
         typer.echo("\n".join(f"{k}: {v}" for k, v in summary.items()))
+        for name, s in each.items():
+            typer.echo(f"{name}: {s['steps']} steps, version {s['version']}, {s['averaging_rounds']} averaging "
+                       f"rounds ({s['averaging_failures']} failed), reward at the end {s['reward_end']}")
         typer.echo(f"reward curve ({len(curve)} steps): " + " ".join(f"{x:.2f}" for x in curve[:: max(1, len(curve) // 20)]))
     if summary["stopped"] == "interrupted":  # the summary so far is printed; the exit code says Ctrl-C
         raise Interrupted("interrupted")

@@ -1,8 +1,11 @@
-"""`swarmnode demo`: a local swarm (bootstrap, one learner, two samplers) as separate processes on 127.0.0.1.
+"""`swarmnode demo`: a local swarm (bootstrap, one learner or `--learners N` averaging ones, two samplers) as
+separate processes on 127.0.0.1.
 
-Each node is a real `swarmnode` subprocess. The learner appends one JSON line per optimiser step to
-`<its data dir>/learner_steps.jsonl` (see `swarmnode.learner.steps_log`); the demo reads that file for its live view and final
-summary. Every process the demo starts is stopped by pid (SIGTERM, then SIGKILL) however the demo ends.
+Each node is a real `swarmnode` subprocess. Each learner appends one JSON line per optimiser step to
+`<its data dir>/learner_steps.jsonl` (see `swarmnode.learner.steps_log`); the demo reads those files for its live
+view and final summary. With N > 1 learners (`learner.max_learners=N`) the samplers spread their groups over them
+and they average through hivemind (`swarmnode.roles.averaging_rounds`). Every process the demo starts is stopped
+by pid (SIGTERM, then SIGKILL) however the demo ends.
 """
 
 from __future__ import annotations
@@ -50,6 +53,16 @@ class Proc:
 
 
 LEARNER_STOP_GRACE_S = 300.0  # the learner's final checkpoint write, on a loaded 2-core machine
+MAX_DEMO_LEARNERS = 8  # learners one local demo may run (each a process training on this machine)
+
+
+def learner_names(learners: int) -> list[str]:
+    """The demo's learner node names: `learner` alone (its data in `<workdir>/learner`, as before), else
+    `learner1` .. `learnerN`."""
+    if not 1 <= learners <= MAX_DEMO_LEARNERS:
+        raise DemoError(f"--learners {learners}: expected 1 to {MAX_DEMO_LEARNERS} (each learner is a process "
+                        "on this machine)")
+    return ["learner"] if learners == 1 else [f"learner{i}" for i in range(1, learners + 1)]
 
 
 @dataclass
@@ -103,7 +116,7 @@ class DemoRun:
                 proc.popen.send_signal(signal.SIGTERM)
         start = time.monotonic()
         for proc in self.procs:
-            allowed = learner_grace if proc.name == "learner" else grace
+            allowed = learner_grace if proc.name.startswith("learner") else grace
             try:
                 proc.popen.wait(timeout=max(0.1, start + allowed - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -184,22 +197,49 @@ def summarize(rows: list[dict], wall: float) -> dict:
     }
 
 
-def _live_table(rows: list[dict], elapsed: float):
+def learner_summary(rows: list[dict]) -> dict:
+    """One learner's line of the summary: its steps, newest version, averaging rounds (0 alone) and end reward."""
+    last = rows[-1] if rows else {}
+    tail = [float(r.get("reward_mean", 0.0)) for r in rows[-max(1, len(rows) // 10):]]
+    return {"steps": len(rows), "version": int(last.get("version", 0)),
+            "averaging_rounds": int(last.get("averaging_rounds") or 0),
+            "averaging_failures": int(last.get("averaging_failures") or 0),
+            "reward_end": round(sum(tail) / len(tail), 4) if rows else None}
+
+
+def summarize_learners(rows_by_learner: dict[str, list[dict]], wall: float) -> dict:
+    """`summarize` of the whole run (every learner's steps in time order; counters summed over the learners) plus
+    `learners`: each learner's `learner_summary`. With one learner, `summarize` of its steps."""
+    each = list(rows_by_learner.values())
+    merged = sorted((r for rows in each for r in rows), key=lambda r: float(r.get("time", 0.0)))
+    out = summarize(merged, wall)
+    if len(each) > 1:
+        out["rollouts_received"] = sum(max((int(r.get("groups_received", 0)) for r in rows), default=0)
+                                       for rows in each)
+        out["dropped_stale"] = sum(max((int(r.get("dropped_stale", 0)) for r in rows), default=0) for rows in each)
+        hists = [staleness_histogram(rows) for rows in each]
+        out["staleness_hist"] = {b: sum(h.get(b, 0) for h in hists) for b in max(hists, key=len)}
+    out["learners"] = {name: learner_summary(rows) for name, rows in rows_by_learner.items()}
+    return out
+
+
+def _live_table(rows_by_learner: dict[str, list[dict]], elapsed: float):
     table = Table(title=f"swarmnode demo — {elapsed:.0f} s", show_header=True)
-    for col in ("steps", "version", "groups rcvd", "staleness (mean/max)", "reward (last 10)"):
+    several = len(rows_by_learner) > 1  # then a learner column and its averaging rounds
+    columns = ["steps", "version", "groups rcvd", "staleness (mean/max)", "reward (last 10)"]
+    for col in ["learner", *columns, "avg rounds"] if several else columns:
         table.add_column(col)
-    if rows:
-        last = rows[-1]
-        recent = [float(r.get("reward_mean", 0.0)) for r in rows[-10:]]
-        table.add_row(
-            str(len(rows)),
-            str(last.get("version", 0)),
-            str(last.get("groups_received", 0)),
-            f"{float(last.get('staleness_mean', 0)):.1f} / {last.get('staleness_max', 0)}",
-            f"{sum(recent) / len(recent):.3f}",
-        )
-    else:
-        table.add_row("0", "-", "-", "-", "waiting for rollouts...")
+    for name, rows in rows_by_learner.items():
+        if rows:
+            last = rows[-1]
+            recent = [float(r.get("reward_mean", 0.0)) for r in rows[-10:]]
+            cells = [str(len(rows)), str(last.get("version", 0)), str(last.get("groups_received", 0)),
+                     f"{float(last.get('staleness_mean', 0)):.1f} / {last.get('staleness_max', 0)}",
+                     f"{sum(recent) / len(recent):.3f}"]
+        else:
+            cells = ["0", "-", "-", "-", "waiting for rollouts..."]
+        table.add_row(*([name, *cells, str(rows[-1].get("averaging_rounds") or 0) if rows else "-"] if several
+                        else cells))
     return table
 
 
@@ -221,22 +261,26 @@ def sampler_contributions(rows: list[dict], samplers: dict[str, str]) -> dict[st
 
 
 def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None,
-             kill_sampler_at: int | None = None, keep: bool = False, config: str = "tiny-cpu") -> dict:
-    """Start the local swarm, watch the learner until `steps` or `minutes`, stop everything, summarise.
+             kill_sampler_at: int | None = None, keep: bool = False, config: str = "tiny-cpu",
+             learners: int = 1) -> dict:
+    """Start the local swarm, watch the learners until each took `steps` steps or `minutes` passed, stop
+    everything, summarise (`summarize_learners`).
 
     `config`: the preset or YAML every node runs with (`tiny-cpu`, `smollm2-135m`, ...).
+    `learners`: how many learners (1 to `MAX_DEMO_LEARNERS`; above 1 they average, `learner.max_learners`).
     `kill_sampler_at`: when the learner reaches that step, SIGKILL sampler2 (and its p2pd) and start it again
     with the same identity and data directory; the summary says when, and which steps trained on its groups.
     Without `workdir` the nodes work in a temporary directory, removed at the end unless `keep`. Ctrl-C stops
     the nodes and returns the summary so far (`stopped: interrupted`); Ctrl-C before they start raises
     `Interrupted`.
     """
+    learner_names(learners)  # a bad count fails before anything starts
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # SIGTERM too runs the `finally` that stops the nodes
     temporary = workdir is None and not keep
     root = Path(workdir or tempfile.mkdtemp(prefix="swarmnode-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        summary = _run_swarm(root, steps, minutes, quiet, sets, kill_sampler_at, config)
+        summary = _run_swarm(root, steps, minutes, quiet, sets, kill_sampler_at, config, learners)
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
@@ -244,9 +288,11 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     return summary
 
 
-def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str], None] = print) -> list[str]:
-    """Build (or find cached) the run's model and the learner's key in `root`; returns `sets` plus the one that
-    makes samplers trust only that learner. Slow the first time (the tiny model's warm start)."""
+def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str], None] = print,
+                  learners: int = 1) -> list[str]:
+    """Build (or find cached) the run's model and the learners' keys in `root`; returns `sets` plus those that
+    make samplers trust only these learners (and, for several, `learner.max_learners`). Slow the first time (the
+    tiny model's warm start)."""
     # identity and models import hivemind and torch (seconds): only a demo that runs needs them, not `--help`
     from swarmnode.identity import Identity
     from swarmnode.models import resolve_model_path
@@ -254,13 +300,16 @@ def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str],
     cfg = load_config(config, sets)
     say(f"preparing the model {cfg.model.name} (built or converted once, then cached)...")
     resolve_model_path(cfg.model, cfg.task, progress=say)
-    learner_key = Identity.load_or_create(root / "learner.key").peer_id  # samplers trust only this learner
-    return [*sets, f"learner.learner_keys=[{learner_key}]"]
+    keys = [Identity.load_or_create(root / f"{name}.key").peer_id for name in learner_names(learners)]
+    several = [f"learner.max_learners={learners}"] if learners > 1 else []
+    return [*sets, f"learner.learner_keys=[{','.join(keys)}]", *several]  # samplers trust only these learners
 
 
-def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print) -> dict[int, list[str]]:
-    """Start a local swarm in `run.workdir` (after `prepare_swarm`, whose `sets` it takes): a bootstrap, then one
-    learner and two samplers joining it. Returns each sampler's `join` arguments (to start it again)."""
+def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print,
+                learners: int = 1) -> dict[int, list[str]]:
+    """Start a local swarm in `run.workdir` (after `prepare_swarm`, whose `sets` it takes): a bootstrap, then
+    `learners` learners (`learner_names`, each with its data in `<workdir>/<name>`) and two samplers joining it.
+    Returns each sampler's `join` arguments (to start it again)."""
     root = run.workdir
     common = ["--config", config, *[a for s in sets for a in ("--set", s)]]
     boot = run.start("bootstrap", ["bootstrap", *common, "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
@@ -268,8 +317,9 @@ def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str],
     peers = wait_for_line(boot, "initial-peers:", timeout=90)
     say(f"bootstrap up: {peers}")
     node_args = ["join", *common, "--initial-peers", peers]
-    run.start("learner", [*node_args, "--role", "learner", "--set", f"data_dir={root / 'learner'}",
-                          "--identity-path", str(root / "learner.key")])
+    for name in learner_names(learners):
+        run.start(name, [*node_args, "--role", "learner", "--set", f"data_dir={root / name}",
+                         "--identity-path", str(root / f"{name}.key")])
     sampler_args = {i: [*node_args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
                         "--identity-path", str(root / f"sampler{i}.key")] for i in (1, 2)}
     for i, args in sampler_args.items():
@@ -278,32 +328,35 @@ def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str],
 
 
 def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets: list[str],
-               kill_sampler_at: int | None, config: str) -> dict:
+               kill_sampler_at: int | None, config: str, learners: int) -> dict:
     from swarmnode.identity import Identity
 
     run = DemoRun(root)
     console = Console(stderr=True, quiet=quiet)
     samplers = {f"sampler{i}": Identity.load_or_create(root / f"sampler{i}.key").peer_id for i in (1, 2)}
     say = lambda msg: console.print(msg, soft_wrap=True)  # noqa: E731 (the bootstrap's address stays on one line)
-    sets = prepare_swarm(root, config, sets, say)
+    sets = prepare_swarm(root, config, sets, say, learners)
+    names = learner_names(learners)
+    read_all = lambda: {name: read_steps(root / name / STEPS_FILE) for name in names}  # noqa: E731
     start = time.monotonic()
     restarted_at = None
     try:
-        sampler_args = start_swarm(run, config, sets, say)
-        steps_file = root / "learner" / STEPS_FILE
+        sampler_args = start_swarm(run, config, sets, say, learners)
         deadline = start + minutes * 60
         stopped = "minutes"
-        with Live(_live_table([], 0), console=console, refresh_per_second=1, transient=quiet) as live:
+        with Live(_live_table(dict.fromkeys(names, []), 0), console=console, refresh_per_second=1,
+                  transient=quiet) as live:
             try:
                 while time.monotonic() < deadline:
                     run.check_alive()
-                    rows = read_steps(steps_file)
+                    rows = read_all()
                     live.update(_live_table(rows, time.monotonic() - start))
-                    if steps is not None and len(rows) >= steps:
+                    if steps is not None and min(len(r) for r in rows.values()) >= steps:
                         stopped = "steps"
                         break
-                    if kill_sampler_at is not None and restarted_at is None and len(rows) >= kill_sampler_at:
-                        restarted_at = len(rows)
+                    done = max(len(r) for r in rows.values())
+                    if kill_sampler_at is not None and restarted_at is None and done >= kill_sampler_at:
+                        restarted_at = done
                         run.kill("sampler2")
                         console.print(f"step {restarted_at}: killed sampler2 (SIGKILL); starting it again")
                         run.start("sampler2-restarted", sampler_args[2])
@@ -313,12 +366,13 @@ def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets:
             except _Terminated:
                 stopped = "terminated"
     finally:
-        console.print(f"\nstopping the nodes (the learner writes its checkpoint: up to {LEARNER_STOP_GRACE_S:.0f} s)...")
+        writes = "the learner writes its checkpoint" if learners == 1 else "each learner writes its checkpoint"
+        console.print(f"\nstopping the nodes ({writes}: up to {LEARNER_STOP_GRACE_S:.0f} s)...")
         run.stop()
-    rows = read_steps(root / "learner" / STEPS_FILE)
-    summary = summarize(rows, time.monotonic() - start)
+    rows = read_all()
+    summary = summarize_learners(rows, time.monotonic() - start)
     summary["stopped"] = stopped
     summary["sampler_killed_at_step"] = restarted_at
-    summary["samplers"] = sampler_contributions(rows, samplers)
+    summary["samplers"] = sampler_contributions([r for each in rows.values() for r in each], samplers)
     summary["node_pids"] = [proc.popen.pid for proc in run.killed + run.procs]
     return summary

@@ -105,3 +105,29 @@ def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_pat
         for proc in run.procs:
             if proc.popen.poll() is None:
                 proc.popen.kill()
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "9"])
+def test_demo_refuses_a_bad_learner_count_in_one_line(count):
+    result = subprocess.run([sys.executable, "-m", "swarmnode", "demo", f"--learners={count}"], capture_output=True,
+                            text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [f"error: --learners {count}: expected 1 to 8 (each learner is a "
+                                                  "process on this machine)"]
+
+
+@pytest.mark.slow  # two learners, two samplers and a bootstrap on 2 shared cores: about a minute
+@pytest.mark.timeout(600)
+def test_demo_with_two_learners_shows_both_stepping_and_averaging(tmp_path):
+    steps = 24
+    doc = run_demo(tmp_path, "--learners", "2", "--steps", str(steps), "--minutes", "6",
+                   "--set", "learner.average_every=4")
+    assert doc["stopped"] == "steps", doc["stopped"]
+    learners = doc["learners"]
+    assert set(learners) == {"learner1", "learner2"}, learners
+    for each in learners.values():  # both trained their share, and averaged with the other
+        assert each["steps"] >= steps and each["averaging_rounds"] >= 1 and each["version"] >= 1, learners
+    assert doc["learner_steps"] == sum(each["steps"] for each in learners.values())
+    assert doc["rollouts_received"] >= 8 * doc["learner_steps"]  # each step trains on 8 groups, whoever sent them
+    assert all(s["steps"] > 0 for s in doc["samplers"].values()), doc["samplers"]
+    assert_no_node_left(doc)
