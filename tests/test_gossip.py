@@ -254,15 +254,17 @@ def test_late_learner_pulls_recent_groups(tmp_path):
                 g_created = g.created_at
                 groups.append((g_created, g))
                 sender.send(g)
+            unrouted = sender.unrouted  # sent with no destination: counted (a sampler's groups_dropped)
             receiver = RolloutReceiver(RUN, got, LIMITS)
             first = await receiver.pull(lp, sp.peer_id, limit=100)
             again = await receiver.pull(lp, sp.peer_id, limit=100)
             cutoff = groups[-5][0]
             newer = await receiver.pull(lp, sp.peer_id, since=cutoff, limit=100)
             await sender.close()
-            return first, again, newer, [g for _, g in groups]
+            return first, again, newer, [g for _, g in groups], unrouted
 
-    first, again, newer, groups = asyncio.run(scenario())
+    first, again, newer, groups, unrouted = asyncio.run(scenario())
+    assert unrouted == 20
     assert first == {"ok": 16}  # the ring is bounded: the 16 newest
     assert got.ids == [g.group_id for g in groups[-16:]]
     assert again == {"duplicate": 16}
@@ -283,7 +285,7 @@ def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path
             for g in groups:
                 sender.send(g)
             await asyncio.sleep(0.5)
-            assert sender.dropped == 7 and sender.pending == 5 and sender.retries >= 1
+            assert sender.dropped == 7 and sender.pending == 5 and sender.retries >= 1 and sender.unrouted == 0
             receiver = RolloutReceiver(RUN, got, LIMITS)
             await receiver.start(lp)
             assert await sender.flush(20)
