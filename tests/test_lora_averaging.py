@@ -75,3 +75,24 @@ def test_two_lora_learners_average_adapters_only_and_publish_the_same_adapter_ve
                                adapter=spec) for store, (_, adapters, spec) in zip(stores, (published[0][-1],
                                                                                             published[1][-1]))]
     assert [c.sha256 for c in manifests[0].chunks] == [c.sha256 for c in manifests[1].chunks]
+
+
+@pytest.mark.slow  # the local demo with two LoRA learners and two samplers as processes: ~30-60 s
+@pytest.mark.timeout(600)
+def test_demo_with_two_lora_learners_publishes_identical_adapter_versions(tmp_path):
+    from swarmnode.protocol.manifest import WeightManifest
+    from test_demo import assert_no_node_left, run_demo
+
+    doc = run_demo(tmp_path, "--learners", "2", "--steps", "12", "--minutes", "5", "--set", "learner.lora.enabled=true",
+                   "--set", "learner.average_every=4", "--set", "learner.keep_versions=1000")
+    assert all(each["averaging_rounds"] >= 1 for each in doc["learners"].values()), doc["learners"]
+    held = [{int(p.stem): WeightManifest.decode(p.read_bytes())
+             for p in (tmp_path / "demo" / name / "weights" / "manifests").glob("*.bin")}
+            for name in ("learner1", "learner2")]
+    shared = sorted(set(held[0]) & set(held[1]))
+    assert len(shared) >= 2 and shared[0] == 0, shared  # version 0 and at least one averaged version
+    for version in shared:
+        a, b = held[0][version], held[1][version]
+        assert a.kind == b.kind == "adapter" and a.adapter == b.adapter, version
+        assert [c.sha256 for c in a.chunks] == [c.sha256 for c in b.chunks], version
+    assert_no_node_left(doc)
