@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -379,10 +380,40 @@ def test_seen_journal_survives_restart_and_compacts(tmp_path):
 def test_a_closed_receiver_answers_busy_instead_of_raising():
     """A push that arrives while a stopping learner closes its receiver (decode pool shut down) is answered
     "busy" (the sampler keeps the group and retries elsewhere or later); nothing raises, nothing is handed over."""
-    got = Collector()
-    receiver = RolloutReceiver(RUN, got, LIMITS)
+    for inline in (0, 1 << 20):  # decoded in the pool, and on the loop
+        got = Collector()
+        receiver = RolloutReceiver(RUN, got, LIMITS, inline_decode_bytes=inline)
+        sid = Identity.generate()
+        group = make_group(sid, random.Random(5), "closed", 0)
+        receiver.close()
+        assert asyncio.run(receiver.accept_bytes(group.encode(), sid.peer_id)) == ("", "busy")
+        assert got.ids == [] and receiver.statuses["busy"] == 1
+
+
+def test_small_groups_decode_on_the_loop_large_ones_in_the_pool():
+    """Both paths accept a good group, strike a forged one, and dedup; only a body over `inline_decode_bytes`
+    runs in the decode pool (a pool thread's name is seen by the decoder)."""
+    threads: list[str] = []
+
+    def decode(body: bytes):
+        threads.append(threading.current_thread().name)
+        return RolloutGroup.decode(body, LIMITS)
+
     sid = Identity.generate()
-    group = make_group(sid, random.Random(5), "closed", 0)
-    receiver.close()
-    assert asyncio.run(receiver.accept_bytes(group.encode(), sid.peer_id)) == ("", "busy")
-    assert got.ids == [] and receiver.statuses["busy"] == 1
+    for inline, pool in ((1 << 20, False), (0, True)):
+        threads.clear()
+        got = Collector()
+        receiver = RolloutReceiver(RUN, got, LIMITS, inline_decode_bytes=inline, decode=decode)
+        group = make_group(sid, random.Random(inline), f"path{inline}", 0)
+        forged = bytearray(make_group(sid, random.Random(7), f"forged{inline}", 0).encode())
+        forged[-5] ^= 0x55  # inside the signed payload or the signature: verification fails
+
+        async def push_all():
+            return [await receiver.accept_bytes(body, sid.peer_id)
+                    for body in (group.encode(), group.encode(), bytes(forged))]
+
+        statuses = [status for _, status in asyncio.run(push_all())]
+        receiver.close()
+        assert statuses == ["ok", "duplicate", "invalid"]
+        assert got.ids == [group.group_id]
+        assert all(name.startswith("rollout-decode") == pool for name in threads) and len(threads) == 3
