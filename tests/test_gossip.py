@@ -417,3 +417,50 @@ def test_small_groups_decode_on_the_loop_large_ones_in_the_pool():
         assert statuses == ["ok", "duplicate", "invalid"]
         assert got.ids == [group.group_id]
         assert all(name.startswith("rollout-decode") == pool for name in threads) and len(threads) == 3
+
+
+class BusyEvery:
+    """A learner buffer that answers "busy" to every `n`-th group it is handed (the sender must retry it)."""
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+        self.ids: list[str] = []
+
+    def __call__(self, group: RolloutGroup) -> str:
+        self.calls += 1
+        if self.calls % self.n == 0:
+            return "busy"
+        self.ids.append(group.group_id)
+        return "ok"
+
+
+@pytest.mark.parametrize("window", [1, 8])
+def test_windowed_pushes_deliver_each_group_once_and_retry_a_busy_one_mid_window(tmp_path, window):
+    """Groups written back to back (up to `window` before their acks) are admitted together on the learner; a
+    "busy" answer to one in the middle of a window leaves only that one to be sent again: every group arrives
+    exactly once, the ones around it are not resent, and the journal shows every acknowledged group."""
+    sid = Identity.generate()
+    consumer = BusyEvery(5)
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            receiver = RolloutReceiver(RUN, consumer, LIMITS, journal=tmp_path / "seen")
+            await receiver.start(lp)
+            sender = RolloutSender(sp, RUN, base_backoff=0.01, max_backoff=0.05, window=window)
+            await sender.start()
+            sender.set_destinations([lp.peer_id])
+            rng = random.Random(window)
+            groups = [make_group(sid, rng, f"win{window}", i) for i in range(40)]
+            for g in groups:
+                sender.send(g)
+            assert await sender.flush(30)
+            await sender.close()
+            receiver.close()
+            return groups, sender, receiver
+
+    groups, sender, receiver = asyncio.run(scenario())
+    assert sorted(consumer.ids) == sorted(g.group_id for g in groups) and len(consumer.ids) == 40
+    assert receiver.statuses["busy"] == consumer.calls - 40 >= 8  # every 5th hand-over refused, then resent
+    assert sender.retries >= 1
+    assert sender.statuses["ok"] == 40 and sender.statuses["duplicate"] == 0 and sender.delivered == 40
+    assert receiver.accepted == 40 and (tmp_path / "seen").read_text().split() == consumer.ids

@@ -39,6 +39,8 @@ class NetworkConfig(_Section):
     heartbeat_interval: float = Field(5.0, gt=0, le=600)
     missed_beats_to_expire: int = Field(3, ge=1, le=100)
     max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1 << 30)
+    push_window: int = Field(8, ge=1, le=64, description="rollout groups a sampler writes to a learner back to "
+                             "back before reading their acks (1: one group per round trip)")
 
 
 class TinyModelConfig(_Section):

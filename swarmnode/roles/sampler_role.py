@@ -52,7 +52,7 @@ class SamplerRole(NodeRole):
         """Serve the store, start the sender, load the engine, and fetch the newest version (up to
         `network.startup_timeout`)."""
         self: SamplerRole = await cls._construct(cfg, identity, member, emit)
-        self.sender = RolloutSender(self.p2p, cfg.run_id, spread=True)  # several learners: each group to one
+        self.sender = RolloutSender(self.p2p, cfg.run_id, spread=True, window=cfg.network.push_window)  # several learners: each group to one
         await self.sender.start()
         emit("loading the model...")
         engine = await asyncio.to_thread(build_engine, cfg)

@@ -66,7 +66,7 @@ class SapoRole:
                                         decode=lambda body: TextRolloutGroup.decode(body, limits),
                                         journal=self.data_dir / "seen_text_groups")
         await self.receiver.start(self.p2p)
-        self.sender = RolloutSender(self.p2p, cfg.run_id, stream=STREAM)
+        self.sender = RolloutSender(self.p2p, cfg.run_id, stream=STREAM, window=cfg.network.push_window)
         await self.sender.start()
         await self._refresh_peers()
         self.emit(f"sapo node ready: I={cfg.sapo.local_groups} local + J={cfg.sapo.external_groups} external "

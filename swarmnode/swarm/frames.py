@@ -30,6 +30,17 @@ async def write_frame(writer: asyncio.StreamWriter, data: bytes | bytearray | me
     await writer.drain()
 
 
+async def write_frames(writer: asyncio.StreamWriter, frames: list[bytes]) -> None:
+    """Write several frames (small ones joined into one write) and wait for the transport to take them."""
+    if all(len(f) < _SMALL for f in frames):
+        writer.write(b"".join(len(f).to_bytes(HEADER, "big") + bytes(f) for f in frames))
+    else:
+        for f in frames:
+            writer.write(len(f).to_bytes(HEADER, "big"))
+            writer.write(f)
+    await writer.drain()
+
+
 async def read_header(reader: asyncio.StreamReader) -> int | None:
     """The next frame's announced length, or None on a clean end of stream."""
     try:

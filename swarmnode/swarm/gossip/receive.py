@@ -16,11 +16,13 @@ from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
-from swarmnode.swarm.frames import read_header, write_frame
+from swarmnode.swarm.frames import read_header, write_frame, write_frames
+from swarmnode.swarm.hivemind_compat import has_buffered_bytes
 from swarmnode.swarm.gossip.streams import linger as _linger, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
 
+MAX_GROUPS_PER_READ = 64  # groups already buffered on one stream admitted together (one journal sync, one write)
 INLINE_DECODE_BYTES = 4096  # messages up to this size are decoded on the event loop (see RolloutReceiver)
 
 
@@ -195,28 +197,19 @@ class RolloutReceiver:
         self._streams[peer] += 1
         try:
             while True:
-                if self.is_banned(peer):
-                    await self._refuse_banned(reader, writer)
+                bodies, verdict = [], None
+                # the groups a sender wrote back to back (already here) are admitted together: one journal
+                # sync and one write of their acks for all of them
+                while verdict is None and len(bodies) < MAX_GROUPS_PER_READ and (not bodies or has_buffered_bytes(reader)):
+                    body, verdict = await self._read_body(reader, writer, peer, wait=not bodies)
+                    if body is not None:
+                        bodies.append(body)
+                if bodies:
+                    results = await asyncio.gather(*(self._admit(body, peer) for body in bodies))
+                    await self._ack_all(writer, results)
+                if verdict is not None:
+                    await self._refuse(reader, writer, verdict)
                     break
-                n = await asyncio.wait_for(read_header(reader), self.idle_timeout)
-                if n is None:
-                    break
-                if self.is_banned(peer):  # banned while this stream waited: the body is never read
-                    await self._refuse_banned(reader, writer)
-                    break
-                if n > self.max_message_bytes:
-                    self._strike(peer, f"oversized message ({n} bytes > {self.max_message_bytes})")
-                    await self._ack(writer, "", "oversized")
-                    await _linger(reader)
-                    break
-                try:
-                    body = await asyncio.wait_for(reader.readexactly(n), self.read_timeout)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
-                    got = len(exc.partial) if isinstance(exc, asyncio.IncompleteReadError) else "?"
-                    self._strike(peer, f"truncated stream ({got} of {n} bytes)")
-                    break
-                group_id, status = await self._admit(body, peer)
-                await self._ack(writer, group_id, status)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # idle or vanished peer: its sender reconnects and retries
         finally:
@@ -224,6 +217,35 @@ class RolloutReceiver:
             if self._streams[peer] <= 0:
                 del self._streams[peer]
             writer.close()
+
+    async def _read_body(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str,
+                         wait: bool) -> tuple[bytes | None, str | None]:
+        """The next message's body, or why the stream ends: ("end" clean close, "banned", "oversized",
+        "truncated"). Waits up to `idle_timeout` for the next header only when `wait`."""
+        if self.is_banned(peer):
+            return None, "banned"
+        n = await asyncio.wait_for(read_header(reader), self.idle_timeout if wait else self.read_timeout)
+        if n is None:
+            return None, "end"
+        if self.is_banned(peer):  # banned while this stream waited: the body is never read
+            return None, "banned"
+        if n > self.max_message_bytes:
+            self._strike(peer, f"oversized message ({n} bytes > {self.max_message_bytes})")
+            return None, "oversized"
+        try:
+            return await asyncio.wait_for(reader.readexactly(n), self.read_timeout), None
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+            got = len(exc.partial) if isinstance(exc, asyncio.IncompleteReadError) else "?"
+            self._strike(peer, f"truncated stream ({got} of {n} bytes)")
+            return None, "truncated"
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, verdict: str) -> None:
+        """End a push stream: a banned or oversized sender gets its ack, then we let it hang up first."""
+        if verdict == "banned":
+            await self._refuse_banned(reader, writer)
+        elif verdict == "oversized":
+            await self._ack(writer, "", "oversized")
+            await _linger(reader)
 
     async def _refuse_banned(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self._ack(writer, "", "banned")
@@ -289,10 +311,14 @@ class RolloutReceiver:
         return group.group_id, status
 
     async def _ack(self, writer: asyncio.StreamWriter, group_id: str, status: str) -> None:
-        ack: dict[str, object] = {"id": group_id, "status": status}
-        if self.version is not None:
-            ack["v"] = int(self.version())
-        await write_frame(writer, pack(ack))
+        await self._ack_all(writer, [(group_id, status)])
+
+    async def _ack_all(self, writer: asyncio.StreamWriter, results: list[tuple[str, str]]) -> None:
+        """One ack frame per (group id, status), in order, in one write."""
+        version = int(self.version()) if self.version is not None else None
+        acks = [{"id": group_id, "status": status, **({"v": version} if version is not None else {})}
+                for group_id, status in results]
+        await write_frames(writer, [pack(ack) for ack in acks])
 
     def _count(self, status: str, peer: str, reason: str | None = None) -> None:
         self.statuses[status] += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import random
 import time
@@ -14,7 +15,7 @@ from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup
-from swarmnode.swarm.frames import read_control, write_frame
+from swarmnode.swarm.frames import read_control, write_frame, write_frames
 from swarmnode.swarm.gossip.streams import CLOSING_STATUSES, RETRY_STATUSES, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,11 @@ class RolloutSender:
     """Pushes groups to destinations (the run's learners; in broadcast mode every peer that wants rollouts).
 
     Each destination has a bounded outbox (oldest dropped and counted when full) drained by one task over a
-    persistent stream: one group in flight, an ack per group, exponential backoff with jitter on failures
-    and on "rate_limited"/"busy". A bounded ring of recent groups is served to learners that pull.
+    persistent stream: up to `window` groups written back to back, then their acks read in order (one group in
+    flight per round trip when `window` is 1); an ack per group, exponential backoff with jitter on failures
+    and on "rate_limited"/"busy". A group leaves the outbox only when its own ack says "ok" or "duplicate", so
+    a failure part-way through a window resends the rest (the receiver's dedup keeps it exactly-once). A
+    bounded ring of recent groups is served to learners that pull.
 
     Self-declared membership is not trusted: a destination counts as alive only while it answers (an ack within
     `alive_window` seconds, or a new link still within its first window). `pending`, the sampler's
@@ -60,8 +64,11 @@ class RolloutSender:
 
     def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
                  ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0,
-                 alive_window: float = 30.0, stream: str = "rollouts", spread: bool = False):
+                 alive_window: float = 30.0, stream: str = "rollouts", spread: bool = False, window: int = 8):
+        if window < 1:
+            raise ValueError("window must be at least 1")
         self.p2p = p2p
+        self.window = window
         self.spread = spread
         self.alive_window = alive_window
         self.run_id = run_id
@@ -197,33 +204,38 @@ class RolloutSender:
                 link.wake.clear()
                 await link.wake.wait()
                 continue
-            group_id, data, queued_at = link.outbox[0]
+            batch = list(itertools.islice(link.outbox, self.window))
+            statuses: list[str] = []
             try:
-                status = await self._push(link, data)
+                await self._push(link, batch, statuses)
             except Exception as exc:  # unreachable, reset, timeout, protocol error: reconnect and retry
                 link.close_stream()
-                status = None
                 logger.debug("rollouts: push to %s failed: %s %s", str(link.peer)[-8:], type(exc).__name__, exc)
-            if status is None or status in RETRY_STATUSES or status in CLOSING_STATUSES:
-                if status in CLOSING_STATUSES:
-                    link.close_stream()
-                if status == "banned" or status == "oversized":  # retrying cannot help: give up on this group
-                    self._finish(link, group_id, queued_at, status)
+            retry = len(statuses) < len(batch)  # the stream failed before every ack came
+            for item, status in zip(batch, statuses):
+                if status in RETRY_STATUSES or status in CLOSING_STATUSES:
+                    if status in CLOSING_STATUSES:
+                        link.close_stream()
+                    if status == "banned" or status == "oversized":  # retrying cannot help: give up on this group
+                        self._finish(link, item, status)
+                    retry = True
                     continue
+                self._finish(link, item, status)
+            if retry:
                 failures += 1
                 self.retries += 1
                 delay = min(self.max_backoff, self.base_backoff * 2 ** min(failures - 1, 16))
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 continue
             failures = 0
-            self._finish(link, group_id, queued_at, status)
         link.close_stream()
         if self._links.get(str(link.peer)) is link:
             del self._links[str(link.peer)]
 
-    def _finish(self, link: _Link, group_id: str, queued_at: float, status: str) -> None:
-        if link.outbox and link.outbox[0][0] == group_id:
-            link.outbox.popleft()
+    def _finish(self, link: _Link, item: tuple[str, bytes, float], status: str) -> None:
+        group_id, _, queued_at = item
+        with contextlib.suppress(ValueError):  # already gone: the outbox dropped it as the oldest meanwhile
+            link.outbox.remove(item)
         self.statuses[status] += 1
         if status in ("ok", "duplicate"):
             self.delivered += 1
@@ -231,23 +243,29 @@ class RolloutSender:
         if self.on_delivered is not None:
             self.on_delivered(str(link.peer), group_id, status)
 
-    async def _push(self, link: _Link, data: bytes) -> str:
+    async def _push(self, link: _Link, batch: list[tuple[str, bytes, float]], statuses: list[str]) -> None:
+        """Write `batch`'s groups back to back, then read their acks in order into `statuses` (as they come: a
+        failure part-way leaves the acks read so far). An ack that ends the stream's usefulness (a closing
+        status) stops the reading: the receiver reads nothing after it."""
         if link.writer is None:
             _, link.reader, link.writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(link.peer, push_protocol(self.run_id, self.stream)),
                 self.ack_timeout)
-        await write_frame(link.writer, data)
-        ack = await asyncio.wait_for(read_control(link.reader), self.ack_timeout)
-        if ack is None:
-            raise ConnectionError("stream closed before the ack")
-        link.last_ack = time.monotonic()
-        status = ack.get("status")
-        if not isinstance(status, str):
-            raise InvalidRecord("ack without a status")
-        hint = ack.get("v")
-        if isinstance(hint, int) and not isinstance(hint, bool) and self.newest_hint < hint <= MAX_VERSION:
-            self.newest_hint, self.hint_peer = hint, str(link.peer)
-        return status
+        await write_frames(link.writer, [data for _, data, _ in batch])
+        for _ in batch:
+            ack = await asyncio.wait_for(read_control(link.reader), self.ack_timeout)
+            if ack is None:
+                raise ConnectionError("stream closed before the ack")
+            link.last_ack = time.monotonic()
+            status = ack.get("status")
+            if not isinstance(status, str):
+                raise InvalidRecord("ack without a status")
+            hint = ack.get("v")
+            if isinstance(hint, int) and not isinstance(hint, bool) and self.newest_hint < hint <= MAX_VERSION:
+                self.newest_hint, self.hint_peer = hint, str(link.peer)
+            statuses.append(status)
+            if status in CLOSING_STATUSES:
+                return
 
     async def _handle_pull(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
