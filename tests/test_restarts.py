@@ -41,9 +41,10 @@ def test_a_sigkilled_learner_resumes_above_its_versions_and_replays_what_it_ackn
         assert match and int(match.group(1)) > announced, (ready, announced)  # never below what samplers saw
         replay = again.wait_line("acknowledged groups from before the restart:", 5)
         counts = {reason: int(n) for n, reason in re.findall(r"(\d+) (\w+)", replay)}
-        # every group it acknowledged is offered to the buffer again (the journal may hold one more: written
-        # before the kill, not yet remembered as seen)
-        assert acknowledged <= sum(counts.values()) <= acknowledged + 1, (replay, acknowledged)
+        # every group it acknowledged is offered to the buffer again (the journal may hold a few more: the
+        # groups of one push window, journaled together before the kill, not yet remembered as seen or acked)
+        window = 8  # network.push_window
+        assert acknowledged <= sum(counts.values()) <= acknowledged + window, (replay, acknowledged)
         assert counts.get("ok", 0) > 0, replay
         after = wait_rows(steps_file, lambda rows: len(rows) >= len(before) + 5, 180, "5 steps after the restart")
         new = after[len(before):]
