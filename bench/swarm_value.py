@@ -3,9 +3,12 @@
 Arms, each given the same wall-clock budget from its launch, alternated `--repeats` times in one run:
 - local: `swarmnode train-local` (sampler and learner in one loop) pinned to core 0 (`taskset -c 0`);
 - swarm (and any `swarm-<name>` arm with its own `--arm-set` overrides): the demo swarm
-  (`swarmnode.demo.start_swarm`: bootstrap, learner, two samplers as processes) with the learner (and its p2pd, a
-  child process, so it inherits the pinning) on core 0 and the bootstrap and both samplers (and their p2pds) on
-  core 1. The samplers' throttle is off (`--swarm-set`): they have a core of their own.
+  (`swarmnode.local_swarm.start_swarm`: bootstrap, learner, `--samplers` samplers as processes, all launched at
+  the clock's start) with the learner (and its p2pd, a child process, so it inherits the pinning) on core 0 and
+  the bootstrap and the samplers (and their p2pds) on core 1. The samplers' throttle is off (`--swarm-set`): they
+  have a core of their own.
+- warm (and `warm-<name>`): the same swarm, but a learner joining a running one: the bootstrap and samplers are
+  started and ready (model loaded, waiting for a learner) before the clock starts at the learner's launch.
 This process stays on core 1. Both learners checkpoint every `learner.checkpoint_every` steps; the bench copies
 each checkpoint as it appears and after each run evaluates every copy on the task's held-out prompts
 (`swarmnode.evaluation.evaluate`, mean@`--eval-samples`), placed at the wall time of the step it holds. Per arm:
@@ -38,7 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from swarmnode.demo import DemoRun, prepare_swarm, read_steps, start_swarm  # noqa: E402
+from swarmnode.demo import read_steps  # noqa: E402
+from swarmnode.local_swarm import (  # noqa: E402
+    DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners, start_samplers, start_swarm, wait_for_line)
 from swarmnode.learner.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from swarmnode.learner.steps_log import STEPS_FILE  # noqa: E402
 
@@ -109,8 +114,12 @@ def prompts_per_step(sets: list[str]) -> int:
     return load_config("tiny-cpu", sets).learner.prompts_per_step
 
 
-def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None) -> dict:
-    """The demo swarm with the learner pinned to core 0 and everything else to core 1, for `seconds`."""
+def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None, samplers: int = 2,
+              warm: bool = False) -> dict:
+    """The demo swarm with the learner pinned to core 0 and everything else to core 1, for `seconds` from the
+    learner's launch. `warm`: the bootstrap and the samplers are started first and the clock starts when every
+    sampler is ready (model loaded, waiting for a learner), as a learner joining a running swarm finds them;
+    otherwise every process starts at once, at the clock's start."""
     root = work / "swarm"
     root.mkdir(parents=True, exist_ok=True)
     run = DemoRun(root)
@@ -119,10 +128,20 @@ def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None)
         run.python_args = lambda name: [str(ROOT / "bench" / "profile_node.py"), str(profile / f"{name}.prof")]
     copier = SnapshotCopier(root / "learner" / "checkpoints", work / "swarm-snapshots")
     sets = prepare_swarm(root, "tiny-cpu", sets, say=lambda _msg: None)  # the model is cached: both arms load it
-    t0 = time.time()
-    copier.start()
+    quiet = lambda _msg: None  # noqa: E731
     try:
-        start_swarm(run, "tiny-cpu", sets, say=lambda _msg: None)
+        if warm:
+            args = node_args("tiny-cpu", sets, start_bootstrap(run, "tiny-cpu", sets, quiet))
+            started = start_samplers(run, args, samplers)
+            for i in started:
+                wait_for_line(next(p for p in run.procs if p.name == f"sampler{i}"), "sampler ready:", 180)
+            t0 = time.time()
+            copier.start()
+            start_learners(run, args)
+        else:
+            t0 = time.time()
+            copier.start()
+            start_swarm(run, "tiny-cpu", sets, quiet, samplers=samplers)
         cpu_series = []
         while time.time() - t0 < seconds:
             run.check_alive()
@@ -131,7 +150,8 @@ def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None)
     finally:
         run.stop(grace=30.0)
         copier.done.set()
-        copier.join()
+        if copier.is_alive():
+            copier.join()
     rows = read_steps(root / "learner" / STEPS_FILE)
     return {"t0": t0, "curve": [{"time": r["time"], "step": int(r["step"]), "reward_mean": r["reward_mean"]}
                                 for r in rows if r["time"] - t0 <= seconds],
@@ -186,7 +206,7 @@ def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t
     import torch
 
     if len(snapshots) > max_evals:
-        picks = {round(i * (len(snapshots) - 1) / (max_evals - 1)) for i in range(max_evals)}
+        picks = {round(i * (len(snapshots) - 1) / max(1, max_evals - 1)) for i in range(max_evals)}
         snapshots = [snap for i, snap in enumerate(snapshots) if i in picks]
 
     from swarmnode.config import load_config
@@ -284,8 +304,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0, help="wall-clock budget of each arm, from launch")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--arms", default="local,swarm",
-                    help="comma-separated: local, and swarm arms named swarm or swarm-<anything>; a swarm arm's "
-                    "own overrides come with --arm-set NAME=k=v")
+                    help="comma-separated: local, and swarm arms named swarm or swarm-<anything> (every node started "
+                    "at the clock's start) or warm or warm-<anything> (bootstrap and samplers already running: the "
+                    "clock starts at the learner's launch); a swarm arm's own overrides come with --arm-set NAME=k=v")
+    ap.add_argument("--samplers", type=int, default=2, help="sampler processes of every swarm arm (all on core 1)")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config override for every arm")
     ap.add_argument("--swarm-set", dest="swarm_sets", action="append", default=["sampler.max_groups_per_second=0"],
                     help="config override for every swarm arm (default: the samplers' throttle off)")
@@ -313,7 +335,8 @@ def main() -> None:
                     result = run_local(args.seconds, args.sets, work, args.profile)
                 else:
                     own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
-                    result = run_swarm(args.seconds, [*args.sets, *args.swarm_sets, *own], work, args.profile)
+                    result = run_swarm(args.seconds, [*args.sets, *args.swarm_sets, *own], work, args.profile,
+                                       samplers=args.samplers, warm=arm.startswith("warm"))
                 points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.sets,
                                             args.eval_samples, args.max_evals)
                 raw[arm].append(summarise_arm(result, points, args.seconds, prompts_per_step(args.sets)))

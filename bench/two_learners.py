@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import load_config
-from swarmnode.demo import DemoRun, learner_names, prepare_swarm, read_steps, start_swarm, wait_for_line
+from swarmnode.demo import read_steps
+from swarmnode.local_swarm import DemoRun, learner_names, prepare_swarm, start_swarm, wait_for_line
 from swarmnode.evaluation import evaluate
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.models import load_model, load_tokenizer, resolve_model_path

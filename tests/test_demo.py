@@ -84,7 +84,7 @@ def test_demo_learns_with_simulated_weight_delay(tmp_path):
 def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_path):
     """On stop, a learner still writing its checkpoint after the samplers' grace is left to finish; a sampler that
     ignores SIGTERM is killed after its grace."""
-    from swarmnode.demo import DemoRun, Proc
+    from swarmnode.local_swarm import DemoRun, Proc
 
     run = DemoRun(tmp_path)
     slow_checkpoint = ("import signal, sys, time\n"

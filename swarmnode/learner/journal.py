@@ -70,8 +70,7 @@ class GroupJournal:
         """Write one record (durable once a later `sync` returns)."""
         record = len(data).to_bytes(4, "big") + zlib.crc32(data).to_bytes(4, "big") + data
         with self._lock:
-            self._file.write(record)
-            self._file.flush()
+            self._file.write(record)  # buffered: `sync` flushes and fsyncs every append before it at once
             self._records += 1
             self._appended += 1
 
@@ -90,6 +89,7 @@ class GroupJournal:
     def _fsync(self) -> None:
         with self._lock:
             if not self._file.closed:  # closed: `close` already synced everything appended
+                self._file.flush()
                 os.fsync(self._file.fileno())
 
     def compact(self, keep: Callable[[], Iterable[bytes]]) -> None:

@@ -32,6 +32,7 @@ from swarmnode.swarm.weights import ModelLayout
 
 logger = logging.getLogger(__name__)
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
+NO_LEARNER_POLL_S = 1.0  # how often a sampler with no live learner looks for one (else once per heartbeat)
 NO_LEARNER = "no learner"  # health `paused`: no live learner (that the run trusts) to send groups to
 
 
@@ -83,7 +84,8 @@ class SamplerRole(NodeRole):
         self.sender.set_destinations(self.learners)
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
-        """Learner discovery and a look for a newer version once per heartbeat (backing off while the DHT fails)."""
+        """Learner discovery and a look for a newer version once per heartbeat (every `NO_LEARNER_POLL_S` while no
+        learner is live; backing off while the DHT fails)."""
         interval = self.cfg.network.heartbeat_interval
         backoff = Backoff(base=interval, cap=8 * interval)
         while not stop.is_set():
@@ -91,7 +93,7 @@ class SamplerRole(NodeRole):
                 await self._discover()
                 await self.follower.poll()
                 backoff.success()
-                wait = interval
+                wait = interval if self.learners else min(interval, NO_LEARNER_POLL_S)  # find a joining one fast
             except Exception as exc:  # a DHT hiccup must not end the sampler
                 wait = backoff.failure()
                 logger.warning("following versions failed: %s (next try in %.1f s)", exc, wait)

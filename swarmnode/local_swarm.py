@@ -1,0 +1,200 @@
+"""A local swarm of real `swarmnode` processes on 127.0.0.1 (what `swarmnode demo` and the benches run): the
+model and learner keys prepared once, then a bootstrap, learners and samplers started as subprocesses that the
+caller stops by pid (`DemoRun.stop`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from swarmnode.config import load_config
+from swarmnode.errors import SwarmnodeError
+
+
+class DemoError(SwarmnodeError, RuntimeError):
+    """The demo could not start or a node died; the message says which and shows its last output."""
+
+
+@dataclass
+class Proc:
+    """A node subprocess with its log file."""
+
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+LEARNER_STOP_GRACE_S = 300.0  # the learner's final checkpoint write, on a loaded 2-core machine
+MAX_DEMO_LEARNERS = 8  # learners one local demo may run (each a process training on this machine)
+
+
+def learner_names(learners: int) -> list[str]:
+    """The demo's learner node names: `learner` alone (its data in `<workdir>/learner`, as before), else
+    `learner1` .. `learnerN`."""
+    if not 1 <= learners <= MAX_DEMO_LEARNERS:
+        raise DemoError(f"--learners {learners}: expected 1 to {MAX_DEMO_LEARNERS} (each learner is a process "
+                        "on this machine)")
+    return ["learner"] if learners == 1 else [f"learner{i}" for i in range(1, learners + 1)]
+
+
+@dataclass
+class DemoRun:
+    """The processes of one demo and where they write."""
+
+    workdir: Path
+    procs: list[Proc] = field(default_factory=list)
+    killed: list[Proc] = field(default_factory=list)  # killed on purpose (a restart test), no longer watched
+    # per node name: a command prefix (e.g. `taskset -c 0`) and Python options before `-m swarmnode` (e.g. a
+    # profiler); benchmarks pin and profile nodes with them, the demo leaves them empty
+    prefix: Callable[[str], list[str]] = lambda _name: []
+    python_args: Callable[[str], list[str]] = lambda _name: []
+
+    def start(self, name: str, args: list[str]) -> Proc:
+        log = self.workdir / f"{name}.log"
+        popen = subprocess.Popen(
+            # -P: a swarmnode/ in the cwd must not shadow us
+            [*self.prefix(name), sys.executable, "-P", *self.python_args(name), "-m", "swarmnode", *args],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the demo only; it stops the nodes itself
+            preexec_fn=_die_with_parent,
+            env=_node_env(),
+        )
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the node `name` and its process group (its p2pd's watchdog then stops the daemon)."""
+        proc = next(p for p in self.procs if p.name == name)
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+        proc.popen.wait(timeout=30)
+        self.procs.remove(proc)
+        self.killed.append(proc)
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            code = proc.popen.poll()
+            if code is not None:
+                raise DemoError(f"{proc.name} exited with code {code}; its last output:\n{proc.tail()}")
+
+    def stop(self, grace: float = 15.0, learner_grace: float = LEARNER_STOP_GRACE_S) -> None:
+        """SIGTERM every node (samplers first, bootstrap last), wait, then SIGKILL what is left. The learner gets
+        `learner_grace` seconds: on SIGTERM it writes its checkpoint (1.6 GB for SmolLM2-135M with the optimiser
+        state), and a SIGKILL in the middle of that write loses the run's last steps."""
+        for proc in reversed(self.procs):
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        for proc in self.procs:
+            allowed = learner_grace if proc.name.startswith("learner") else grace
+            try:
+                proc.popen.wait(timeout=max(0.1, start + allowed - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=10)
+
+
+def _node_env() -> dict[str, str]:
+    """The nodes import this very package (the one the demo runs from), whatever the current directory holds."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    path = [package_root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM us when the demo dies, even by SIGKILL (Linux prctl)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass  # not Linux: the demo's own stop() still stops every node
+
+
+def wait_for_line(proc: Proc, prefix: str, timeout: float) -> str:
+    """The rest of the first line of `proc`'s log starting with `prefix`; DemoError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in proc.log.read_text(errors="replace").splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
+        if proc.popen.poll() is not None:
+            raise DemoError(f"{proc.name} exited with code {proc.popen.returncode}:\n{proc.tail()}")
+        time.sleep(0.2)
+    raise DemoError(f"{proc.name} did not print {prefix!r} within {timeout:.0f} s:\n{proc.tail()}")
+
+
+def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str], None] = print,
+                  learners: int = 1) -> list[str]:
+    """Build (or find cached) the run's model and the learners' keys in `root`; returns `sets` plus those that
+    make samplers trust only these learners (and, for several, `learner.max_learners`). Slow the first time (the
+    tiny model's warm start)."""
+    # identity and models import hivemind and torch (seconds): only a demo that runs needs them, not `--help`
+    from swarmnode.identity import Identity
+    from swarmnode.models import resolve_model_path
+
+    cfg = load_config(config, sets)
+    say(f"preparing the model {cfg.model.name} (built or converted once, then cached)...")
+    resolve_model_path(cfg.model, cfg.task, progress=say)
+    keys = [Identity.load_or_create(root / f"{name}.key").peer_id for name in learner_names(learners)]
+    several = [f"learner.max_learners={learners}"] if learners > 1 else []
+    return [*sets, f"learner.learner_keys=[{','.join(keys)}]", *several]  # samplers trust only these learners
+
+
+def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print,
+                learners: int = 1, samplers: int = 2) -> dict[int, list[str]]:
+    """Start a local swarm in `run.workdir` (after `prepare_swarm`, whose `sets` it takes): a bootstrap, then
+    `learners` learners (`learner_names`, each with its data in `<workdir>/<name>`) and `samplers` samplers
+    joining it. Returns each sampler's `join` arguments (to start it again)."""
+    args = node_args(config, sets, start_bootstrap(run, config, sets, say))
+    start_learners(run, args, learners)
+    return start_samplers(run, args, samplers)
+
+
+def start_bootstrap(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print) -> str:
+    """Start the swarm's bootstrap; its multiaddr once it is up."""
+    boot = run.start("bootstrap", ["bootstrap", *_config_args(config, sets), "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
+                                   "--identity-path", str(run.workdir / "bootstrap.key")])
+    peers = wait_for_line(boot, "initial-peers:", timeout=90)
+    say(f"bootstrap up: {peers}")
+    return peers
+
+
+def node_args(config: str, sets: list[str], peers: str) -> list[str]:
+    """`join` arguments every node of the swarm shares."""
+    return ["join", *_config_args(config, sets), "--initial-peers", peers]
+
+
+def start_learners(run: DemoRun, args: list[str], learners: int = 1) -> None:
+    """Start `learners` learners (`learner_names`) with the shared `node_args`."""
+    for name in learner_names(learners):
+        run.start(name, [*args, "--role", "learner", "--set", f"data_dir={run.workdir / name}",
+                         "--identity-path", str(run.workdir / f"{name}.key")])
+
+
+def start_samplers(run: DemoRun, args: list[str], samplers: int = 2) -> dict[int, list[str]]:
+    """Start samplers `sampler1`..`samplerN` with the shared `node_args`; each one's `join` arguments."""
+    root = run.workdir
+    sampler_args = {i: [*args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
+                        "--identity-path", str(root / f"sampler{i}.key")] for i in range(1, samplers + 1)}
+    for i, one in sampler_args.items():
+        run.start(f"sampler{i}", one)
+    return sampler_args
+
+
+def _config_args(config: str, sets: list[str]) -> list[str]:
+    return ["--config", config, *[a for one in sets for a in ("--set", one)]]
