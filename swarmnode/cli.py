@@ -20,7 +20,8 @@ import typer
 from swarmnode.cli_runtime import run_until_signal, setup_logging
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
 from swarmnode.delay import DelaySpecError, parse_delay
-from swarmnode.demo import MAX_DEMO_LEARNERS, run_demo
+from swarmnode.demo import run_demo
+from swarmnode.local_swarm import MAX_DEMO_LEARNERS
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 from swarmnode.hardware import format_report, hardware_report
 

@@ -24,7 +24,6 @@ from rich.table import Table
 from swarmnode.errors import Interrupted
 from swarmnode.health import bucket_label
 from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.local_swarm import MAX_DEMO_LEARNERS, DemoError  # noqa: F401 (the CLI's, through demo)
 from swarmnode.local_swarm import LEARNER_STOP_GRACE_S, DemoRun, learner_names, prepare_swarm, start_swarm
 
 
