@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from swarmnode.errors import ExitCode
 from swarm_helpers import LocalSwarm, pid_alive
@@ -45,6 +46,7 @@ def test_ctrl_c_stops_a_node_with_exit_code_130_and_its_daemon(tmp_path):
         wait_for(lambda: not any(pid_alive(pid) for pid in daemons), 30, "the node's p2pd to exit")
 
 
+@pytest.mark.slow  # ~27 s: the suite's budget (10 min on 2 cores); the other two Ctrl-C tests stay in it
 def test_ctrl_c_stops_the_demo_run_from_a_clones_parent_and_removes_its_work_dir(tmp_path):
     parent = tmp_path / "parent"
     (parent / "swarmnode").mkdir(parents=True)  # a clone named swarmnode: would shadow the package on sys.path

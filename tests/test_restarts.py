@@ -11,6 +11,8 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from swarm_helpers import LocalSwarm
 from test_learner_restart import learner_args, start_learner_and_sampler, steps, wait_rows
 
@@ -51,6 +53,7 @@ def test_a_sigkilled_learner_resumes_above_its_versions_and_replays_what_it_ackn
         assert all(r["version"] > announced for r in new), new[:3]
 
 
+@pytest.mark.slow  # ~25 s, and a load-sensitive wait: out of the default suite to keep it under 10 min on 2 cores
 def test_a_restarted_bootstrap_is_contacted_again(tmp_path):
     port = free_port()
     with LocalSwarm(tmp_path) as swarm:
