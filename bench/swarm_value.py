@@ -1,7 +1,8 @@
 """The swarm's value on fixed learner hardware: does one extra core of samplers make a learner faster?
 
 Arms, each given the same wall-clock budget from its launch, alternated `--repeats` times in one run:
-- local: `swarmnode train-local` (sampler and learner in one loop) pinned to core 0 (`taskset -c 0`);
+- local: `swarmnode train-local` (sampler and learner in one loop) pinned to core 0 (`taskset -c 0`), on-policy;
+  `local-s<N>` the same with `--staleness N` (the sampler holds the weights of N versions ago, as a swarm's do);
 - swarm (and any `swarm-<name>` arm with its own `--arm-set` overrides): the demo swarm
   (`swarmnode.local_swarm.start_swarm`: bootstrap, learner, `--samplers` samplers as processes, all launched at
   the clock's start) with the learner (and its p2pd, a child process, so it inherits the pinning) on core 0 and
@@ -13,11 +14,12 @@ This process stays on core 1. Both learners checkpoint every `learner.checkpoint
 each checkpoint as it appears and after each run evaluates every copy on the task's held-out prompts
 (`swarmnode.evaluation.evaluate`, mean@`--eval-samples`), placed at the wall time of the step it holds. Per arm:
 steps and steps/s, training reward first/last 10 %, held-out reward at four wall-clock marks, the time each repeat
-first reaches a held-out target (the local arm's start plus `--target-fraction` of its mean gain; a trailing
+first reaches a held-out target (the start plus `--target-fraction` of the mean gain of the local arm that gained
+most, the baseline; none if no local arm gained: a target at or below the start means nothing; a trailing
 mean of 3 evaluations must reach it), for the swarm the learner's idle fraction (its `idle_seconds` counter:
 seconds waiting for groups per second after its first step), and CPU ms per trained group on each core from the
-first step on (python + p2pd, sampled from the processes' CPU times every 0.5 s; start-up left out). The speed-up of a swarm arm is the local arm's median time to the target over
-its own.
+first step on (python + p2pd, sampled from the processes' CPU times every 0.5 s; start-up left out). The speed-up of an arm is the baseline's median time to the
+target over its own; the steps/s ratio is its median steps/s after the first step over the baseline's.
 
     python bench/swarm_value.py [--seconds 120] [--repeats 3] [--arms local,swarm,swarm-p8]
         [--arm-set swarm-p8=learner.publish_every=8] [--set k=v ...] [--out bench/results/swarm_value]
@@ -78,14 +80,24 @@ def _sets_args(sets: list[str]) -> list[str]:
     return [a for s in sets for a in ("--set", s)]
 
 
-def run_local(seconds: float, sets: list[str], work: Path, profile: Path | None) -> dict:
-    """train-local pinned to the learner core, checkpointing into `work`; its curve and snapshot copies."""
+def local_staleness(arm: str) -> int:
+    """The fixed staleness of a local arm: `local` 0 (on-policy), `local-s<N>` N (`train-local --staleness N`)."""
+    if arm == "local":
+        return 0
+    if arm.startswith("local-s") and arm[len("local-s"):].isdigit():
+        return int(arm[len("local-s"):])
+    raise SystemExit(f"arm {arm!r}: a local arm is `local` or `local-s<N>` (train-local --staleness N)")
+
+
+def run_local(seconds: float, sets: list[str], work: Path, profile: Path | None, staleness: int = 0) -> dict:
+    """train-local pinned to the learner core (`--staleness staleness`), checkpointing into `work`; its curve
+    and snapshot copies."""
     ckpt = work / "local-ckpt"
     copier = SnapshotCopier(ckpt, work / "local-snapshots")
     py = [str(ROOT / "bench" / "profile_node.py"), str(profile / "local.prof")] if profile else []
     cmd = ["taskset", "-c", LEARNER_CORE, sys.executable, "-P", *py, "-m", "swarmnode", "train-local", "-c",
            "tiny-cpu", "--json", "--steps", "100000000", "--max-seconds", str(seconds), "--checkpoint-dir",
-           str(ckpt), *_sets_args(sets)]
+           str(ckpt), "--staleness", str(staleness), *_sets_args(sets)]
     t0 = time.time()
     copier.start()
     out_path = work / "local.json"
@@ -304,7 +316,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0, help="wall-clock budget of each arm, from launch")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--arms", default="local,swarm",
-                    help="comma-separated: local, and swarm arms named swarm or swarm-<anything> (every node started "
+                    help="comma-separated: local (on-policy) or local-s<N> (train-local --staleness N), and swarm arms named swarm or swarm-<anything> (every node started "
                     "at the clock's start) or warm or warm-<anything> (bootstrap and samplers already running: the "
                     "clock starts at the learner's launch); a swarm arm's own overrides come with --arm-set NAME=k=v")
     ap.add_argument("--samplers", type=int, default=2, help="sampler processes of every swarm arm (all on core 1)")
@@ -331,8 +343,8 @@ def main() -> None:
                 work = Path(tmp) / f"{arm}{rep}"
                 work.mkdir()
                 print(f"repeat {rep + 1}/{args.repeats}: {arm} ({args.seconds:.0f} s)", file=sys.stderr)
-                if arm == "local":
-                    result = run_local(args.seconds, args.sets, work, args.profile)
+                if arm.startswith("local"):
+                    result = run_local(args.seconds, args.sets, work, args.profile, local_staleness(arm))
                 else:
                     own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
                     result = run_swarm(args.seconds, [*args.sets, *args.swarm_sets, *own], work, args.profile,
@@ -357,20 +369,34 @@ def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) ->
            "load_after": [round(x, 2) for x in os.getloadavg()], "sets": args.sets, "swarm_sets": args.swarm_sets,
            "arm_sets": args.arm_sets,
            "arms": raw}
-    base = raw.get("local") or next(iter(raw.values()))
-    start = base[0]["heldout"][0]["eval_reward"] if base and base[0]["heldout"] else 0.0
-    # the local arm's final held-out level: the mean of its repeats' last three evaluations
-    finals = [statistics.fmean(p["eval_reward"] for p in r["heldout"][-3:]) for r in base if r["heldout"]]
-    target = round(start + args.target_fraction * (statistics.fmean(finals) - start), 4) if finals else None
-    doc["target"] = target
-    doc["start_eval_reward"] = start
+    locals_ = [arm for arm in arms if arm.startswith("local")] or arms[:1]
+    first = raw[locals_[0]]
+    start = first[0]["heldout"][0]["eval_reward"] if first and first[0]["heldout"] else 0.0
+
+    def final(arm: str) -> float | None:  # mean over repeats of the mean of each repeat's last 3 evaluations
+        finals = [statistics.fmean(p["eval_reward"] for p in r["heldout"][-3:]) for r in raw[arm] if r["heldout"]]
+        return statistics.fmean(finals) if finals else None
+
+    # the baseline is the local arm that learned most; the target a fraction of its held-out gain. A baseline
+    # that gained nothing sets no target (a target at or below the start is reached by any first evaluation)
+    base = max(locals_, key=lambda arm: final(arm) if final(arm) is not None else -float("inf"))
+    gain = final(base) - start if final(base) is not None else None
+    target = round(start + args.target_fraction * gain, 4) if gain is not None and gain > 0 else None
+    doc.update(baseline_arm=base, baseline_gain=None if gain is None else round(gain, 4), target=target,
+               start_eval_reward=start)
+    if target is None:
+        doc["target_note"] = f"no target: the baseline {base} gained {gain} held-out reward in {args.seconds:.0f} s"
     for arm in arms:
         times = [first_time_at(r["heldout"], target) if target is not None else None for r in raw[arm]]
         doc.setdefault("time_to_target_s", {})[arm] = times
     med = {arm: _median(doc["time_to_target_s"][arm]) for arm in arms}
     doc["median_time_to_target_s"] = med
-    doc["speedup_time_to_target"] = {arm: round(med["local"] / med[arm], 3) for arm in arms
-                                     if arm != "local" and med.get("local") and med.get(arm)}
+    doc["speedup_time_to_target"] = {arm: round(med[base] / med[arm], 3) for arm in arms
+                                     if arm != base and med.get(base) and med.get(arm)}
+    rate = {arm: _median([r["steps_per_s_after_first_step"] for r in raw[arm]]) for arm in arms}
+    doc["median_steps_per_s_after_first_step"] = rate
+    doc["steps_per_s_ratio"] = {arm: round(rate[arm] / rate[base], 3) for arm in arms
+                                if arm != base and rate.get(base) and rate.get(arm)}
     return doc
 
 
@@ -386,8 +412,9 @@ def _median(values: list[float | None]) -> float | None:
 def markdown(doc: dict) -> str:
     lines = [f"# swarm value: `{doc['command']}`", "",
              f"load average (1/5/15 min) before {doc['load_before']}, after {doc['load_after']}; "
-             f"{doc['seconds']:.0f} s per arm, {doc['repeats']} repeats; held-out target {doc['target']} "
-             f"(start {doc['start_eval_reward']})", "",
+             f"{doc['seconds']:.0f} s per arm, {doc['repeats']} repeats; baseline {doc['baseline_arm']} (held-out gain "
+             f"{doc['baseline_gain']}), held-out target {doc['target']} (start {doc['start_eval_reward']})"
+             + (f"; {doc['target_note']}" if doc.get("target_note") else ""), "",
              "| arm | repeat | steps | steps/s | steps/s after 1st step | 1st step (s) | train reward first/last 10% "
              "| held-out final | time to target (s) | learner idle | CPU ms per trained group after the 1st step, learner core / other core |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -408,8 +435,10 @@ def markdown(doc: dict) -> str:
             values = [r["heldout_at"][m] for r in reps if r["heldout_at"][m] is not None]
             cells.append(f"{statistics.fmean(values):.3f}" if values else "-")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    lines += ["", f"median time to target: {doc['median_time_to_target_s']}; speed-up (local / swarm): "
-              f"{doc.get('speedup_time_to_target', 'n/a')}"]
+    lines += ["", f"median time to target: {doc['median_time_to_target_s']}; speed-up (baseline / arm): "
+              f"{doc.get('speedup_time_to_target', 'n/a')}",
+              "", f"median steps/s after the first step: {doc['median_steps_per_s_after_first_step']}; ratio to the "
+              f"baseline: {doc['steps_per_s_ratio']}"]
     return "\n".join(lines) + "\n"
 
 

@@ -36,12 +36,10 @@ def assert_climbs(doc: dict, climb: float, trend_t: float) -> None:
     assert doc["reward_gain"] > climb and doc["reward_trend_t"] > trend_t, trend
 
 
-# Fitted over 200 steps. Async, 2 samplers, 8 runs (load 1-2, three on one core): gain +0.04 to +0.12, t 3.2 to 9.4.
-# Pull mode (each group trained once, fresh; a sampler restarted): 4 runs, gain +0.021 to +0.084, t 1.5 to 5.7;
-# a learner that waits for its data learns less per step than one that picks the newest of a surplus, and an async
-# run on a slow, loaded machine is one (CI: 9 groups dropped stale against ~2,500 here), hence the lower bars.
-CLIMB, TREND_T = 0.01, 1.5
-PULL_CLIMB, PULL_TREND_T = 0.0, 1.0
+# Fitted over 200 steps at tiny-cpu's learning rate 3e-4: async, 2 samplers, gain +0.057 and +0.077 (t 5.9, 8.1);
+# pull with a sampler restarted +0.060 and +0.052 (t 5.9, 5.6). At 1e-3 a learner fed fresh data (pull, or async on
+# a slow machine: CI dropped 9 stale groups, not ~2,500) collapsed its entropy: pull gains +0.02 to +0.08, t 1.5.
+CLIMB, TREND_T = 0.015, 2.0
 STEPS = 200
 
 
@@ -74,7 +72,7 @@ def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
     assert restarted["last_step"] > doc["sampler_killed_at_step"] + 20, doc["samplers"]  # it came back and served
     # pull: a sampler fetches the newest version before every batch, so rollouts are at most a step or two old
     assert doc["staleness_mean"] < 1.5, doc["staleness_mean"]
-    assert_climbs(doc, PULL_CLIMB, PULL_TREND_T)
+    assert_climbs(doc, CLIMB, TREND_T)
     assert_no_node_left(doc)
 
 
