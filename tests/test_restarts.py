@@ -9,7 +9,6 @@ import re
 import signal
 import socket
 import time
-from pathlib import Path
 
 import pytest
 
