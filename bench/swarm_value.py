@@ -379,8 +379,9 @@ def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) ->
 
     # the baseline is the local arm that learned most; the target a fraction of its held-out gain. A baseline
     # that gained nothing sets no target (a target at or below the start is reached by any first evaluation)
-    base = max(locals_, key=lambda arm: final(arm) if final(arm) is not None else -float("inf"))
-    gain = final(base) - start if final(base) is not None else None
+    finals = {arm: final(arm) for arm in locals_}
+    base = max(locals_, key=lambda arm: -float("inf") if finals[arm] is None else finals[arm])
+    gain = None if finals[base] is None else finals[base] - start
     target = round(start + args.target_fraction * gain, 4) if gain is not None and gain > 0 else None
     doc.update(baseline_arm=base, baseline_gain=None if gain is None else round(gain, 4), target=target,
                start_eval_reward=start)

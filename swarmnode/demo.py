@@ -11,9 +11,9 @@ by pid (SIGTERM, then SIGKILL) however the demo ends.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -57,12 +57,11 @@ def reward_trend(rewards: list[float]) -> dict[str, float | None]:
     n = len(rewards)
     if n < 3:
         return {"reward_gain": None, "reward_trend_t": None}
-    mean_x, mean_y = (n - 1) / 2, sum(rewards) / n
-    sxx = sum((x - mean_x) ** 2 for x in range(n))
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(rewards)) / sxx
-    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in enumerate(rewards))
+    slope, intercept = statistics.linear_regression(range(n), rewards)
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in enumerate(rewards))
+    sxx = n * (n * n - 1) / 12  # sum of (x - mean x)^2 over x = 0..n-1
     stderr = (residual / (n - 2) / sxx) ** 0.5
-    t = slope / stderr if stderr > 0 else (0.0 if slope == 0 else math.copysign(math.inf, slope))
+    t = slope / max(stderr, 1e-12)  # finite for a perfectly straight curve: the status JSON stays strict JSON
     return {"reward_gain": round(slope * (n - 1), 4), "reward_trend_t": round(t, 2)}
 
 

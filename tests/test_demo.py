@@ -29,11 +29,28 @@ def assert_no_node_left(doc: dict) -> None:
     assert not alive, f"demo left nodes running: {alive}"
 
 
-def assert_climbs(doc: dict, climb: float, trend_t: float) -> None:
-    """The reward's fitted line over every step rises by more than `climb` with a t above `trend_t`: comparing the
+def assert_climbs(doc: dict) -> None:
+    """The reward's fitted line over every step rises by more than CLIMB with a t above TREND_T: comparing the
     first and last 10 % (20 steps each, per-step sd ~0.06) alone was too noisy a judge of 200 steps."""
     trend = (doc["reward_gain"], doc["reward_trend_t"], doc["reward_start"], doc["reward_end"], doc["reward_curve"])
-    assert doc["reward_gain"] > climb and doc["reward_trend_t"] > trend_t, trend
+    assert doc["reward_gain"] > CLIMB and doc["reward_trend_t"] > TREND_T, trend
+
+
+def test_reward_trend_tells_a_rise_from_noise():
+    """The fitted line's gain and t: a rise under noise is found, flat noise is not, a fall is negative."""
+    import random
+
+    from swarmnode.demo import reward_trend
+
+    rng = random.Random(0)
+    noise = [rng.gauss(0.0, 0.06) for _ in range(200)]  # the tiny task's per-step sd
+    rising = reward_trend([0.36 + 0.06 * i / 199 + e for i, e in enumerate(noise)])
+    assert 0.03 < rising["reward_gain"] < 0.09 and rising["reward_trend_t"] > TREND_T, rising
+    flat = reward_trend([0.4 + e for e in noise])
+    assert abs(flat["reward_gain"]) < CLIMB and abs(flat["reward_trend_t"]) < TREND_T, flat
+    falling = reward_trend([0.4 - 0.2 * i / 199 + e for i, e in enumerate(noise)])
+    assert falling["reward_gain"] < 0 and falling["reward_trend_t"] < -TREND_T, falling
+    assert reward_trend([0.5, 0.6]) == {"reward_gain": None, "reward_trend_t": None}
 
 
 # Fitted over 200 steps at tiny-cpu's learning rate 3e-4: async, 2 samplers, gain +0.057 and +0.077 (t 5.9, 8.1);
@@ -58,7 +75,7 @@ def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
     hist = doc["staleness_hist"]  # groups trained on, by staleness bucket: stale data really happens
     assert sum(hist.values()) >= 8 * STEPS and sum(1 for c in hist.values() if c) >= 2, hist
     assert all(s["steps"] > STEPS // 4 for s in doc["samplers"].values()), doc["samplers"]
-    assert_climbs(doc, CLIMB, TREND_T)
+    assert_climbs(doc)
     assert_no_node_left(doc)
 
 
@@ -72,7 +89,7 @@ def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
     assert restarted["last_step"] > doc["sampler_killed_at_step"] + 20, doc["samplers"]  # it came back and served
     # pull: a sampler fetches the newest version before every batch, so rollouts are at most a step or two old
     assert doc["staleness_mean"] < 1.5, doc["staleness_mean"]
-    assert_climbs(doc, CLIMB, TREND_T)
+    assert_climbs(doc)
     assert_no_node_left(doc)
 
 
@@ -83,7 +100,7 @@ def test_demo_learns_with_simulated_weight_delay(tmp_path):
                    "--set", "sync.simulate_delay=lognormal:1.0,0.5,6")
     assert doc["learner_steps"] >= STEPS, doc
     assert doc["staleness_max"] >= 3, "held-back weights must show up as staler rollouts"
-    assert_climbs(doc, CLIMB, TREND_T)
+    assert_climbs(doc)
     assert_no_node_left(doc)
 
 

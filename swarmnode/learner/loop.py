@@ -66,8 +66,6 @@ from swarmnode.logprobs import completion_scores
 from swarmnode.prompting import encode_prompt
 from swarmnode.staleness import StalenessHistogram
 
-PROMPT_CACHE = 4096  # prompts whose tokens the learner keeps (SmolLM2 chat-renders one in ~0.16 ms, tiny 0.03 ms)
-
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
 RESERVE_VERSIONS = 8  # versions recorded ahead per fsync when publishing in the background (< max_staleness)
 
@@ -113,7 +111,6 @@ class LearnerLoop:
         self.optimizer = torch.optim.AdamW(self.trainable, lr=self.lc.learning_rate, weight_decay=self.lc.weight_decay)
         self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
-        self._prompt_cache: dict[str, list[int]] = {}  # see `_prompt_tokens`
         self.version = buffer.version
         self.step_count = 0
         self.rejected: Counter[str] = Counter()
@@ -138,15 +135,8 @@ class LearnerLoop:
 
     # ---- batch preparation -------------------------------------------------------------------------------
     def _prompt_tokens(self, text: str) -> list[int]:
-        """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included),
-        remembered for the last `PROMPT_CACHE` prompts: every group of a prompt is checked against it."""
-        tokens = self._prompt_cache.get(text)
-        if tokens is None:
-            tokens = encode_prompt(self.tokenizer, text, self.cfg.sampler.max_prompt_length)
-            if len(self._prompt_cache) >= PROMPT_CACHE:
-                self._prompt_cache.pop(next(iter(self._prompt_cache)))
-            self._prompt_cache[text] = tokens
-        return tokens
+        """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included)."""
+        return encode_prompt(self.tokenizer, text, self.cfg.sampler.max_prompt_length)
 
     def _rows(self, group) -> list[_Row] | None:
         """Validated rows of one group with recomputed rewards, or None (counted) if it must be rejected."""
