@@ -464,3 +464,63 @@ def test_windowed_pushes_deliver_each_group_once_and_retry_a_busy_one_mid_window
     assert sender.retries >= 1
     assert sender.statuses["ok"] == 40 and sender.statuses["duplicate"] == 0 and sender.delivered == 40
     assert receiver.accepted == 40 and (tmp_path / "seen").read_text().split() == consumer.ids
+
+
+class HoldsUpTo:
+    """A learner buffer that holds at most `limit` groups until the test drains it (its `full` says so)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held: list[str] = []
+        self.ids: list[str] = []
+        self.full_answers = 0
+
+    def __call__(self, group: RolloutGroup) -> str:
+        assert len(self.held) < self.limit, "a group was handed over while the buffer said it was full"
+        self.held.append(group.group_id)
+        self.ids.append(group.group_id)
+        return "ok"
+
+    def full(self) -> bool:
+        if len(self.held) >= self.limit:
+            self.full_answers += 1
+            return True
+        return False
+
+
+def test_a_full_learner_answers_full_undecoded_and_the_sender_resends_without_backing_off(tmp_path):
+    """Flow control: while the learner's buffer holds enough, pushes are answered "full" before they are decoded
+    (nothing is handed over, no garbage strike, no rejection counted against the sampler); the sender keeps those
+    groups, resends them after a short flat wait (no exponential backoff: `retries` stays 0), and each arrives
+    exactly once as the buffer is drained."""
+    sid = Identity.generate()
+    buffer = HoldsUpTo(6)
+    decoded = []
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            receiver = RolloutReceiver(RUN, buffer, LIMITS, full=buffer.full)
+            real_decode = receiver.decode
+            receiver.decode = lambda body: decoded.append(1) or real_decode(body)
+            await receiver.start(lp)
+            sender = RolloutSender(sp, RUN, base_backoff=5.0, max_backoff=5.0, window=4, full_wait=0.01)
+            await sender.start()
+            sender.set_destinations([lp.peer_id])
+            groups = [make_group(sid, random.Random(7), "full", i) for i in range(20)]
+            for g in groups:
+                sender.send(g)
+            await wait_for(lambda: buffer.full_answers >= 5)  # the sender keeps knocking while it is full
+            assert len(buffer.ids) == 6 and sender.pending == 14 and len(decoded) == 6
+            while len(buffer.ids) < 20:  # the learner trains: it draws what it holds, a few at a time
+                del buffer.held[:3]
+                await asyncio.sleep(0.05)
+            assert await sender.flush(10)
+            await sender.close()
+            receiver.close()
+            return groups, sender, receiver
+
+    groups, sender, receiver = asyncio.run(scenario())
+    assert sorted(buffer.ids) == sorted(g.group_id for g in groups) and len(buffer.ids) == 20
+    assert len(decoded) == 20  # a group answered "full" was never decoded
+    assert receiver.statuses["full"] >= 5 and not receiver.rejections and receiver.accepted == 20
+    assert sender.retries == 0 and sender.statuses["full"] >= 2 and sender.delivered == 20

@@ -183,6 +183,9 @@ class LearnerConfig(_Section):
     max_groups_per_second_per_sampler: float = Field(
         200.0, gt=0, le=100_000, description="rollout groups one peer may push per second (a burst of twice as "
         "many); beyond it the learner answers rate_limited and the sender backs off")
+    buffer_high_water: int = Field(
+        0, ge=0, le=10_000_000, description="groups held above which the learner answers pushes \"full\" without "
+        "decoding them (the sampler resends shortly and pauses generating meanwhile); 0: 4 x prompts_per_step")
     draw_order: Literal["newest", "oldest"] = "newest"
     max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants; above 1 they train one "
                               "policy together, averaging their parameters through hivemind (see average_every)")

@@ -28,6 +28,7 @@ from swarmnode.roles.averaging_rounds import AveragingRounds, averaging_enabled
 from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
 from swarmnode.swarm.averaging import LearnerAveraging
 from swarmnode.swarm.gossip import RolloutReceiver
+from swarmnode.swarm.gossip.streams import FULL
 from swarmnode.swarm.publisher import VersionPublisher
 
 PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
@@ -74,8 +75,9 @@ class LearnerRole(NodeRole):
         self.member.update(version=self.learner.version, versions=self.store.versions())
         self.inbox = RolloutInbox(buffer, self.journal)
         rate = cfg.learner.max_groups_per_second_per_sampler
+        high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step
         self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
-                                        rate=rate, burst=2 * rate,
+                                        rate=rate, burst=2 * rate, full=lambda: len(buffer) >= high_water,
                                         # acks tell the newest version published (training may be ahead)
                                         version=lambda: self.publisher.newest, durable=self.inbox.durable)
         loop = asyncio.get_running_loop()  # a group that poisoned a step or lied counts against its sender
@@ -170,7 +172,7 @@ class LearnerRole(NodeRole):
 
     def _rejected(self) -> dict[str, int]:
         """Groups refused, by reason: at the door (invalid, duplicate, stale...) and by the learner's checks."""
-        out = {k: v for k, v in self.receiver.statuses.items() if k != "ok" and v}
+        out = {k: v for k, v in self.receiver.statuses.items() if k not in ("ok", FULL) and v}
         for reason, count in self.learner.rejected.items():
             if reason != "reward_hint_mismatch" and count:  # a hint mismatch is counted, not refused
                 out[reason] = out.get(reason, 0) + int(count)

@@ -18,7 +18,7 @@ from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.swarm.frames import read_header, write_frame, write_frames
 from swarmnode.swarm.hivemind_compat import has_buffered_bytes
-from swarmnode.swarm.gossip.streams import linger as _linger, pull_protocol, push_protocol
+from swarmnode.swarm.gossip.streams import FULL, linger as _linger, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,11 @@ class RolloutReceiver:
     `RolloutLimits`); one peer may hold at most `max_streams_per_peer` push streams at once (more are answered
     "busy" and closed before anything is read), so one identity cannot queue unbounded work.
 
+    Flow control: while `full()` says the consumer holds enough groups, a push is answered "full" before it is
+    decoded (no CPU spent on a group that would wait or be refused); the sender keeps it and resends after a
+    short wait, and its sampler stops generating once its outbox is long (instead of making groups nobody
+    takes: without this, a fast sampler's surplus was decoded, verified and then refused by the buffer).
+
     `stream` and `decode` carry another record over the same machinery (SAPO's text groups: stream
     "text-rollouts"); a decoded record has `group_id`, `run_id` and its signer `sampler_id`.
     """
@@ -130,12 +135,14 @@ class RolloutReceiver:
                  read_timeout: float = 30.0, version: Callable[[], int] | None = None,
                  durable: Callable[[RolloutGroup, bytes], Awaitable[None]] | None = None,
                  max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
-                 decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES):
+                 decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES,
+                 full: Callable[[], bool] | None = None):
         self.run_id = run_id
         self.stream = stream
         self.decode = decode or (lambda body: RolloutGroup.decode(body, limits))
         self.on_group = on_group
         self.durable = durable
+        self.full = full  # True while the consumer wants no more groups for now (see the class docstring)
         self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
@@ -259,6 +266,9 @@ class RolloutReceiver:
         if not bucket.take():
             self._count("rate_limited", peer, "flood: over the per-peer rate limit")
             return "", "rate_limited"
+        if self.full is not None and self.full():
+            self._count(FULL, peer)
+            return "", FULL
         return await self.accept_bytes(body, peer)
 
     async def accept_bytes(self, body: bytes, peer: str) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from hivemind.p2p import P2P, PeerID
 from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame, write_frames
-from swarmnode.swarm.gossip.streams import CLOSING_STATUSES, RETRY_STATUSES, pull_protocol, push_protocol
+from swarmnode.swarm.gossip.streams import CLOSING_STATUSES, FULL, RETRY_STATUSES, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ class RolloutSender:
     Each destination has a bounded outbox (oldest dropped and counted when full) drained by one task over a
     persistent stream: up to `window` groups written back to back, then their acks read in order (one group in
     flight per round trip when `window` is 1); an ack per group, exponential backoff with jitter on failures
-    and on "rate_limited"/"busy". A group leaves the outbox only when its own ack says "ok" or "duplicate", so
+    and on "rate_limited"/"busy"; "full" (the learner holds enough for now) is resent after `full_wait` seconds,
+    flat: the learner is healthy and will want groups again within a step or two. A group leaves the outbox only when its own ack says "ok" or "duplicate", so
     a failure part-way through a window resends the rest (the receiver's dedup keeps it exactly-once). A
     bounded ring of recent groups is served to learners that pull.
 
@@ -64,7 +65,8 @@ class RolloutSender:
 
     def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
                  ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0,
-                 alive_window: float = 30.0, stream: str = "rollouts", spread: bool = False, window: int = 8):
+                 alive_window: float = 30.0, stream: str = "rollouts", spread: bool = False, window: int = 8,
+                 full_wait: float = 0.02):
         if window < 1:
             raise ValueError("window must be at least 1")
         self.p2p = p2p
@@ -76,6 +78,7 @@ class RolloutSender:
         self.outbox_size = outbox_size
         self.ack_timeout = ack_timeout
         self.base_backoff, self.max_backoff = base_backoff, max_backoff
+        self.full_wait = full_wait
         self.recent: collections.deque[tuple[float, str, bytes]] = collections.deque(maxlen=recent_size)
         self.delivered = 0
         self.dropped = 0
@@ -212,7 +215,11 @@ class RolloutSender:
                 link.close_stream()
                 logger.debug("rollouts: push to %s failed: %s %s", str(link.peer)[-8:], type(exc).__name__, exc)
             retry = len(statuses) < len(batch)  # the stream failed before every ack came
+            full = False
             for item, status in zip(batch, statuses):
+                if status == FULL:  # kept in the outbox; no failure counted
+                    full = True
+                    continue
                 if status in RETRY_STATUSES or status in CLOSING_STATUSES:
                     if status in CLOSING_STATUSES:
                         link.close_stream()
@@ -228,6 +235,9 @@ class RolloutSender:
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 continue
             failures = 0
+            if full:
+                self.statuses[FULL] += 1
+                await asyncio.sleep(self.full_wait)
         link.close_stream()
         if self._links.get(str(link.peer)) is link:
             del self._links[str(link.peer)]

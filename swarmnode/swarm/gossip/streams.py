@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import time
 
-RETRY_STATUSES = frozenset({"rate_limited", "busy"})
+RETRY_STATUSES = frozenset({"rate_limited", "busy"})  # resent after an exponential backoff
+FULL = "full"  # the learner holds enough groups for now: resent after a short flat wait, no backoff
 CLOSING_STATUSES = frozenset({"oversized", "truncated", "banned"})
 
 
