@@ -38,15 +38,14 @@ def pad_batch(
         raise ValueError("every prompt needs at least one token")
     P = max(len(p) for p in prompt_tokens)
     T = max(1, max(len(c) for c in completions))
-    B = len(prompt_tokens)
-    ids = torch.full((B, P + T), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, P + T), dtype=torch.long)
-    comp_mask = torch.zeros((B, T), dtype=torch.bool)
-    for i, (p, c) in enumerate(zip(prompt_tokens, completions)):
-        ids[i, P - len(p) : P] = torch.as_tensor(p, dtype=torch.long)
-        ids[i, P : P + len(c)] = torch.as_tensor(c, dtype=torch.long)
-        attn[i, P - len(p) : P + len(c)] = 1
-        comp_mask[i, : len(c)] = True
+    # rows built as Python lists and converted once: per-row tensor writes cost ~6 small ops a row (measured 4 %
+    # of a tiny-model learner step)
+    pairs = list(zip(prompt_tokens, completions))
+    ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) + list(c) + [pad_id] * (T - len(c)) for p, c in pairs],
+                       dtype=torch.long)
+    attn = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (T - len(c)) for p, c in pairs],
+                        dtype=torch.long)
+    comp_mask = torch.tensor([[True] * len(c) + [False] * (T - len(c)) for _, c in pairs], dtype=torch.bool)
     return ids, attn, comp_mask, T
 
 

@@ -182,14 +182,16 @@ def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
     """
     LP, LQ = LP.detach().double(), LQ.detach().double()
     perm = torch.randperm(LP.shape[0], generator=torch.Generator().manual_seed(int(seed))).to(LP.device)
+    whole = perm.shape[0] // rows * rows  # the full micro-batches at once ([k, rows]), then the rest
+    parts = [perm[:whole].reshape(-1, rows)] if whole and rows >= 2 else []
+    if perm.shape[0] - whole >= 2:
+        parts.append(perm[whole:].reshape(1, -1))
     values = []
-    for chunk in perm.split(rows):
-        if chunk.numel() < 2:
-            continue
-        lq = LQ[chunk]
-        log_e = torch.logsumexp(2 * lq, 0) - torch.logsumexp(lq, 0)
-        values.append(torch.exp(LP[chunk] - log_e).var(unbiased=True))
-    return float(torch.stack(values).mean()) if values else 0.0
+    for index in parts:
+        lq = LQ[index]
+        log_e = torch.logsumexp(2 * lq, 1, keepdim=True) - torch.logsumexp(lq, 1, keepdim=True)
+        values.append(torch.exp(LP[index] - log_e).var(dim=1, unbiased=True))
+    return float(torch.cat(values).mean()) if values else 0.0
 
 
 def sampler_kl(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:

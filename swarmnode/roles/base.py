@@ -80,4 +80,7 @@ class NodeRole:
         self.health.update(**fields, uptime=round(time.monotonic() - self.started, 1),
                            served_mb=round(served / 1e6, 1),
                            serve_mb_s=round(self.serve_rate.update(served) / 1e6, 2))
-        self.member.update(health=record_health(self.health))
+        self.member.update(health=self._health_record)  # built on the next beat, not at every step
+
+    def _health_record(self) -> dict[str, Any]:
+        return record_health(self.health)

@@ -66,14 +66,17 @@ class Membership:
         return self
 
     def update(self, **fields: Any) -> None:
-        """Change advertised fields (version, versions, throughput, health, role...); sent on the next beat."""
+        """Change advertised fields (version, versions, throughput, health, role...); sent on the next beat. A
+        callable value is called when the record is built (a field that changes every step, computed once per
+        beat)."""
         if "role" in fields:
             self.role = fields.pop("role")
         self.fields.update(fields)
 
     def record(self, state: str = "up") -> PeerRecord:
+        fields = {k: v() if callable(v) else v for k, v in self.fields.items()}
         return PeerRecord.create(self.identity, role=self.role, session=self.session, state=state,
-                                 addrs=self._addrs, **self.fields)
+                                 addrs=self._addrs, **fields)
 
     async def publish(self, state: str = "up") -> bool:
         stored = await self.dht.publish_peer(self.record(state))
