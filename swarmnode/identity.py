@@ -7,6 +7,8 @@ embed the public key (identity multihash, `12D3KooW...`), so a signature can be 
 
 from __future__ import annotations
 
+import functools
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,13 +58,18 @@ def public_key_from_peer_id(peer_id: str) -> bytes:
     return bytes(key.data)
 
 
+@functools.lru_cache(maxsize=4096)
+def _verifier(peer_id: str) -> Ed25519PublicKey:
+    """The public key object of a peer id (cached: a learner verifies every group a sampler sends)."""
+    return Ed25519PublicKey.from_public_bytes(public_key_from_peer_id(peer_id))
+
+
 def verify(peer_id: str, data: bytes, signature: bytes) -> bool:
     """True if `signature` over `data` was made by the key behind Ed25519 `peer_id`; never raises."""
     if not isinstance(signature, (bytes, bytearray)) or len(signature) != SIGNATURE_BYTES:
         return False
     try:
-        public = Ed25519PublicKey.from_public_bytes(public_key_from_peer_id(peer_id))
-        public.verify(bytes(signature), data)
+        _verifier(peer_id).verify(bytes(signature), data)
         return True
     except (IdentityError, InvalidSignature, ValueError):
         return False

@@ -66,7 +66,7 @@ class RolloutSender:
     def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
                  ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0,
                  alive_window: float = 30.0, stream: str = "rollouts", spread: bool = False, window: int = 8,
-                 full_wait: float = 0.02):
+                 full_wait: float = 0.05):
         if window < 1:
             raise ValueError("window must be at least 1")
         self.p2p = p2p
