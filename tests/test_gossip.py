@@ -315,7 +315,9 @@ def test_a_destination_that_never_answers_cannot_stall_the_sender(tmp_path):
             for i in range(20):
                 sender.send(make_group(sid, rng, "ghost", i))
             await wait_for(lambda: len(got.ids) == 20)
-            await wait_for(lambda: sender.alive_destinations() == [str(lp.peer_id)])
+            # the ghost stops counting once its first window passes with no answer (the real learner, idle since
+            # its last ack, may stop counting too: asking for exactly [learner] raced with its own window)
+            await wait_for(lambda: str(ghost) not in sender.alive_destinations())
             pending, queued = sender.pending, sender.queued
             flushed = await sender.flush(5)
             await sender.close()
