@@ -8,7 +8,6 @@ embed the public key (identity multihash, `12D3KooW...`), so a signature can be 
 from __future__ import annotations
 
 import functools
-
 import os
 from dataclasses import dataclass
 from pathlib import Path

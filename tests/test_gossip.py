@@ -421,6 +421,16 @@ def test_small_groups_decode_on_the_loop_large_ones_in_the_pool():
         assert all(name.startswith("rollout-decode") == pool for name in threads) and len(threads) == 3
 
 
+async def pushing(sp: P2P, lp: P2P, groups: list[RolloutGroup], **options) -> RolloutSender:
+    """A started sender on `sp` with `lp` as its one destination, every group of `groups` queued to it."""
+    sender = RolloutSender(sp, RUN, **options)
+    await sender.start()
+    sender.set_destinations([lp.peer_id])
+    for g in groups:
+        sender.send(g)
+    return sender
+
+
 class BusyEvery:
     """A learner buffer that answers "busy" to every `n`-th group it is handed (the sender must retry it)."""
 
@@ -448,13 +458,9 @@ def test_windowed_pushes_deliver_each_group_once_and_retry_a_busy_one_mid_window
         async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
             receiver = RolloutReceiver(RUN, consumer, LIMITS, journal=tmp_path / "seen")
             await receiver.start(lp)
-            sender = RolloutSender(sp, RUN, base_backoff=0.01, max_backoff=0.05, window=window)
-            await sender.start()
-            sender.set_destinations([lp.peer_id])
             rng = random.Random(window)
             groups = [make_group(sid, rng, f"win{window}", i) for i in range(40)]
-            for g in groups:
-                sender.send(g)
+            sender = await pushing(sp, lp, groups, base_backoff=0.01, max_backoff=0.05, window=window)
             assert await sender.flush(30)
             await sender.close()
             receiver.close()
@@ -505,12 +511,8 @@ def test_a_full_learner_answers_full_undecoded_and_the_sender_resends_without_ba
             real_decode = receiver.decode
             receiver.decode = lambda body: decoded.append(1) or real_decode(body)
             await receiver.start(lp)
-            sender = RolloutSender(sp, RUN, base_backoff=5.0, max_backoff=5.0, window=4, full_wait=0.01)
-            await sender.start()
-            sender.set_destinations([lp.peer_id])
             groups = [make_group(sid, random.Random(7), "full", i) for i in range(20)]
-            for g in groups:
-                sender.send(g)
+            sender = await pushing(sp, lp, groups, base_backoff=5.0, max_backoff=5.0, window=4, full_wait=0.01)
             await wait_for(lambda: buffer.full_answers >= 5)  # the sender keeps knocking while it is full
             assert len(buffer.ids) == 6 and sender.pending == 14 and len(decoded) == 6
             while len(buffer.ids) < 20:  # the learner trains: it draws what it holds, a few at a time

@@ -108,7 +108,8 @@ class LearnerLoop:
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
         self.trainable = [p for p in model.parameters() if p.requires_grad]  # what trains (and is averaged)
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=self.lc.learning_rate, weight_decay=self.lc.weight_decay, foreach=True)
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=self.lc.learning_rate, weight_decay=self.lc.weight_decay,
+                                           foreach=True)  # one kernel per op for all tensors, not one per tensor
         self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
         self.version = buffer.version

@@ -110,20 +110,18 @@ def _plausible_logprobs(raw_lps: list, floor: float, vocab: int) -> list[list[fl
     finite, positive or below `floor`. Checked on all of them at once (per completion it was a tenth of a
     learner's decode)."""
     values = np.frombuffer(b"".join(raw_lps), dtype="<f4")
-    if not (np.isfinite(values).all() and (values <= 0).all() and (values >= floor).all()):
-        for i, raw in enumerate(raw_lps):
-            one = np.frombuffer(raw, dtype="<f4")
-            if not np.all(np.isfinite(one)) or np.any(one > 0):
-                raise InvalidRecord(f"logprobs[{i}] holds a non-finite or positive log-prob")
-            if np.any(one < floor):
-                raise InvalidRecord(f"logprobs[{i}] holds {float(one.min()):.3g}, below the plausible floor "
-                                    f"{floor:.1f} for a vocabulary of {vocab}")
+    ends = np.cumsum([len(raw) // 4 for raw in raw_lps]).tolist()
+    starts = [0, *ends[:-1]]
+    sane = np.isfinite(values) & (values <= 0)
+    plausible = sane & (values >= floor)
+    if not plausible.all():  # the completion holding the first bad value is the one named
+        i = int(np.searchsorted(ends, int(np.argmin(plausible)), side="right"))
+        if not sane[starts[i] : ends[i]].all():
+            raise InvalidRecord(f"logprobs[{i}] holds a non-finite or positive log-prob")
+        raise InvalidRecord(f"logprobs[{i}] holds {float(values[starts[i] : ends[i]].min()):.3g}, below the "
+                            f"plausible floor {floor:.1f} for a vocabulary of {vocab}")
     flat = values.astype(np.float64).tolist()
-    out, start = [], 0
-    for raw in raw_lps:
-        out.append(flat[start : start + len(raw) // 4])
-        start += len(raw) // 4
-    return out
+    return [flat[a:b] for a, b in zip(starts, ends)]
 
 
 @dataclass

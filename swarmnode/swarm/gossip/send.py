@@ -219,6 +219,7 @@ class RolloutSender:
             for item, status in zip(batch, statuses):
                 if status == FULL:  # kept in the outbox; no failure counted
                     full = True
+                    self.statuses[FULL] += 1
                     continue
                 if status in RETRY_STATUSES or status in CLOSING_STATUSES:
                     if status in CLOSING_STATUSES:
@@ -236,7 +237,6 @@ class RolloutSender:
                 continue
             failures = 0
             if full:
-                self.statuses[FULL] += 1
                 await asyncio.sleep(self.full_wait)
         link.close_stream()
         if self._links.get(str(link.peer)) is link:
