@@ -218,10 +218,11 @@ class RolloutInbox:
             self._arrived.notify_all()
         return status
 
-    async def durable(self, group: _Group, body: bytes) -> None:
-        """Journal an accepted group's wire bytes and wait until they are on disk (before the ack)."""
+    async def durable(self, accepted: list[tuple[_Group, bytes]]) -> None:
+        """Journal accepted groups' wire bytes and wait until they are on disk (before their acks; one sync)."""
         if self.journal is not None:
-            self.journal.append(body)
+            for _, body in accepted:
+                self.journal.append(body)
             await self.journal.sync()
 
     def send(self, group: _Group) -> None:

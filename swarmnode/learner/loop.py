@@ -67,6 +67,7 @@ from swarmnode.prompting import encode_prompt
 from swarmnode.staleness import StalenessHistogram
 
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
+PROMPT_CACHE = 4096  # prompts whose tokenisation the learner remembers
 RESERVE_VERSIONS = 8  # versions recorded ahead per fsync when publishing in the background (< max_staleness)
 
 
@@ -112,6 +113,7 @@ class LearnerLoop:
                                            foreach=True)  # one kernel per op for all tensors, not one per tensor
         self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
+        self._prompt_cache: dict[str, tuple[int, ...]] = {}
         self.version = buffer.version
         self.step_count = 0
         self.rejected: Counter[str] = Counter()
@@ -136,8 +138,15 @@ class LearnerLoop:
 
     # ---- batch preparation -------------------------------------------------------------------------------
     def _prompt_tokens(self, text: str) -> list[int]:
-        """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included)."""
-        return encode_prompt(self.tokenizer, text, self.cfg.sampler.max_prompt_length)
+        """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included);
+        remembered for the last `PROMPT_CACHE` prompts (a task's prompts come back)."""
+        tokens = self._prompt_cache.get(text)
+        if tokens is None:
+            tokens = tuple(encode_prompt(self.tokenizer, text, self.cfg.sampler.max_prompt_length))
+            if len(self._prompt_cache) >= PROMPT_CACHE:
+                self._prompt_cache.pop(next(iter(self._prompt_cache)))  # the oldest
+            self._prompt_cache[text] = tokens
+        return list(tokens)
 
     def _rows(self, group) -> list[_Row] | None:
         """Validated rows of one group with recomputed rewards, or None (counted) if it must be rejected."""

@@ -33,6 +33,7 @@ from swarmnode.swarm.publisher import VersionPublisher
 
 PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
 JOURNAL_FILE = "group_journal"  # acknowledged groups not yet in a checkpoint (swarmnode.learner.journal)
+EXTRAS_EVERY_S = 0.5  # the health record's histories, rejections and offenders are rebuilt at most this often
 
 
 class LearnerRole(NodeRole):
@@ -72,7 +73,8 @@ class LearnerRole(NodeRole):
             await asyncio.to_thread(self.learner.flush_publish)
         else:
             await self.dht.announce_version(self.learner.version, {"publisher": identity.peer_id})
-        self.member.update(version=self.learner.version, versions=self.store.versions())
+        # read when the record is built (once per heartbeat), not at every step
+        self.member.update(version=lambda: self.learner.version, versions=self.store.versions)
         self.inbox = RolloutInbox(buffer, self.journal)
         rate = cfg.learner.max_groups_per_second_per_sampler
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step
@@ -86,7 +88,7 @@ class LearnerRole(NodeRole):
         await self.receiver.start(self.p2p)
         self.series = VersionSeries()
         self.idle_seconds = 0.0  # the loop's time waiting for enough groups (the swarm's samplers too slow)
-        self._idle_published = -float("inf")
+        self._idle_published = self._extras_at = -float("inf")
         self.publish_health(version=self.learner.version, step=self.learner.step_count, idle_seconds=0.0,
                             **self._health_extras())
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
@@ -121,7 +123,6 @@ class LearnerRole(NodeRole):
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_log.write(record)
                 self.series.add(record["version"], record)
-                self.member.update(version=self.learner.version, versions=self.store.versions())
                 self._publish_step(record)
                 progress.step(record)
         finally:
@@ -139,7 +140,7 @@ class LearnerRole(NodeRole):
         now = time.monotonic()
         if now - self._idle_published >= self.cfg.network.heartbeat_interval:
             self._idle_published = now
-            self.publish_health(idle_seconds=round(self.idle_seconds, 3))
+            self.publish_health(idle_seconds=round(self.idle_seconds, 3), **self._health_extras())
 
     def _step_record(self, diag: dict, step_time: float) -> dict:
         """One line of the steps file: the step's diagnostics plus the node's counters."""
@@ -168,7 +169,16 @@ class LearnerRole(NodeRole):
             clip_frac=record["clip_frac"], grad_norm=record["grad_norm"], staleness_max=record["staleness_max"],
             staleness_mean=record["staleness_mean"], step_time=record["step_time"],
             dropped_stale=record["dropped_stale"], groups_received=record["groups_received"],
-            groups_rejected=record["groups_rejected"], idle_seconds=record["idle_seconds"], **self._health_extras())
+            groups_rejected=record["groups_rejected"], idle_seconds=record["idle_seconds"], **self._extras_due())
+
+    def _extras_due(self) -> dict:
+        """`_health_extras` at most every `EXTRAS_EVERY_S` (a step is ~30 ms on the tiny model; nobody reads them
+        that often), else nothing."""
+        now = time.monotonic()
+        if now - self._extras_at < EXTRAS_EVERY_S:
+            return {}
+        self._extras_at = now
+        return self._health_extras()
 
     def _rejected(self) -> dict[str, int]:
         """Groups refused, by reason: at the door (invalid, duplicate, stale...) and by the learner's checks."""

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from hivemind.p2p import P2P, PeerID
 
@@ -74,11 +74,16 @@ class SeenIds:
         return len(self._ids)
 
     def add(self, group_id: str) -> None:
-        self._remember(group_id)
+        self.add_many([group_id])
+
+    def add_many(self, group_ids: list[str]) -> None:
+        """Remember `group_ids` (journaled with one write)."""
+        for group_id in group_ids:
+            self._remember(group_id)
         if self._file is not None:
-            self._file.write(group_id + "\n")
+            self._file.write("".join(i + "\n" for i in group_ids))
             self._file.flush()
-            self._lines += 1
+            self._lines += len(group_ids)
             if self._lines > 2 * self.capacity:
                 self._compact()
 
@@ -107,8 +112,9 @@ class RolloutReceiver:
     """Accepts rollout groups from peers: size limit, rate limit, decode+verify, dedup, hand over, ack.
 
     `on_group(group) -> status` is the learner's buffer.add; "ok" means accepted (the id is then
-    remembered and journaled). With `durable`, an "ok" group's bytes are awaited into it (the learner's group
-    journal) before the ack, so an acknowledged group survives a crash. Peers that send garbage (undecodable,
+    remembered and journaled). With `durable`, the "ok" groups' (group, bytes) pairs are awaited into it (the
+    learner's group journal; one call for the groups read together from one stream, so one sync covers them)
+    before the ack, so an acknowledged group survives a crash. Peers that send garbage (undecodable,
     bad signature, oversized, truncated) collect strikes; `strikes_to_ban` strikes within `ban_seconds` get the
     peer ignored for `ban_seconds`; a ban acts on stream open and before any body is read.
 
@@ -133,7 +139,7 @@ class RolloutReceiver:
                  rate: float = 50.0, burst: float = 100.0, strikes_to_ban: int = 3, ban_seconds: float = 60.0,
                  seen_capacity: int = 200_000, journal: str | Path | None = None, idle_timeout: float = 300.0,
                  read_timeout: float = 30.0, version: Callable[[], int] | None = None,
-                 durable: Callable[[RolloutGroup, bytes], Awaitable[None]] | None = None,
+                 durable: Callable[[list[tuple[Any, bytes]]], Awaitable[None]] | None = None,
                  max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
                  decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES,
                  full: Callable[[], bool] | None = None):
@@ -212,8 +218,7 @@ class RolloutReceiver:
                     if body is not None:
                         bodies.append(body)
                 if bodies:
-                    results = await asyncio.gather(*(self._admit(body, peer) for body in bodies))
-                    await self._ack_all(writer, results)
+                    await self._ack_all(writer, await self._admit_all(bodies, peer))
                 if verdict is not None:
                     await self._refuse(reader, writer, verdict)
                     break
@@ -258,22 +263,67 @@ class RolloutReceiver:
         await self._ack(writer, "", "banned")
         await _linger(reader)
 
-    async def _admit(self, body: bytes, peer: str) -> tuple[str, str]:
-        """Rate limit, decode+verify, dedup, hand over. Returns (group id, status)."""
+    def _gate(self, peer: str) -> str | None:
+        """Why a push from `peer` is refused before decoding (rate limit, a full consumer), or None."""
         bucket = self._buckets.get(peer)
         if bucket is None:
             bucket = self._buckets[peer] = TokenBucket(self.rate, self.burst)
         if not bucket.take():
             self._count("rate_limited", peer, "flood: over the per-peer rate limit")
-            return "", "rate_limited"
+            return "rate_limited"
         if self.full is not None and self.full():
             self._count(FULL, peer)
-            return "", FULL
-        return await self.accept_bytes(body, peer)
+            return FULL
+        return None
+
+    async def _admit_all(self, bodies: list[bytes], peer: str) -> list[tuple[str, str]]:
+        """Rate limit, decode+verify, dedup and hand over each of one sender's `bodies`; (group id, status) per
+        body, in order."""
+        return await self._accept(bodies, peer, gated=True)
 
     async def accept_bytes(self, body: bytes, peer: str) -> tuple[str, str]:
         """Decode and verify one encoded group from `peer` (a large one off the event loop), then dedup and hand
         it over."""
+        return (await self._accept([body], peer, gated=False))[0]
+
+    async def _accept(self, bodies: list[bytes], peer: str, gated: bool) -> list[tuple[str, str]]:
+        """The groups the consumer takes are made durable together (one journal sync for all of them, not one
+        per group) before any is acknowledged; small ones are decoded in turn without a task each."""
+        results: list[tuple[str, str]] = []
+        taken: list[tuple[int, Any, bytes]] = []  # (index in results, group, body) the consumer took
+        batch: set[str] = set()  # ids taken in this batch (one sender may repeat a group before its ack)
+        async for body, group in self._decoded_in_turn(bodies, peer, gated):
+            if isinstance(group, tuple):  # refused at the door or while decoding
+                results.append(group)
+                continue
+            status = self._offer(group, peer, batch)
+            results.append((group.group_id, status))
+            if status == "ok":
+                taken.append((len(results) - 1, group, body))
+                batch.add(group.group_id)
+            else:
+                self._count(status, peer)
+        if taken:
+            await self._keep(taken, results, peer)
+        return results
+
+    async def _decoded_in_turn(self, bodies: list[bytes], peer: str, gated: bool) -> AsyncIterator[tuple[bytes, Any]]:
+        """(body, group or (id, status) when refused) for each body, in order. Small bodies are gated and decoded
+        one at a time as the caller takes them (so `full` sees the groups handed over before); large ones are
+        gated first, then decoded in the pool concurrently."""
+        if all(len(body) <= self.inline_decode_bytes for body in bodies):
+            for body in bodies:
+                why = self._gate(peer) if gated else None
+                yield body, (("", why) if why is not None else await self._decoded(body, peer))
+            return
+        refused = [self._gate(peer) if gated else None for _ in bodies]
+        decoded = iter(await asyncio.gather(*(self._decoded(body, peer)
+                                              for body, why in zip(bodies, refused) if why is None)))
+        for body, why in zip(bodies, refused):
+            yield body, (("", why) if why is not None else next(decoded))
+
+    async def _decoded(self, body: bytes, peer: str) -> Any:
+        """The decoded, verified group, or (id, status) when it is refused."""
         try:
             if len(body) <= self.inline_decode_bytes:
                 group = self._decode(body, peer)
@@ -291,7 +341,7 @@ class RolloutReceiver:
         if self._closed:
             self._count("busy", peer)  # decoded after the receiver closed: the learner is stopping
             return "", "busy"
-        return await self._hand_over(group, body, peer)
+        return group
 
     def _decode(self, body: bytes, peer: str) -> RolloutGroup:
         """Parse, validate and verify (runs in the decode pool); raises InvalidRecord."""
@@ -302,23 +352,31 @@ class RolloutReceiver:
             raise InvalidRecord(f"group signed by {group.sampler_id[-8:]} but sent by {peer[-8:]}")
         return group
 
-    async def _hand_over(self, group: RolloutGroup, body: bytes, peer: str) -> tuple[str, str]:
-        if group.group_id in self.seen:
-            self._count("duplicate", peer)
-            return group.group_id, "duplicate"
+    def _offer(self, group: Any, peer: str, batch: set[str]) -> str:
+        """Dedup, then hand `group` to the consumer; its status (not yet counted)."""
+        if group.group_id in self.seen or group.group_id in batch:
+            return "duplicate"
         try:
-            status = self.on_group(group)
-            if status == "ok" and self.durable is not None:
-                await self.durable(group, body)  # journaled (and synced) before the ack
-        except Exception as exc:  # the consumer's bug must not kill the stream; the sender retries
+            return self.on_group(group)
+        except Exception:  # the consumer's bug must not kill the stream; the sender retries
             logger.exception("rollouts: on_group failed for %s", group.group_id[:12])
-            self._count("busy", peer, f"consumer error {type(exc).__name__}")
-            return group.group_id, "busy"
-        if status == "ok":
-            self.seen.add(group.group_id)
-            self.accepted += 1
-        self._count(status, peer)
-        return group.group_id, status
+            return "busy"
+
+    async def _keep(self, taken: list[tuple[int, Any, bytes]], results: list[tuple[str, str]], peer: str) -> None:
+        """Make the groups the consumer took durable (before their acks), then remember them as accepted."""
+        if self.durable is not None:
+            try:
+                await self.durable([(group, body) for _, group, body in taken])  # journaled and synced
+            except Exception as exc:  # the sender retries: the groups are answered "busy"
+                logger.exception("rollouts: journaling %d groups failed", len(taken))
+                for i, group, _ in taken:
+                    results[i] = (group.group_id, "busy")
+                    self._count("busy", peer, f"consumer error {type(exc).__name__}")
+                return
+        self.seen.add_many([group.group_id for _, group, _ in taken])
+        self.accepted += len(taken)
+        for _ in taken:
+            self._count("ok", peer)
 
     async def _ack(self, writer: asyncio.StreamWriter, group_id: str, status: str) -> None:
         await self._ack_all(writer, [(group_id, status)])
