@@ -32,7 +32,7 @@ from swarmnode.swarm.weights import ModelLayout
 
 logger = logging.getLogger(__name__)
 BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
-NO_LEARNER_POLL_S = 1.0  # how often a sampler with no live learner looks for one (else once per heartbeat)
+NO_LEARNER_POLL_S = 0.25  # how often a sampler with no live learner looks for one (else once per heartbeat)
 NO_LEARNER = "no learner"  # health `paused`: no live learner (that the run trusts) to send groups to
 
 
@@ -115,7 +115,7 @@ class SamplerRole(NodeRole):
                     if self.health.paused != NO_LEARNER:
                         self.emit("sampler: no learner of the run is live; generation paused until one joins")
                     self.publish_health(paused=NO_LEARNER)
-                    await sleep_or_stop(stop, min(0.5, cfg.network.heartbeat_interval))
+                    await sleep_or_stop(stop, min(NO_LEARNER_POLL_S, cfg.network.heartbeat_interval))
                     continue
                 if cfg.sync.mode == "pull":
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
