@@ -450,13 +450,19 @@ class BusyEvery:
 def test_windowed_pushes_deliver_each_group_once_and_retry_a_busy_one_mid_window(tmp_path, window):
     """Groups written back to back (up to `window` before their acks) are admitted together on the learner; a
     "busy" answer to one in the middle of a window leaves only that one to be sent again: every group arrives
-    exactly once, the ones around it are not resent, and the journal shows every acknowledged group."""
+    exactly once, the ones around it are not resent, and the journal shows every acknowledged group. The groups
+    taken from one read are made durable with one call (one journal sync for all of them)."""
     sid = Identity.generate()
     consumer = BusyEvery(5)
+    batches: list[list[str]] = []  # the group ids of each durability call
+
+    async def journaled(taken: list[tuple[RolloutGroup, bytes]]) -> None:
+        assert all(g.encode() == body for g, body in taken)
+        batches.append([g.group_id for g, _ in taken])
 
     async def scenario():
         async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
-            receiver = RolloutReceiver(RUN, consumer, LIMITS, journal=tmp_path / "seen")
+            receiver = RolloutReceiver(RUN, consumer, LIMITS, journal=tmp_path / "seen", durable=journaled)
             await receiver.start(lp)
             rng = random.Random(window)
             groups = [make_group(sid, rng, f"win{window}", i) for i in range(40)]
@@ -472,6 +478,8 @@ def test_windowed_pushes_deliver_each_group_once_and_retry_a_busy_one_mid_window
     assert sender.retries >= 1
     assert sender.statuses["ok"] == 40 and sender.statuses["duplicate"] == 0 and sender.delivered == 40
     assert receiver.accepted == 40 and (tmp_path / "seen").read_text().split() == consumer.ids
+    assert [i for batch in batches for i in batch] == consumer.ids  # each accepted group made durable, once
+    assert max(map(len, batches)) == 1 if window == 1 else max(map(len, batches)) > 1
 
 
 class HoldsUpTo:
