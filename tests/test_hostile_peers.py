@@ -55,11 +55,19 @@ async def attack(tmp_path: Path, run_id: str, learner_id: str, learner_addr: str
         out["absurd"] = [await push(absurd.encode())]
         empty_arrays = msgpack.packb({"completions": [[]] * (8 * 1024 * 1024 - 64)})
         out["8M empty arrays"] = [await push(empty_arrays)]
-        # more concurrent streams than allowed: the extra ones are answered at once, before any read
-        held = [await p2p.call_binary_stream_handler(learner, push_protocol(run_id)) for _ in range(MAX_STREAMS)]
-        extra = [await p2p.call_binary_stream_handler(learner, push_protocol(run_id)) for _ in range(2)]
-        out["extra streams"] = [(await asyncio.wait_for(read_control(r), 30))["status"] for _, r, _ in extra]
-        for _, _, w in held + extra:
+        # more concurrent streams than allowed: the extra ones are answered at once, before any read. Which ones are
+        # extra is the order the learner's handler sees them in, which need not be the order they were opened in
+        streams = [await p2p.call_binary_stream_handler(learner, push_protocol(run_id)) for _ in range(MAX_STREAMS + 2)]
+        reads = [asyncio.ensure_future(read_control(r)) for _, r, _ in streams]
+        answered = []
+        for read in asyncio.as_completed(reads, timeout=30):
+            answered.append((await read)["status"])
+            if len(answered) == 2:
+                break
+        out["extra streams"] = answered
+        for read in reads:
+            read.cancel()
+        for _, _, w in streams:
             w.close()
         out["third strike"] = [await push(b"\xc1 not msgpack")]
         _, reader, writer = await p2p.call_binary_stream_handler(learner, push_protocol(run_id))
