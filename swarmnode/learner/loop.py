@@ -36,6 +36,7 @@ checkpoints early when it grows past its soft limit.
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 from collections import Counter
@@ -113,7 +114,8 @@ class LearnerLoop:
                                            foreach=True)  # one kernel per op for all tensors, not one per tensor
         self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
-        self._prompt_cache: dict[str, tuple[int, ...]] = {}
+        self._encode_prompt = functools.lru_cache(PROMPT_CACHE)(
+            lambda text: tuple(encode_prompt(self.tokenizer, text, cfg.sampler.max_prompt_length)))
         self.version = buffer.version
         self.step_count = 0
         self.rejected: Counter[str] = Counter()
@@ -139,14 +141,8 @@ class LearnerLoop:
     # ---- batch preparation -------------------------------------------------------------------------------
     def _prompt_tokens(self, text: str) -> list[int]:
         """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included);
-        remembered for the last `PROMPT_CACHE` prompts (a task's prompts come back)."""
-        tokens = self._prompt_cache.get(text)
-        if tokens is None:
-            tokens = tuple(encode_prompt(self.tokenizer, text, self.cfg.sampler.max_prompt_length))
-            if len(self._prompt_cache) >= PROMPT_CACHE:
-                self._prompt_cache.pop(next(iter(self._prompt_cache)))  # the oldest
-            self._prompt_cache[text] = tokens
-        return list(tokens)
+        remembered for the last `PROMPT_CACHE` prompts used (a task's prompts come back)."""
+        return list(self._encode_prompt(text))
 
     def _rows(self, group) -> list[_Row] | None:
         """Validated rows of one group with recomputed rewards, or None (counted) if it must be rejected."""

@@ -21,10 +21,11 @@ Wire format, both directions: frames of an 8-byte big-endian length and a payloa
   writes {"op": "bye"} before anyone closes (closing right after the last write truncated QUIC streams).
 
 Modules: `streams` (stream names, ack statuses, the polite close), `receive` (`RolloutReceiver` and its rate
-limits and dedup), `send` (`RolloutSender`: outboxes, acks, retries, the recent ring served to pullers).
+limits), `seen` (its journaled dedup memory), `send` (`RolloutSender`: outboxes, acks, retries, the recent ring served to pullers).
 """
 
-from swarmnode.swarm.gossip.receive import RolloutReceiver, SeenIds, TokenBucket
+from swarmnode.swarm.gossip.receive import RolloutReceiver, TokenBucket
+from swarmnode.swarm.gossip.seen import SeenIds
 from swarmnode.swarm.gossip.send import RolloutSender
 from swarmnode.swarm.gossip.streams import CLOSING_STATUSES, RETRY_STATUSES, pull_protocol, push_protocol
 

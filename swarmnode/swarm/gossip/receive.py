@@ -7,7 +7,6 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -18,6 +17,7 @@ from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.swarm.frames import read_header, write_frame, write_frames
 from swarmnode.swarm.hivemind_compat import has_buffered_bytes
+from swarmnode.swarm.gossip.seen import SeenIds
 from swarmnode.swarm.gossip.streams import FULL, linger as _linger, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
@@ -41,71 +41,6 @@ class TokenBucket:
             self.tokens -= 1
             return True
         return False
-
-
-class SeenIds:
-    """Bounded set of accepted group ids, optionally journaled to disk so a restarted receiver stays exactly-once."""
-
-    def __init__(self, capacity: int, journal: str | Path | None = None):
-        self.capacity = capacity
-        self._ids: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._file = None
-        self._path: Path | None = None
-        self._lines = 0
-        if journal is not None:
-            path = self._path = Path(journal)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.exists():
-                data = path.read_bytes()
-                complete = data[: data.rfind(b"\n") + 1]  # a crash may have cut the last line
-                if len(complete) != len(data):
-                    with open(path, "r+b") as f:
-                        f.truncate(len(complete))
-                lines = complete.decode(errors="replace").splitlines()
-                self._lines = len(lines)
-                for line in lines[-capacity:]:
-                    self._remember(line)
-            self._file = open(path, "a", buffering=1)
-
-    def __contains__(self, group_id: str) -> bool:
-        return group_id in self._ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def add(self, group_id: str) -> None:
-        self.add_many([group_id])
-
-    def add_many(self, group_ids: list[str]) -> None:
-        """Remember `group_ids` (journaled with one write)."""
-        for group_id in group_ids:
-            self._remember(group_id)
-        if self._file is not None:
-            self._file.write("".join(i + "\n" for i in group_ids))
-            self._file.flush()
-            self._lines += len(group_ids)
-            if self._lines > 2 * self.capacity:
-                self._compact()
-
-    def _compact(self) -> None:
-        """Rewrite the journal with only the ids still remembered (atomic rename)."""
-        assert self._path is not None and self._file is not None
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text("".join(i + "\n" for i in self._ids))
-        self._file.close()
-        os.replace(tmp, self._path)
-        self._file = open(self._path, "a", buffering=1)
-        self._lines = len(self._ids)
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def _remember(self, group_id: str) -> None:
-        self._ids[group_id] = None
-        while len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
 
 
 class RolloutReceiver:
@@ -296,7 +231,7 @@ class RolloutReceiver:
             if isinstance(group, tuple):  # refused at the door or while decoding
                 results.append(group)
                 continue
-            status = self._offer(group, peer, batch)
+            status = self._offer(group, batch)
             results.append((group.group_id, status))
             if status == "ok":
                 taken.append((len(results) - 1, group, body))
@@ -352,7 +287,7 @@ class RolloutReceiver:
             raise InvalidRecord(f"group signed by {group.sampler_id[-8:]} but sent by {peer[-8:]}")
         return group
 
-    def _offer(self, group: Any, peer: str, batch: set[str]) -> str:
+    def _offer(self, group: Any, batch: set[str]) -> str:
         """Dedup, then hand `group` to the consumer; its status (not yet counted)."""
         if group.group_id in self.seen or group.group_id in batch:
             return "duplicate"
