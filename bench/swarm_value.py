@@ -3,6 +3,7 @@
 Arms, each given the same wall-clock budget from its launch, alternated `--repeats` times in one run:
 - local: `swarmnode train-local` (sampler and learner in one loop) pinned to core 0 (`taskset -c 0`), on-policy;
   `local-s<N>` the same with `--staleness N` (the sampler holds the weights of N versions ago, as a swarm's do);
+  `local-<name>` on-policy with its own `--arm-set` overrides (e.g. local-b8=sampler.prompts_per_batch=8);
 - swarm (and any `swarm-<name>` arm with its own `--arm-set` overrides): the demo swarm
   (`swarmnode.local_swarm.start_swarm`: bootstrap, learner, `--samplers` samplers as processes, all launched at
   the clock's start) with the learner (and its p2pd, a child process, so it inherits the pinning) on core 0 and
@@ -21,7 +22,7 @@ seconds waiting for groups per second after its first step), and CPU ms per trai
 first step on (python + p2pd, sampled from the processes' CPU times every 0.5 s; start-up left out). The speed-up of an arm is the baseline's median time to the
 target over its own; the steps/s ratio is its median steps/s after the first step over the baseline's.
 
-    python bench/swarm_value.py [--seconds 120] [--repeats 3] [--arms local,swarm,swarm-p8]
+    python bench/swarm_value.py [--config tiny-cpu] [--seconds 120] [--repeats 3] [--arms local,swarm,swarm-p8]
         [--arm-set swarm-p8=learner.publish_every=8] [--set k=v ...] [--out bench/results/swarm_value]
     python bench/swarm_value.py --profile DIR --seconds 60 --arms swarm   # cProfile every thread of every node
 """
@@ -81,22 +82,21 @@ def _sets_args(sets: list[str]) -> list[str]:
 
 
 def local_staleness(arm: str) -> int:
-    """The fixed staleness of a local arm: `local` 0 (on-policy), `local-s<N>` N (`train-local --staleness N`)."""
-    if arm == "local":
-        return 0
+    """The fixed staleness of a local arm: `local-s<N>` N (`train-local --staleness N`), any other 0 (on-policy)."""
     if arm.startswith("local-s") and arm[len("local-s"):].isdigit():
         return int(arm[len("local-s"):])
-    raise SystemExit(f"arm {arm!r}: a local arm is `local` or `local-s<N>` (train-local --staleness N)")
+    return 0
 
 
-def run_local(seconds: float, sets: list[str], work: Path, profile: Path | None, staleness: int = 0) -> dict:
+def run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
+              staleness: int = 0) -> dict:
     """train-local pinned to the learner core (`--staleness staleness`), checkpointing into `work`; its curve
     and snapshot copies."""
     ckpt = work / "local-ckpt"
     copier = SnapshotCopier(ckpt, work / "local-snapshots")
     py = [str(ROOT / "bench" / "profile_node.py"), str(profile / "local.prof")] if profile else []
     cmd = ["taskset", "-c", LEARNER_CORE, sys.executable, "-P", *py, "-m", "swarmnode", "train-local", "-c",
-           "tiny-cpu", "--json", "--steps", "100000000", "--max-seconds", str(seconds), "--checkpoint-dir",
+           config, "--json", "--steps", "100000000", "--max-seconds", str(seconds), "--checkpoint-dir",
            str(ckpt), "--staleness", str(staleness), *_sets_args(sets)]
     t0 = time.time()
     copier.start()
@@ -120,13 +120,13 @@ def run_local(seconds: float, sets: list[str], work: Path, profile: Path | None,
             "snapshots": copier.copied, "idle_seconds": None, "cpu_series": cpu_series}
 
 
-def prompts_per_step(sets: list[str]) -> int:
+def prompts_per_step(config: str, sets: list[str]) -> int:
     from swarmnode.config import load_config
 
-    return load_config("tiny-cpu", sets).learner.prompts_per_step
+    return load_config(config, sets).learner.prompts_per_step
 
 
-def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None, samplers: int = 2,
+def run_swarm(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None, samplers: int = 2,
               warm: bool = False) -> dict:
     """The demo swarm with the learner pinned to core 0 and everything else to core 1, for `seconds` from the
     learner's launch. `warm`: the bootstrap and the samplers are started first and the clock starts when every
@@ -139,11 +139,11 @@ def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None,
     if profile is not None:
         run.python_args = lambda name: [str(ROOT / "bench" / "profile_node.py"), str(profile / f"{name}.prof")]
     copier = SnapshotCopier(root / "learner" / "checkpoints", work / "swarm-snapshots")
-    sets = prepare_swarm(root, "tiny-cpu", sets, say=lambda _msg: None)  # the model is cached: both arms load it
+    sets = prepare_swarm(root, config, sets, say=lambda _msg: None)  # the model is cached: both arms load it
     quiet = lambda _msg: None  # noqa: E731
     try:
         if warm:
-            args = node_args("tiny-cpu", sets, start_bootstrap(run, "tiny-cpu", sets, quiet))
+            args = node_args(config, sets, start_bootstrap(run, config, sets, quiet))
             started = start_samplers(run, args, samplers)
             for i in started:
                 wait_for_line(next(p for p in run.procs if p.name == f"sampler{i}"), "sampler ready:", 180)
@@ -153,7 +153,7 @@ def run_swarm(seconds: float, sets: list[str], work: Path, profile: Path | None,
         else:
             t0 = time.time()
             copier.start()
-            start_swarm(run, "tiny-cpu", sets, quiet, samplers=samplers)
+            start_swarm(run, config, sets, quiet, samplers=samplers)
         cpu_series = []
         while time.time() - t0 < seconds:
             run.check_alive()
@@ -211,8 +211,8 @@ def steady_cpu_per_group(result: dict, groups_per_step: int) -> dict | None:
             "steps_measured": steps}
 
 
-def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t0: float, sets: list[str],
-                       samples: int, max_evals: int) -> list[dict]:
+def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t0: float, config: str,
+                       sets: list[str], samples: int, max_evals: int) -> list[dict]:
     """Held-out reward of at most `max_evals` snapshots (evenly spaced, the last one always), each placed at the
     wall time of the step it holds."""
     import torch
@@ -225,7 +225,8 @@ def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t
     from swarmnode.models import load_model, load_tokenizer
     from swarmnode.tasks import build_task
 
-    cfg = load_config("tiny-cpu", sets)
+    torch.set_num_threads(1)  # this process is pinned to one core: more threads there only wait on each other
+    cfg = load_config(config, sets)
     task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
     model = load_model(cfg.model, cfg.task, torch.device("cpu"))
     time_of = {p["step"]: p["time"] for p in curve}
@@ -316,10 +317,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0, help="wall-clock budget of each arm, from launch")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--arms", default="local,swarm",
-                    help="comma-separated: local (on-policy) or local-s<N> (train-local --staleness N), and swarm arms named swarm or swarm-<anything> (every node started "
+                    help="comma-separated: local (on-policy), local-s<N> (train-local --staleness N) or local-<name> (on-policy, "
+                    "with its own --arm-set overrides), and swarm arms named swarm or swarm-<anything> (every node started "
                     "at the clock's start) or warm or warm-<anything> (bootstrap and samplers already running: the "
                     "clock starts at the learner's launch); a swarm arm's own overrides come with --arm-set NAME=k=v")
     ap.add_argument("--samplers", type=int, default=2, help="sampler processes of every swarm arm (all on core 1)")
+    ap.add_argument("--config", default="tiny-cpu", help="preset or YAML of every arm (tiny-digitmap: 129-token "
+                    "answers, where generation is a larger share of the single process's step)")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config override for every arm")
     ap.add_argument("--swarm-set", dest="swarm_sets", action="append", default=["sampler.max_groups_per_second=0"],
                     help="config override for every swarm arm (default: the samplers' throttle off)")
@@ -343,15 +347,16 @@ def main() -> None:
                 work = Path(tmp) / f"{arm}{rep}"
                 work.mkdir()
                 print(f"repeat {rep + 1}/{args.repeats}: {arm} ({args.seconds:.0f} s)", file=sys.stderr)
+                own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
                 if arm.startswith("local"):
-                    result = run_local(args.seconds, args.sets, work, args.profile, local_staleness(arm))
+                    result = run_local(args.seconds, args.config, [*args.sets, *own], work, args.profile,
+                                       local_staleness(arm))
                 else:
-                    own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
-                    result = run_swarm(args.seconds, [*args.sets, *args.swarm_sets, *own], work, args.profile,
+                    result = run_swarm(args.seconds, args.config, [*args.sets, *args.swarm_sets, *own], work, args.profile,
                                        samplers=args.samplers, warm=arm.startswith("warm"))
-                points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.sets,
-                                            args.eval_samples, args.max_evals)
-                raw[arm].append(summarise_arm(result, points, args.seconds, prompts_per_step(args.sets)))
+                points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.config,
+                                            args.sets, args.eval_samples, args.max_evals)
+                raw[arm].append(summarise_arm(result, points, args.seconds, prompts_per_step(args.config, args.sets)))
         if args.profile:
             print_profiles(args.profile, 40)
     doc = build_doc(args, arms, raw, load)
@@ -364,7 +369,7 @@ def main() -> None:
 
 
 def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) -> dict:
-    doc = {"command": " ".join(["python bench/swarm_value.py", *sys.argv[1:]]),
+    doc = {"command": " ".join(["python bench/swarm_value.py", *sys.argv[1:]]), "config": args.config,
            "seconds": args.seconds, "repeats": args.repeats, "load_before": [round(x, 2) for x in load],
            "load_after": [round(x, 2) for x in os.getloadavg()], "sets": args.sets, "swarm_sets": args.swarm_sets,
            "arm_sets": args.arm_sets,

@@ -187,6 +187,10 @@ class LearnerConfig(_Section):
         0, ge=0, le=10_000_000, description="groups held above which the learner answers pushes \"full\" without "
         "decoding them (the sampler resends shortly and pauses generating meanwhile); 0: 4 x prompts_per_step")
     draw_order: Literal["newest", "oldest"] = "newest"
+    sample_when_idle: bool = Field(
+        False, description="with too few groups buffered for a step, generate a batch with the weights being "
+        "trained (on-policy) instead of waiting for the samplers: a learner whose samplers cannot keep up is "
+        "never idle (these groups are not journaled: a crash loses them)")
     max_learners: int = Field(1, ge=1, le=1000, description="learners the run wants; above 1 they train one "
                               "policy together, averaging their parameters through hivemind (see average_every)")
     average_every: int = Field(8, ge=1, le=1_000_000, description="with several learners: local optimiser steps "

@@ -26,6 +26,7 @@ from swarmnode.models import load_model, pick_device
 from swarmnode.protocol.rollout import RolloutLimits
 from swarmnode.roles.averaging_rounds import AveragingRounds, averaging_enabled
 from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
+from swarmnode.roles.own_sampling import OwnSampler
 from swarmnode.swarm.averaging import LearnerAveraging
 from swarmnode.swarm.gossip import RolloutReceiver
 from swarmnode.swarm.gossip.streams import FULL
@@ -76,6 +77,8 @@ class LearnerRole(NodeRole):
         # read when the record is built (once per heartbeat), not at every step
         self.member.update(version=lambda: self.learner.version, versions=self.store.versions)
         self.inbox = RolloutInbox(buffer, self.journal)
+        self.own = OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send) \
+            if cfg.learner.sample_when_idle else None
         rate = cfg.learner.max_groups_per_second_per_sampler
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step
         self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
@@ -111,6 +114,9 @@ class LearnerRole(NodeRole):
             while not stop.is_set():
                 began = time.monotonic()
                 diag = await asyncio.to_thread(self.learner.step)
+                if diag is None and self.own is not None:  # too few groups: make some rather than wait
+                    await asyncio.to_thread(self.own.batch)
+                    continue
                 if diag is None:  # too few groups: go again as soon as enough arrive (not after a fixed nap)
                     await asyncio.to_thread(self.inbox.wait, self.cfg.learner.prompts_per_step, 0.5)
                     self.idle_seconds += time.monotonic() - began  # waiting for data, not training
@@ -156,6 +162,7 @@ class LearnerRole(NodeRole):
             "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
             "staleness_hist": list(self.learner.staleness_hist.counts),  # cumulative, power-of-two buckets
             "idle_seconds": round(self.idle_seconds, 3),
+            "groups_self_made": self.own.groups if self.own is not None else 0,
             **(self.rounds.health() if self.rounds is not None else {}),
             "time": round(time.time(), 3),
         }

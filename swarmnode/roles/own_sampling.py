@@ -1,0 +1,44 @@
+"""`OwnSampler`: a learner's own rollout batches, made when it would otherwise wait (`learner.sample_when_idle`).
+
+The batch is generated with the very model the learner trains (no weights to fetch, every group on-policy),
+signed with the learner's identity and put into its inbox like a sampler's; the learner's step then draws it with
+whatever the samplers sent. Generation runs between steps, in the learner's training thread, never during one.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from swarmnode.config import NodeConfig
+from swarmnode.delivery import RolloutSink
+from swarmnode.identity import Identity
+from swarmnode.learner.loop import LearnerLoop
+from swarmnode.sampler.engines import HFEngine
+from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.tasks import Task
+
+
+class OwnSampler:
+    """One batch of `sampler.prompts_per_batch` prompts per `batch()`, with the learner's current weights."""
+
+    def __init__(self, learner: LearnerLoop, task: Task, cfg: NodeConfig, identity: Identity, sink: RolloutSink):
+        self.learner = learner
+        model = learner.model
+        self.engine = HFEngine(model, learner.tokenizer, cfg.sampler.max_prompt_length, learner.version)
+        model.train()  # the engine put the model in eval mode; the learner trains it
+        # its own prompt stream (a sampler's is seeded by task.seed: the same prompts would come twice)
+        self.loop = SamplerLoop(self.engine, task, cfg, identity, sink, lineage=identity.peer_id,
+                                seed=zlib.crc32(identity.peer_id.encode()))
+        self.groups = 0  # groups made so far
+
+    def batch(self) -> int:
+        """Generate, score and hand over one batch; the number of groups made."""
+        model = self.learner.model
+        self.engine.version = self.learner.version
+        model.eval()
+        try:
+            made = len(self.loop.step())
+        finally:
+            model.train()
+        self.groups += made
+        return made

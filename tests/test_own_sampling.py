@@ -1,0 +1,71 @@
+"""`learner.sample_when_idle`: a learner short of groups makes its own batch with the weights it trains, instead of
+waiting. In process (`OwnSampler` on a real `LearnerLoop` and the tiny model) and as a real learner node on
+127.0.0.1 with no sampler at all: it trains alone, on-policy, and is never idle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swarmnode.config import load_config
+from swarmnode.demo import read_steps
+from swarmnode.identity import Identity
+from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
+from swarmnode.learner.loop import LearnerLoop
+from swarmnode.learner.steps_log import STEPS_FILE
+from swarmnode.models import load_model, load_tokenizer
+from swarmnode.roles.own_sampling import OwnSampler
+from swarmnode.tasks import build_task
+from swarm_helpers import LocalSwarm
+from test_multi_learner import NODE_ENV, WORK, wait_for
+
+torch.set_num_threads(1)
+FAST = ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=4", "learner.prompts_per_step=4",
+        "sampler.max_completion_length=6", "learner.publish_every=1"]
+
+
+def test_own_batches_are_on_policy_signed_and_leave_the_model_training():
+    cfg = load_config("tiny-cpu", FAST)
+    task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
+    model = load_model(cfg.model, cfg.task, torch.device("cpu"))
+    me = Identity.generate()
+    buffer = ReplayBuffer.from_config(cfg, lineage=me.peer_id)  # a lone learner's buffer: its own line only
+    learner = LearnerLoop(model, tokenizer, task, cfg, buffer, None)
+    inbox = RolloutInbox(buffer)
+    own = OwnSampler(learner, task, cfg, me, inbox.send)
+    assert learner.model.training
+
+    versions = []
+    for _ in range(3):
+        assert learner.step() is None  # nothing buffered: no step
+        assert own.batch() == 4 and len(buffer) == 4  # every group accepted (lineage, version, signature)
+        assert learner.model.training
+        diag = learner.step()
+        assert diag is not None and diag["staleness_max"] == 0  # made with the weights being trained
+        versions.append(learner.version)
+    assert versions == [1, 2, 3] and own.groups == 12
+    # its prompts are its own stream, not a sampler's (seeded by task.seed)
+    from swarmnode.sampler.loop import SamplerLoop
+
+    other: list = []
+    SamplerLoop(own.engine, task, cfg, Identity.generate(), other.append).step()
+    made: list = []
+    own.loop.send = made.append
+    own.batch()
+    assert [g.prompt_id for g in made] != [g.prompt_id for g in other]
+
+
+@pytest.mark.timeout(240)
+def test_a_learner_alone_trains_on_its_own_batches(tmp_path):
+    learner_dir = tmp_path / "learner"
+    with LocalSwarm(tmp_path) as swarm:
+        swarm.bootstrap()
+        learner = swarm.join("learner", "learner", work=True, env=NODE_ENV,
+                             extra=[*WORK, "--set", f"data_dir={learner_dir}", "--set", "learner.sample_when_idle=true"])
+        rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 5 and r, 180,
+                        "5 learner steps with no sampler", lambda: learner.stderr()[-2000:])
+    last = rows[-1]
+    assert last["groups_received"] == 0  # nobody sent any
+    assert last["groups_self_made"] >= 5 * 8  # 8 groups a step (tiny-cpu): all its own
+    assert last["idle_seconds"] == 0.0  # it never waited
+    assert all(r["staleness_max"] == 0 for r in rows)  # on-policy: made with the weights it trains
