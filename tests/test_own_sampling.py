@@ -15,6 +15,7 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.models import load_model, load_tokenizer
 from swarmnode.roles.own_sampling import OwnSampler
+from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 from swarm_helpers import LocalSwarm
 from test_multi_learner import NODE_ENV, WORK, wait_for
@@ -45,8 +46,6 @@ def test_own_batches_are_on_policy_signed_and_leave_the_model_training():
         versions.append(learner.version)
     assert versions == [1, 2, 3] and own.groups == 12
     # its prompts are its own stream, not a sampler's (seeded by task.seed)
-    from swarmnode.sampler.loop import SamplerLoop
-
     other: list = []
     SamplerLoop(own.engine, task, cfg, Identity.generate(), other.append).step()
     made: list = []
