@@ -137,9 +137,12 @@ def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
                            "--count", str(count), "--interval", "0.05", "--created", str(tmp_path / f"created{i}"),
                            "--tag", f"s{i}p{part}", ready=tmp_path / f"s{i}.ready")
 
-    samplers = [start_sampler(i, 0, 60) for i in range(3)]
+    # sampler 0 is stopped mid-run below: its first part must outlast the others' start-up (one that had already
+    # sent its count and was exiting, asyncio's signal handlers gone, died of the SIGTERM: a flaky -15)
+    samplers = [start_sampler(i, 0, 600 if i == 0 else 60) for i in range(3)]
     time.sleep(1.0)
     # restart a sampler mid-run (graceful: it flushes), and continue it under the same identity
+    assert samplers[0].poll() is None, "sampler 0 finished before it could be stopped mid-run"
     assert procs.stop(samplers[0]) == 0
     samplers[0] = start_sampler(0, 1, 30)
     # crash the learner mid-run (SIGKILL: no goodbye), bring it back on the same address and journal
