@@ -320,10 +320,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0, help="wall-clock budget of each arm, from launch")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--arms", default="local,swarm",
-                    help="comma-separated: local (on-policy), local-s<N> (train-local --staleness N) or local-<name> (on-policy, "
-                    "with its own --arm-set overrides), and swarm arms named swarm or swarm-<anything> (every node started "
-                    "at the clock's start) or warm or warm-<anything> (bootstrap and samplers already running: the "
-                    "clock starts at the learner's launch); a swarm arm's own overrides come with --arm-set NAME=k=v")
+                    help="comma-separated: local (on-policy), local-s<N> (train-local --staleness N) or "
+                    "local-<name> (on-policy, with its own --arm-set overrides), and swarm arms named swarm or "
+                    "swarm-<anything> (every node started at the clock's start) or warm or warm-<anything> (bootstrap "
+                    "and samplers already running: the clock starts at the learner's launch); an arm's own overrides "
+                    "come with --arm-set NAME=k=v")
     ap.add_argument("--samplers", type=int, default=2, help="sampler processes of every swarm arm (all on core 1)")
     ap.add_argument("--config", default="tiny-cpu", help="preset or YAML of every arm (tiny-digitmap: 129-token "
                     "answers, where generation is a larger share of the single process's step)")
@@ -355,8 +356,8 @@ def main() -> None:
                     result = run_local(args.seconds, args.config, [*args.sets, *own], work, args.profile,
                                        local_staleness(arm))
                 else:
-                    result = run_swarm(args.seconds, args.config, [*args.sets, *args.swarm_sets, *own], work, args.profile,
-                                       samplers=args.samplers, warm=arm.startswith("warm"))
+                    result = run_swarm(args.seconds, args.config, [*args.sets, *args.swarm_sets, *own], work,
+                                       args.profile, samplers=args.samplers, warm=arm.startswith("warm"))
                 points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.config,
                                             args.sets, args.eval_samples, args.max_evals)
                 raw[arm].append(summarise_arm(result, points, args.seconds, prompts_per_step(args.config, args.sets)))

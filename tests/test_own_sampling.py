@@ -45,13 +45,12 @@ def test_own_batches_are_on_policy_signed_and_leave_the_model_training():
         assert diag is not None and diag["staleness_max"] == 0  # made with the weights being trained
         versions.append(learner.version)
     assert versions == [1, 2, 3] and own.groups == 12
-    # its prompts are its own stream, not a sampler's (seeded by task.seed)
-    other: list = []
-    SamplerLoop(own.engine, task, cfg, Identity.generate(), other.append).step()
-    made: list = []
-    own.loop.send = made.append
-    own.batch()
-    assert [g.prompt_id for g in made] != [g.prompt_id for g in other]
+    # its prompts are its own stream, not a sampler's (seeded by task.seed): the first batches differ
+    sampler_first: list = []
+    SamplerLoop(own.engine, task, cfg, Identity.generate(), sampler_first.append).step()
+    own_first: list = []
+    OwnSampler(learner, task, cfg, me, own_first.append).batch()
+    assert [g.prompt_id for g in own_first] != [g.prompt_id for g in sampler_first]
 
 
 @pytest.mark.timeout(240)
@@ -60,7 +59,8 @@ def test_a_learner_alone_trains_on_its_own_batches(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", work=True, env=NODE_ENV,
-                             extra=[*WORK, "--set", f"data_dir={learner_dir}", "--set", "learner.sample_when_idle=true"])
+                             extra=[*WORK, "--set", f"data_dir={learner_dir}",
+                                    "--set", "learner.sample_when_idle=true"])
         rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 5 and r, 180,
                         "5 learner steps with no sampler", lambda: learner.stderr()[-2000:])
     last = rows[-1]

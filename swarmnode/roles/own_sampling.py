@@ -2,7 +2,8 @@
 
 The batch is generated with the very model the learner trains (no weights to fetch, every group on-policy),
 signed with the learner's identity and put into its inbox like a sampler's; the learner's step then draws it with
-whatever the samplers sent. Generation runs between steps, in the learner's training thread, never during one.
+whatever the samplers sent. The learner role calls `batch()` between steps (in a worker thread, as it runs the
+steps), never during one, so the weights do not change under a batch.
 """
 
 from __future__ import annotations
