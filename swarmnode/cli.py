@@ -17,6 +17,7 @@ from typing import Any, NoReturn, Optional
 
 import typer
 
+from swarmnode.allocator import keep_freed_memory
 from swarmnode.cli_runtime import run_until_signal, setup_logging
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
 from swarmnode.delay import DelaySpecError, parse_delay
@@ -317,6 +318,7 @@ def train_local(
 def main() -> None:
     """Console-script entry point: run the command; every error ends here as one line and its exit code."""
     signal.signal(signal.SIGINT, _interrupt)  # not KeyboardInterrupt, which click would turn into exit code 1
+    keep_freed_memory()  # before any model is loaded: generation's growing buffers stop faulting pages back in
     try:
         app()
     except SwarmnodeError as exc:
