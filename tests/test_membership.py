@@ -24,6 +24,7 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
 from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.p2p import SwarmStartError, clean_stale_sockets, p2pd_pid, parse_initial_peer, stop_p2p
 from swarmnode.swarm.validator import SwarmValidator
 from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm, pid_alive, swarmnode_cmd
@@ -229,6 +230,26 @@ def test_versions_newest_and_roles():
     assert newest == (4, {"manifest": "def", "bytes": 10})
     assert learners == [learner] and samplers == []
 
+
+
+async def _loading_learner_scenario():
+    learner = Identity.generate()
+    node = await SwarmDHT.create(cfg_with(), learner)
+    try:
+        peers = LivePeers(node, "someone-else", max_age=0.0)
+        await node.publish_peer(PeerRecord.create(learner, role="learner"))  # announced, still loading (-1)
+        loading = await peers.learners()
+        await node.publish_peer(PeerRecord.create(learner, role="learner", version=0))  # inbox open
+        ready = await peers.learners()
+        return loading, [str(p) for p in ready], learner.peer_id
+    finally:
+        await node.shutdown()
+
+
+def test_samplers_send_only_to_learners_holding_a_version():
+    loading, ready, learner = asyncio.run(_loading_learner_scenario())
+    assert loading == []  # a push now would fail and back off: the learner's model is not loaded yet
+    assert ready == [learner]
 
 # ---------------------------------------------------------------- real subprocess swarms
 

@@ -53,6 +53,9 @@ def test_sampler_waits_for_a_learner_and_learner_idle_time_counts_only_waiting(t
         working = wait_for(lambda: (h := health_of(swarm, sampler_id)) and h.get("groups_acked", 0) > 0 and h, 60,
                            "the sampler's groups acknowledged")
         assert working["paused"] == "" and working.get("groups_dropped", 0) == 0
+        # it waited for the learner's inbox and weights: no group of its was refused (made with weights of no
+        # learner's line, or pushed while the learner was loading)
+        assert [r["groups_rejected"] for r in rows] == [0] * len(rows)
         # idle time is the waiting between steps: a step's own time is never in it
         for before, after in zip(rows, rows[1:]):
             idle = after["idle_seconds"] - before["idle_seconds"]

@@ -74,8 +74,7 @@ class LearnerRole(NodeRole):
             await asyncio.to_thread(self.learner.flush_publish)
         else:
             await self.dht.announce_version(self.learner.version, {"publisher": identity.peer_id})
-        # read when the record is built (once per heartbeat), not at every step
-        self.member.update(version=lambda: self.learner.version, versions=self.store.versions)
+        self.member.update(versions=self.store.versions)  # read when the record is built (once per heartbeat)
         self.inbox = RolloutInbox(buffer, self.journal)
         self.own = OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send) \
             if cfg.learner.sample_when_idle else None
@@ -89,6 +88,8 @@ class LearnerRole(NodeRole):
         self.learner.on_poisoned = lambda group, reason: loop.call_soon_threadsafe(
             self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}")
         await self.receiver.start(self.p2p)
+        self.member.update(version=lambda: self.learner.version)  # samplers send to learners holding a version:
+        await self.member.publish()  # this one accepts groups from now on; they learn it now, not at the next beat
         self.series = VersionSeries()
         self.idle_seconds = 0.0  # the loop's time waiting for enough groups (the swarm's samplers too slow)
         self._idle_published = self._extras_at = -float("inf")

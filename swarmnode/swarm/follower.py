@@ -152,7 +152,9 @@ class LivePeers:
         return self._records
 
     async def learners(self) -> list[PeerID]:
-        return [PeerID.from_base58(r.peer_id) for r in await self._current() if r.role == "learner"]
+        """Learners that accept groups: their record holds a version (-1 while a learner loads its model and
+        opens its inbox, when a push would only fail and back off)."""
+        return [PeerID.from_base58(r.peer_id) for r in await self._current() if r.role == "learner" and r.version >= 0]
 
     async def holders(self) -> list[PeerID]:
         """Live learners and samplers but us: a peer fetching the same version right now serves the chunks it
