@@ -117,8 +117,9 @@ class SamplerRole(NodeRole):
                     self.publish_health(paused=NO_LEARNER)
                     await sleep_or_stop(stop, min(NO_LEARNER_POLL_S, cfg.network.heartbeat_interval))
                     continue
-                if self.health.paused == NO_LEARNER:  # one just joined: its weights first, or its lineage check
-                    await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)  # refuses our groups
+                if self.health.paused == NO_LEARNER:  # one just joined: fetch its weights before generating (its
+                    # lineage check refuses groups made with our own copy of its first version)
+                    await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
                     self.publish_health(paused="")
                 if cfg.sync.mode == "pull":
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
