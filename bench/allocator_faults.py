@@ -45,9 +45,9 @@ print(json.dumps({"ms_per_batch": (time.perf_counter() - start) / batches * 1e3,
 
 def run_arm(config: str, sets: list[str], batches: int, tuned: bool, core: str) -> dict:
     """One child process: its ms and minor page faults per generated batch."""
-    out = subprocess.run(["taskset", "-c", core, sys.executable, "-c", CHILD, json.dumps([config, sets, batches, tuned])],
-                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         timeout=600, check=True)
+    args = json.dumps([config, sets, batches, tuned])
+    out = subprocess.run(["taskset", "-c", core, sys.executable, "-c", CHILD, args], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -81,7 +81,8 @@ def main() -> None:
         lines = [f"# glibc heap thresholds and generation: `{command}`", "",
                  f"load average after (1/5/15 min): {[round(x, 2) for x in load]}", "",
                  "| arm | repeat | ms per batch | minor page faults per batch |", "|---|---|---|---|"]
-        lines += [f"| {r['arm']} | {r['repeat']} | {r['ms_per_batch']:.1f} | {r['faults_per_batch']:,.0f} |" for r in rows]
+        lines += [f"| {r['arm']} | {r['repeat']} | {r['ms_per_batch']:.1f} | {r['faults_per_batch']:,.0f} |"
+                  for r in rows]
         lines += ["", f"median ms per batch: {median}; default / tuned: **{ratio}x**"]
         args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 

@@ -27,10 +27,10 @@ MMAP_THRESHOLD = 32 * 2**20  # glibc's largest: allocations above this still get
 
 def keep_freed_memory() -> bool:
     """Raise glibc's trim and mmap thresholds for this process; True when glibc took both settings."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if platform.libc_ver()[0] != "glibc":  # musl, macOS, Windows: their allocators have no such knobs
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
         return False
     return all(libc.mallopt(param, value) == 1

@@ -231,7 +231,6 @@ def test_versions_newest_and_roles():
     assert learners == [learner] and samplers == []
 
 
-
 async def _loading_learner_scenario():
     learner = Identity.generate()
     node = await SwarmDHT.create(cfg_with(), learner)
@@ -250,6 +249,7 @@ def test_samplers_send_only_to_learners_holding_a_version():
     loading, ready, learner = asyncio.run(_loading_learner_scenario())
     assert loading == []  # a push now would fail and back off: the learner's model is not loaded yet
     assert ready == [learner]
+
 
 # ---------------------------------------------------------------- real subprocess swarms
 
