@@ -4,6 +4,9 @@ Arms, each given the same wall-clock budget from its launch, alternated `--repea
 - local: `swarmnode train-local` (sampler and learner in one loop) pinned to core 0 (`taskset -c 0`), on-policy;
   `local-s<N>` the same with `--staleness N` (the sampler holds the weights of N versions ago, as a swarm's do);
   `local-<name>` on-policy with its own `--arm-set` overrides (e.g. local-b8=sampler.prompts_per_batch=8);
+  `local-busy` (or `local-busy-<name>`) the same with a neighbour on core 1 generating rollout batches the whole
+  time (`bench/neighbour_load.py`): the machine's other core as busy as the swarm keeps it (on a small VM two
+  busy cores slow each other: shared caches, memory bandwidth or one physical core);
 - swarm (and any `swarm-<name>` arm with its own `--arm-set` overrides): the demo swarm
   (`swarmnode.local_swarm.start_swarm`: bootstrap, learner, `--samplers` samplers as processes, all launched at
   the clock's start) with the learner (and its p2pd, a child process, so it inherits the pinning) on core 0 and
@@ -44,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from results_files import write_results  # noqa: E402  (bench/, the script's own folder)
 from swarmnode.demo import read_steps  # noqa: E402
 from swarmnode.local_swarm import (  # noqa: E402
     DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners, start_samplers, start_swarm, wait_for_line)
@@ -88,10 +92,38 @@ def local_staleness(arm: str) -> int:
     return 0
 
 
+def busy_neighbour(arm: str) -> bool:
+    """Whether a local arm runs beside a neighbour load on the samplers' core (`local-busy`, `local-busy-<x>`)."""
+    return arm.split("-")[1:2] == ["busy"]
+
+
+def start_neighbour(config: str, sets: list[str], work: Path) -> subprocess.Popen:
+    """`bench/neighbour_load.py` on the samplers' core, returned once its model is loaded and it generates."""
+    cmd = ["taskset", "-c", SAMPLER_CORE, sys.executable, str(ROOT / "bench" / "neighbour_load.py"), "--config",
+           config, *_sets_args(sets)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(work / "neighbour.err", "w"), text=True,
+                            cwd=ROOT)
+    if proc.stdout is None or "neighbour ready" not in proc.stdout.readline():
+        proc.kill()
+        raise SystemExit(f"neighbour load failed:\n{(work / 'neighbour.err').read_text()[-3000:]}")
+    return proc
+
+
 def run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
-              staleness: int = 0) -> dict:
-    """train-local pinned to the learner core (`--staleness staleness`), checkpointing into `work`; its curve
-    and snapshot copies."""
+              staleness: int = 0, neighbour: bool = False) -> dict:
+    """train-local pinned to the learner core (`--staleness staleness`; with `neighbour`, beside a generation
+    load on the other core), checkpointing into `work`; its curve and snapshot copies."""
+    nb = start_neighbour(config, sets, work) if neighbour else None
+    try:
+        return _run_local(seconds, config, sets, work, profile, staleness)
+    finally:
+        if nb is not None:
+            nb.kill()
+            nb.wait()
+
+
+def _run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
+               staleness: int) -> dict:
     ckpt = work / "local-ckpt"
     copier = SnapshotCopier(ckpt, work / "local-snapshots")
     py = [str(ROOT / "bench" / "profile_node.py"), str(profile / "local.prof")] if profile else []
@@ -354,7 +386,7 @@ def main() -> None:
                 own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
                 if arm.startswith("local"):
                     result = run_local(args.seconds, args.config, [*args.sets, *own], work, args.profile,
-                                       local_staleness(arm))
+                                       local_staleness(arm), busy_neighbour(arm))
                 else:
                     result = run_swarm(args.seconds, args.config, [*args.sets, *args.swarm_sets, *own], work,
                                        args.profile, samplers=args.samplers, warm=arm.startswith("warm"))
@@ -366,10 +398,7 @@ def main() -> None:
     doc = build_doc(args, arms, raw, load)
     text = markdown(doc)
     print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-        args.out.with_suffix(".md").write_text(text)
+    write_results(args.out, doc, text)
 
 
 def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) -> dict:
@@ -408,6 +437,10 @@ def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) ->
     doc["median_time_to_target_centered_s"] = centered
     doc["speedup_time_to_target_centered"] = {arm: round(centered[base] / centered[arm], 3) for arm in arms
                                               if arm != base and centered.get(base) and centered.get(arm)}
+    # against every other local arm too (e.g. local-busy: the single process with the other core as busy as a swarm's)
+    doc["speedup_over_other_locals"] = {
+        local: {arm: round(med[local] / med[arm], 3) for arm in arms if not arm.startswith("local") and med.get(arm)}
+        for local in locals_ if local != base and med.get(local)}
     rate = {arm: _median([r["steps_per_s_after_first_step"] for r in raw[arm]]) for arm in arms}
     doc["median_steps_per_s_after_first_step"] = rate
     doc["steps_per_s_ratio"] = {arm: round(rate[arm] / rate[base], 3) for arm in arms
@@ -454,6 +487,8 @@ def markdown(doc: dict) -> str:
               f"{doc.get('speedup_time_to_target', 'n/a')}",
               "", f"the same with a centered mean of 3 evaluations: {doc.get('median_time_to_target_centered_s')}; "
               f"speed-up: {doc.get('speedup_time_to_target_centered', 'n/a')}",
+              *[line for local, ups in doc.get("speedup_over_other_locals", {}).items()
+                for line in ("", f"speed-up over {local} ({local} / arm): {ups}")],
               "", f"median steps/s after the first step: {doc['median_steps_per_s_after_first_step']}; ratio to the "
               f"baseline: {doc['steps_per_s_ratio']}"]
     return "\n".join(lines) + "\n"

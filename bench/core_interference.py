@@ -1,0 +1,106 @@
+"""How much a busy second core slows the first: the same work on core 0 with core 1 idle and with core 1 busy.
+
+On a small VM the two vCPUs can be SMT siblings of one physical core, or share caches and memory bandwidth with
+each other (and with the host's other guests). The swarm bench (`bench/swarm_value.py`) keeps both cores busy
+(learner on one, samplers on the other) while `train-local` runs with the other core idle, so this slowdown is
+paid by the swarm alone. Work, timed on core 0 in this process (median of `--batches` per round, rounds
+alternating idle/busy): one rollout batch of the config (`generate`) and one learner step on it (`train`). The
+neighbour on core 1 is `bench/neighbour_load.py` (the same rollout batches, forever).
+
+    python bench/core_interference.py [--config tiny-digitmap] [--rounds 3] [--batches 6] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from results_files import write_results  # noqa: E402  (bench/, the script's own folder)
+
+
+def neighbour(config: str) -> subprocess.Popen:
+    """The generation load on core 1, returned once it generates."""
+    proc = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "bench" / "neighbour_load.py"),
+                             "--config", config], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if proc.stdout is None or "neighbour ready" not in proc.stdout.readline():
+        proc.kill()
+        raise SystemExit("the neighbour load did not start")
+    return proc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="tiny-digitmap")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {0})
+
+    import torch
+
+    from swarmnode.allocator import keep_freed_memory
+    from swarmnode.config import load_config
+    from swarmnode.local_trainer import LocalTrainer
+
+    keep_freed_memory()  # as every swarmnode command does
+    torch.set_num_threads(1)
+    trainer = LocalTrainer(load_config(args.config, []), progress=None)
+
+    def timed() -> tuple[float, float]:
+        """One train-local step, its two halves timed: a rollout batch, then the learner's step on it."""
+        trainer._deliver()
+        t = time.perf_counter()
+        trainer.sampler.step()
+        g = time.perf_counter() - t
+        t = time.perf_counter()
+        trainer.learner.step()
+        return g * 1000, (time.perf_counter() - t) * 1000
+
+    load = [round(x, 2) for x in os.getloadavg()]
+    timed()  # warm up
+    rows = []
+    for rnd in range(args.rounds):
+        for mode in ("idle", "busy"):
+            nb = neighbour(args.config) if mode == "busy" else None
+            try:
+                times = [timed() for _ in range(args.batches)]
+            finally:
+                if nb is not None:
+                    nb.kill()
+                    nb.wait()
+            row = {"round": rnd + 1, "core1": mode, "generate_ms": round(statistics.median(t[0] for t in times), 1),
+                   "train_ms": round(statistics.median(t[1] for t in times), 1)}
+            rows.append(row)
+            print(row, flush=True)
+    summary = {}
+    for key in ("generate_ms", "train_ms"):
+        idle = statistics.median(r[key] for r in rows if r["core1"] == "idle")
+        busy = statistics.median(r[key] for r in rows if r["core1"] == "busy")
+        summary[key] = {"idle": round(idle, 1), "busy": round(busy, 1), "slowdown": round(busy / idle, 3)}
+    doc = {"command": " ".join(["python bench/core_interference.py", *sys.argv[1:]]), "config": args.config,
+           "load_before": load, "rounds": rows, "summary": summary}
+    text = markdown(doc)
+    print(text)
+    write_results(args.out, doc, text)
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# core interference: `{doc['command']}`", "", f"load average before {doc['load_before']}; medians of "
+             "each round's batches, ms on core 0", "", "| round | core 1 | generate (ms) | train (ms) |", "|---|---|---|---|"]
+    lines += [f"| {r['round']} | {r['core1']} | {r['generate_ms']} | {r['train_ms']} |" for r in doc["rounds"]]
+    lines += ["", "| work | core 1 idle | core 1 busy | slowdown |", "|---|---|---|---|"]
+    lines += [f"| {k} | {v['idle']} | {v['busy']} | {v['slowdown']}x |" for k, v in doc["summary"].items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""A sampler's load without a swarm: generate the config's rollout batches forever (until killed).
+
+`bench/swarm_value.py` runs it on the samplers' core beside a `local-busy` arm, so the single-process trainer
+shares its machine with the same kind of work the swarm's learner shares it with (on a small VM the two cores
+share caches, memory bandwidth or a physical core, and a busy neighbour slows each core).
+
+    taskset -c 1 python bench/neighbour_load.py --config tiny-digitmap [--set k=v ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="tiny-cpu")
+    ap.add_argument("--set", dest="sets", action="append", default=[])
+    args = ap.parse_args()
+
+    import torch
+
+    from swarmnode.allocator import keep_freed_memory
+    from swarmnode.config import load_config
+    from swarmnode.models import load_model, load_tokenizer
+    from swarmnode.sampler.engines import HFEngine
+    from swarmnode.tasks import build_task
+
+    keep_freed_memory()  # as every swarmnode command does
+    torch.set_num_threads(1)
+    cfg = load_config(args.config, args.sets)
+    sc = cfg.sampler
+    task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
+    engine = HFEngine(load_model(cfg.model, cfg.task, torch.device("cpu")), tokenizer, sc.max_prompt_length, 0)
+    rng = random.Random(cfg.task.seed)
+    print("neighbour ready", flush=True)
+    while True:
+        prompts = task.sample(sc.prompts_per_batch, rng)
+        engine.generate([p.text for p in prompts], sc.num_generations, sc.temperature, sc.max_completion_length)
+
+
+if __name__ == "__main__":
+    main()
