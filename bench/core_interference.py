@@ -7,7 +7,7 @@ paid by the swarm alone. Work, timed on core 0 in this process (median of `--bat
 alternating idle/busy): one rollout batch of the config (`generate`) and one learner step on it (`train`). The
 neighbour on core 1 is `bench/neighbour_load.py` (the same rollout batches, forever).
 
-    python bench/core_interference.py [--config tiny-digitmap] [--rounds 3] [--batches 6] [--out FILE]
+    python bench/core_interference.py [--config tiny-digitmap] [--rounds 3] [--batches 6] [--cores 0,1] [--out FILE]
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 from results_files import write_results  # noqa: E402  (bench/, the script's own folder)
 
 
-def neighbour(config: str) -> subprocess.Popen:
-    """The generation load on core 1, returned once it generates."""
-    proc = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "bench" / "neighbour_load.py"),
+def neighbour(config: str, core: str) -> subprocess.Popen:
+    """The generation load on `core`, returned once it generates."""
+    proc = subprocess.Popen(["taskset", "-c", core, sys.executable, str(ROOT / "bench" / "neighbour_load.py"),
                              "--config", config], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     if proc.stdout is None or "neighbour ready" not in proc.stdout.readline():
         proc.kill()
@@ -41,9 +41,11 @@ def main() -> None:
     ap.add_argument("--config", default="tiny-digitmap")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--cores", default="0,1", help="TIMED,NEIGHBOUR: the core timed and the one kept busy")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
-    os.sched_setaffinity(0, {0})
+    timed_core, neighbour_core = args.cores.split(",")
+    os.sched_setaffinity(0, {int(timed_core)})
 
     import torch
 
@@ -70,7 +72,7 @@ def main() -> None:
     rows = []
     for rnd in range(args.rounds):
         for mode in ("idle", "busy"):
-            nb = neighbour(args.config) if mode == "busy" else None
+            nb = neighbour(args.config, neighbour_core) if mode == "busy" else None
             try:
                 times = [timed() for _ in range(args.batches)]
             finally:

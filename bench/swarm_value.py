@@ -26,7 +26,7 @@ first step on (python + p2pd, sampled from the processes' CPU times every 0.5 s;
 target over its own; the steps/s ratio is its median steps/s after the first step over the baseline's.
 
     python bench/swarm_value.py [--config tiny-cpu] [--seconds 120] [--repeats 3] [--arms local,swarm,swarm-p8]
-        [--arm-set swarm-p8=learner.publish_every=8] [--set k=v ...] [--out bench/results/swarm_value]
+        [--arm-set swarm-p8=learner.publish_every=8] [--set k=v ...] [--cores 0,1] [--out bench/results/swarm_value]
     python bench/swarm_value.py --profile DIR --seconds 60 --arms swarm   # cProfile every thread of every node
 """
 
@@ -368,11 +368,15 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=8, help="completions per held-out prompt")
     ap.add_argument("--max-evals", type=int, default=16, help="held-out evaluations per run at most")
     ap.add_argument("--target-fraction", type=float, default=0.75)
+    ap.add_argument("--cores", default="0,1", help="LEARNER,SAMPLERS: the two cores to pin to (on a bigger machine, "
+                    "pick two that are not SMT siblings: /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)")
     ap.add_argument("--profile", type=Path, default=None, help="cProfile every process into this directory")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     arms = args.arms.split(",")
-    os.sched_setaffinity(0, {int(SAMPLER_CORE)})  # the snapshot copier and the evaluations stay off core 0
+    global LEARNER_CORE, SAMPLER_CORE
+    LEARNER_CORE, SAMPLER_CORE = args.cores.split(",")
+    os.sched_setaffinity(0, {int(SAMPLER_CORE)})  # the snapshot copier and the evaluations stay off the learner's core
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
