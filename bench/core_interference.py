@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -23,17 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from results_files import write_results  # noqa: E402  (bench/, the script's own folder)
-
-
-def neighbour(config: str, core: str) -> subprocess.Popen:
-    """The generation load on `core`, returned once it generates."""
-    proc = subprocess.Popen(["taskset", "-c", core, sys.executable, str(ROOT / "bench" / "neighbour_load.py"),
-                             "--config", config], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    if proc.stdout is None or "neighbour ready" not in proc.stdout.readline():
-        proc.kill()
-        raise SystemExit("the neighbour load did not start")
-    return proc
+from neighbour_load import start_neighbour  # noqa: E402  (bench/, the script's own folder)
+from results_files import write_results  # noqa: E402
 
 
 def main() -> None:
@@ -68,11 +59,12 @@ def main() -> None:
         return g * 1000, (time.perf_counter() - t) * 1000
 
     load = [round(x, 2) for x in os.getloadavg()]
+    log = Path(tempfile.gettempdir()) / f"core-interference-neighbour-{os.getpid()}.log"  # its stderr
     timed()  # warm up
     rows = []
     for rnd in range(args.rounds):
         for mode in ("idle", "busy"):
-            nb = neighbour(args.config, neighbour_core) if mode == "busy" else None
+            nb = start_neighbour(args.config, [], neighbour_core, log) if mode == "busy" else None
             try:
                 times = [timed() for _ in range(args.batches)]
             finally:

@@ -11,11 +11,31 @@ from __future__ import annotations
 
 import argparse
 import random
+import select
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+READY = "neighbour ready"
+START_TIMEOUT_S = 180.0  # model load (the tiny model is cached by then) and imports
+
+
+def start_neighbour(config: str, sets: list[str], core: str, log: Path) -> subprocess.Popen:
+    """This script pinned to `core` (its stderr in `log`), returned once it generates; SystemExit with its log's
+    tail if it dies or is not ready within START_TIMEOUT_S."""
+    cmd = ["taskset", "-c", core, sys.executable, str(Path(__file__).resolve()), "--config", config,
+           *[a for one in sets for a in ("--set", one)]]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
+    if not ready or READY not in proc.stdout.readline():
+        proc.kill()
+        proc.wait()
+        raise SystemExit(f"the neighbour load did not start:\n{log.read_text()[-3000:]}")
+    return proc
 
 
 def main() -> None:
@@ -39,7 +59,7 @@ def main() -> None:
     task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
     engine = HFEngine(load_model(cfg.model, cfg.task, torch.device("cpu")), tokenizer, sc.max_prompt_length, 0)
     rng = random.Random(cfg.task.seed)
-    print("neighbour ready", flush=True)
+    print(READY, flush=True)
     while True:
         prompts = task.sample(sc.prompts_per_batch, rng)
         engine.generate([p.text for p in prompts], sc.num_generations, sc.temperature, sc.max_completion_length)

@@ -47,7 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from results_files import write_results  # noqa: E402  (bench/, the script's own folder)
+from neighbour_load import start_neighbour  # noqa: E402  (bench/, the script's own folder)
+from results_files import write_results  # noqa: E402
 from swarmnode.demo import read_steps  # noqa: E402
 from swarmnode.local_swarm import (  # noqa: E402
     DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners, start_samplers, start_swarm, wait_for_line)
@@ -97,23 +98,11 @@ def busy_neighbour(arm: str) -> bool:
     return arm.split("-")[1:2] == ["busy"]
 
 
-def start_neighbour(config: str, sets: list[str], work: Path) -> subprocess.Popen:
-    """`bench/neighbour_load.py` on the samplers' core, returned once its model is loaded and it generates."""
-    cmd = ["taskset", "-c", SAMPLER_CORE, sys.executable, str(ROOT / "bench" / "neighbour_load.py"), "--config",
-           config, *_sets_args(sets)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(work / "neighbour.err", "w"), text=True,
-                            cwd=ROOT)
-    if proc.stdout is None or "neighbour ready" not in proc.stdout.readline():
-        proc.kill()
-        raise SystemExit(f"neighbour load failed:\n{(work / 'neighbour.err').read_text()[-3000:]}")
-    return proc
-
-
 def run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
               staleness: int = 0, neighbour: bool = False) -> dict:
     """train-local pinned to the learner core (`--staleness staleness`; with `neighbour`, beside a generation
     load on the other core), checkpointing into `work`; its curve and snapshot copies."""
-    nb = start_neighbour(config, sets, work) if neighbour else None
+    nb = start_neighbour(config, sets, SAMPLER_CORE, work / "neighbour.err") if neighbour else None
     try:
         return _run_local(seconds, config, sets, work, profile, staleness)
     finally:
