@@ -5,7 +5,7 @@ each other (and with the host's other guests). The swarm bench (`bench/swarm_val
 (learner on one, samplers on the other) while `train-local` runs with the other core idle, so this slowdown is
 paid by the swarm alone. Work, timed on core 0 in this process (median of `--batches` per round, rounds
 alternating idle/busy): one rollout batch of the config (`generate`) and one learner step on it (`train`). The
-neighbour on core 1 is `bench/neighbour_load.py` (the same rollout batches, forever).
+neighbour on core 1 is `bench/neighbour_load.py` (the same rollout batches, forever). `--cores` picks two other cores.
 
     python bench/core_interference.py [--config tiny-digitmap] [--rounds 3] [--batches 6] [--cores 0,1] [--out FILE]
 """
@@ -17,13 +17,13 @@ import os
 import statistics
 import tempfile
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from neighbour_load import start_neighbour  # noqa: E402  (bench/, the script's own folder)
+from local_phases import timed_round  # noqa: E402  (bench/, the script's own folder)
+from neighbour_load import start_neighbour  # noqa: E402
 from results_files import write_results  # noqa: E402
 
 
@@ -49,14 +49,11 @@ def main() -> None:
     trainer = LocalTrainer(load_config(args.config, []), progress=None)
 
     def timed() -> tuple[float, float]:
-        """One train-local step, its two halves timed: a rollout batch, then the learner's step on it."""
-        trainer._deliver()
-        t = time.perf_counter()
-        trainer.sampler.step()
-        g = time.perf_counter() - t
-        t = time.perf_counter()
-        trainer.learner.step()
-        return g * 1000, (time.perf_counter() - t) * 1000
+        """One round of train-local's loop: ms for the rollout batch, ms for the learner's step on it."""
+        batch, step = timed_round(trainer)
+        if step is None:
+            raise SystemExit(f"{args.config}: one rollout batch is too small for a learner step")
+        return batch * 1000, step * 1000
 
     load = [round(x, 2) for x in os.getloadavg()]
     log = Path(tempfile.gettempdir()) / f"core-interference-neighbour-{os.getpid()}.log"  # its stderr
@@ -71,14 +68,14 @@ def main() -> None:
                 if nb is not None:
                     nb.kill()
                     nb.wait()
-            row = {"round": rnd + 1, "core1": mode, "generate_ms": round(statistics.median(t[0] for t in times), 1),
+            row = {"round": rnd + 1, "neighbour": mode, "generate_ms": round(statistics.median(t[0] for t in times), 1),
                    "train_ms": round(statistics.median(t[1] for t in times), 1)}
             rows.append(row)
             print(row, flush=True)
     summary = {}
     for key in ("generate_ms", "train_ms"):
-        idle = statistics.median(r[key] for r in rows if r["core1"] == "idle")
-        busy = statistics.median(r[key] for r in rows if r["core1"] == "busy")
+        idle = statistics.median(r[key] for r in rows if r["neighbour"] == "idle")
+        busy = statistics.median(r[key] for r in rows if r["neighbour"] == "busy")
         summary[key] = {"idle": round(idle, 1), "busy": round(busy, 1), "slowdown": round(busy / idle, 3)}
     doc = {"command": " ".join(["python bench/core_interference.py", *sys.argv[1:]]), "config": args.config,
            "load_before": load, "rounds": rows, "summary": summary}
@@ -89,9 +86,9 @@ def main() -> None:
 
 def markdown(doc: dict) -> str:
     lines = [f"# core interference: `{doc['command']}`", "", f"load average before {doc['load_before']}; medians of "
-             "each round's batches, ms on core 0", "", "| round | core 1 | generate (ms) | train (ms) |", "|---|---|---|---|"]
-    lines += [f"| {r['round']} | {r['core1']} | {r['generate_ms']} | {r['train_ms']} |" for r in doc["rounds"]]
-    lines += ["", "| work | core 1 idle | core 1 busy | slowdown |", "|---|---|---|---|"]
+             "each round's batches, ms on the timed core", "", "| round | neighbour core | generate (ms) | train (ms) |", "|---|---|---|---|"]
+    lines += [f"| {r['round']} | {r['neighbour']} | {r['generate_ms']} | {r['train_ms']} |" for r in doc["rounds"]]
+    lines += ["", "| work | neighbour idle | neighbour busy | slowdown |", "|---|---|---|---|"]
     lines += [f"| {k} | {v['idle']} | {v['busy']} | {v['slowdown']}x |" for k, v in doc["summary"].items()]
     return "\n".join(lines) + "\n"
 

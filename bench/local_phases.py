@@ -25,6 +25,19 @@ from swarmnode.config import load_config  # noqa: E402
 from swarmnode.local_trainer import LocalTrainer  # noqa: E402
 
 
+def timed_round(trainer: LocalTrainer) -> tuple[float, float | None]:
+    """One round of `train-local`'s loop, its halves timed: seconds for the sampler's batch, and seconds per
+    learner step taken on it (None when the batch was too small for a step)."""
+    trainer._deliver()
+    t0 = time.perf_counter()
+    trainer.sampler.step()
+    t1 = time.perf_counter()
+    taken = 0
+    while trainer.learner.step() is not None:
+        taken += 1
+    return t1 - t0, (time.perf_counter() - t1) / taken if taken else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="tiny-cpu")
@@ -37,16 +50,10 @@ def main() -> None:
     batches, steps = [], []
     began = time.monotonic()
     while time.monotonic() - began < args.seconds:
-        trainer._deliver()
-        t0 = time.perf_counter()
-        trainer.sampler.step()
-        t1 = time.perf_counter()
-        taken = 0
-        while trainer.learner.step() is not None:
-            taken += 1
-        if taken:
-            steps.append((time.perf_counter() - t1) / taken)
-        batches.append(t1 - t0)
+        batch, step = timed_round(trainer)
+        batches.append(batch)
+        if step is not None:
+            steps.append(step)
     per_step = cfg.learner.prompts_per_step / cfg.sampler.prompts_per_batch
     g, t = statistics.median(batches) * per_step, statistics.median(steps)
     out = {"config": args.config, "sets": args.sets, "steps": len(steps), "sample_ms_per_step": round(g * 1e3, 1),
