@@ -19,8 +19,10 @@ each checkpoint as it appears and after each run evaluates every copy on the tas
 (`swarmnode.evaluation.evaluate`, mean@`--eval-samples`), placed at the wall time of the step it holds. Per arm:
 steps and steps/s, training reward first/last 10 %, held-out reward at four wall-clock marks, the time each repeat
 first reaches a held-out target (the start plus `--target-fraction` of the mean gain of the local arm that gained
-most, the baseline; none if no local arm gained: a target at or below the start means nothing; a trailing
-mean of 3 evaluations must reach it), for the swarm the learner's idle fraction (its `idle_seconds` counter:
+most, the baseline; none if no local arm gained: a target at or below the start means nothing), read three ways
+(a mean of 3 evaluations must reach it: trailing, centered, and the centered curve's crossing interpolated between
+evaluations, the least biased: the other two are late by seconds alike in every arm, which pulls speed-ups toward
+1), for the swarm the learner's idle fraction (its `idle_seconds` counter:
 seconds waiting for groups per second after its first step), and CPU ms per trained group on each core from the
 first step on (python + p2pd, sampled from the processes' CPU times every 0.5 s; start-up left out). The speed-up of an arm is the baseline's median time to the
 target over its own; the steps/s ratio is its median steps/s after the first step over the baseline's.
@@ -56,6 +58,11 @@ from swarmnode.learner.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from swarmnode.learner.steps_log import STEPS_FILE  # noqa: E402
 
 LEARNER_CORE, SAMPLER_CORE = "0", "1"
+# ways to read the time to the target off each repeat's held-out curve (first_time_at's options), by the suffix of
+# their keys in the results: the first evaluation whose trailing mean of 3 reaches it; the same with a centered
+# mean; and the centered curve's crossing interpolated between evaluations (the least biased: both others add
+# seconds to every arm alike, which pulls speed-ups toward 1)
+ESTIMATORS = {"": {}, "_centered": {"centered": True}, "_interpolated": {"centered": True, "interpolate": True}}
 
 
 class SnapshotCopier(threading.Thread):
@@ -275,16 +282,25 @@ def _eval(model, tokenizer, task, sc, cfg, samples: int) -> dict:
     return {"eval_reward": round(out["eval_reward"], 4)}
 
 
-def first_time_at(points: list[dict], target: float, window: int = 3, centered: bool = False) -> float | None:
+def first_time_at(points: list[dict], target: float, window: int = 3, centered: bool = False,
+                  interpolate: bool = False) -> float | None:
     """Seconds from launch of the first held-out point whose trailing mean over `window` points (itself and the
     ones before it; fewer at the start) is at or above `target` (one lucky evaluation does not count).
     `centered`: the mean over the points around it instead (half before, half after), which does not lag the
-    crossing by a window's worth of evaluations (a lag of equal seconds in every arm pulls speed-ups toward 1)."""
+    crossing by a window's worth of evaluations (a lag of equal seconds in every arm pulls speed-ups toward 1).
+    `interpolate`: the time the smoothed curve crosses `target` on the straight line from the point before (when
+    both hold a trained step) rather than the first point's time, which is late by up to one evaluation spacing
+    (on average half of one: again equal seconds in every arm)."""
+    smoothed = []
     for i, p in enumerate(points):
         lo = i - window // 2 if centered else i - window + 1
-        recent = [q["eval_reward"] for q in points[max(0, lo): lo + window]]
-        if p["step"] > 0 and statistics.fmean(recent) >= target:
-            return p["t"]
+        smoothed.append(statistics.fmean(q["eval_reward"] for q in points[max(0, lo): lo + window]))
+        if p["step"] > 0 and smoothed[i] >= target:
+            before = points[i - 1] if i else None
+            if not interpolate or before is None or before["step"] == 0 or smoothed[i - 1] >= target:
+                return p["t"]
+            share = (target - smoothed[i - 1]) / (smoothed[i] - smoothed[i - 1])
+            return round(before["t"] + share * (p["t"] - before["t"]), 2)
     return None
 
 
@@ -418,22 +434,20 @@ def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) ->
                start_eval_reward=start)
     if target is None:
         doc["target_note"] = f"no target: the baseline {base} gained {gain} held-out reward in {args.seconds:.0f} s"
-    for arm in arms:
-        times = [first_time_at(r["heldout"], target) if target is not None else None for r in raw[arm]]
-        doc.setdefault("time_to_target_s", {})[arm] = times
-    med = {arm: _median(doc["time_to_target_s"][arm]) for arm in arms}
-    doc["median_time_to_target_s"] = med
-    doc["speedup_time_to_target"] = {arm: round(med[base] / med[arm], 3) for arm in arms
-                                     if arm != base and med.get(base) and med.get(arm)}
-    centered = {arm: _median([first_time_at(r["heldout"], target, centered=True) if target is not None else None
-                              for r in raw[arm]]) for arm in arms}
-    doc["median_time_to_target_centered_s"] = centered
-    doc["speedup_time_to_target_centered"] = {arm: round(centered[base] / centered[arm], 3) for arm in arms
-                                              if arm != base and centered.get(base) and centered.get(arm)}
-    # against every other local arm too (e.g. local-busy: the single process with the other core as busy as a swarm's)
-    doc["speedup_over_other_locals"] = {
-        local: {arm: round(med[local] / med[arm], 3) for arm in arms if not arm.startswith("local") and med.get(arm)}
-        for local in locals_ if local != base and med.get(local)}
+    for name, how in ESTIMATORS.items():
+        doc[f"time_to_target{name}_s"] = times = {
+            arm: [first_time_at(r["heldout"], target, **how) if target is not None else None for r in raw[arm]]
+            for arm in arms}
+        med = {arm: _median(times[arm]) for arm in arms}
+        doc[f"median_time_to_target{name}_s"] = med
+        doc[f"speedup_time_to_target{name}"] = {arm: round(med[base] / med[arm], 3) for arm in arms
+                                                if arm != base and med.get(base) and med.get(arm)}
+        # against every other local arm too (e.g. local-busy: the single process with the other core as busy as
+        # a swarm's)
+        doc[f"speedup_over_other_locals{name}"] = {
+            local: {arm: round(med[local] / med[arm], 3) for arm in arms
+                    if not arm.startswith("local") and med.get(arm)}
+            for local in locals_ if local != base and med.get(local)}
     rate = {arm: _median([r["steps_per_s_after_first_step"] for r in raw[arm]]) for arm in arms}
     doc["median_steps_per_s_after_first_step"] = rate
     doc["steps_per_s_ratio"] = {arm: round(rate[arm] / rate[base], 3) for arm in arms
@@ -457,13 +471,14 @@ def markdown(doc: dict) -> str:
              f"{doc['baseline_gain']}), held-out target {doc['target']} (start {doc['start_eval_reward']})"
              + (f"; {doc['target_note']}" if doc.get("target_note") else ""), "",
              "| arm | repeat | steps | steps/s | steps/s after 1st step | 1st step (s) | train reward first/last 10% "
-             "| held-out final | time to target (s) | learner idle | CPU ms per trained group after the 1st step, learner core / other core |",
+             "| held-out final | time to target (s), first / interpolated | learner idle | CPU ms per trained group after the 1st step, learner core / other core |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, reps in doc["arms"].items():
         for i, r in enumerate(reps):
             lines.append(f"| {arm} | {i + 1} | {r['steps']} | {r['steps_per_s']} | {r['steps_per_s_after_first_step']} "
                          f"| {r['first_step_s']} | {r['reward_first10pct']} / {r['reward_last10pct']} "
-                         f"| {r['heldout_final']} | {doc['time_to_target_s'][arm][i]} "
+                         f"| {r['heldout_final']} | {doc['time_to_target_s'][arm][i]} / "
+                         f"{doc['time_to_target_interpolated_s'][arm][i]} "
                          f"| {r.get('learner_idle_fraction', '-')} "
                          f"| {r.get('cpu_ms_per_group', {}).get('learner_core', '-')} / "
                          f"{r.get('cpu_ms_per_group', {}).get('sampler_core', '-')} |")
@@ -476,13 +491,15 @@ def markdown(doc: dict) -> str:
             values = [r["heldout_at"][m] for r in reps if r["heldout_at"][m] is not None]
             cells.append(f"{statistics.fmean(values):.3f}" if values else "-")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    lines += ["", f"median time to target: {doc['median_time_to_target_s']}; speed-up (baseline / arm): "
-              f"{doc.get('speedup_time_to_target', 'n/a')}",
-              "", f"the same with a centered mean of 3 evaluations: {doc.get('median_time_to_target_centered_s')}; "
-              f"speed-up: {doc.get('speedup_time_to_target_centered', 'n/a')}",
-              *[line for local, ups in doc.get("speedup_over_other_locals", {}).items()
-                for line in ("", f"speed-up over {local} ({local} / arm): {ups}")],
-              "", f"median steps/s after the first step: {doc['median_steps_per_s_after_first_step']}; ratio to the "
+    readings = {"": "median time to target (first evaluation whose trailing mean of 3 reaches it)",
+                "_centered": "the same with a centered mean of 3 evaluations",
+                "_interpolated": "the centered curve's crossing, interpolated between evaluations"}
+    for name, words in readings.items():
+        lines += ["", f"{words}: {doc.get(f'median_time_to_target{name}_s')}; speed-up (baseline / arm): "
+                  f"{doc.get(f'speedup_time_to_target{name}', 'n/a')}"]
+        lines += [f"- over {local} ({local} / arm): {ups}"
+                  for local, ups in doc.get(f"speedup_over_other_locals{name}", {}).items()]
+    lines += ["", f"median steps/s after the first step: {doc['median_steps_per_s_after_first_step']}; ratio to the "
               f"baseline: {doc['steps_per_s_ratio']}"]
     return "\n".join(lines) + "\n"
 
