@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from local_phases import timed_round  # noqa: E402  (bench/, the script's own folder)
-from neighbour_load import start_neighbour  # noqa: E402
+from neighbour_load import core_pair, start_neighbour  # noqa: E402
 from results_files import write_results  # noqa: E402
 
 
@@ -32,10 +32,10 @@ def main() -> None:
     ap.add_argument("--config", default="tiny-digitmap")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=6)
-    ap.add_argument("--cores", default="0,1", help="TIMED,NEIGHBOUR: the core timed and the one kept busy")
+    ap.add_argument("--cores", type=core_pair, default="0,1", help="TIMED,NEIGHBOUR: the core timed and the one kept busy")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
-    timed_core, neighbour_core = args.cores.split(",")
+    timed_core, neighbour_core = args.cores
     os.sched_setaffinity(0, {int(timed_core)})
 
     import torch

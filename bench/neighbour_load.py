@@ -10,6 +10,7 @@ share caches, memory bandwidth or a physical core, and a busy neighbour slows ea
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import select
 import subprocess
@@ -20,6 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 READY = "neighbour ready"
 START_TIMEOUT_S = 180.0  # model load (the tiny model is cached by then) and imports
+
+
+def core_pair(text: str) -> tuple[str, str]:
+    """`--cores A,B`: two different cores this process may run on (an argparse type: a clear error otherwise)."""
+    cores = text.split(",")
+    allowed = os.sched_getaffinity(0)
+    if len(cores) != 2 or not all(c.isdigit() for c in cores) or cores[0] == cores[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected two different core numbers, e.g. 0,1")
+    if missing := [c for c in cores if int(c) not in allowed]:
+        raise argparse.ArgumentTypeError(f"core {', '.join(missing)} is not available here (cores: "
+                                         f"{','.join(map(str, sorted(allowed)))})")
+    return cores[0], cores[1]
 
 
 def start_neighbour(config: str, sets: list[str], core: str, log: Path) -> subprocess.Popen:

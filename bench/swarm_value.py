@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from neighbour_load import start_neighbour  # noqa: E402  (bench/, the script's own folder)
+from neighbour_load import core_pair, start_neighbour  # noqa: E402  (bench/, the script's own folder)
 from results_files import write_results  # noqa: E402
 from swarmnode.demo import read_steps  # noqa: E402
 from swarmnode.local_swarm import (  # noqa: E402
@@ -58,11 +58,15 @@ from swarmnode.learner.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from swarmnode.learner.steps_log import STEPS_FILE  # noqa: E402
 
 LEARNER_CORE, SAMPLER_CORE = "0", "1"
-# ways to read the time to the target off each repeat's held-out curve (first_time_at's options), by the suffix of
-# their keys in the results: the first evaluation whose trailing mean of 3 reaches it; the same with a centered
-# mean; and the centered curve's crossing interpolated between evaluations (the least biased: both others add
-# seconds to every arm alike, which pulls speed-ups toward 1)
-ESTIMATORS = {"": {}, "_centered": {"centered": True}, "_interpolated": {"centered": True, "interpolate": True}}
+# ways to read the time to the target off each repeat's held-out curve, by the suffix of their keys in the results:
+# first_time_at's options and the words the tables use. The centered curve's crossing interpolated between
+# evaluations is the least biased: the other two add seconds to every arm alike, which pulls speed-ups toward 1
+ESTIMATORS = {
+    "": ({}, "median time to target (first evaluation whose trailing mean of 3 reaches it)"),
+    "_centered": ({"centered": True}, "the same with a centered mean of 3 evaluations"),
+    "_interpolated": ({"centered": True, "interpolate": True},
+                      "the centered curve's crossing, interpolated between evaluations"),
+}
 
 
 class SnapshotCopier(threading.Thread):
@@ -373,14 +377,14 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=8, help="completions per held-out prompt")
     ap.add_argument("--max-evals", type=int, default=16, help="held-out evaluations per run at most")
     ap.add_argument("--target-fraction", type=float, default=0.75)
-    ap.add_argument("--cores", default="0,1", help="LEARNER,SAMPLERS: the two cores to pin to (on a bigger machine, "
+    ap.add_argument("--cores", type=core_pair, default="0,1", help="LEARNER,SAMPLERS: the two cores to pin to (on a bigger machine, "
                     "pick two that are not SMT siblings: /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)")
     ap.add_argument("--profile", type=Path, default=None, help="cProfile every process into this directory")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     arms = args.arms.split(",")
     global LEARNER_CORE, SAMPLER_CORE
-    LEARNER_CORE, SAMPLER_CORE = args.cores.split(",")
+    LEARNER_CORE, SAMPLER_CORE = args.cores
     os.sched_setaffinity(0, {int(SAMPLER_CORE)})  # the snapshot copier and the evaluations stay off the learner's core
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -434,7 +438,7 @@ def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) ->
                start_eval_reward=start)
     if target is None:
         doc["target_note"] = f"no target: the baseline {base} gained {gain} held-out reward in {args.seconds:.0f} s"
-    for name, how in ESTIMATORS.items():
+    for name, (how, _) in ESTIMATORS.items():
         doc[f"time_to_target{name}_s"] = times = {
             arm: [first_time_at(r["heldout"], target, **how) if target is not None else None for r in raw[arm]]
             for arm in arms}
@@ -491,10 +495,7 @@ def markdown(doc: dict) -> str:
             values = [r["heldout_at"][m] for r in reps if r["heldout_at"][m] is not None]
             cells.append(f"{statistics.fmean(values):.3f}" if values else "-")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    readings = {"": "median time to target (first evaluation whose trailing mean of 3 reaches it)",
-                "_centered": "the same with a centered mean of 3 evaluations",
-                "_interpolated": "the centered curve's crossing, interpolated between evaluations"}
-    for name, words in readings.items():
+    for name, (_, words) in ESTIMATORS.items():
         lines += ["", f"{words}: {doc.get(f'median_time_to_target{name}_s')}; speed-up (baseline / arm): "
                   f"{doc.get(f'speedup_time_to_target{name}', 'n/a')}"]
         lines += [f"- over {local} ({local} / arm): {ups}"
