@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.swarm.weights import ChunkSchedule, WeightFetcher, WeightServer, WeightStore  # noqa: E402
 
+from netns_hosts import in_namespace, limited_hosts  # noqa: E402  (bench/, the script's own folder)
+
 RUN = "bench"
 RAW = "bench/raw/1"
 PIECE = 4 << 20
@@ -159,7 +161,7 @@ class Worker:
                  netns: str | None = None, host: str = "127.0.0.1"):
         cmd = [sys.executable, __file__, "--worker", "--dir", str(directory), "--host", host]
         cmd += (["--initial", initial] if initial else []) + (["--profile", profile] if profile else [])
-        self.proc = subprocess.Popen((["ip", "netns", "exec", netns] if netns else []) + cmd, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen((in_namespace(netns) if netns else []) + cmd, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         hello = self.recv()
         self.peer_id, self.maddr, self.key = hello["peer_id"], hello["maddr"], hello["key"]
@@ -262,44 +264,6 @@ async def weights_bench(args, tmp: Path) -> dict:
         tcp.close()
         await p2p.shutdown()
     return res
-
-
-@contextlib.contextmanager
-def limited_hosts(n: int, mbit: int):
-    """`n` network namespaces on one bridge, each host's upload limited to `mbit` (tc tbf): separate machines
-    on one switch. Yields (namespace, address) pairs; removes everything it made, even on failure."""
-    tag = f"swnb{os.getpid() % 100000}"
-    namespaces, links = [], []
-
-    def sh(*cmd: str) -> None:
-        subprocess.run(cmd, check=True, capture_output=True)
-
-    try:
-        sh("ip", "link", "add", f"{tag}br", "type", "bridge")
-        links.append(f"{tag}br")
-        sh("ip", "link", "set", f"{tag}br", "up")
-        hosts = []
-        for k in range(n):
-            ns, veth, ip = f"{tag}n{k}", f"{tag}v{k}", f"10.231.77.{k + 2}"
-            sh("ip", "netns", "add", ns)
-            namespaces.append(ns)
-            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            links.append(veth)
-            sh("ip", "link", "set", veth, "master", f"{tag}br")
-            sh("ip", "link", "set", veth, "up")
-            inside = ("ip", "netns", "exec", ns)
-            sh(*inside, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
-            sh(*inside, "ip", "link", "set", "eth0", "up")
-            sh(*inside, "ip", "link", "set", "lo", "up")
-            sh(*inside, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", f"{mbit}mbit", "burst", "256kb",
-               "latency", "50ms")
-            hosts.append((ns, ip))
-        yield hosts
-    finally:
-        for ns in namespaces:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        for link in links:
-            subprocess.run(["ip", "link", "del", link], capture_output=True)
 
 
 async def swarm_bench(args, tmp: Path) -> dict:
@@ -481,7 +445,7 @@ def main() -> None:
                   f"node): 1 fetcher {sw['alone_s']:.2f} s; {sw['n']} concurrent {sw['concurrent_s']:.2f} s = "
                   f"{sw['concurrent_s'] / sw['alone_s']:.2f}x (target <= 1.5x); chunks served by peers "
                   f"{sw['peer_served']}, by the publisher {sw['learner_served']}")
-        rate = (w["mb"] * 1e6 / min(f["seconds"] for f in w["fetch"])) if w else 400e6
+        rate = (w["mb"] * 1e6 / min(f["seconds"] for f in w["fetch"])) if "fetch" in w else 400e6
         for n in args.plan_chunks:
             plan = plan_bench(n)
             transfer_s = n * (4 << 20) / rate

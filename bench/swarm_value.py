@@ -14,6 +14,9 @@ Arms, each given the same wall-clock budget from its launch, alternated `--repea
   have a core of their own.
 - warm (and `warm-<name>`): the same swarm, but a learner joining a running one: the bootstrap and samplers are
   started and ready (model loaded, waiting for a learner) before the clock starts at the learner's launch.
+- a swarm arm named `<arm>-netns` (e.g. warm-pull-netns): the same, with every node in its own network namespace
+  (separate machines on one switch: its own address, its p2pd with it), each one's upload capped at `--netns-mbit`
+  (tc tbf; bench/netns_hosts.py). Needs root and iproute2 (checked before anything runs).
 This process stays on core 1. Both learners checkpoint every `learner.checkpoint_every` steps; the bench copies
 each checkpoint as it appears and after each run evaluates every copy on the task's held-out prompts
 (`swarmnode.evaluation.evaluate`, mean@`--eval-samples`), placed at the wall time of the step it holds. Per arm:
@@ -35,6 +38,7 @@ target over its own; the steps/s ratio is its median steps/s after the first ste
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -50,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from neighbour_load import core_pair, start_neighbour  # noqa: E402  (bench/, the script's own folder)
+from netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
 from results_files import write_results  # noqa: E402
 from swarmnode.demo import read_steps  # noqa: E402
 from swarmnode.local_swarm import (  # noqa: E402
@@ -109,6 +114,11 @@ def busy_neighbour(arm: str) -> bool:
     return arm.split("-")[1:2] == ["busy"]
 
 
+def namespaced(arm: str) -> bool:
+    """Whether a swarm arm runs each node in its own network namespace with a capped upload (`<arm>-netns`)."""
+    return not arm.startswith("local") and arm.endswith("-netns")
+
+
 def run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
               staleness: int = 0, neighbour: bool = False) -> dict:
     """train-local pinned to the learner core (`--staleness staleness`; with `neighbour`, beside a generation
@@ -159,15 +169,26 @@ def prompts_per_step(config: str, sets: list[str]) -> int:
 
 
 def run_swarm(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None, samplers: int = 2,
-              warm: bool = False) -> dict:
+              warm: bool = False, netns_mbit: float | None = None) -> dict:
     """The demo swarm with the learner pinned to core 0 and everything else to core 1, for `seconds` from the
     learner's launch. `warm`: the bootstrap and the samplers are started first and the clock starts when every
     sampler is ready (model loaded, waiting for a learner), as a learner joining a running swarm finds them;
-    otherwise every process starts at once, at the clock's start."""
-    root = work / "swarm"
+    otherwise every process starts at once, at the clock's start. `netns_mbit`: every node in its own network
+    namespace (its own address, its p2pd with it), each one's upload limited to that many Mbit/s."""
+    with contextlib.ExitStack() as stack:
+        run = DemoRun(work / "swarm")
+        names = ["bootstrap", "learner", *[f"sampler{i}" for i in range(1, samplers + 1)]]
+        hosts = dict(zip(names, stack.enter_context(limited_hosts(len(names), netns_mbit)))) if netns_mbit else {}
+        run.host = lambda name: hosts[name][1] if hosts else None
+        run.prefix = lambda name: [*(in_namespace(hosts[name][0]) if hosts else []),
+                                   "taskset", "-c", LEARNER_CORE if name == "learner" else SAMPLER_CORE]
+        return _run_swarm(run, seconds, config, sets, work, profile, samplers, warm)
+
+
+def _run_swarm(run: DemoRun, seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
+               samplers: int, warm: bool) -> dict:
+    root = run.workdir
     root.mkdir(parents=True, exist_ok=True)
-    run = DemoRun(root)
-    run.prefix = lambda name: ["taskset", "-c", LEARNER_CORE if name == "learner" else SAMPLER_CORE]
     if profile is not None:
         run.python_args = lambda name: [str(ROOT / "bench" / "profile_node.py"), str(profile / f"{name}.prof")]
     copier = SnapshotCopier(root / "learner" / "checkpoints", work / "swarm-snapshots")
@@ -379,10 +400,16 @@ def main() -> None:
     ap.add_argument("--target-fraction", type=float, default=0.75)
     ap.add_argument("--cores", type=core_pair, default="0,1", help="LEARNER,SAMPLERS: the two cores to pin to (on a bigger machine, "
                     "pick two that are not SMT siblings: /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)")
+    ap.add_argument("--netns-mbit", type=float, default=20.0, help="upload limit of every node of a swarm arm named "
+                    "<arm>-netns (e.g. warm-pull-netns), each node in its own network namespace (needs root)")
     ap.add_argument("--profile", type=Path, default=None, help="cProfile every process into this directory")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     arms = args.arms.split(",")
+    if any(namespaced(arm) for arm in arms) and (why := missing_for_namespaces()):
+        ap.error(f"{','.join(arm for arm in arms if namespaced(arm))}: {why}")
+    if args.netns_mbit <= 0:
+        ap.error(f"--netns-mbit {args.netns_mbit}: expected a positive upload limit")
     global LEARNER_CORE, SAMPLER_CORE
     LEARNER_CORE, SAMPLER_CORE = args.cores
     os.sched_setaffinity(0, {int(SAMPLER_CORE)})  # the snapshot copier and the evaluations stay off the learner's core
@@ -402,7 +429,8 @@ def main() -> None:
                                        local_staleness(arm), busy_neighbour(arm))
                 else:
                     result = run_swarm(args.seconds, args.config, [*args.sets, *args.swarm_sets, *own], work,
-                                       args.profile, samplers=args.samplers, warm=arm.startswith("warm"))
+                                       args.profile, samplers=args.samplers, warm=arm.startswith("warm"),
+                                       netns_mbit=args.netns_mbit if namespaced(arm) else None)
                 points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.config,
                                             args.sets, args.eval_samples, args.max_evals)
                 raw[arm].append(summarise_arm(result, points, args.seconds, prompts_per_step(args.config, args.sets)))

@@ -62,6 +62,14 @@ class DemoRun:
     # profiler); benchmarks pin and profile nodes with them, the demo leaves them empty
     prefix: Callable[[str], list[str]] = lambda _name: []
     python_args: Callable[[str], list[str]] = lambda _name: []
+    # per node name: the IPv4 address it listens on (None: the config's `network.host_maddrs`, 127.0.0.1 for the
+    # bootstrap); a benchmark that runs each node in its own network namespace gives each its own address
+    host: Callable[[str], str | None] = lambda _name: None
+
+    def host_args(self, name: str, default: str | None = None) -> list[str]:
+        """`--host-maddrs` for node `name` when it has an address of its own (or a `default`), else none."""
+        address = self.host(name) or default
+        return ["--host-maddrs", f"/ip4/{address}/tcp/0"] if address else []
 
     def start(self, name: str, args: list[str]) -> Proc:
         log = self.workdir / f"{name}.log"
@@ -167,7 +175,7 @@ def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str],
 
 def start_bootstrap(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print) -> str:
     """Start the swarm's bootstrap; its multiaddr once it is up."""
-    boot = run.start("bootstrap", ["bootstrap", *_config_args(config, sets), "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
+    boot = run.start("bootstrap", ["bootstrap", *_config_args(config, sets), *run.host_args("bootstrap", "127.0.0.1"),
                                    "--identity-path", str(run.workdir / "bootstrap.key")])
     peers = wait_for_line(boot, "initial-peers:", timeout=90)
     say(f"bootstrap up: {peers}")
@@ -183,14 +191,15 @@ def start_learners(run: DemoRun, args: list[str], learners: int = 1) -> None:
     """Start `learners` learners (`learner_names`) with the shared `node_args`."""
     for name in learner_names(learners):
         run.start(name, [*args, "--role", "learner", "--set", f"data_dir={run.workdir / name}",
-                         "--identity-path", str(run.workdir / f"{name}.key")])
+                         "--identity-path", str(run.workdir / f"{name}.key"), *run.host_args(name)])
 
 
 def start_samplers(run: DemoRun, args: list[str], samplers: int = 2) -> dict[int, list[str]]:
     """Start samplers `sampler1`..`samplerN` with the shared `node_args`; each one's `join` arguments."""
     root = run.workdir
     sampler_args = {i: [*args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
-                        "--identity-path", str(root / f"sampler{i}.key")] for i in range(1, samplers + 1)}
+                        "--identity-path", str(root / f"sampler{i}.key"), *run.host_args(f"sampler{i}")]
+                    for i in range(1, samplers + 1)}
     for i, one in sampler_args.items():
         run.start(f"sampler{i}", one)
     return sampler_args
