@@ -14,18 +14,18 @@ SUBNET = "10.231.77"  # the hosts get SUBNET.2, SUBNET.3, ...
 
 def missing_for_namespaces() -> str | None:
     """Why namespaced hosts cannot be made here (not root, no iproute2, a kernel or container that refuses), or
-    None when they can (a throwaway namespace was made and removed)."""
+    None when they can (one throwaway host was made and removed)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
     lacking = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if lacking:
         return f"network namespaces need iproute2 ({', '.join(lacking)} not found)"
-    probe = f"swnbprobe{os.getpid() % 100000}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot make a network namespace here ({made.stderr.strip() or made.returncode})"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
+    try:
+        with limited_hosts(1, 8):  # the whole recipe once: bridge, namespace, veth pair, tbf
+            return None
+    except subprocess.CalledProcessError as exc:
+        why = (exc.stderr or b"").decode(errors="replace").strip() or f"exit code {exc.returncode}"
+        return f"cannot make namespaced hosts here ({' '.join(exc.cmd)}: {why})"
 
 
 @contextlib.contextmanager

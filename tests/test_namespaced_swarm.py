@@ -4,6 +4,7 @@ network namespace with its own address and a capped upload (bench/netns_hosts.py
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -42,6 +43,20 @@ def test_a_node_gets_its_own_listen_address_only_when_it_has_one(tmp_path):
 def test_what_namespaces_lack_is_named(monkeypatch):
     monkeypatch.setenv("PATH", "")
     assert "root" in missing_for_namespaces() or "iproute2 (ip, tc not found)" in missing_for_namespaces()
+
+
+def test_a_host_that_cannot_be_made_is_named_and_leaves_nothing(tmp_path, monkeypatch):
+    if missing_for_namespaces() is not None:
+        pytest.skip(str(missing_for_namespaces()))
+    fake = tmp_path / "tc"  # a kernel without tbf, say
+    fake.write_text("#!/bin/sh\necho 'RTNETLINK answers: No such file or directory' >&2\nexit 2\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    why = missing_for_namespaces()
+    assert why.startswith("cannot make namespaced hosts here (ip netns exec") and "tc qdisc add" in why
+    assert "RTNETLINK answers" in why
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "swnb" not in listed
 
 
 @pytest.mark.skipif(missing_for_namespaces() is not None, reason=str(missing_for_namespaces()))
