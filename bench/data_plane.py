@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.swarm.weights import ChunkSchedule, WeightFetcher, WeightServer, WeightStore  # noqa: E402
 
-from netns_hosts import in_namespace, limited_hosts  # noqa: E402  (bench/, the script's own folder)
+from netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402  (bench/, the script's own folder)
 
 RUN = "bench"
 RAW = "bench/raw/1"
@@ -433,11 +433,11 @@ def main() -> None:
         w = {} if args.skip_loopback else asyncio.run(weights_bench(args, tmp))
         if w:
             report(w)
-        try:
-            sw = asyncio.run(swarm_bench(args, tmp)) if args.swarm_mbit else None
-        except (subprocess.CalledProcessError, FileNotFoundError) as exc:  # not root, no iproute2
-            print(f"  upload-limited phase skipped: {exc} {getattr(exc, 'stderr', b'') or b''!r}")
-            sw = None
+        sw = None
+        if args.swarm_mbit and (why := missing_for_namespaces()):
+            print(f"  upload-limited phase skipped: {why}")
+        elif args.swarm_mbit:
+            sw = asyncio.run(swarm_bench(args, tmp))
         if sw:
             w["swarm"] = sw
             mb_s = args.swarm_mbit / 8 * 1e6 / 2**20 * 1.048576

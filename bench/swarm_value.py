@@ -406,10 +406,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     arms = args.arms.split(",")
-    if any(namespaced(arm) for arm in arms) and (why := missing_for_namespaces()):
-        ap.error(f"{','.join(arm for arm in arms if namespaced(arm))}: {why}")
     if args.netns_mbit <= 0:
         ap.error(f"--netns-mbit {args.netns_mbit}: expected a positive upload limit")
+    if any(namespaced(arm) for arm in arms) and (why := missing_for_namespaces()):
+        ap.error(f"{','.join(arm for arm in arms if namespaced(arm))}: {why}")
     global LEARNER_CORE, SAMPLER_CORE
     LEARNER_CORE, SAMPLER_CORE = args.cores
     os.sched_setaffinity(0, {int(SAMPLER_CORE)})  # the snapshot copier and the evaluations stay off the learner's core

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
 from swarm_value import namespaced  # noqa: E402
 
+NAMESPACES_LACK = missing_for_namespaces()  # None where namespaced hosts can be made (one is made and removed)
 FAST = ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=4", "learner.prompts_per_step=4",
         "sampler.max_completion_length=6", "learner.publish_every=1", "sampler.max_groups_per_second=0"]
 
@@ -42,12 +43,13 @@ def test_a_node_gets_its_own_listen_address_only_when_it_has_one(tmp_path):
 
 def test_what_namespaces_lack_is_named(monkeypatch):
     monkeypatch.setenv("PATH", "")
-    assert "root" in missing_for_namespaces() or "iproute2 (ip, tc not found)" in missing_for_namespaces()
+    why = missing_for_namespaces()
+    assert "root" in why or "iproute2 (ip, tc not found)" in why
 
 
 def test_a_host_that_cannot_be_made_is_named_and_leaves_nothing(tmp_path, monkeypatch):
-    if missing_for_namespaces() is not None:
-        pytest.skip(str(missing_for_namespaces()))
+    if NAMESPACES_LACK is not None:
+        pytest.skip(NAMESPACES_LACK)
     fake = tmp_path / "tc"  # a kernel without tbf, say
     fake.write_text("#!/bin/sh\necho 'RTNETLINK answers: No such file or directory' >&2\nexit 2\n")
     fake.chmod(0o755)
@@ -59,7 +61,7 @@ def test_a_host_that_cannot_be_made_is_named_and_leaves_nothing(tmp_path, monkey
     assert "swnb" not in listed
 
 
-@pytest.mark.skipif(missing_for_namespaces() is not None, reason=str(missing_for_namespaces()))
+@pytest.mark.skipif(NAMESPACES_LACK is not None, reason=str(NAMESPACES_LACK))
 def test_a_learner_trains_on_groups_that_crossed_capped_links_and_the_namespaces_go(tmp_path):
     run = DemoRun(tmp_path)
     names = ["bootstrap", "learner", "sampler1"]
