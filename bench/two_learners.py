@@ -10,10 +10,11 @@ the learners average their parameters through hivemind every `--average-every` s
   version, and of version 0 (the start), so "reward per sample" = held-out gain / groups trained;
 - for N = 2: averaging rounds and failures, seconds per round (each round as its learner logged it) and MB per
   round (sent plus received by one learner, from the tensor sizes).
-Ratios (two / one) are against the one-learner arm of the same run. Load (`uptime`) before and after each arm
-is recorded: on a shared machine it decides the figures.
+With `--repeats R` the two arms alternate R times (one, two, one, two, ...); every repeat's ratios (two / one,
+against the one-learner arm of the same repeat) and their medians over the repeats are reported. Load (`uptime`)
+before and after each arm is recorded: on a shared machine it decides the figures.
 
-    nice -n 5 python bench/two_learners.py [--minutes 2] [--average-every 8] [--out bench/results/two_learners.json]
+    python bench/two_learners.py [--minutes 2] [--average-every 8] [--repeats 1] [--out bench/results/two_learners.json]
 """
 
 from __future__ import annotations
@@ -134,37 +135,58 @@ def summarize(cfg, arm: dict, bucket: float, minutes: float) -> dict:
     return out
 
 
+def ratios(one: dict, two: dict) -> dict:
+    """Two learners' figures over one learner's (None where one learner's is zero)."""
+    def over(key: str) -> float | None:
+        return round(two[key] / one[key], 3) if one[key] else None
+    return {key: over(key) for key in ("heldout_gain", "groups_trained", "gain_per_1000_groups")}
+
+
+def median_of(values: list[float | None]) -> float | None:
+    """Median of the values that exist (None if none does)."""
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 4) if present else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=2.0, help="training time per arm, from the learners' ready")
     ap.add_argument("--average-every", type=int, default=8)
     ap.add_argument("--bucket", type=float, default=20.0, help="seconds per curve point")
+    ap.add_argument("--repeats", type=int, default=1, help="alternate the two arms this many times")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--out", default="bench/results/two_learners.json")
     args = ap.parse_args()
+    if args.repeats < 1 or args.minutes <= 0:
+        ap.error("--repeats must be at least 1 and --minutes above 0")
     sets = [*args.sets, f"learner.average_every={args.average_every}", "learner.keep_versions=1000"]
     cfg = load_config(CONFIG, sets)
     resolve_model_path(cfg.model, cfg.task)  # built once, cached, before either arm's clock starts
     torch.set_num_threads(1)
     doc = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "config": CONFIG,
-           "minutes_per_arm": args.minutes, "average_every": args.average_every, "cpus": os.cpu_count()}
+           "minutes_per_arm": args.minutes, "average_every": args.average_every, "cpus": os.cpu_count(),
+           "repeats": []}
     with tempfile.TemporaryDirectory(prefix="two-learners-") as tmp:
-        for learners, name in ((1, "one"), (2, "two")):
-            root = Path(tmp) / name
-            root.mkdir()
-            doc[name] = summarize(cfg, run_arm(root, learners, args.minutes, sets), args.bucket, args.minutes)
-    one, two = doc["one"], doc["two"]
-    doc["ratios_two_over_one"] = {
-        "heldout_gain": round(two["heldout_gain"] / one["heldout_gain"], 3) if one["heldout_gain"] else None,
-        "groups_trained": round(two["groups_trained"] / one["groups_trained"], 3) if one["groups_trained"] else None,
-        "gain_per_1000_groups": (round(two["gain_per_1000_groups"] / one["gain_per_1000_groups"], 3)
-                                 if one["gain_per_1000_groups"] else None),
-    }
+        for rep in range(args.repeats):
+            arms = {}
+            for learners, name in ((1, "one"), (2, "two")):
+                print(f"repeat {rep + 1}/{args.repeats}: {name} learner(s), {args.minutes:g} min", file=sys.stderr)
+                root = Path(tmp) / f"{name}{rep}"
+                root.mkdir()
+                arms[name] = summarize(cfg, run_arm(root, learners, args.minutes, sets), args.bucket, args.minutes)
+            arms["ratios_two_over_one"] = ratios(arms["one"], arms["two"])
+            doc["repeats"].append(arms)
+    doc["median_ratios_two_over_one"] = {
+        key: median_of([r["ratios_two_over_one"][key] for r in doc["repeats"]])
+        for key in ("heldout_gain", "groups_trained", "gain_per_1000_groups")}
+    doc["median_gain"] = {name: median_of([r[name]["heldout_gain"] for r in doc["repeats"]]) for name in ("one", "two")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in doc.items() if k not in ("one", "two")}, indent=1))
-    for name in ("one", "two"):
-        print(name, json.dumps({k: v for k, v in doc[name].items() if k != "train_reward_curve"}))
+    print(json.dumps({k: v for k, v in doc.items() if k != "repeats"}, indent=1))
+    for rep, arms in enumerate(doc["repeats"]):
+        for name in ("one", "two"):
+            print(rep + 1, name, json.dumps({k: v for k, v in arms[name].items() if k != "train_reward_curve"}))
+        print(rep + 1, "two / one", json.dumps(arms["ratios_two_over_one"]))
 
 
 if __name__ == "__main__":
