@@ -69,13 +69,14 @@ def run_arm(root: Path, learners: int, minutes: float, sets: list[str]) -> dict:
             "load_after": load()}
 
 
-def heldout(cfg, stores: list[Path], version: int | None) -> dict:
-    """Held-out reward of `version` (None: the newest any learner holds) as published."""
-    held = [(v, s) for s in stores for v in WeightStore(s, cfg.run_id).versions()]
-    version = max(v for v, _ in held) if version is None else version
-    store = next(s for v, s in held if v == version)
-    model = load_model(cfg.model, cfg.task, "cpu")
-    model.load_state_dict(WeightStore(store, cfg.run_id).state_dict(version))
+def heldout(cfg, stores: list[Path] | None) -> dict:
+    """Held-out reward of the newest version the learners hold as published; with no stores, of version 0, the
+    model every learner starts from (built once and cached; a run publishes too many versions to keep it)."""
+    model, version = load_model(cfg.model, cfg.task, "cpu"), 0
+    if stores:
+        held = [(v, s) for s in stores for v in WeightStore(s, cfg.run_id).versions()]
+        version, store = max(held, key=lambda vs: vs[0])
+        model.load_state_dict(WeightStore(store, cfg.run_id).state_dict(version))
     sc = cfg.sampler
     out = evaluate(model, load_tokenizer(cfg.model, cfg.task), build_task(cfg.task), samples=EVAL_SAMPLES,
                    temperature=sc.temperature, max_new_tokens=sc.max_completion_length,
@@ -114,10 +115,10 @@ def averaging_costs(rows: dict[str, list[dict]]) -> dict:
             "mb_per_round": round(statistics.fmean(mb), 3) if mb else None}
 
 
-def summarize(cfg, arm: dict, bucket: float, minutes: float) -> dict:
+def summarize(cfg, arm: dict, start_eval: dict, bucket: float, minutes: float) -> dict:
     rows = arm["rows"]
     groups = sum(r.get("groups_trained", 0) for rs in rows.values() for r in rs)
-    start_eval, end_eval = heldout(cfg, arm["stores"], 0), heldout(cfg, arm["stores"], None)
+    end_eval = heldout(cfg, arm["stores"])
     gain = end_eval["reward"] - start_eval["reward"]
     out = {
         "steps": {n: len(rs) for n, rs in rows.items()},
@@ -159,13 +160,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.repeats < 1 or args.minutes <= 0:
         ap.error("--repeats must be at least 1 and --minutes above 0")
-    sets = [*args.sets, f"learner.average_every={args.average_every}", "learner.keep_versions=1000"]
+    sets = [*args.sets, f"learner.average_every={args.average_every}"]
     cfg = load_config(CONFIG, sets)
     resolve_model_path(cfg.model, cfg.task)  # built once, cached, before either arm's clock starts
     torch.set_num_threads(1)
     doc = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "config": CONFIG,
            "minutes_per_arm": args.minutes, "average_every": args.average_every, "cpus": os.cpu_count(),
            "repeats": []}
+    start_eval = heldout(cfg, None)
     with tempfile.TemporaryDirectory(prefix="two-learners-") as tmp:
         for rep in range(args.repeats):
             arms = {}
@@ -173,7 +175,8 @@ def main() -> None:
                 print(f"repeat {rep + 1}/{args.repeats}: {name} learner(s), {args.minutes:g} min", file=sys.stderr)
                 root = Path(tmp) / f"{name}{rep}"
                 root.mkdir()
-                arms[name] = summarize(cfg, run_arm(root, learners, args.minutes, sets), args.bucket, args.minutes)
+                arms[name] = summarize(cfg, run_arm(root, learners, args.minutes, sets), start_eval, args.bucket,
+                                       args.minutes)
             arms["ratios_two_over_one"] = ratios(arms["one"], arms["two"])
             doc["repeats"].append(arms)
     doc["median_ratios_two_over_one"] = {
