@@ -90,6 +90,46 @@ def test_two_learners_average_to_identical_weights_and_agree_on_the_version():
     assert all(torch.equal(a, b) for a, b in zip(loaded[1], shared))
 
 
+async def _outer_step_scenario():
+    ids, dhts = await _two_learners()
+    torch.manual_seed(1)
+    params = [[torch.randn(2048), torch.randn(16, 9)] for _ in dhts]  # different starts: anchors differ
+    averagers = [LearnerAveraging(p, d, RUN, group_size=2, timeout=30, outer_lr=2.0) for p, d in zip(params, dhts)]
+
+    async def both(versions):
+        return await asyncio.gather(*(asyncio.to_thread(a.round, v) for a, v in zip(averagers, versions)))
+
+    try:
+        for averager in averagers:
+            await asyncio.to_thread(averager.start)
+        plain = await both([0, 0])  # anchors differ: the plain mean, which both take as their next anchor
+        mean = [p.clone() for p in params[0]]
+        deltas = [[torch.randn_like(t) * 0.01 for t in mine] for mine in params]
+        for mine, delta in zip(params, deltas):  # local steps
+            for t, d in zip(mine, delta):
+                t.add_(d)
+        stepped = await both([plain[0].version] * 2)
+        after_step = [[p.clone() for p in mine] for mine in params]
+        for mine, delta in zip(params, deltas):
+            for t, d in zip(mine, delta):
+                t.add_(d)
+        own = await both([stepped[0].version + 3, stepped[1].version])  # the first published versions alone
+        return plain, mean, deltas, stepped, after_step, own, params
+    finally:
+        await _close(averagers, dhts)
+
+
+def test_the_outer_step_adds_up_the_learners_updates_from_a_shared_anchor_only():
+    plain, mean, deltas, stepped, after_step, own, params = asyncio.run(_outer_step_scenario())
+    assert [r.outer_lr for r in plain] == [1.0, 1.0]  # different anchors: plain mean
+    assert [r.outer_lr for r in stepped] == [2.0, 2.0] and stepped[0].version == stepped[1].version
+    assert all(torch.equal(a, b) for a, b in zip(*after_step))  # bit-identical at both learners
+    for got, start, d0, d1 in zip(after_step[0], mean, *deltas):  # anchor + 2 * (mean - anchor) = anchor + sum
+        assert torch.allclose(got.double(), start.double() + d0.double() + d1.double(), atol=1e-6)
+    assert [r.outer_lr for r in own] == [1.0, 1.0]  # one published on its own since: no shared anchor
+    assert all(torch.equal(a, b) for a, b in zip(*params))
+
+
 async def _stranger_scenario():
     ids, dhts = await _two_learners()
     params = [[torch.full((256,), float(i))] for i in range(2)]

@@ -95,10 +95,7 @@ def test_step_trains_publishes_and_validates(cfg, parts):
     assert loop.step() is None  # empty buffer
     groups = sampled_groups(cfg, parts, 4)
     forged = groups[0]
-    unknown = RolloutGroup.create(identity=Identity.generate(), run_id="r", prompt_id="add:99999:1",
-                                  prompt_tokens=forged.prompt_tokens, completions=forged.completions,
-                                  logprobs=forged.logprobs, temperature=1.0, rewards=forged.rewards,
-                                  policy_version=0, lineage="")
+    unknown = _unknown_prompt_group(forged)
     mismatch = RolloutGroup.create(identity=Identity.generate(), run_id="r", prompt_id=forged.prompt_id,
                                    prompt_tokens=forged.prompt_tokens + [5], completions=forged.completions,
                                    logprobs=forged.logprobs, temperature=1.0, rewards=[1.0] * len(forged.rewards),
@@ -124,9 +121,17 @@ def test_step_trains_publishes_and_validates(cfg, parts):
     assert all(t.device.type == "cpu" and not t.requires_grad for t in state.values())
 
 
+def _unknown_prompt_group(like: RolloutGroup) -> RolloutGroup:
+    return RolloutGroup.create(identity=Identity.generate(), run_id="r", prompt_id="add:99999:1",
+                               prompt_tokens=like.prompt_tokens, completions=like.completions,
+                               logprobs=like.logprobs, temperature=1.0, rewards=like.rewards,
+                               policy_version=0, lineage="")
+
+
 def test_checkpoint_resume_in_process(cfg, parts, tmp_path):
     loop = make_loop(cfg, parts, tmp_path, checkpoint_every=1)
-    for g in sampled_groups(cfg, parts, 3):
+    groups = sampled_groups(cfg, parts, 3)
+    for g in groups + [_unknown_prompt_group(groups[0])]:  # newest-first draw: refused in the first step
         loop.buffer.add(g)
     while loop.step_count < 1 and loop.step() is not None:
         pass
@@ -137,6 +142,10 @@ def test_checkpoint_resume_in_process(cfg, parts, tmp_path):
     for k, v in loop.model.state_dict().items():
         assert torch.equal(v, again.model.state_dict()[k])
     assert again.optimizer.state_dict()["state"].keys() == loop.optimizer.state_dict()["state"].keys()
+    # refusal counts survive the restart, and later refusals add to them
+    assert again.rejected["unknown_prompt"] == loop.rejected["unknown_prompt"] == 1
+    assert again.rows.rows(_unknown_prompt_group(groups[0]), again.version) is None
+    assert again.rejected["unknown_prompt"] == 2 and again._status()["rejected_unknown_prompt"] == 2.0
 
 
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):

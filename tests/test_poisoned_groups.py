@@ -79,7 +79,7 @@ def test_held_out_eval_prompts_are_refused(cfg, parts):
     held = task.eval_prompts()[0]
     tokens = tokenizer(held.text, add_special_tokens=True)["input_ids"]
     leaked = copy_of(honest, Identity.generate(), prompt_id=held.prompt_id, prompt_tokens=tokens)
-    assert loop._rows(leaked) is None and loop.rejected["eval_prompt"] == 1
+    assert loop.rows.rows(leaked, loop.version) is None and loop.rejected["eval_prompt"] == 1
     assert loop._rows(honest) is not None
 
 

@@ -197,6 +197,10 @@ class LearnerConfig(_Section):
                                "between two rounds of parameter averaging (DiLoCo's H)")
     averaging_timeout: float = Field(30.0, gt=0, le=3600, description="seconds an averaging round may take (finding "
                                      "the group included) before it fails and the learner trains on alone")
+    averaging_outer_lr: float = Field(1.0, gt=0, le=8, description="with several learners: a round's result is "
+                                      "anchor + this * (mean - anchor), the anchor being the last round's weights "
+                                      "(DiLoCo's outer step as SGD); 1 is the plain mean, N (the learners) adds "
+                                      "up their local updates")
     learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
     accept_any_learner: bool = Field(False, description="insecure: with no learner_keys, samplers load weights "
                                      "whichever key announces them (throwaway local runs only)")

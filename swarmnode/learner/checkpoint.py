@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,7 +180,8 @@ def restore_learner(loop: LearnerLoop, state: dict[str, Any]) -> None:
     set_rng_state(state["rng"], loop.rng)
     loop.buffer.load_state_dict(state["buffer"])
     loop.buffer.set_version(loop.version)
-    loop.rejected = Counter(state.get("rejected", {}))
+    loop.rejected.clear()  # in place: the loop's GroupRows counts into this Counter
+    loop.rejected.update(state.get("rejected", {}))
     loop.extra_state = state.get("extra", {})
 
 

@@ -1,8 +1,8 @@
 """The network-free learner loop: buffer -> validated batch -> GEPO/GSPO/GRPO step -> versions and checkpoints.
 
 Per optimiser step: draw `prompts_per_step` groups; reject (and count) groups whose prompt id the task does not
-know or whose prompt tokens differ from the learner's own tokenisation; recompute every reward from the decoded
-completion (the sender's rewards are only a hint); skip zero-signal groups; split the rest into
+know or whose prompt tokens differ from the learner's own tokenisation, and recompute every reward from the decoded
+completion (the sender's rewards are only a hint; `learner.rows`); skip zero-signal groups; split the rest into
 `gradient_accumulation_steps` chunks of whole groups and compute each chunk's group statistics (advantages,
 GEPO's E_q[q]); cut the chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens
 (`learner.microbatch`: the gradient equals the unsplit one); compute log-probs (chunked lm_head, no [B, T, V]
@@ -36,7 +36,6 @@ checkpoints early when it grows past its soft limit.
 
 from __future__ import annotations
 
-import functools
 import random
 import statistics
 from collections import Counter
@@ -61,23 +60,14 @@ from swarmnode.learner.losses import group_advantages, group_log_expectation, po
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
+from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
-from swarmnode.prompting import encode_prompt
 from swarmnode.staleness import StalenessHistogram
 
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
-PROMPT_CACHE = 4096  # prompts whose tokenisation the learner remembers
 RESERVE_VERSIONS = 8  # versions recorded ahead per fsync when publishing in the background (< max_staleness)
-
-
-class _Row:
-    __slots__ = ("group", "prompt_tokens", "completion", "logq", "reward", "temperature", "staleness")
-
-    def __init__(self, group, completion, logq, reward, staleness):
-        self.group, self.completion, self.logq, self.reward = group, completion, logq, reward
-        self.prompt_tokens, self.temperature, self.staleness = group.prompt_tokens, group.temperature, staleness
 
 
 class LearnerLoop:
@@ -114,11 +104,10 @@ class LearnerLoop:
                                            foreach=True)  # one kernel per op for all tensors, not one per tensor
         self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
-        self._encode_prompt = functools.lru_cache(PROMPT_CACHE)(
-            lambda text: tuple(encode_prompt(self.tokenizer, text, cfg.sampler.max_prompt_length)))
         self.version = buffer.version
         self.step_count = 0
         self.rejected: Counter[str] = Counter()
+        self.rows = GroupRows(task, tokenizer, cfg.sampler.max_prompt_length, self.rejected)
         self.staleness_hist = StalenessHistogram()  # valid groups drawn, by staleness bucket (health, /metrics)
         self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
         self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
@@ -138,43 +127,13 @@ class LearnerLoop:
             self.version = self.published + 1  # go on above them (samplers ignore anything not newer)
             self.buffer.set_version(self.version)
 
-    # ---- batch preparation -------------------------------------------------------------------------------
-    def _prompt_tokens(self, text: str) -> list[int]:
-        """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included);
-        remembered for the last `PROMPT_CACHE` prompts used (a task's prompts come back)."""
-        return list(self._encode_prompt(text))
-
-    def _rows(self, group) -> list[_Row] | None:
-        """Validated rows of one group with recomputed rewards, or None (counted) if it must be rejected."""
-        prompt = self.task.get(group.prompt_id)
-        if prompt is None:
-            self.rejected["unknown_prompt"] += 1
-            return None
-        if self.task.held_out(prompt):
-            self.rejected["eval_prompt"] += 1
-            return None
-        if list(group.prompt_tokens) != self._prompt_tokens(prompt.text):
-            self.rejected["prompt_mismatch"] += 1
-            return None
-        if len(group.logprobs) != len(group.completions) or any(
-            len(lp) != len(c) for lp, c in zip(group.logprobs, group.completions)
-        ):
-            self.rejected["bad_shape"] += 1
-            return None
-        texts = self.tokenizer.batch_decode(group.completions, skip_special_tokens=True)
-        rewards = [float(self.task.reward(prompt, t)) for t in texts]
-        if any(abs(a - b) > 1e-6 for a, b in zip(rewards, group.rewards)):
-            self.rejected["reward_hint_mismatch"] += 1  # counted, not rejected: our rewards are used
-        tau = self.version - int(group.policy_version)
-        return [_Row(group, c, lq, r, tau) for c, lq, r in zip(group.completions, group.logprobs, rewards)]
-
     # ---- the step ----------------------------------------------------------------------------------------
     def step(self) -> dict | None:
         """One optimiser step from the buffer; its diagnostics, or None when the buffer holds too few groups."""
         if len(self.buffer) < self.lc.prompts_per_step:
             return None
         drawn = self.buffer.draw(self.lc.prompts_per_step)
-        groups = [rows for g in drawn if (rows := self._rows(g)) and self._verified(g)]
+        groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]
         summary = {
@@ -204,7 +163,7 @@ class LearnerLoop:
             self.save()
         return out
 
-    def _optimise(self, groups: list[list[_Row]]) -> dict:
+    def _optimise(self, groups: list[list[Row]]) -> dict:
         self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -222,7 +181,7 @@ class LearnerLoop:
         merged.update(grad_norm=grad_norm, learning_rate=learning_rate)
         return merged
 
-    def accumulate_gradients(self, groups: list[list[_Row]]) -> list[tuple[int, dict]]:
+    def accumulate_gradients(self, groups: list[list[Row]]) -> list[tuple[int, dict]]:
         """Forward and backward over `groups` (gradients add up in `.grad`); per chunk (rows, diagnostics).
 
         Group statistics are computed per gradient-accumulation chunk of whole groups, then the chunk's rows are
@@ -253,7 +212,7 @@ class LearnerLoop:
             diags.append((len(rows), merged))
         return diags
 
-    def _micro_loss(self, rows: list[_Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    def _micro_loss(self, rows: list[Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """(loss, diagnostics, per-row length-normalised learner log-prob) of one micro-batch."""
         device = next(self.model.parameters()).device
         with self.precision.autocast():
@@ -297,7 +256,7 @@ class LearnerLoop:
         return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
                            shuffle_seed=self.step_count, adv=adv, log_e=log_e)
 
-    def _isolate(self, rows: list[_Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
         groups whose own loss is not finite are dropped (counted, reported to `on_poisoned`), the others'
         losses are averaged by rows."""

@@ -91,6 +91,7 @@ class AveragingRounds:
             for param, tensor in zip(self.averaging.params, tensors):
                 param.copy_(tensor)
         published = self.learner.adopt_version(version)
+        self.averaging.set_anchor(published)  # the others' interval started from these weights too
         self.shared_versions.append(published)
         return published
 

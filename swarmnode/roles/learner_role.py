@@ -102,7 +102,8 @@ class LearnerRole(NodeRole):
         """Start this learner's hivemind averager and take a newer state from another learner, if one has it."""
         cfg = self.cfg
         averaging = LearnerAveraging(self.learner.trainable, self.dht, cfg.run_id, group_size=cfg.learner.max_learners,
-                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.learner.learner_keys)
+                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.learner.learner_keys,
+                                     outer_lr=cfg.learner.averaging_outer_lr, version=self.learner.version)
         await asyncio.to_thread(averaging.start)
         self.learner.on_publish = averaging.share  # what a learner that joins later downloads
         self.rounds = AveragingRounds(self.learner, averaging, self.dht, cfg, self.identity.peer_id, self.emit)

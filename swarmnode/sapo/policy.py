@@ -63,7 +63,7 @@ class SapoPolicy:
         self.sampler = SamplerLoop(self.engine, self.task, sampler_cfg, identity, self._local.append, seed=seed)
         self.pool = ExternalPool(identity.peer_id, sc.pool_per_peer, sc.max_external_age,
                                  rng=random.Random(f"pool:{seed}"), **({"clock": clock} if clock else {}))
-        self.rescorer = Rescorer(self.model, self.tokenizer, self.task, cfg, self.learner._prompt_tokens,
+        self.rescorer = Rescorer(self.model, self.tokenizer, self.task, cfg, self.learner.rows.prompt_tokens,
                                  lambda: self.learner.version)
         self.external_by_peer: collections.Counter[str] = collections.Counter()  # groups trained on, per sender
         self.external_total = 0

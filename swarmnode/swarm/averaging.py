@@ -16,6 +16,13 @@ local). swarmnode adds no averaging protocol of its own; it adds three things ar
   comes with a round) and all adopt `max(gathered versions) + 1`, so every member publishes the same number for
   the same weights. A learner that joins late downloads the last published state and its version from a peer
   (`load_state_from_peers`).
+- The outer step (DiLoCo's outer optimiser, as plain SGD on the pseudo-gradient): with `outer_lr` k, a round's
+  result is `anchor + k * (mean - anchor)`, the anchor being the weights every member started the interval
+  from (the last round's result, or the state loaded from a peer). k = 1 is plain averaging; k = N, for N
+  learners on disjoint groups, moves the weights by the sum of their local updates, about as far as one learner
+  would move on all those groups. It is applied only where the group can agree: each member gathers a hash of
+  its anchor (none once it has published versions of its own since), and only a round whose members all
+  gathered the same one steps past the mean; any other round takes the mean, which becomes the next anchor.
 
 A round that finds no group within `learner.averaging_timeout` (a dead or slow peer), or whose group holds a
 peer that is not a designated learner, changes nothing: the learner keeps training locally and counts it.
@@ -24,6 +31,7 @@ peer that is not a designated learner, changes nothing: the learner keeps traini
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -127,6 +135,7 @@ class RoundResult:
     group_size: int
     seconds: float
     error: str = ""
+    outer_lr: float = 1.0  # the outer step taken: 1.0 for the plain mean
 
 
 class LearnerAveraging:
@@ -135,9 +144,15 @@ class LearnerAveraging:
     Both block: call them from the training thread (never during a step). `stop()` at the end."""
 
     def __init__(self, params: Sequence[torch.Tensor], dht: SwarmDHT, run_id: str, *, group_size: int,
-                 timeout: float, trusted: Iterable[str] = (), loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 timeout: float, trusted: Iterable[str] = (), loop: asyncio.AbstractEventLoop | None = None,
+                 outer_lr: float = 1.0, version: int = 0) -> None:
         self.params = list(params)
         self.timeout = timeout
+        self.outer_lr = outer_lr
+        self.anchor: list[torch.Tensor] = []  # CPU copies of the weights the current interval started from
+        self.anchor_id: str | None = None
+        self.anchor_version = -1  # the version those weights were published as (or started at)
+        self.set_anchor(version)
         self.trusted = frozenset(trusted)
         self.rounds = self.failures = 0
         self.last: RoundResult | None = None
@@ -161,6 +176,16 @@ class LearnerAveraging:
         numel = sum(p.numel() for p in self.params)
         return 4 * 8 * numel * (group_size - 1) // max(1, group_size)
 
+    def set_anchor(self, version: int) -> None:
+        """The current parameters (published, or started from, as `version`) start the next interval."""
+        if self.outer_lr == 1.0:
+            return  # plain averaging needs no anchor
+        self.anchor = [p.detach().to("cpu").clone() for p in self.params]
+        digest = hashlib.blake2b(digest_size=16)
+        for tensor in self.anchor:
+            digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+        self.anchor_id, self.anchor_version = digest.hexdigest(), int(version)
+
     def share(self, version: int) -> None:
         """Record the parameters just published as `version`: what a joining learner downloads."""
         self._shared = ({"version": int(version)}, [p.detach().cpu().clone() for p in self.params])
@@ -172,16 +197,24 @@ class LearnerAveraging:
         with self.averager.get_tensors() as work:
             for buffer, param in zip(work, self.params):
                 buffer.copy_(param.detach())
+        # an anchor counts only while this learner has published nothing of its own since it was set
+        anchor = self.anchor_id if self.anchor_id is not None and int(version) == self.anchor_version else None
         try:
-            gathered = self.averager.step(gather={"version": int(version)}, timeout=self.timeout,
-                                          allow_retries=False)
+            gathered = self.averager.step(gather={"version": int(version), "anchor": anchor},
+                                          timeout=self.timeout, allow_retries=False)
             agreed, size = self._agreed_version(gathered)
         except Exception as exc:  # no group in time, a peer died mid-round, a stranger in the group...
             return self._finish(RoundResult(None, 0, time.monotonic() - began, f"{type(exc).__name__}: {exc}"))
+        outer = self.outer_lr if anchor is not None and all(
+            isinstance(g, dict) and g.get("anchor") == anchor for g in gathered.values()) else 1.0
         with self.averager.get_tensors() as work, torch.no_grad():
-            for buffer, param in zip(work, self.params):
+            for i, (buffer, param) in enumerate(zip(work, self.params)):
+                if outer != 1.0:  # in float64, like the mean: every member computes the same bits
+                    start = self.anchor[i].to(torch.float64)
+                    buffer = start + outer * (buffer - start)
                 param.copy_(buffer)
-        return self._finish(RoundResult(agreed, size, time.monotonic() - began))
+        self.set_anchor(agreed)
+        return self._finish(RoundResult(agreed, size, time.monotonic() - began, outer_lr=outer))
 
     def _agreed_version(self, gathered: Any) -> tuple[int, int]:
         if not isinstance(gathered, dict) or len(gathered) < 2:

@@ -1,0 +1,66 @@
+"""A received rollout group -> the rows a learner trains on, or a counted refusal.
+
+The learner trusts nothing a group says about itself that it can check: the prompt must be one of its task's
+training prompts (unknown ids and held-out evaluation prompts are refused), the prompt tokens must be the
+learner's own tokenisation of that prompt, every completion needs one behaviour log-prob per token, and the
+rewards are recomputed from the decoded completions (the sender's rewards are only a hint: a difference is
+counted, the learner's own rewards are used).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+from swarmnode.prompting import encode_prompt
+
+PROMPT_CACHE = 4096  # prompts whose tokenisation the learner remembers
+
+
+class Row:
+    """One completion of a group, as the loss sees it."""
+
+    __slots__ = ("group", "prompt_tokens", "completion", "logq", "reward", "temperature", "staleness")
+
+    def __init__(self, group, completion, logq, reward, staleness):
+        self.group, self.completion, self.logq, self.reward = group, completion, logq, reward
+        self.prompt_tokens, self.temperature, self.staleness = group.prompt_tokens, group.temperature, staleness
+
+
+class GroupRows:
+    """Validates groups against the learner's task and tokenizer; refusals are counted in `rejected`."""
+
+    def __init__(self, task, tokenizer, max_prompt_length: int, rejected: Counter[str]):
+        self.task, self.tokenizer, self.rejected = task, tokenizer, rejected
+        self._encode_prompt = functools.lru_cache(PROMPT_CACHE)(
+            lambda text: tuple(encode_prompt(tokenizer, text, max_prompt_length)))
+
+    def prompt_tokens(self, text: str) -> list[int]:
+        """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included);
+        remembered for the last `PROMPT_CACHE` prompts used (a task's prompts come back)."""
+        return list(self._encode_prompt(text))
+
+    def rows(self, group, version: int) -> list[Row] | None:
+        """Validated rows of one group with recomputed rewards and their staleness against `version`, or None
+        (counted) if the group must be refused."""
+        prompt = self.task.get(group.prompt_id)
+        if prompt is None:
+            self.rejected["unknown_prompt"] += 1
+            return None
+        if self.task.held_out(prompt):
+            self.rejected["eval_prompt"] += 1
+            return None
+        if list(group.prompt_tokens) != self.prompt_tokens(prompt.text):
+            self.rejected["prompt_mismatch"] += 1
+            return None
+        if len(group.logprobs) != len(group.completions) or any(
+            len(lp) != len(c) for lp, c in zip(group.logprobs, group.completions)
+        ):
+            self.rejected["bad_shape"] += 1
+            return None
+        texts = self.tokenizer.batch_decode(group.completions, skip_special_tokens=True)
+        rewards = [float(self.task.reward(prompt, t)) for t in texts]
+        if any(abs(a - b) > 1e-6 for a, b in zip(rewards, group.rewards)):
+            self.rejected["reward_hint_mismatch"] += 1  # counted, not rejected: our rewards are used
+        tau = version - int(group.policy_version)
+        return [Row(group, c, lq, r, tau) for c, lq, r in zip(group.completions, group.logprobs, rewards)]
