@@ -40,7 +40,7 @@ def _loop(cfg, parts, checkpoint_dir=None, lora=LORA, **learner):
 
 
 def _train(loop, groups, steps=3):
-    rows = [r for g in groups if (r := loop._rows(g)) and len({x.reward for x in r}) > 1]
+    rows = [r for g in groups if (r := loop.rows.rows(g, loop.version)) and len({x.reward for x in r}) > 1]
     for i in range(steps):
         loop._optimise(rows[i : i + 2])
         loop.step_count += 1

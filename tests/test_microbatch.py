@@ -60,7 +60,7 @@ def test_split_rows_give_the_unsplit_gradient(cfg, parts, overrides):
     groups = sampled_groups(cfg, parts, 2)
     whole = make_loop(cfg, parts, **overrides)
     split = make_loop(cfg, parts, max_tokens_per_microbatch=1, **overrides)  # every row alone
-    rows = [r for g in groups if (r := whole._rows(g)) and len({x.reward for x in r}) > 1]
+    rows = [r for g in groups if (r := whole.rows.rows(g, whole.version)) and len({x.reward for x in r}) > 1]
     assert len(rows) >= 2, "the sampled batch should hold at least two groups with signal"
     (reference, ref_var), (got, got_var) = _grads(whole, rows), _grads(split, rows)
     assert got_var == pytest.approx(ref_var, rel=1e-5)  # the paper's statistic is taken over the whole chunk

@@ -80,7 +80,7 @@ def test_held_out_eval_prompts_are_refused(cfg, parts):
     tokens = tokenizer(held.text, add_special_tokens=True)["input_ids"]
     leaked = copy_of(honest, Identity.generate(), prompt_id=held.prompt_id, prompt_tokens=tokens)
     assert loop.rows.rows(leaked, loop.version) is None and loop.rejected["eval_prompt"] == 1
-    assert loop._rows(honest) is not None
+    assert loop.rows.rows(honest, loop.version) is not None
 
 
 def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts):

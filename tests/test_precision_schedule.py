@@ -34,7 +34,7 @@ def _loop(cfg, parts, dtype="float32", checkpoint_dir=None, **learner):
 
 
 def _signal_rows(loop, groups):
-    return [r for g in groups if (r := loop._rows(g)) and len({x.reward for x in r}) > 1]
+    return [r for g in groups if (r := loop.rows.rows(g, loop.version)) and len({x.reward for x in r}) > 1]
 
 
 def _update(loop, batches) -> torch.Tensor:

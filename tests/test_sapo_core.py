@@ -81,7 +81,7 @@ def test_rescoring_refuses_foreign_and_eval_prompts_and_counts_lies(small_policy
     assert out[0].rewards[0] < 1.0 and out[1].rewards[0] == 1.0  # our task's rewards, not the claims
     eos = policy.tokenizer.eos_token_id
     assert out[1].completions[0][-1] == eos and eos not in out[1].completions[1]  # EOS only where it finished
-    assert out[1].prompt_tokens == policy.learner._prompt_tokens(f"{a}+{b}=")
+    assert out[1].prompt_tokens == policy.learner.rows.prompt_tokens(f"{a}+{b}=")
 
 
 def test_external_weighting_choices(small_policy):

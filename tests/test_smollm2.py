@@ -94,7 +94,7 @@ def test_engine_and_learner_encode_prompts_identically(smol):
     learner = LearnerLoop(model, tok, task, node, ReplayBuffer(capacity=8, max_staleness=4))
     prompts = task.sample(3, random.Random(0))
     for prompt, ids in zip(prompts, engine.encode_prompts([p.text for p in prompts])):
-        assert ids == learner._prompt_tokens(prompt.text)
+        assert ids == learner.rows.prompt_tokens(prompt.text)
         assert "<|im_start|>assistant" in tok.decode(ids)
 
 
