@@ -21,8 +21,8 @@ local). swarmnode adds no averaging protocol of its own; it adds three things ar
   from (the last round's result, or the state loaded from a peer). k = 1 is plain averaging; k = N, for N
   learners on disjoint groups, moves the weights by the sum of their local updates, about as far as one learner
   would move on all those groups. It is applied only where the group can agree: each member gathers a hash of
-  its anchor (none once it has published versions of its own since), and only a round whose members all
-  gathered the same one steps past the mean; any other round takes the mean, which becomes the next anchor.
+  its anchor (none once it has published versions of its own since) and its k, and only a round whose members
+  all gathered the same ones steps past the mean; any other round takes the mean, which becomes the next anchor.
 
 A round that finds no group within `learner.averaging_timeout` (a dead or slow peer), or whose group holds a
 peer that is not a designated learner, changes nothing: the learner keeps training locally and counts it.
@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgpack
 import torch
+from hivemind.averaging.allreduce import AllreduceException
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.timed_storage import ValueWithExpiration
 
@@ -126,6 +127,25 @@ class ParameterAverager(ThreadedAverager):
         metadata, tensors = self._shared()
         return metadata, tensors, None
 
+    async def _run_allreduce_inplace_(self, tensors: Sequence[torch.Tensor], group_info: Any,
+                                      group_id: bytes | None = None, **kwargs: Any) -> None:
+        """hivemind's all-reduce, failed when any part of the result did not come back: hivemind then keeps this
+        member's own values for that part, and the member would publish the agreed version with weights the
+        others do not hold. Failing the round instead leaves the learner's parameters untouched."""
+        await super()._run_allreduce_inplace_(tensors, group_info, group_id, **kwargs)
+        runner = self._running_groups[group_info.group_id if group_id is None else group_id].result()
+        missing = runner.tensor_part_container.failed_size
+        if missing:
+            raise AllreduceException(f"{missing} of {runner.tensor_part_container.total_size} averaged values "
+                                     "did not come back from the group")
+
+
+def agreed_outer_lr(gathered: list[Any], anchor: str | None, outer_lr: float) -> float:
+    """The outer step a round takes: `outer_lr` when every member gathered this anchor and this step size (so
+    every member computes the same weights), else 1.0, the plain mean."""
+    same = all(isinstance(g, dict) and g.get("anchor") == anchor and g.get("outer_lr") == outer_lr for g in gathered)
+    return outer_lr if anchor is not None and same else 1.0
+
 
 @dataclass
 class RoundResult:
@@ -200,13 +220,13 @@ class LearnerAveraging:
         # an anchor counts only while this learner has published nothing of its own since it was set
         anchor = self.anchor_id if self.anchor_id is not None and int(version) == self.anchor_version else None
         try:
-            gathered = self.averager.step(gather={"version": int(version), "anchor": anchor},
+            gathered = self.averager.step(gather={"version": int(version), "anchor": anchor,
+                                                  "outer_lr": self.outer_lr},
                                           timeout=self.timeout, allow_retries=False)
             agreed, size = self._agreed_version(gathered)
         except Exception as exc:  # no group in time, a peer died mid-round, a stranger in the group...
             return self._finish(RoundResult(None, 0, time.monotonic() - began, f"{type(exc).__name__}: {exc}"))
-        outer = self.outer_lr if anchor is not None and all(
-            isinstance(g, dict) and g.get("anchor") == anchor for g in gathered.values()) else 1.0
+        outer = agreed_outer_lr(list(gathered.values()), anchor, self.outer_lr)
         with self.averager.get_tensors() as work, torch.no_grad():
             for i, (buffer, param) in enumerate(zip(work, self.params)):
                 if outer != 1.0:  # in float64, like the mean: every member computes the same bits
