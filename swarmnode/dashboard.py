@@ -189,6 +189,8 @@ def _averaging(h: dict[str, Any]) -> str:
     if h.get("averaging_group") is not None:
         text += (f"; last: {_fmt(h.get('averaging_group'), 'd')} learners, {_fmt(h.get('averaging_seconds'), '.2f')} s, "
                  f"{_fmt(h.get('averaging_mb'), '.1f')} MB")
+        if (outer := h.get("averaging_outer_lr")) is not None and outer != 1:
+            text += f", outer step {outer:g}"
     return text
 
 

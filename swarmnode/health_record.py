@@ -153,7 +153,7 @@ class LearnerHealth(HolderHealth):
     averaging_rounds: int | None = _field("several learners: averaging rounds completed",
                                           metric="swarmnode_averaging_rounds", kind="counter", minimum=0)
     averaging_failures: int | None = _field("several learners: averaging rounds that failed (no group in time, a "
-                                            "peer lost mid-round); training went on locally",
+                                            "peer lost mid-round, part of the result lost); training went on locally",
                                             metric="swarmnode_averaging_failures", kind="counter", minimum=0)
     averaging_learners: int | None = _field("several learners: live learners of the run this learner sees, itself "
                                             "included", minimum=1)
@@ -163,6 +163,8 @@ class LearnerHealth(HolderHealth):
                                              "group included)", metric="swarmnode_averaging_seconds", minimum=0)
     averaging_mb: float | None = _field("several learners: MB this learner sent plus received in the last round "
                                         "(from the tensor sizes)", minimum=0)
+    averaging_outer_lr: float | None = _field("several learners: the outer step the last completed round took "
+                                              "(learner.averaging_outer_lr, or 1: the plain mean)", minimum=0)
 
 
 @dataclasses.dataclass

@@ -240,3 +240,11 @@ def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == ExitCode.NETWORK and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: none of the initial peers answered")
+
+
+def test_the_learner_panel_names_the_averaging_rounds_and_an_outer_step():
+    from swarmnode.dashboard import _averaging
+    h = {"averaging_rounds": 5, "averaging_failures": 1, "averaging_group": 2, "averaging_seconds": 0.25,
+         "averaging_mb": 5.5, "averaging_outer_lr": 1.0}
+    assert _averaging(h) == "5 rounds, 1 failed; last: 2 learners, 0.25 s, 5.5 MB"  # the plain mean: not named
+    assert _averaging({**h, "averaging_outer_lr": 2.0}).endswith("5.5 MB, outer step 2")

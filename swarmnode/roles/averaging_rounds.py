@@ -119,5 +119,6 @@ class AveragingRounds:
                                "averaging_learners": len(self.others) + 1}
         if last is not None and last.version is not None:
             out.update(averaging_group=last.group_size, averaging_seconds=round(last.seconds, 3),
-                       averaging_mb=round(self.averaging.bytes_per_round(last.group_size) / 1e6, 3))
+                       averaging_mb=round(self.averaging.bytes_per_round(last.group_size) / 1e6, 3),
+                       averaging_outer_lr=last.outer_lr)
         return out
