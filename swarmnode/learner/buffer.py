@@ -20,10 +20,8 @@ import functools
 import math
 import threading
 from collections import Counter, OrderedDict
-from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
+from typing import Callable, Protocol, TypeVar
 
-if TYPE_CHECKING:  # the journal replays into a ReplayBuffer: a runtime import would be a cycle
-    from swarmnode.learner.journal import GroupJournal
 
 F = TypeVar("F", bound=Callable)
 
@@ -47,6 +45,20 @@ class _Group(Protocol):
     sampler_id: str
     policy_version: int
     lineage: str
+
+
+class AckJournal(Protocol):
+    """What the inbox needs of a journal of acknowledged groups (`swarmnode.learner.journal.GroupJournal`)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def over_hard_limit(self) -> bool: ...
+
+    def append(self, data: bytes) -> None: ...
+
+    async def sync(self) -> None: ...
 
 
 class ReplayBuffer:
@@ -204,7 +216,7 @@ class ReplayBuffer:
 class RolloutInbox:
     """Admits groups into `buffer` (from any thread) and wakes a learner waiting for them."""
 
-    def __init__(self, buffer: ReplayBuffer, journal: GroupJournal | None = None) -> None:
+    def __init__(self, buffer: ReplayBuffer, journal: AckJournal | None = None) -> None:
         self.buffer, self.journal = buffer, journal
         self._arrived = threading.Condition()
 

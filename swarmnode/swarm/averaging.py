@@ -24,8 +24,9 @@ local). swarmnode adds no averaging protocol of its own; it adds three things ar
   its anchor (none once it has published versions of its own since) and its k, and only a round whose members
   all gathered the same ones steps past the mean; any other round takes the mean, which becomes the next anchor.
 
-A round that finds no group within `learner.averaging_timeout` (a dead or slow peer), or whose group holds a
-peer that is not a designated learner, changes nothing: the learner keeps training locally and counts it.
+A round that finds no group within `learner.averaging_timeout` (a dead or slow peer), whose group holds a
+peer that is not a designated learner, or of whose averaged result a part did not come back (`ParameterAverager`),
+changes nothing: the learner keeps training locally and counts it.
 """
 
 from __future__ import annotations
