@@ -11,17 +11,36 @@ import os
 import random
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from typing import Any, Callable, Protocol
 
 import torch
 
+from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.lora import adapter_state, is_lora, load_adapter_state
-
-if TYPE_CHECKING:  # the loop saves through these functions; they only read and set its attributes
-    from swarmnode.learner.loop import LearnerLoop
+from swarmnode.protocol.manifest import AdapterSpec
 
 CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class Checkpointed(Protocol):
+    """What a checkpoint reads from and puts back into a learner (`swarmnode.learner.loop.LearnerLoop`): this
+    module needs nothing else of the loop, and does not import it."""
+
+    model: torch.nn.Module
+    cfg: NodeConfig
+    adapter_spec: AdapterSpec | None
+    optimizer: torch.optim.Optimizer
+    scheduler: Any  # a torch LR scheduler (state_dict / load_state_dict)
+    version: int
+    step_count: int
+    rng: random.Random
+    buffer: ReplayBuffer
+    rejected: Counter
+    extra_state: dict[str, Any] | Callable[[], dict[str, Any]]
+    checkpoint_dir: Path | None
 
 
 class CheckpointError(SwarmnodeError, RuntimeError):
@@ -137,7 +156,7 @@ def set_rng_state(state: dict[str, Any], rng: random.Random | None = None) -> No
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def learner_state(loop: LearnerLoop) -> dict[str, Any]:
+def learner_state(loop: Checkpointed) -> dict[str, Any]:
     """What a learner's checkpoint holds: weights (the adapters alone under LoRA), optimiser, LR schedule,
     version and step, RNG, the buffer's position, rejection counters and the caller's `extra_state`."""
     lora = is_lora(loop.model)
@@ -156,7 +175,7 @@ def learner_state(loop: LearnerLoop) -> dict[str, Any]:
     }
 
 
-def restore_learner(loop: LearnerLoop, state: dict[str, Any]) -> None:
+def restore_learner(loop: Checkpointed, state: dict[str, Any]) -> None:
     """Put a loaded `learner_state` back into `loop` (same step and version as saved); `CheckpointError` when it
     does not fit the loop's model or optimiser."""
     try:
