@@ -37,3 +37,39 @@ def test_interpolation_places_the_crossing_between_evaluations():
 def test_interpolation_never_reaches_back_to_the_untrained_start():
     points = _curve([0.2, 0.9, 0.9, 0.9])
     assert first_time_at(points, 0.5, centered=True, interpolate=True) == 2.0
+
+
+def _doc(target: float, local: list[list[float]], swarm: list[list[float]]) -> dict:
+    """A swarm_value results document: repeats of `local` and `warm-pull` curves (2 s apart) and a target."""
+    return {"target": target, "arms": {"local": [{"heldout": _curve(c)} for c in local],
+                                       "warm-pull": [{"heldout": _curve(c)} for c in swarm]}}
+
+
+def test_pooling_reads_every_repeat_against_its_own_runs_target():
+    from swarm_value_pool import pool
+
+    slow, fast = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], [0.2, 0.6, 0.8, 0.8, 0.8, 0.8]
+    docs = {"a": _doc(0.7, [slow, slow], [fast, fast]),  # trailing means reach 0.7 at t=8 (local), t=6 (swarm)
+            "b": _doc(0.75, [slow], [fast, [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]])}  # a repeat that never gets there
+    result = pool(docs, "warm-pull", ["local", "local-busy"])
+    assert result["runs"]["a"]["local"][""] == round(8.0 / 6.0, 3)
+    assert "local-busy" not in result["runs"]["a"]  # no such arm in the run: not compared
+    # b: local 10 s ((0.8+0.8+0.8)/3 first reaches 0.75 at t=10), swarm [8 s, never]: the median is not reached
+    assert result["runs"]["b"]["local"][""] is None
+    pooled = result["pooled"]["local"]
+    assert pooled["repeats"] == [3, 4]
+    assert pooled[""] == round(8.0 / 7.0, 3)  # local [8, 8, 10] -> 8; swarm [6, 6, 8, never] -> 7
+    assert "local-busy" not in result["pooled"]
+
+
+def test_pooling_pairs_each_comparison_by_run():
+    from swarm_value_pool import pool
+
+    slow, fast = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], [0.2, 0.6, 0.8, 0.8, 0.8, 0.8]
+    with_busy = _doc(0.7, [slow], [fast])
+    with_busy["arms"]["local-busy"] = [{"heldout": _curve([0.2, 0.3, 0.4, 0.6, 0.8, 0.8])}]  # t=10
+    docs = {"a": with_busy, "b": _doc(0.7, [slow], [[0.2, 0.2, 0.2, 0.6, 0.8, 0.8]])}  # swarm t=10 in b
+    result = pool(docs, "warm-pull", ["local", "local-busy"])
+    assert result["pooled"]["local-busy"]["repeats"] == [1, 1]  # b's slow swarm repeat is not in this comparison
+    assert result["pooled"]["local-busy"][""] == round(10.0 / 6.0, 3)
+    assert result["pooled"]["local"]["repeats"] == [2, 2]
