@@ -162,3 +162,32 @@ def test_backoff_rejects_a_nonsense_range():
         Backoff(base=0, cap=1)
     with pytest.raises(ValueError):
         Backoff(base=2, cap=1)
+
+
+def test_pull_mode_asks_the_learners_and_looks_in_the_dht_only_when_none_answers():
+    async def main():
+        swarm = Swarm()
+        swarm.announced = (3, {"publisher": "L"})
+        told: list[tuple[int, dict] | None] = [(5, {"publisher": "L"})]
+        asked, looked = [], []
+
+        async def ask_learners():
+            asked.append(1)
+            return told[0]
+
+        async def newest():
+            looked.append(1)
+            return swarm.announced
+
+        f = WeightFollower(newest, swarm.fetch, ask_learners=ask_learners,
+                           backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(0), clock=Clock()))
+        await f.poll(wait=True, direct=True)
+        assert swarm.fetched == [(5, "L")] and not looked  # the learner's answer alone: no DHT look
+        told[0] = None  # no learner answered: the DHT's announcement is the fallback
+        swarm.announced = (7, {"publisher": "L"})
+        await f.poll(wait=True, direct=True)
+        assert swarm.fetched == [(5, "L"), (7, "L")] and len(looked) == 1
+        await f.poll(wait=True)  # the heartbeat's look: the DHT, never the learners
+        assert len(asked) == 2 and len(looked) == 2
+
+    asyncio.run(main())

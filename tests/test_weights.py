@@ -316,3 +316,57 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
             assert learner_server.served_chunks + served_by_samplers == 3 * len(m.chunks)
 
     asyncio.run(scenario())
+
+
+def test_pull_mode_asks_learners_for_their_newest_version_directly(tmp_path, caplog):
+    """`WeightPuller.newest_from`: one manifest request to each learner (no DHT look), the newest valid answer wins,
+    a manifest the run would refuse is logged and skipped; the fetch then uses that manifest without asking again."""
+    from hivemind.p2p import PeerID
+
+    from swarmnode.swarm.follower import WeightPuller
+
+    learner, stranger = Identity.generate(), Identity.generate()
+
+    class NoHolders:  # the DHT's peer list: not used by `newest_from`
+        async def holders(self):
+            return []
+
+    async def scenario():
+        async with daemons(4) as (lp, evil, hung, sp):
+            ls, es = store(tmp_path, "l"), store(tmp_path, "e")
+            await WeightServer(ls).start(lp)
+            await WeightServer(es).start(evil)
+
+            async def never_answers(info, reader, writer):  # a learner that hangs (died behind a live connection)
+                await asyncio.sleep(3600)
+
+            await hung.add_binary_stream_handler(protocol_name(RUN), never_answers)
+            puller = WeightPuller(sp, store(tmp_path, "s"), NoHolders(), sink=None, trusted=[learner.peer_id])
+            assert await puller.newest_from([lp.peer_id]) is None  # it holds nothing yet: no answer
+            state = make_state(3)
+            ls.publish(1, make_state(2), learner)
+            ls.publish(2, state, learner, parent_version=1)
+            es.publish(9, make_state(4), stranger)  # newer, but not signed by the run's learner
+            found = await puller.newest_from([lp.peer_id, evil.peer_id])
+            assert found is not None and found[0] == 2
+            assert found[1]["manifest"].version == 2 and found[1]["publisher"] == learner.peer_id
+            assert "not one of the run's learner keys" in caplog.text
+            unknown = PeerID.from_base58(Identity.generate().peer_id)  # nobody listens there
+            assert await puller.newest_from([unknown], timeout=1.0) is None
+            assert await puller.newest_from([]) is None
+            # one learner answered: one that hangs gets the grace, not the whole timeout, and is not waited for
+            found = await asyncio.wait_for(puller.newest_from([hung.peer_id, lp.peer_id], timeout=60, grace=0.2), 20)
+            assert found is not None and found[0] == 2
+
+            fetcher = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id], layout=None)
+            asked = []
+            real_ask = fetcher.fetch_manifest
+            fetcher.fetch_manifest = lambda *a, **kw: asked.append(a) or real_ask(*a, **kw)
+            await fetcher.fetch([lp.peer_id], 2, manifest=found[1]["manifest"])
+            assert not asked  # the manifest in hand was not asked for again
+            assert_same(store(tmp_path, "s").state_dict(2), state)
+            foreign = es.manifest(9)  # a manifest in hand is checked like any other
+            with pytest.raises(FetchError, match="not one of the run's learner keys"):
+                await fetcher.fetch([evil.peer_id], 9, manifest=foreign)
+
+    asyncio.run(scenario())

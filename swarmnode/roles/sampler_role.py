@@ -69,7 +69,8 @@ class SamplerRole(NodeRole):
         self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.learner.learner_keys,
                                    emit=emit, progress=functools.partial(fetch_progress, emit=emit),
                                    layout=layout, hold=lambda: self.delay_for("weights"))
-        self.follower = WeightFollower(self.dht.newest_version, self.puller, trusted=cfg.learner.learner_keys)
+        self.follower = WeightFollower(self.dht.newest_version, self.puller, trusted=cfg.learner.learner_keys,
+                                       ask_learners=lambda: self.puller.newest_from(self.learners))
         await self._discover()
         await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
         emit(f"sampler ready: version {self.loop.offered_version}")
@@ -121,8 +122,8 @@ class SamplerRole(NodeRole):
                     # lineage check refuses groups made with our own copy of its first version)
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
                     self.publish_health(paused="")
-                if cfg.sync.mode == "pull":
-                    await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
+                if cfg.sync.mode == "pull":  # the newest version, asked of the learners we send to (not the DHT)
+                    await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout, direct=True)
                 held = self.loop.offered_version  # the version swapped in before the next batch
                 if self.follower.newest - held > cfg.sync.max_staleness:
                     self.publish_health(paused="too stale")

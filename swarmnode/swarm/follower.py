@@ -1,11 +1,13 @@
 """Version following: which policy version a sampler should hold next, and getting it there.
 
 - `WeightFollower` decides: it learns of new versions from the DHT's announcements (`poll`, once per heartbeat,
-  or blocking when the sampler must catch up) and from learners' acks (`hint`, at once), ignores versions not
+  or blocking when the sampler must catch up), from the learners themselves (`poll(direct=True)`, pull mode before
+  each batch: one request to each learner instead of a DHT look) and from learners' acks (`hint`, at once), ignores versions not
   newer than what it already has, runs one fetch at a time, and after a failed fetch waits out an exponential
   backoff with jitter (capped) before trying again, also when the sampler is paused as too stale (it used to
   retry there in a hot loop).
-- `WeightPuller` does one fetch: every live holder of the run serves chunks (`LivePeers`), the manifest must be
+- `WeightPuller` does one fetch (and asks learners for their newest version, `newest_from`): every live holder of
+  the run serves chunks (`LivePeers`), the manifest must be
   signed by a trusted learner (and an adapter-only one must name this node's base weights), and the loaded
   state goes to the sampler (a `WeightSink`), with the manifest's `AdapterSpec` for an adapter-only version.
 """
@@ -22,7 +24,8 @@ import torch
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.backoff import Backoff
-from swarmnode.protocol.manifest import AdapterSpec
+from swarmnode.protocol.codec import InvalidRecord
+from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.weights import FetchError, FetchStats, ModelLayout, ProgressCallback, WeightFetcher, WeightStore
 
@@ -49,14 +52,16 @@ class WeightSink(Protocol):
 class WeightFollower:
     """Follows the run's newest version: one fetch at a time, backoff after failures (see the module docstring).
 
-    `newest_version()` returns the newest announced (version, pointer) or None; `fetch(version, pointer)` loads
-    that version into the sampler and raises on failure. `trusted` (the run's learner keys; empty: any learner)
-    limits which learners' ack hints are followed.
+    `newest_version()` returns the newest announced (version, pointer) or None; `ask_learners()`, where given, the
+    newest version the run's learners hold, asked of them directly, or None when none answered; `fetch(version,
+    pointer)` loads that version into the sampler and raises on failure. `trusted` (the run's learner keys; empty:
+    any learner) limits which learners' ack hints are followed.
     """
 
     def __init__(self, newest_version: NewestVersion, fetch: Fetch, *, trusted: Iterable[str] = (),
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None, ask_learners: NewestVersion | None = None) -> None:
         self._newest_version = newest_version
+        self._ask_learners = ask_learners
         self._fetch = fetch
         self.trusted = frozenset(trusted)
         self.backoff = backoff or Backoff(base=0.5, cap=30.0)
@@ -85,10 +90,14 @@ class WeightFollower:
             return
         self._start(version, {"publisher": publisher})
 
-    async def poll(self, *, wait: bool = False, timeout: float = 60.0) -> None:
+    async def poll(self, *, wait: bool = False, timeout: float = 60.0, direct: bool = False) -> None:
         """Look up the newest announced version and fetch it if newer than ours. With `wait`, block until it is
-        loaded or `timeout` passes, first sitting out a pending backoff (never retrying a failing fetch at once)."""
-        found = await self._newest_version()
+        loaded or `timeout` passes, first sitting out a pending backoff (never retrying a failing fetch at once).
+        `direct`: ask the learners themselves (`ask_learners`) rather than the DHT, which is looked up only when
+        none of them answers."""
+        found = await self._ask_learners() if direct and self._ask_learners is not None else None
+        if found is None:
+            found = await self._newest_version()
         if found is None:
             return
         version, pointer = found
@@ -179,6 +188,40 @@ class WeightPuller:
         self.emit, self.progress, self.hold = emit, progress, hold
         self.last_stats: FetchStats | None = None
 
+    async def newest_from(self, learners: Iterable[PeerID], timeout: float = 2.0,
+                          grace: float = 0.25) -> tuple[int, Pointer] | None:
+        """The newest version `learners` hold, asked of each of them at once (one request each, no DHT look): (version,
+        pointer holding its manifest, so the fetch does not ask for it again), or None when none of them answered
+        with a valid one within `timeout`. Once one has answered, the others get `grace` seconds more (a learner
+        that died does not hold up every batch). Each learner vouches only for versions it signed, unless the run
+        names its learner keys."""
+        async def ask(learner: PeerID) -> WeightManifest | None:
+            fetcher = WeightFetcher(self.p2p, self.store, self.trusted or [str(learner)], layout=self.layout,
+                                    request_timeout=timeout)
+            return await fetcher.newest_manifest(learner)
+
+        pending = {asyncio.ensure_future(ask(learner)) for learner in learners}
+        loop = asyncio.get_running_loop()
+        deadline, manifests = loop.time() + timeout, []
+        try:
+            while pending and loop.time() < deadline:
+                done, pending = await asyncio.wait(pending, timeout=deadline - loop.time(),
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if isinstance(task.exception(), InvalidRecord):
+                        logger.warning("weights: a learner's newest manifest was refused: %s", task.exception())
+                    elif task.exception() is None and task.result() is not None:
+                        manifests.append(task.result())
+                if manifests:
+                    deadline = min(deadline, loop.time() + grace)
+        finally:
+            for task in pending:
+                task.cancel()
+        if not manifests:
+            return None
+        newest = max(manifests, key=lambda m: m.version)
+        return newest.version, {"publisher": newest.publisher, "total_bytes": newest.total_bytes, "manifest": newest}
+
     async def __call__(self, version: int, pointer: Pointer) -> None:
         publisher = pointer.get("publisher")
         publisher = publisher if isinstance(publisher, str) else None
@@ -191,8 +234,10 @@ class WeightPuller:
         if publisher and publisher not in {str(i) for i in ids}:
             ids.append(PeerID.from_base58(publisher))
         fetcher = WeightFetcher(self.p2p, self.store, allowed, layout=self.layout)
+        known = pointer.get("manifest")  # from `newest_from`: checked again by the fetch, not asked for again
         with self.progress(f"weights v{version}") as progress:
-            await fetcher.fetch(ids, version, progress=progress)
+            await fetcher.fetch(ids, version, progress=progress,
+                                manifest=known if isinstance(known, WeightManifest) else None)
         if (stats := fetcher.last_stats) is not None and stats.version == version:
             self.last_stats = stats
             if stats.seconds >= 2.0:  # worth a line (a small model's fetches take milliseconds)

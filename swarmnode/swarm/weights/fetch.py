@@ -101,6 +101,12 @@ class WeightFetcher:
                 reasons.append(f"{str(holder)[-8:]}: {type(exc).__name__} {exc}")
         raise FetchError(f"no valid manifest for version {version}: " + "; ".join(reasons or ["no holders"]))
 
+    async def newest_manifest(self, holder: PeerID) -> WeightManifest | None:
+        """The manifest of the newest version `holder` holds (one request, no DHT look), None when it holds none;
+        raises InvalidRecord for a manifest this fetcher would refuse, and on a timeout or a broken stream."""
+        data = await asyncio.wait_for(self._ask_manifest(holder, -1), self.request_timeout)
+        return self.check_manifest(WeightManifest.decode(data)) if data else None
+
     async def _ask_manifest(self, holder: PeerID, version: int) -> bytes | None:
         _, reader, writer = await self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id))
         try:
@@ -125,11 +131,14 @@ class WeightFetcher:
         return m
 
     async def fetch(self, holders: list[PeerID], version: int = -1, *,
-                    progress: ProgressCallback | None = None) -> WeightManifest:
-        """Make `version` (-1: the newest a holder has) complete in the store; returns its manifest. Every
+                    progress: ProgressCallback | None = None, manifest: WeightManifest | None = None) -> WeightManifest:
+        """Make `version` (-1: the newest a holder has) complete in the store; returns its manifest. `manifest`:
+        that version's manifest, already received (`newest_manifest`): it is checked again, not asked for. Every
         failure (no valid manifest, chunks unavailable, a disk or memory error) raises FetchError."""
         try:
-            return await self._fetch(self.pick_holders(holders), version, progress)
+            if manifest is not None:
+                manifest = self.check_manifest(manifest, version)
+            return await self._fetch(self.pick_holders(holders), version, progress, manifest)
         except FetchError:
             raise
         except Exception as exc:  # OSError (ENOSPC, ENOMEM), MemoryError, a record that does not validate...
@@ -145,7 +154,8 @@ class WeightFetcher:
         random.shuffle(others)
         return (publishers + others)[: max(self.MAX_HOLDERS, len(publishers))]
 
-    async def _fetch(self, holders: list[PeerID], version: int, progress: ProgressCallback | None) -> WeightManifest:
+    async def _fetch(self, holders: list[PeerID], version: int, progress: ProgressCallback | None,
+                     given: WeightManifest | None) -> WeightManifest:
         if version >= 0 and (m := self.store.manifest(version)) is not None:
             return m
         start = time.perf_counter()
@@ -158,7 +168,7 @@ class WeightFetcher:
                 self.store.abandon(version)
                 manifest = None
         if manifest is None:
-            manifest = await self.fetch_manifest(holders, version)
+            manifest = given or await self.fetch_manifest(holders, version)
             if (m := self.store.manifest(manifest.version)) is not None:
                 return m
         buf = aligned_buffer(manifest.total_bytes)  # the one preallocated buffer chunks land in
