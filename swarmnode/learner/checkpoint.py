@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import random
 import signal
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import torch

@@ -2,14 +2,14 @@
 
 - `WeightFollower` decides: it learns of new versions from the DHT's announcements (`poll`, once per heartbeat,
   or blocking when the sampler must catch up), from the learners themselves (`poll(direct=True)`, pull mode before
-  each batch: one request to each learner instead of a DHT look) and from learners' acks (`hint`, at once), ignores versions not
-  newer than what it already has, runs one fetch at a time, and after a failed fetch waits out an exponential
-  backoff with jitter (capped) before trying again, also when the sampler is paused as too stale (it used to
-  retry there in a hot loop).
+  each batch: one request to each learner instead of a DHT look) and from learners' acks (`hint`, at once),
+  ignores versions not newer than what it already has, runs one fetch at a time, and after a failed fetch waits
+  out an exponential backoff with jitter (capped) before trying again, also when the sampler is paused as too
+  stale (it used to retry there in a hot loop).
 - `WeightPuller` does one fetch (and asks learners for their newest version, `newest_from`): every live holder of
-  the run serves chunks (`LivePeers`), the manifest must be
-  signed by a trusted learner (and an adapter-only one must name this node's base weights), and the loaded
-  state goes to the sampler (a `WeightSink`), with the manifest's `AdapterSpec` for an adapter-only version.
+  the run serves chunks (`LivePeers`), the manifest must be signed by a trusted learner (and an adapter-only one
+  must name this node's base weights), and the loaded state goes to the sampler (a `WeightSink`), with the
+  manifest's `AdapterSpec` for an adapter-only version.
 """
 
 from __future__ import annotations
@@ -190,11 +190,11 @@ class WeightPuller:
 
     async def newest_from(self, learners: Iterable[PeerID], timeout: float = 2.0,
                           grace: float = 0.25) -> tuple[int, Pointer] | None:
-        """The newest version `learners` hold, asked of each of them at once (one request each, no DHT look): (version,
-        pointer holding its manifest, so the fetch does not ask for it again), or None when none of them answered
-        with a valid one within `timeout`. Once one has answered, the others get `grace` seconds more (a learner
-        that died does not hold up every batch). Each learner vouches only for versions it signed, unless the run
-        names its learner keys."""
+        """The newest version `learners` hold, asked of each of them at once (one request each, no DHT look):
+        (version, pointer holding its manifest, so the fetch does not ask for it again), or None when none of them
+        answered with a valid one within `timeout`. Once one has answered, the others get `grace` seconds more (a
+        learner that died does not hold up every batch). Each learner vouches only for versions it signed, unless
+        the run names its learner keys."""
         async def ask(learner: PeerID) -> WeightManifest | None:
             fetcher = WeightFetcher(self.p2p, self.store, self.trusted or [str(learner)], layout=self.layout,
                                     request_timeout=timeout)
