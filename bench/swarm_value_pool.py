@@ -5,14 +5,20 @@ little in start and target), with the bench's `first_time_at`; a repeat that nev
 late (the bench's `_median`). The pooled speed-up of an arm is the baseline's median over every pooled repeat
 divided by the arm's. Runs without the arm (or the baseline) are left out of its figures.
 
+How far the pooled figure can be trusted: a 90 % interval from resampling whole runs with replacement (`--draws`
+times, seeded). Runs, not repeats, are the unit: the repeats of one run share that run's machine state (how much
+the vCPUs slow each other at the time), which is what moves the figure most. `--goal X` also counts the runs whose
+own speed-up reaches X.
+
     python bench/swarm_value_pool.py bench/results/swarm_value_digitmap_s1*.json [--arm warm-pull]
-        [--baseline local] [--also local-busy] [--out bench/results/swarm_value_pool]
+        [--baseline local] [--also local-busy] [--goal 1.5] [--draws 2000] [--out bench/results/swarm_value_pool]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -35,11 +41,40 @@ def speedup(base: list[float | None], arm: list[float | None]) -> float | None:
     return round(b / a, 3) if b and a else None
 
 
-def pool(docs: dict[str, dict], arm: str, baselines: list[str]) -> dict:
+Times = list[float | None]
+
+
+def run_interval(per_run: list[tuple[Times, Times]], draws: int, seed: int = 0) -> list[float] | None:
+    """A 90 % interval [5th, 95th percentile] of the pooled speed-up over `draws` resamplings of whole runs (each
+    run's (baseline's, arm's) times); None with fewer than 2 runs. A draw in which an arm's median never reaches
+    the target counts that arm as infinitely slow."""
+    if len(per_run) < 2 or draws <= 0:
+        return None
+    rng = random.Random(seed)
+    ups = []
+    for _ in range(draws):
+        base: Times = []
+        arm: Times = []
+        for b, a in rng.choices(per_run, k=len(per_run)):
+            base += b
+            arm += a
+        b_med, a_med = _median(base) or float("inf"), _median(arm) or float("inf")
+        if a_med != float("inf") or b_med != float("inf"):  # both never reached: no reading
+            ups.append(b_med / a_med)
+    if not ups:
+        return None
+    ups.sort()
+    return [round(ups[int(0.05 * (len(ups) - 1))], 3), round(ups[int(0.95 * (len(ups) - 1))], 3)]
+
+
+def pool(docs: dict[str, dict], arm: str, baselines: list[str], draws: int = 0, goal: float | None = None) -> dict:
     """Per run and pooled: `arm`'s speed-up over each of `baselines`, per reading, with the repeat counts. Each
-    comparison pools only the runs that have both arms (in the same run, the same machine state)."""
+    comparison pools only the runs that have both arms (in the same run, the same machine state). With `draws`,
+    each pooled reading also gets its run-resampled 90 % interval (`interval`); with `goal`, the number of runs
+    whose own speed-up reaches it (`runs_at_goal`) out of `runs`."""
     out: dict = {"arm": arm, "runs": {}, "pooled": {}}
-    pooled = {b: {name: ([], []) for name in ESTIMATORS} for b in baselines}  # (baseline's, arm's) times
+    per_run: dict[str, dict[str, list[tuple[Times, Times]]]] = {b: {name: [] for name in ESTIMATORS}
+                                                                 for b in baselines}
     for label, doc in docs.items():
         if doc.get("target") is None or arm not in doc["arms"]:
             continue
@@ -49,12 +84,21 @@ def pool(docs: dict[str, dict], arm: str, baselines: list[str]) -> dict:
             theirs = run_times(doc, b)
             out["runs"][label][b] = {name: speedup(theirs[name], mine[name]) for name in ESTIMATORS}
             for name in ESTIMATORS:
-                pooled[b][name][0].extend(theirs[name])
-                pooled[b][name][1].extend(mine[name])
+                per_run[b][name].append((theirs[name], mine[name]))
     for b in baselines:
-        if pooled[b][""][0]:
-            out["pooled"][b] = {name: speedup(*pooled[b][name]) for name in ESTIMATORS}
-            out["pooled"][b]["repeats"] = [len(pooled[b][""][0]), len(pooled[b][""][1])]
+        runs = per_run[b]
+        if not runs[""]:
+            continue
+        joined = {name: ([t for pair in runs[name] for t in pair[0]], [t for pair in runs[name] for t in pair[1]])
+                  for name in ESTIMATORS}
+        figures = out["pooled"][b] = {name: speedup(*joined[name]) for name in ESTIMATORS}
+        figures["repeats"] = [len(joined[""][0]), len(joined[""][1])]
+        figures["runs"] = len(runs[""])
+        if draws:
+            figures["interval"] = {name: run_interval(runs[name], draws) for name in ESTIMATORS}
+        if goal is not None:
+            figures["runs_at_goal"] = {name: sum(1 for pair in runs[name] if (speedup(*pair) or 0.0) >= goal)
+                                       for name in ESTIMATORS}
     return out
 
 
@@ -68,8 +112,15 @@ def markdown(result: dict, command: str) -> str:
         for base, ups in per.items():
             lines.append(f"| {label} | {base} | " + " / ".join(f"{ups[n]}" for n in names) + " |")
     for base, ups in result["pooled"].items():
-        lines.append(f"| **pooled** ({ups['repeats'][0]} / {ups['repeats'][1]} repeats) | {base} | "
+        lines.append(f"| **pooled** ({ups['runs']} runs, {ups['repeats'][0]} / {ups['repeats'][1]} repeats) | {base} | "
                      + " / ".join(f"**{ups[n]}**" for n in names) + " |")
+        if "interval" in ups:
+            lines.append(f"| 90 % interval, runs resampled ({result['draws']} draws) | {base} | "
+                         + " / ".join("-" if ups["interval"][n] is None else "{}-{}".format(*ups["interval"][n])
+                                      for n in names) + " |")
+        if "runs_at_goal" in ups:
+            lines.append(f"| runs at {result['goal']}x or more | {base} | "
+                         + " / ".join(f"{ups['runs_at_goal'][n]} of {ups['runs']}" for n in names) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -79,6 +130,8 @@ def main() -> None:
     ap.add_argument("--arm", default="warm-pull")
     ap.add_argument("--baseline", default="local")
     ap.add_argument("--also", action="append", default=[], help="another arm to compare against (repeatable)")
+    ap.add_argument("--goal", type=float, default=None, help="count the runs whose own speed-up reaches this")
+    ap.add_argument("--draws", type=int, default=2000, help="run resamplings for the 90 %% interval (0: none)")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     docs = {}
@@ -87,7 +140,10 @@ def main() -> None:
             docs[path.stem] = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             sys.exit(f"{path}: cannot read a results document ({exc})")
-    result = pool(docs, args.arm, [args.baseline, *args.also])
+    if args.draws < 0 or (args.goal is not None and args.goal <= 0):
+        sys.exit("--draws must be 0 or more and --goal above 0")
+    result = {**pool(docs, args.arm, [args.baseline, *args.also], args.draws, args.goal),
+              "draws": args.draws, "goal": args.goal}
     command = " ".join(["python bench/swarm_value_pool.py", *sys.argv[1:]])
     text = markdown(result, command)
     print(text)

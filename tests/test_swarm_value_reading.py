@@ -73,3 +73,30 @@ def test_pooling_pairs_each_comparison_by_run():
     assert result["pooled"]["local-busy"]["repeats"] == [1, 1]  # b's slow swarm repeat is not in this comparison
     assert result["pooled"]["local-busy"][""] == round(10.0 / 6.0, 3)
     assert result["pooled"]["local"]["repeats"] == [2, 2]
+
+
+def test_the_pooled_interval_resamples_whole_runs():
+    from swarm_value_pool import pool
+
+    slow, fast = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], [0.2, 0.6, 0.8, 0.8, 0.8, 0.8]  # first: t=8 and t=6
+    same = {f"r{i}": _doc(0.7, [slow, slow], [fast, fast]) for i in range(3)}
+    result = pool(same, "warm-pull", ["local"], draws=200, goal=1.3)
+    pooled = result["pooled"]["local"]
+    assert pooled["runs"] == 3
+    assert pooled["interval"][""] == [round(8.0 / 6.0, 3)] * 2  # every run alike: nothing to spread
+    assert pooled["runs_at_goal"][""] == 3
+
+    mixed = {"a": _doc(0.7, [slow], [fast]), "b": _doc(0.7, [slow], [slow])}  # 1.333x and 1x
+    result = pool(mixed, "warm-pull", ["local"], draws=200, goal=1.3)
+    low, high = result["pooled"]["local"]["interval"][""]
+    assert low == 1.0 and high == round(8.0 / 6.0, 3)  # drawing "b" twice / "a" twice
+    assert result["pooled"]["local"]["runs_at_goal"][""] == 1
+
+
+def test_one_run_has_no_interval():
+    from swarm_value_pool import pool
+
+    slow, fast = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], [0.2, 0.6, 0.8, 0.8, 0.8, 0.8]
+    result = pool({"a": _doc(0.7, [slow], [fast])}, "warm-pull", ["local"], draws=100)
+    assert result["pooled"]["local"]["interval"][""] is None
+    assert "runs_at_goal" not in result["pooled"]["local"]
