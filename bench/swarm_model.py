@@ -62,8 +62,10 @@ def main() -> None:
     args = ap.parse_args()
     try:
         summary = json.loads(args.interference.read_text())["summary"]
-    except (OSError, ValueError, KeyError) as exc:
-        sys.exit(f"{args.interference}: not a core_interference results document ({exc})")
+        if not all(summary[work][mode] > 0 for work in ("generate_ms", "train_ms") for mode in ("idle", "busy")):
+            raise ValueError("a time is not positive")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        sys.exit(f"{args.interference}: not a core_interference results document ({type(exc).__name__}: {exc})")
     rows = predict(summary, args.steps, args.start, args.swarm_start, args.learner_overhead, args.sampler_overhead)
     print("| arm | steps/s | ratio | time to target (s) | speed-up |\n|---|---|---|---|---|")
     for name, r in rows.items():

@@ -27,21 +27,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_files import write_results  # noqa: E402  (bench/, the script's own folder)
 from swarm_value import ESTIMATORS, _median, first_time_at  # noqa: E402
 
+Times = list[float | None]  # each repeat's time to the target (None: never reached)
 
-def run_times(doc: dict, arm: str) -> dict[str, list[float | None]]:
+
+def run_times(doc: dict, arm: str) -> dict[str, Times]:
     """Per reading (the ESTIMATORS' suffixes), the time each repeat of `arm` first reached its run's target."""
     reps = doc["arms"].get(arm, [])
     return {name: [first_time_at(r["heldout"], doc["target"], **how) for r in reps]
             for name, (how, _) in ESTIMATORS.items()}
 
 
-def speedup(base: list[float | None], arm: list[float | None]) -> float | None:
+def speedup(base: Times, arm: Times) -> float | None:
     """The baseline's median time to the target over the arm's (None when either median is not reached)."""
     b, a = _median(base), _median(arm)
     return round(b / a, 3) if b and a else None
-
-
-Times = list[float | None]
 
 
 def run_interval(per_run: list[tuple[Times, Times]], draws: int, seed: int = 0) -> list[float] | None:
