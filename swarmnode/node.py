@@ -4,8 +4,8 @@
 node able to train becomes a learner only while the run has fewer learners than `learner.max_learners`; a node
 that raced another into the role steps back to sampler), constructs that role whole (`LearnerRole` or
 `SamplerRole` in `swarmnode.roles`), serves /metrics if asked, runs it until `stop` is set, and leaves cleanly
-(checkpoint, withdraw the peer record, stop p2pd). Model work runs in worker threads so the event loop keeps
-serving the network.
+(checkpoint, withdraw the peer record, stop p2pd). A role's model work runs on its own worker thread
+(`ComputeThread`) so the event loop keeps serving the network.
 """
 
 from __future__ import annotations

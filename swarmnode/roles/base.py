@@ -1,5 +1,6 @@
 """What both working roles share: config, identity, membership, task, tokenizer, the node's data directory, the
-weight store and its server, and its typed health record (published to /metrics and, shrunk, on every heartbeat)."""
+weight store and its server, the one thread their model work runs on (`ComputeThread`: loading, steps, batches,
+saving), and its typed health record (published to /metrics and, shrunk, on every heartbeat)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig, default_data_dir
 from swarmnode.delay import parse_delay
 from swarmnode.health import RateMeter, record_health
@@ -60,6 +62,7 @@ class NodeRole:
         self.serve_rate = RateMeter()
         self.delay = parse_delay(cfg.sync.simulate_delay)
         self.delay_rng = random.Random()
+        self.compute = ComputeThread(f"{type(self).__name__.removesuffix('Role').lower()}-compute")
 
     @classmethod
     async def _construct(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> Any:

@@ -52,7 +52,7 @@ class LearnerRole(NodeRole):
         """Serve the store, load the model (and its checkpoint), publish the version held, open the inbox."""
         self: LearnerRole = await cls._construct(cfg, identity, member, emit)
         emit("loading the model...")
-        model = await asyncio.to_thread(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
+        model = await self.compute.run(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
         averaging = averaging_enabled(cfg)  # groups made with any of the run's learners' versions are ours too
         buffer = ReplayBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
@@ -70,7 +70,7 @@ class LearnerRole(NodeRole):
         if averaging:
             await self._start_averaging()
         if self.learner.version not in self.store.versions():
-            await asyncio.to_thread(self.learner.publish_current)
+            await self.compute.run(self.learner.publish_current)
             await asyncio.to_thread(self.learner.flush_publish)
         else:
             await self.dht.announce_version(self.learner.version, {"publisher": identity.peer_id})
@@ -115,9 +115,9 @@ class LearnerRole(NodeRole):
         try:
             while not stop.is_set():
                 began = time.monotonic()
-                diag = await asyncio.to_thread(self.learner.step)
+                diag = await self.compute.run(self.learner.step)
                 if diag is None and self.own is not None:  # too few groups: make some rather than wait
-                    await asyncio.to_thread(self.own.batch)
+                    await self.compute.run(self.own.batch)
                     continue
                 if diag is None:  # too few groups: go again as soon as enough arrive (not after a fixed nap)
                     await asyncio.to_thread(self.inbox.wait, self.cfg.learner.prompts_per_step, 0.5)
@@ -138,7 +138,8 @@ class LearnerRole(NodeRole):
             await asyncio.to_thread(self.learner.flush_publish, 10.0)
             if self.rounds is not None:
                 await asyncio.to_thread(self.rounds.averaging.stop)
-            await asyncio.to_thread(self.learner.save)
+            await self.compute.run(self.learner.save)
+            self.compute.close()
             self.receiver.close()
             self.journal.close()
 

@@ -56,7 +56,7 @@ class SamplerRole(NodeRole):
         self.sender = RolloutSender(self.p2p, cfg.run_id, spread=True, window=cfg.network.push_window)  # several learners: each group to one
         await self.sender.start()
         emit("loading the model...")
-        engine = await asyncio.to_thread(build_engine, cfg)
+        engine = await self.compute.run(build_engine, cfg)
         layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model),  # bounds manifests
                                 base_hash=engine.base_hash)  # adapter versions must be for this base
         sink: RolloutSink = self.sender.send
@@ -136,7 +136,7 @@ class SamplerRole(NodeRole):
                     await sleep_or_stop(stop, 0.1)
                     continue
                 began = time.monotonic()
-                batch = await asyncio.to_thread(self.loop.step)
+                batch = await self.compute.run(self.loop.step)
                 self.follower.hint(self.sender.newest_hint, self.sender.hint_peer)
                 if cfg.sampler.max_groups_per_second:
                     floor = len(batch) / cfg.sampler.max_groups_per_second
@@ -149,6 +149,7 @@ class SamplerRole(NodeRole):
             if self.delayed is not None:
                 self.delayed.close()
             await self.sender.close(flush_timeout=5.0)
+            self.compute.close()
 
     def _publish_batch(self, groups_per_s: float) -> None:
         tokens_per_s = round(self.loop.engine.tokens_per_second, 2)

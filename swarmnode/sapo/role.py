@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 from hivemind.p2p import PeerID
 
+from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.health import MAX_INVALID_PEERS, record_health
 from swarmnode.identity import Identity
@@ -51,6 +52,7 @@ class SapoRole:
         seed = int.from_bytes(hashlib.sha256(f"{cfg.task.seed}:{identity.peer_id}".encode()).digest()[:4], "big")
         torch.manual_seed(seed)
         self.policy = SapoPolicy(cfg, identity, seed=seed, checkpoint_dir=self.data_dir / "checkpoints")
+        self.compute = ComputeThread("sapo-compute")  # generation, steps and saving, all on one thread
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg, policy = self.cfg, self.policy
@@ -77,10 +79,10 @@ class SapoRole:
         try:
             while not stop.is_set():
                 began = time.monotonic()
-                for group in await asyncio.to_thread(policy.generate):
+                for group in await self.compute.run(policy.generate):
                     self.sender.send(group)
                 await self._wait_for_external(stop, arrived)
-                diag = await asyncio.to_thread(policy.train_step)
+                diag = await self.compute.run(policy.train_step)
                 if diag is not None and diag.get("trained"):
                     record = self._step_record(diag, time.monotonic() - began)
                     steps_file.write(json.dumps(record) + "\n")
@@ -92,7 +94,8 @@ class SapoRole:
         finally:
             refresher.cancel()
             steps_file.close()
-            await asyncio.to_thread(policy.learner.save)
+            await self.compute.run(policy.learner.save)
+            self.compute.close()
             await self.sender.close(flush_timeout=2.0)
             self.receiver.close()
 
