@@ -10,8 +10,13 @@ times, seeded). Runs, not repeats, are the unit: the repeats of one run share th
 the vCPUs slow each other at the time), which is what moves the figure most. `--goal X` also counts the runs whose
 own speed-up reaches X.
 
+`--after-first-step` counts each repeat's time from its own first learner step instead of from its launch: start-up
+(imports, model load, the swarm learner's DHT join) left out, as it is from a run long enough to make it negligible.
+A second reading, not the goal's: the bench's figure counts from launch.
+
     python bench/swarm_value_pool.py bench/results/swarm_value_digitmap_s1*.json [--arm warm-pull]
-        [--baseline local] [--also local-busy] [--goal 1.5] [--draws 2000] [--out bench/results/swarm_value_pool]
+        [--baseline local] [--also local-busy] [--goal 1.5] [--draws 2000] [--after-first-step]
+        [--out bench/results/swarm_value_pool]
 """
 
 from __future__ import annotations
@@ -30,10 +35,15 @@ from swarm_value import ESTIMATORS, _median, first_time_at  # noqa: E402
 Times = list[float | None]  # each repeat's time to the target (None: never reached)
 
 
-def run_times(doc: dict, arm: str) -> dict[str, Times]:
-    """Per reading (the ESTIMATORS' suffixes), the time each repeat of `arm` first reached its run's target."""
+def run_times(doc: dict, arm: str, after_first_step: bool = False) -> dict[str, Times]:
+    """Per reading (the ESTIMATORS' suffixes), the time each repeat of `arm` first reached its run's target: from
+    its launch, or with `after_first_step` from its first learner step (`first_step_s`)."""
     reps = doc["arms"].get(arm, [])
-    return {name: [first_time_at(r["heldout"], doc["target"], **how) for r in reps]
+
+    def since(r: dict, t: float | None) -> float | None:
+        return None if t is None else round(t - r["first_step_s"], 3) if after_first_step else t
+
+    return {name: [since(r, first_time_at(r["heldout"], doc["target"], **how)) for r in reps]
             for name, (how, _) in ESTIMATORS.items()}
 
 
@@ -66,21 +76,23 @@ def run_interval(per_run: list[tuple[Times, Times]], draws: int, seed: int = 0) 
     return [round(ups[int(0.05 * (len(ups) - 1))], 3), round(ups[int(0.95 * (len(ups) - 1))], 3)]
 
 
-def pool(docs: dict[str, dict], arm: str, baselines: list[str], draws: int = 0, goal: float | None = None) -> dict:
+def pool(docs: dict[str, dict], arm: str, baselines: list[str], draws: int = 0, goal: float | None = None,
+         after_first_step: bool = False) -> dict:
     """Per run and pooled: `arm`'s speed-up over each of `baselines`, per reading, with the repeat counts. Each
     comparison pools only the runs that have both arms (in the same run, the same machine state). With `draws`,
     each pooled reading also gets its run-resampled 90 % interval (`interval`); with `goal`, the number of runs
-    whose own speed-up reaches it (`runs_at_goal`) out of `runs`."""
+    whose own speed-up reaches it (`runs_at_goal`) out of `runs`; with `after_first_step`, times count from each
+    repeat's first step (`run_times`)."""
     out: dict = {"arm": arm, "runs": {}, "pooled": {}}
     per_run: dict[str, dict[str, list[tuple[Times, Times]]]] = {b: {name: [] for name in ESTIMATORS}
                                                                  for b in baselines}
     for label, doc in docs.items():
         if doc.get("target") is None or arm not in doc["arms"]:
             continue
-        mine = run_times(doc, arm)
+        mine = run_times(doc, arm, after_first_step)
         out["runs"][label] = {}
         for b in (b for b in baselines if b in doc["arms"]):
-            theirs = run_times(doc, b)
+            theirs = run_times(doc, b, after_first_step)
             out["runs"][label][b] = {name: speedup(theirs[name], mine[name]) for name in ESTIMATORS}
             for name in ESTIMATORS:
                 per_run[b][name].append((theirs[name], mine[name]))
@@ -104,8 +116,10 @@ def pool(docs: dict[str, dict], arm: str, baselines: list[str], draws: int = 0, 
 def markdown(result: dict, command: str) -> str:
     names = list(ESTIMATORS)
     heads = " / ".join(n.strip("_") or "first" for n in names)
+    since = "each repeat's first step" if result.get("after_first_step") else "launch"
     lines = [f"# swarm value, pooled: `{command}`", "",
-             f"speed-up of {result['arm']} to the held-out target ({heads}), per run and pooled", "",
+             f"speed-up of {result['arm']} to the held-out target ({heads}; times from {since}), per run and pooled",
+             "",
              "| run | over | speed-up |", "|---|---|---|"]
     for label, per in result["runs"].items():
         for base, ups in per.items():
@@ -131,6 +145,8 @@ def main() -> None:
     ap.add_argument("--also", action="append", default=[], help="another arm to compare against (repeatable)")
     ap.add_argument("--goal", type=float, default=None, help="count the runs whose own speed-up reaches this")
     ap.add_argument("--draws", type=int, default=2000, help="run resamplings for the 90 %% interval (0: none)")
+    ap.add_argument("--after-first-step", action="store_true",
+                    help="count each repeat's time from its first learner step, not from its launch")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     docs = {}
@@ -141,8 +157,8 @@ def main() -> None:
             sys.exit(f"{path}: cannot read a results document ({exc})")
     if args.draws < 0 or (args.goal is not None and args.goal <= 0):
         sys.exit("--draws must be 0 or more and --goal above 0")
-    result = {**pool(docs, args.arm, [args.baseline, *args.also], args.draws, args.goal),
-              "draws": args.draws, "goal": args.goal}
+    result = {**pool(docs, args.arm, [args.baseline, *args.also], args.draws, args.goal, args.after_first_step),
+              "draws": args.draws, "goal": args.goal, "after_first_step": args.after_first_step}
     command = " ".join(["python bench/swarm_value_pool.py", *sys.argv[1:]])
     text = markdown(result, command)
     print(text)

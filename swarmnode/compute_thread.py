@@ -1,12 +1,14 @@
 """`ComputeThread`: the one thread a role runs its model work on (loading, steps, generation, saving).
 
-`asyncio.to_thread` hands each call to whichever thread of the default executor is free, so a role's steps and
-batches hopped between several threads. glibc gives each thread its own malloc arena, and a thread's arena has to
-grow (faulting its pages in) before the model work on that thread runs at full speed: a learner joining a running
-swarm on `tiny-digitmap` took 0.36-0.59 s for each of its first two steps, against 0.15 s for the same step in
-`train-local` (one thread), and its first step came 0.6-1.0 s after train-local's; on one thread its first steps
-take 0.15-0.2 s (`bench/compute_thread.py` measures it). One thread also makes it plain that two pieces of a role's
-model work never overlap.
+`asyncio.to_thread` hands each call to whichever thread of the default executor is free (the node's other blocking
+calls share it), so a role's steps and batches hopped between threads. glibc gives each thread its own malloc
+arena, which has to grow (faulting its pages in) before model work on that thread runs at full speed, and memory
+freed on one thread is not reused by the next. Traced in a learner joining a warm `tiny-digitmap` swarm (session
+18): its first two steps took 0.36-0.59 s each against 0.15 s for the same step in `train-local` (one thread), and
+0.15-0.2 s on one compute thread; over 25 s the learner made 4.21-4.32 steps/s against 3.99-4.19 before (three
+alternating pairs). In isolation, with nothing else on the executor, the difference is small
+(`bench/compute_thread.py`). One thread also makes it plain that two pieces of a role's model work never overlap:
+a checkpoint written at shutdown waits for a step still running.
 """
 
 from __future__ import annotations

@@ -100,3 +100,14 @@ def test_one_run_has_no_interval():
     result = pool({"a": _doc(0.7, [slow], [fast])}, "warm-pull", ["local"], draws=100)
     assert result["pooled"]["local"]["interval"][""] is None
     assert "runs_at_goal" not in result["pooled"]["local"]
+
+
+def test_after_the_first_step_leaves_each_repeats_start_up_out():
+    from swarm_value_pool import pool
+
+    slow, fast = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], [0.2, 0.6, 0.8, 0.8, 0.8, 0.8]  # first: t=8 and t=6
+    doc = _doc(0.7, [slow], [fast])
+    doc["arms"]["local"][0]["first_step_s"] = 2.0
+    doc["arms"]["warm-pull"][0]["first_step_s"] = 3.0  # the swarm's learner starts later
+    assert pool({"a": doc}, "warm-pull", ["local"])["pooled"]["local"][""] == round(8.0 / 6.0, 3)
+    assert pool({"a": doc}, "warm-pull", ["local"], after_first_step=True)["pooled"]["local"][""] == 2.0  # 6 / 3
