@@ -41,7 +41,9 @@ def run_times(doc: dict, arm: str, after_first_step: bool = False) -> dict[str, 
     reps = doc["arms"].get(arm, [])
 
     def since(r: dict, t: float | None) -> float | None:
-        return None if t is None else round(t - r["first_step_s"], 3) if after_first_step else t
+        if t is None or not after_first_step:
+            return t
+        return round(t - r["first_step_s"], 3)
 
     return {name: [since(r, first_time_at(r["heldout"], doc["target"], **how)) for r in reps]
             for name, (how, _) in ESTIMATORS.items()}
@@ -157,6 +159,11 @@ def main() -> None:
             sys.exit(f"{path}: cannot read a results document ({exc})")
     if args.draws < 0 or (args.goal is not None and args.goal <= 0):
         sys.exit("--draws must be 0 or more and --goal above 0")
+    if args.after_first_step:
+        for label, doc in docs.items():
+            if any(r.get("first_step_s") is None and r.get("steps") for reps in doc.get("arms", {}).values()
+                   for r in reps):
+                sys.exit(f"{label}: a repeat has no `first_step_s`; --after-first-step needs a newer results document")
     result = {**pool(docs, args.arm, [args.baseline, *args.also], args.draws, args.goal, args.after_first_step),
               "draws": args.draws, "goal": args.goal, "after_first_step": args.after_first_step}
     command = " ".join(["python bench/swarm_value_pool.py", *sys.argv[1:]])
