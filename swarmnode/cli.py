@@ -75,14 +75,28 @@ RoleOpt = typer.Option(None, "--role", help="auto | sampler | learner (overrides
 
 @app.command()
 def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt,
-             role: Optional[str] = RoleOpt) -> None:
-    """Probe this machine and show the role it would take for the configured model."""
+             role: Optional[str] = RoleOpt,
+             measure: bool = typer.Option(False, "--measure", help="run the self-check: one learner step, one "
+                                          "generation batch per engine, the bf16 log-prob floor, the fp16 check"),
+             device: str = typer.Option("auto", "--device", help="self-check device: auto | cpu | cuda")) -> None:
+    """Probe this machine and show the role it would take for the configured model (`--measure`: self-check)."""
     cfg = config_from_cli(config, set_, role=role)
-    report = hardware_report(cfg)
+    if measure:
+        from swarmnode.selfcheck import format_selfcheck, run_selfcheck
+
+        result = run_selfcheck(cfg, device, progress=lambda m: typer.echo(m, err=True))
+        print_json(result) if as_json else typer.echo(format_selfcheck(result))
+        return
+    from swarmnode.hardware import probe_hardware
+    from swarmnode.preset_fit import format_fit, preset_fit
+
+    probe = probe_hardware()
+    report = hardware_report(cfg, probe=probe)
+    report["preset_fit"] = preset_fit(probe)
     if as_json:
         print_json(report)
     else:
-        typer.echo(format_report(report))
+        typer.echo("\n".join([format_report(report), *format_fit(report["preset_fit"])]))
 
 
 HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeatable (network.host_maddrs)")

@@ -237,6 +237,8 @@ KNOWN_ARCHITECTURES: dict[str, dict] = {
                             num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
     "Qwen/Qwen3-1.7B": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
                             num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    "Qwen/Qwen3-4B": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                          num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
 }
 
 

@@ -44,8 +44,8 @@ def check_model(cfg: NodeConfig) -> None:
     name = cfg.model.name
     if name == BUILTIN_TINY:  # built locally when the node loads it (nothing to check; it takes a while)
         return
-    resolve_model_path(cfg.model, cfg.task)  # ModelLoadError for a missing directory
-    if Path(name).expanduser().is_dir():
+    source = resolve_model_path(cfg.model, cfg.task)  # ModelLoadError for a missing directory
+    if Path(source).expanduser().is_dir():  # a directory, or a packaged model's converted one (an alias)
         return
     try:
         validate_repo_id(name)

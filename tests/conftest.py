@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated SWARMNODE_HOME per session (the tiny model is built once), --runslow."""
+"""Shared fixtures: an isolated SWARMNODE_HOME per session (the tiny model is built once), --runslow, and
+the `cuda` marker (skipped without a GPU)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def pytest_collection_modifyitems(config, items):
+    if any("cuda" in item.keywords for item in items) and not _cuda_available():
+        no_gpu = pytest.mark.skip(reason="needs a CUDA GPU: run `python -m pytest -m cuda` on a GPU machine")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(no_gpu)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow scenario: run with --runslow")

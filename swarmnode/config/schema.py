@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from swarmnode.config.advice import warn_lora_learning_rate
 from swarmnode.config.compat import map_deprecated_learner_keys
 from swarmnode.delay import parse_delay
 
@@ -219,6 +220,11 @@ class LearnerConfig(_Section):
     @classmethod
     def _old_names(cls, data: Any) -> Any:
         return map_deprecated_learner_keys(data)
+
+    @model_validator(mode="after")
+    def _lora_learning_rate(self) -> "LearnerConfig":
+        warn_lora_learning_rate(self.lora.enabled, self.learning_rate)
+        return self
 
     @property
     def algorithm(self) -> str:

@@ -36,6 +36,7 @@ checkpoints early when it grows past its soft limit.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections import Counter
@@ -168,17 +169,19 @@ class LearnerLoop:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         diags = self.accumulate_gradients(groups)
+        self.precision.unscale(self.optimizer)
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm))
         learning_rate = self.optimizer.param_groups[0]["lr"]
-        if torch.isfinite(torch.tensor(grad_norm)):
-            self.optimizer.step()
-        else:
-            self.rejected["nonfinite_grad_steps"] += 1
+        if not self.precision.optimizer_step(self.optimizer, math.isfinite(grad_norm)):
+            # under fp16's loss scaler an overflow is routine (the scale shrinks); otherwise it is bad data
+            self.rejected["loss_scale_overflow_steps" if self.precision.scaler else "nonfinite_grad_steps"] += 1
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         merged = weighted_mean(diags)
         merged.update(grad_norm=grad_norm, learning_rate=learning_rate)
+        if self.precision.scaler is not None:
+            merged["loss_scale"] = self.precision.loss_scale
         return merged
 
     def accumulate_gradients(self, groups: list[list[Row]]) -> list[tuple[int, dict]]:
@@ -205,7 +208,7 @@ class LearnerLoop:
                 loss, diag, seq_logp[batch] = self._micro_loss(
                     [rows[i] for i in batch], group_index[batch], adv[batch], log_e[batch])
                 share = loss_share(self.lc.loss_type, [chunk_lengths[i] for i in batch], chunk_lengths, step_lengths)
-                (loss * share).backward()
+                self.precision.backward(loss * share)
                 parts.append((len(batch), diag))
             merged = weighted_mean(parts)
             merged["ratio_peqq_var"] = ratio_peqq_variance(seq_logp, seq_logq, self.step_count)

@@ -5,13 +5,18 @@ and the forward/backward under `torch.autocast` in the model's dtype (precision 
 anywhere). Published versions are cast back to `model.dtype`, so samplers fetch the bytes they load.
 Pure half-precision training (`pure`) keeps everything in `model.dtype`; the config refuses it at a learning
 rate where AdamW's updates would round away (config.PURE_HALF_MIN_LR).
+
+fp16 autocast (a `float16` model, or a `bfloat16` one on a GPU without bf16: T4, V100, GTX/RTX 20-series)
+trains with a dynamic loss scaler (`torch.amp.GradScaler`): the loss is scaled before backward so that small
+gradients do not flush to zero in fp16, the gradients are unscaled before clipping, and a step whose gradients
+overflowed is skipped while the scale shrinks. bf16 and fp32 need no scaler (`backward`/`step` are plain then).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -29,6 +34,7 @@ class Precision:
     autocast_dtype: torch.dtype | None
     publish_dtype: torch.dtype
     device_type: str
+    scaler: torch.amp.GradScaler | None = field(default=None, compare=False)
 
     @classmethod
     def from_config(cls, cfg: NodeConfig, device: torch.device | str) -> "Precision":
@@ -39,8 +45,18 @@ class Precision:
         if mode == "pure":
             return cls(model_dtype, None, model_dtype, device_type)
         if mode == "autocast" or (mode == "auto" and half and device_type == "cuda"):
-            return cls(torch.float32, model_dtype if half else torch.bfloat16, model_dtype, device_type)
+            compute = model_dtype if half else torch.bfloat16
+            if compute == torch.bfloat16 and device_type == "cuda" and not torch.cuda.is_bf16_supported():
+                logger.warning("this GPU has no bf16: the learner computes in fp16 with a loss scaler")
+                compute = torch.float16
+            return cls.with_autocast(compute, model_dtype, device_type)
         return cls(torch.float32, None, model_dtype, device_type)
+
+    @classmethod
+    def with_autocast(cls, compute: torch.dtype, publish: torch.dtype, device_type: str) -> "Precision":
+        """fp32 master weights under autocast in `compute`; a loss scaler when that is fp16."""
+        scaler = torch.amp.GradScaler(device_type) if compute == torch.float16 else None
+        return cls(torch.float32, compute, publish, device_type, scaler)
 
     def describe(self) -> str:
         compute = f"autocast {_name(self.autocast_dtype)}" if self.autocast_dtype else f"{_name(self.master_dtype)}"
@@ -60,6 +76,31 @@ class Precision:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """`loss.backward()`, scaled first when a loss scaler is in use."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the gradients by the loss scale (in place) before they are clipped or read; no-op without one."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, finite: bool) -> bool:
+        """Step `optimizer` when the (unscaled) gradients are finite; with a scaler, update its scale (an overflow
+        shrinks it: a normal event in fp16, not bad data). True when the weights moved."""
+        if self.scaler is None:
+            if finite:
+                optimizer.step()
+            return finite
+        self.scaler.step(optimizer)  # skips the step itself when the unscaled gradients held inf/nan
+        self.scaler.update()
+        return finite
+
+    @property
+    def loss_scale(self) -> float | None:
+        """The loss scaler's current scale, or None without one."""
+        return float(self.scaler.get_scale()) if self.scaler is not None else None
 
     def for_publishing(self, tensor: torch.Tensor) -> torch.Tensor:
         """A detached CPU copy of `tensor` in the published dtype (floating tensors only are cast)."""
