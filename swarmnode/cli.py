@@ -7,6 +7,7 @@ Every error of the package derives from `SwarmnodeError` and is caught once, in 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -84,7 +85,8 @@ def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetO
     if measure:
         from swarmnode.selfcheck import format_selfcheck, run_selfcheck
 
-        result = run_selfcheck(cfg, device, progress=lambda m: typer.echo(m, err=True))
+        with contextlib.redirect_stdout(sys.stderr):  # model builds print progress; stdout is the result's
+            result = run_selfcheck(cfg, device, progress=lambda m: typer.echo(m, err=True))
         print_json(result) if as_json else typer.echo(format_selfcheck(result))
         return
     from swarmnode.hardware import probe_hardware
