@@ -377,4 +377,10 @@ def build_engine(cfg: NodeConfig, version: int = 0) -> GenerationEngine:
         version=version,
         lora_rank=cfg.learner.lora.r if lora else None,
         base_hash=base_hash,
+        enforce_eager=not _on_gpu(cfg.sampler.device),
     )
+
+
+def _on_gpu(device: str) -> bool:
+    """Whether the sampler's device is a GPU: vLLM captures CUDA graphs there (eager mode only on CPU)."""
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
