@@ -330,13 +330,13 @@ class LearnerLoop:
         """A CPU copy of the current weights in `model.dtype` (what a full-weight version holds; under LoRA the
         base with the adapters folded in, which a plain model loads)."""
         state = merged_state(self.model) if is_lora(self.model) else self.model.state_dict()
-        return {k: self.precision.for_publishing(v) for k, v in state.items()}
+        return self.precision.snapshot(state)
 
     def adapter_snapshot(self) -> dict[str, torch.Tensor] | None:
         """A CPU copy of the LoRA adapter tensors alone in `model.dtype` (None without LoRA)."""
         if not is_lora(self.model):
             return None
-        return {k: self.precision.for_publishing(v) for k, v in adapter_state(self.model).items()}
+        return self.precision.snapshot(adapter_state(self.model))
 
     # ---- checkpoints -------------------------------------------------------------------------------------
     def save(self) -> Path | None:
