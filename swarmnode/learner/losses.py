@@ -38,6 +38,7 @@ import torch
 
 from swarmnode.config import LearnerConfig
 from swarmnode.staleness import bucket_label, bucket_of
+from swarmnode.transfers import readback, to_device
 
 LOSS_TYPES = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL
@@ -102,7 +103,7 @@ def defensive_lambdas(cfg: LearnerConfig, staleness: torch.Tensor | None, rows: 
     if cfg.gepo_defensive_schedule == "staleness":
         if staleness is None:
             raise ValueError("gepo_defensive_schedule=staleness needs the per-row staleness")
-        lam = 1.0 - (1.0 - lam) ** staleness.to(device=device, dtype=torch.float64).clamp(min=0)
+        lam = 1.0 - (1.0 - lam) ** to_device(staleness.to(torch.float64), device).clamp(min=0)
     return lam
 
 
@@ -180,8 +181,14 @@ def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
     over its rows and the unbiased variance of p_i / E_q[q] is taken; the result is the mean over micro-batches
     of at least two rows (0.0 when there is none). This is the GEPO authors' logged `ratio_pEqQ` variance.
     """
+    return float(ratio_peqq_variance_tensor(LP, LQ, seed, rows))
+
+
+def ratio_peqq_variance_tensor(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
+                               rows: int = PAPER_MICROBATCH_ROWS) -> torch.Tensor:
+    """`ratio_peqq_variance` as a float64 scalar tensor on LP's device (read back later, with others)."""
     LP, LQ = LP.detach().double(), LQ.detach().double()
-    perm = torch.randperm(LP.shape[0], generator=torch.Generator().manual_seed(int(seed))).to(LP.device)
+    perm = to_device(torch.randperm(LP.shape[0], generator=torch.Generator().manual_seed(int(seed))), LP.device)
     whole = perm.shape[0] // rows * rows  # the full micro-batches at once ([k, rows]), then the rest
     parts = [perm[:whole].reshape(-1, rows)] if whole and rows >= 2 else []
     if perm.shape[0] - whole >= 2:
@@ -191,7 +198,7 @@ def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
         lq = LQ[index]
         log_e = torch.logsumexp(2 * lq, 1, keepdim=True) - torch.logsumexp(lq, 1, keepdim=True)
         values.append(torch.exp(LP[index] - log_e).var(dim=1, unbiased=True))
-    return float(torch.cat(values).mean()) if values else 0.0
+    return torch.cat(values).mean() if values else torch.zeros((), dtype=torch.float64, device=LP.device)
 
 
 def sampler_kl(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
@@ -203,17 +210,20 @@ def sampler_kl(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
     return torch.expm1(d) - d
 
 
-def _staleness_stats(staleness: torch.Tensor, kl_seq: torch.Tensor) -> dict[str, float]:
-    tau = staleness.to(torch.long)
-    out = {
+def _staleness_stats(staleness: torch.Tensor, kl_seq: torch.Tensor) -> dict[str, float | torch.Tensor]:
+    """Staleness figures (from the host: the learner passes staleness there) and the mean KL per staleness bucket
+    (scalar tensors on kl_seq's device: no host synchronisation)."""
+    tau = staleness.to("cpu", torch.long)
+    out: dict[str, float | torch.Tensor] = {
         "staleness_min": float(tau.min()),
         "staleness_median": float(tau.float().median()),
         "staleness_max": float(tau.max()),
         "staleness_mean": float(tau.float().mean()),
     }
-    buckets = torch.tensor([bucket_of(t) for t in tau.tolist()], device=kl_seq.device)  # as the health histogram
-    for index in sorted(set(buckets.tolist())):
-        out[f"kl_tau_{bucket_label(index)}"] = float(kl_seq[buckets == index].mean())
+    buckets = [bucket_of(t) for t in tau.tolist()]  # as the health histogram
+    for index in sorted(set(buckets)):
+        rows = to_device(torch.tensor([i for i, b in enumerate(buckets) if b == index]), kl_seq.device)
+        out[f"kl_tau_{bucket_label(index)}"] = kl_seq.index_select(0, rows).mean()
     return out
 
 
@@ -229,6 +239,7 @@ def policy_loss(
     shuffle_seed: int = 0,
     adv: torch.Tensor | None = None,
     log_e: torch.Tensor | None = None,
+    lazy: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
@@ -238,6 +249,8 @@ def policy_loss(
     Rows of zero-signal groups get A = 0 (the caller may also skip them before the forward pass).
     `adv` [B] and `log_e` [B] (GEPO's log E_q[q]), when given, replace what would be computed from these rows:
     the learner computes them over whole groups and then splits rows into micro-batches freely.
+    With `lazy`, diagnostics computed on the device stay scalar tensors there (`transfers.readback` turns them
+    into these floats), so that a step reads them back in one transfer.
     """
     algorithm = algorithm or cfg.algorithm
     if algorithm not in LOSS_TYPES:
@@ -285,21 +298,21 @@ def policy_loss(
         sw = seq_w.detach()
         tokens = m.sum().clamp(min=1)
         diag = {
-            "loss": float(loss.detach()),
-            "pg_loss": float(pg_loss.detach()),
-            "kl": float(kl_seq.mean()),
-            "entropy": float(-lq_tok.sum() / tokens),
-            "is_weight_mean": float(sw.mean()),
-            "is_weight_var": float(sw.var(unbiased=False)),
-            "is_weight_max": float(sw.max()),
-            "ratio_peqq_var": ratio_peqq_variance(LP, LQ, shuffle_seed),
-            "clip_fraction": float(clip_frac),
-            "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std(unbiased=False)),
-            "zero_signal_fraction": float(zero_groups.to(dtype).mean()),
-            "advantage_abs_mean": float(adv.abs().mean()),
-            "completion_length_mean": float(m.sum(dim=1).to(dtype).mean()),
+            "loss": loss.detach(),
+            "pg_loss": pg_loss.detach(),
+            "kl": kl_seq.mean(),
+            "entropy": -lq_tok.sum() / tokens,
+            "is_weight_mean": sw.mean(),
+            "is_weight_var": sw.var(unbiased=False),
+            "is_weight_max": sw.max(),
+            "ratio_peqq_var": ratio_peqq_variance_tensor(LP, LQ, shuffle_seed),
+            "clip_fraction": clip_frac,
+            "reward_mean": rewards.mean(),
+            "reward_std": rewards.std(unbiased=False),
+            "zero_signal_fraction": zero_groups.to(dtype).mean(),
+            "advantage_abs_mean": adv.abs().mean(),
+            "completion_length_mean": m.sum(dim=1).to(dtype).mean(),
         }
         if staleness is not None:
-            diag.update(_staleness_stats(staleness.to(logp.device), kl_seq.detach()))
-    return loss, diag
+            diag.update(_staleness_stats(staleness, kl_seq.detach()))
+    return loss, (diag if lazy else readback(diag))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.transfers import host_copies
 
 logger = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -104,8 +105,15 @@ class Precision:
 
     def for_publishing(self, tensor: torch.Tensor) -> torch.Tensor:
         """A detached CPU copy of `tensor` in the published dtype (floating tensors only are cast)."""
-        dtype = self.publish_dtype if tensor.is_floating_point() else tensor.dtype
-        return tensor.detach().to("cpu", dtype=dtype, copy=True)
+        return tensor.detach().to("cpu", dtype=self._published_dtype(tensor), copy=True)
+
+    def snapshot(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`for_publishing` of every tensor of `state`; from a GPU, the host waits once for all the copies (not
+        once per tensor)."""
+        return host_copies(state, self._published_dtype)
+
+    def _published_dtype(self, tensor: torch.Tensor) -> torch.dtype:
+        return self.publish_dtype if tensor.is_floating_point() else tensor.dtype
 
 
 def _name(dtype: torch.dtype) -> str:
