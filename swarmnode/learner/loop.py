@@ -2,10 +2,12 @@
 
 Per optimiser step: draw `prompts_per_step` groups; reject (and count) groups whose prompt id the task does not
 know or whose prompt tokens differ from the learner's own tokenisation, and recompute every reward from the decoded
-completion (the sender's rewards are only a hint; `learner.rows`); skip zero-signal groups; split the rest into
-`gradient_accumulation_steps` chunks of whole groups and compute each chunk's group statistics (advantages,
-GEPO's E_q[q]); cut the chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens
-(`learner.microbatch`: the gradient equals the unsplit one); compute log-probs (chunked lm_head, no [B, T, V]
+completion (the sender's rewards are only a hint; `learner.rows`); take the step's statistics once over every
+group drawn (`learner.step_stats`: advantages, zero-signal groups included in a batch std, and GEPO's E_q[q]);
+skip zero-signal groups; split the rest into `gradient_accumulation_steps` chunks of whole groups, and cut each
+chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens (`learner.microbatch`: the
+gradient equals the unsplit one); the paper's `ratio_peqq_var` is taken once over the step's trained rows;
+compute log-probs (chunked lm_head, no [B, T, V]
 logits) at each row's sampling temperature under the configured precision (`learner.precision`);
 `policy_loss`; AdamW with gradient clipping and the learning-rate schedule (`learner.schedule`). Every
 `publish_every` steps the version goes up and `publish(version, state_dict)` receives a CPU copy of the weights
@@ -56,12 +58,13 @@ from swarmnode.learner.checkpoint import (
 )
 from swarmnode.adapters import weights_hash
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
-from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance
+from swarmnode.learner.losses import policy_loss, ratio_peqq_variance
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
+from swarmnode.learner.step_stats import StepStats, step_stats
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
@@ -135,7 +138,7 @@ class LearnerLoop:
         drawn = self.buffer.draw(self.lc.prompts_per_step)
         groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
-        signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]
+        signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
         summary = {
             "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
             "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
@@ -151,7 +154,7 @@ class LearnerLoop:
                            staleness_max=float(max(taus)))
         if not signal:
             return {**summary, **self._status(), "trained": 0.0}
-        diag = self._optimise(signal)
+        diag = self._optimise(groups)
         self.step_count += 1
         if self.local_versions and self.step_count % self.lc.publish_every == 0:
             self._bump_version()
@@ -167,7 +170,7 @@ class LearnerLoop:
         self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        diags = self.accumulate_gradients(groups)
+        merged = self.accumulate_gradients(groups)
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm))
         learning_rate = self.optimizer.param_groups[0]["lr"]
@@ -177,40 +180,48 @@ class LearnerLoop:
             self.rejected["nonfinite_grad_steps"] += 1
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        merged = weighted_mean(diags)
         merged.update(grad_norm=grad_norm, learning_rate=learning_rate)
         return merged
 
-    def accumulate_gradients(self, groups: list[list[Row]]) -> list[tuple[int, dict]]:
-        """Forward and backward over `groups` (gradients add up in `.grad`); per chunk (rows, diagnostics).
+    def accumulate_gradients(self, groups: list[list[Row]]) -> dict:
+        """Forward and backward over the step's `groups` (gradients add up in `.grad`); the step's diagnostics.
 
-        Group statistics are computed per gradient-accumulation chunk of whole groups, then the chunk's rows are
-        cut by the token budget; each micro-batch's loss is scaled by its share of the whole step's loss. The
-        paper's `ratio_peqq_var` is taken over the whole chunk, as without the split.
+        The step's statistics come first, over every group (`step_stats`); the groups with signal are then cut
+        into gradient-accumulation chunks of whole groups and each chunk's rows into token-budget micro-batches;
+        each micro-batch's loss is scaled by its share of the whole step's loss. The paper's `ratio_peqq_var` is
+        taken once, over the step's trained rows.
         """
-        step_lengths = [len(r.completion) for rows in groups for r in rows]
-        diags: list[tuple[int, dict]] = []
-        for chunk in (c for c in split_chunks(groups, self.lc.gradient_accumulation_steps) if c):
-            rows = [r for group in chunk for r in group]
-            group_index = torch.tensor([gi for gi, group in enumerate(chunk) for _ in group])
-            rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
-            adv = group_advantages(rewards, group_index, self.lc)
-            seq_logq = torch.tensor([sum(r.logq) / max(1, len(r.logq)) for r in rows], dtype=torch.float32)
-            log_e = group_log_expectation(seq_logq, group_index, self.lc)
-            seq_logp = torch.zeros(len(rows))
-            chunk_lengths = [len(r.completion) for r in rows]
-            parts: list[tuple[int, dict]] = []
-            sizes = [(len(r.prompt_tokens), len(r.completion)) for r in rows]
+        stats = self.step_statistics(groups)
+        rows = [r for group in groups for r in group]
+        starts = [sum(len(g) for g in groups[:gi]) for gi in range(len(groups))]
+        trained = [[starts[gi] + j for j in range(len(g))] for gi, g in enumerate(groups)
+                   if bool(stats.signal[starts[gi]])]
+        order = [i for group in trained for i in group]  # the trained rows, in the order of seq_logp below
+        position = {i: k for k, i in enumerate(order)}
+        step_lengths = [len(rows[i].completion) for i in order]
+        seq_logp = torch.zeros(len(order))
+        parts: list[tuple[int, dict]] = []
+        for chunk in (c for c in split_chunks(trained, self.lc.gradient_accumulation_steps) if c):
+            index = [i for group in chunk for i in group]
+            chunk_lengths = [len(rows[i].completion) for i in index]
+            sizes = [(len(rows[i].prompt_tokens), len(rows[i].completion)) for i in index]
             for batch in token_budget_batches(sizes, self.lc.max_tokens_per_microbatch):
-                loss, diag, seq_logp[batch] = self._micro_loss(
-                    [rows[i] for i in batch], group_index[batch], adv[batch], log_e[batch])
-                share = loss_share(self.lc.loss_type, [chunk_lengths[i] for i in batch], chunk_lengths, step_lengths)
+                picked = [index[j] for j in batch]
+                loss, diag, logp = self._micro_loss([rows[i] for i in picked], stats.group_index[picked],
+                                                    stats.adv[picked], stats.log_e[picked])
+                seq_logp[[position[i] for i in picked]] = logp
+                share = loss_share(self.lc.loss_type, [chunk_lengths[j] for j in batch], chunk_lengths, step_lengths)
                 (loss * share).backward()
                 parts.append((len(batch), diag))
-            merged = weighted_mean(parts)
-            merged["ratio_peqq_var"] = ratio_peqq_variance(seq_logp, seq_logq, self.step_count)
-            diags.append((len(rows), merged))
-        return diags
+        merged = weighted_mean(parts)
+        seq_logq = torch.tensor([_mean_logq(rows[i]) for i in order], dtype=torch.float32)
+        merged["ratio_peqq_var"] = ratio_peqq_variance(seq_logp, seq_logq, self.step_count)
+        return merged
+
+    def step_statistics(self, groups: list[list[Row]]) -> StepStats:
+        """Advantages and GEPO's log E_q[q] of every row of the step's groups (`learner.step_stats`)."""
+        return step_stats([[r.reward for r in g] for g in groups], [[_mean_logq(r) for r in g] for g in groups],
+                          self.lc, self.step_count)
 
     def _micro_loss(self, rows: list[Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """(loss, diagnostics, per-row length-normalised learner log-prob) of one micro-batch."""
@@ -254,7 +265,8 @@ class LearnerLoop:
 
     def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e):
         return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
-                           shuffle_seed=self.step_count, adv=adv, log_e=log_e)
+                           shuffle_seed=self.step_count, adv=adv, log_e=log_e,
+                           max_completion_length=self.cfg.sampler.max_completion_length)
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
@@ -359,3 +371,7 @@ class LearnerLoop:
         restore_learner(self, state)
         return True
 
+
+def _mean_logq(row: Row) -> float:
+    """LQ_i: the row's length-normalised behaviour log-prob."""
+    return sum(row.logq) / max(1, len(row.logq))
