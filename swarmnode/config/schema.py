@@ -325,6 +325,10 @@ class NodeConfig(_Section):
         if self.task.name == "math" and not (self.task.path or self.task.dataset):
             raise ValueError("task.name=math needs task.path (JSONL) or task.dataset (HF datasets name)")
         lc = self.learner
+        if self.sapo.external_weighting == "sender_likelihood" and lc.importance_sampling_level == "token":
+            raise ValueError("sapo.external_weighting=sender_likelihood gives one behaviour likelihood per sequence "
+                             "(spread evenly over its tokens): token-level weights (importance_sampling_level="
+                             "token) would be meaningless; use sequence or group, or external_weighting=on_policy")
         if lc.precision == "pure" and self.model.dtype != "float32" and lc.learning_rate < PURE_HALF_MIN_LR:
             raise ValueError(
                 f"learner.precision=pure with model.dtype={self.model.dtype} and learning_rate={lc.learning_rate:g} "
