@@ -48,6 +48,7 @@ import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.checkpoint import (
     learner_state,
     load_checkpoint,
@@ -88,7 +89,12 @@ class LearnerLoop:
         published_path: Path | str | None = None,
         adapter_versions: bool = True,
         publish_in_background: bool = False,
+        hooks: LearnerHooks | None = None,
+        local_versions: bool = True,
     ):
+        """`hooks`: the node's callbacks and journal (`learner.hooks`); `local_versions`: False for a learner
+        that averages with others, whose versions then come from the rounds (`adopt_version`); the rounds turn
+        it back on while the learner is alone (`local_versions` is state, not only a setting)."""
         self.model, self.tokenizer, self.task, self.cfg, self.buffer = model, tokenizer, task, cfg, buffer
         self.lc = cfg.learner
         self.publish = publish
@@ -112,16 +118,12 @@ class LearnerLoop:
         self.rejected: Counter[str] = Counter()
         self.rows = GroupRows(task, tokenizer, cfg.sampler.max_prompt_length, self.rejected)
         self.staleness_hist = StalenessHistogram()  # valid groups drawn, by staleness bucket (health, /metrics)
-        self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
-        self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
-        self.on_poisoned: Callable[[Any, str], None] | None = None  # (group, reason): its sender is to be struck
-        self.local_versions = True  # False while versions come from averaging rounds (`adopt_version`) instead
-        self.checkable: Callable[[Any], bool] = lambda group: True  # groups the spot checks may judge
-        self.on_publish: Callable[[int], None] | None = None  # sees each version as its weights are snapshotted
+        self.hooks = hooks or LearnerHooks()
+        self.restored_extra: dict[str, Any] = {}  # the caller's state as the checkpoint held it
+        self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
         self.verifier = SpotChecker(self.lc.verify_fraction, self.lc.verify_tolerance, cfg.task.seed,
                                     self.lc.verify_versions)
         self._weights_published = False  # the weights are exactly the current version's (nothing stepped since)
-        self.journal = None  # a GroupJournal of acknowledged groups, compacted after every checkpoint
         self.resumed = self.resume() if self.checkpoint_dir else False
         # a learner that announces versions to others records the highest one (see `publish_current`)
         self.published_path = Path(published_path) if published_path else None
@@ -159,10 +161,11 @@ class LearnerLoop:
         if self.local_versions and self.step_count % self.lc.publish_every == 0:
             self._bump_version()
         out = {**diag, **summary, **self._status(), "trained": 1.0}
-        if self.on_step is not None:
-            self.on_step(out)
+        if self.hooks.on_step is not None:
+            self.hooks.on_step(out)
+        journal = self.hooks.journal
         if self.checkpoint_dir and (self.step_count % self.lc.checkpoint_every == 0
-                                    or (self.journal is not None and self.journal.over_soft_limit)):
+                                    or (journal is not None and journal.over_soft_limit)):
             self.save()
         return out
 
@@ -251,7 +254,7 @@ class LearnerLoop:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
         its version's weights give; True when they are, or when the group is not checked."""
         version = int(group.policy_version)
-        if not self.checkable(group) or not self.verifier.wants(version, self.version, self._weights_published):
+        if not self.hooks.checkable(group) or not self.verifier.wants(version, self.version, self._weights_published):
             return True
         current = self.version if self._weights_published else None
         mismatch = self.verifier.mismatch(self.model, group, self.tokenizer.pad_token_id, self.precision.autocast,
@@ -259,8 +262,8 @@ class LearnerLoop:
         if self.verifier.judge(group.sampler_id, mismatch):
             return True
         self.rejected["logprob_mismatch"] += 1
-        if self.on_poisoned is not None:
-            self.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
+        if self.hooks.on_poisoned is not None:
+            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
         return False
 
     def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e):
@@ -280,8 +283,8 @@ class LearnerLoop:
             loss, diag = self._policy_loss(*(a[mine] for a in args))
             if not torch.isfinite(loss):
                 self.rejected["poisoned_group"] += 1
-                if self.on_poisoned is not None:
-                    self.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
+                if self.hooks.on_poisoned is not None:
+                    self.hooks.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
                 continue
             n = int(mine.sum())
             kept.append((n, diag))
@@ -326,8 +329,8 @@ class LearnerLoop:
         adapters = self.adapter_snapshot()
         full = self.state_snapshot() if adapters is None or not self.adapter_versions else None
         self.verifier.remember(self.version, full if adapters is None else adapters)
-        if self.on_publish is not None:  # in this thread, while the weights are still this version's
-            self.on_publish(self.version)
+        if self.hooks.on_publish is not None:  # in this thread, while the weights are still this version's
+            self.hooks.on_publish(self.version)
         payload = (full,) if full is not None else (adapters, self.adapter_spec)
         if self.publisher is not None:
             self.publisher.submit(self.version, *payload)  # training goes on while it is written
@@ -359,9 +362,14 @@ class LearnerLoop:
         if self.published_path is not None and self.published > self.version:  # nothing above it was announced
             self.published = self.version
             write_published(self.published_path, self.version)  # so a clean restart goes on at this version
-        if self.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
-            self.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
+        if self.hooks.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
+            self.hooks.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
         return path
+
+    @property
+    def extra_state(self) -> dict[str, Any]:
+        """The caller's state to checkpoint: its `hooks.extra_state()`, else what the checkpoint held."""
+        return self.hooks.extra_state() if self.hooks.extra_state is not None else self.restored_extra
 
     def resume(self) -> bool:
         """Load the checkpoint if there is one; True when resumed (same step and version as saved)."""
