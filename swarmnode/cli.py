@@ -38,7 +38,7 @@ app = typer.Typer(
 )
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="preset name (e.g. tiny-cpu) or YAML path")
-SetOpt = typer.Option(None, "--set", "-s", help="override a config key, e.g. learner.beta=0.005 (repeatable)")
+SetOpt = typer.Option(None, "--set", "-s", help="override a config key, e.g. learner.cppo_beta=0.005 (repeatable)")
 JsonOpt = typer.Option(False, "--json", help="print machine-readable JSON")
 PeersOpt = typer.Option(None, "--initial-peers", help="bootstrap multiaddr(s), repeatable")
 

@@ -33,6 +33,7 @@ from swarmnode.evaluation import evaluate
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
 from swarmnode.learner.checkpoint import StopFlag, as_tuples
+from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.models import load_model, load_tokenizer, pick_device
 from swarmnode.sampler.engines import build_engine
@@ -70,10 +71,11 @@ class LocalTrainer:
         self.forced_syncs = 0
         # in one process versions stay full weights (under LoRA, the adapters folded in)
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, self._published,
-                                   checkpoint_dir, adapter_versions=False)
+                                   checkpoint_dir, adapter_versions=False,
+                                   hooks=LearnerHooks(on_step=self._record, extra_state=self._extra))
         self.inbox = RolloutInbox(self.buffer)  # the same delivery interface a swarm learner's receiver feeds
         self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self.inbox.send, seed=seed)
-        extra = self.learner.extra_state
+        extra = self.learner.restored_extra
         self.curve: list[dict] = list(extra.get("curve", []))
         self.evals: list[dict] = list(extra.get("evals", []))
         if self.learner.resumed:
@@ -89,8 +91,6 @@ class LocalTrainer:
         if not self.recent:
             self.recent.append((self.learner.version, self.learner.state_snapshot()))
         self._deliver()
-        self.learner.on_step = self._record
-        self.learner.extra_state = self._extra
 
     def _published(self, version: int, state: dict[str, torch.Tensor]) -> None:
         self.recent.append((version, state))

@@ -49,7 +49,7 @@ def test_gepo_preset_is_the_papers_setup():
     assert cfg.learner.learning_rate == pytest.approx(1e-6)
     assert cfg.sampler.temperature == pytest.approx(0.6)
     assert cfg.sampler.max_completion_length == 4096
-    assert cfg.learner.beta == pytest.approx(0.005)
+    assert cfg.learner.cppo_beta == pytest.approx(0.005) and cfg.learner.beta == 0
 
 
 def test_preset_by_path_equals_preset_by_name():

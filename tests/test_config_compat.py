@@ -29,7 +29,7 @@ def test_defaults_are_gepo_unscaled_trl_clip():
     ({"loss_type": "gepo"}, {"importance_sampling_level": "group"}),
     ({"loss_type": "gspo"}, {"importance_sampling_level": "sequence"}),
     ({"loss_type": "grpo"}, {"importance_sampling_level": "token", "loss_type": "grpo"}),
-    ({"kl_coef": 0.005}, {"beta": 0.005}),
+    ({"kl_coef": 0.005}, {"cppo_beta": 0.005, "beta": 0.0}),
     ({"token_aggregation": "bnpo", "loss_type": "grpo"}, {"loss_type": "bnpo", "importance_sampling_level": "token"}),
     ({"token_aggregation": "sequence"}, {"loss_type": "grpo"}),
     ({"defensive_lambda": 0.5, "defensive_schedule": "staleness", "group_scope": "microbatch"},
@@ -57,7 +57,7 @@ def test_each_old_name_warns_once(caplog):
 def test_new_names_do_not_warn_and_trl_grpo_with_a_level_is_aggregation(caplog):
     with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
         cfg = load_config("tiny-cpu", ["learner.loss_type=grpo", "learner.importance_sampling_level=sequence",
-                                       "learner.beta=0.01", "learner.scale_rewards=batch"])
+                                       "learner.cppo_beta=0.01", "learner.scale_rewards=batch"])
     assert cfg.learner.algorithm == "gspo" and cfg.learner.loss_type == "grpo"
     assert "deprecated" not in caplog.text
 
@@ -67,3 +67,31 @@ def test_bad_values_are_one_line_errors():
         load_config("tiny-cpu", ["learner.importance_sampling_level=tokens"])
     with pytest.raises(ConfigError, match="loss_type"):
         load_config("tiny-cpu", ["learner.loss_type=ppo"])
+
+
+def test_beta_is_trls_reference_kl_and_refused_with_the_new_name():
+    assert LearnerConfig(beta=0).beta == 0  # an old config's default loads
+    with pytest.raises(ConfigError, match=r"learner\.beta.*reference model.*learner\.cppo_beta"):
+        load_config("tiny-cpu", ["learner.beta=0.04"])
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny-cpu", ["learner.beta=0.04"])
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value,meaning", [(True, "group"), (False, "none"), ("true", "group"), ("false", "none"),
+                                           ("batch", "batch")])
+def test_scale_rewards_takes_trls_booleans(value, meaning):
+    if isinstance(value, str):
+        assert load_config("tiny-cpu", [f"learner.scale_rewards={value}"]).learner.scale_rewards == meaning
+    else:
+        assert LearnerConfig(scale_rewards=value).scale_rewards == meaning
+
+
+@pytest.mark.parametrize("level", ["sequence", "group"])
+def test_length_weighting_of_sequence_weights_warns_once(level, caplog):
+    with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
+        for _ in range(2):
+            LearnerConfig(importance_sampling_level=level, loss_type="dapo")
+        LearnerConfig(importance_sampling_level="token", loss_type="dapo")
+        LearnerConfig(importance_sampling_level=level, loss_type="grpo")
+    assert caplog.text.count("weights each sequence-level importance weight") == 1

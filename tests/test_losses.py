@@ -52,6 +52,9 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
         clipped = torch.clamp(w, 1 - eps[0], 1 + eps[1])
         return -torch.minimum(w * a, clipped * a)
 
+    # the GEPO authors' micro-batches: a seeded shuffle (seed 0, policy_loss's default) cut into sets of 8 rows
+    perm = torch.randperm(B, generator=torch.Generator().manual_seed(0)).tolist()
+    sets = {row: perm[k - k % 8: k - k % 8 + 8] for k, row in enumerate(perm)}
     per_seq = []
     if loss_type == "grpo":
         tok_losses = []
@@ -71,7 +74,7 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
             if loss_type == "gspo":
                 w = p_i / math.exp(LQ[i])
             else:
-                js = list(range(B)) if scope == "microbatch" else members[groups[i]]
+                js = sets[i] if scope == "microbatch" else members[groups[i]]
                 qs = [math.exp(LQ[j]) for j in js]
                 e_q = sum(q * q for q in qs) / sum(qs)
                 lam_i = 0.0 if lam is None else lam[i]
@@ -83,11 +86,16 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
             pg = sum(len(toks[i]) * per_seq[i] for i in range(B)) / (B * T)
         else:
             pg = sum(per_seq) / B
-    kl = 0.0
-    for i in range(B):
-        s = sum(torch.exp(float(lq[i, t]) - lp[i, t]) - (float(lq[i, t]) - lp[i, t]) - 1 for t in toks[i])
-        kl = kl + s / length[i]
-    return pg + kl_coef * kl / B
+    # the k3 penalty per token, aggregated like the policy loss (TRL adds its KL term before the aggregation)
+    kl_tok = [[torch.exp(float(lq[i, t]) - lp[i, t]) - (float(lq[i, t]) - lp[i, t]) - 1 for t in toks[i]]
+              for i in range(B)]
+    if agg in ("bnpo", "dapo"):
+        kl = sum(sum(ks, zero) for ks in kl_tok) / max(1, sum(map(len, toks)))
+    elif agg == "dr_grpo":
+        kl = sum(sum(ks, zero) for ks in kl_tok) / (B * T)
+    else:
+        kl = sum(sum(ks, zero) / length[i] for i, ks in enumerate(kl_tok)) / B
+    return pg + kl_coef * kl
 
 
 def random_batch(groups: int, g: int, T: int, seed: int, spread: float = 0.3):
@@ -110,18 +118,18 @@ OPTIONS = [
     ("gepo", {"gepo_defensive_lambda": 0.3}),
     ("gepo", {"gepo_defensive_lambda": 1.0}),
     ("gepo", {"gepo_group_scope": "microbatch"}),
-    ("gepo", {"beta": 0.05}),
+    ("gepo", {"cppo_beta": 0.05}),
     ("gepo", {"scale_rewards": "group"}),
     ("gepo", {"epsilon": 0.1, "epsilon_high": 0.28}),
     ("gepo", {"loss_type": "dr_grpo"}),
     ("gspo", {}),
     ("gspo", {"epsilon": 3e-4, "epsilon_high": 4e-4}),
-    ("gspo", {"beta": 0.1, "scale_rewards": "batch"}),
+    ("gspo", {"cppo_beta": 0.1, "scale_rewards": "batch"}),
     ("gspo", {"loss_type": "bnpo"}),
     ("grpo", {}),
     ("grpo", {"loss_type": "bnpo", "scale_rewards": "group"}),
     ("grpo", {"loss_type": "dapo"}),
-    ("grpo", {"loss_type": "dr_grpo", "beta": 0.02}),
+    ("grpo", {"loss_type": "dr_grpo", "cppo_beta": 0.02}),
 ]
 
 
@@ -129,7 +137,7 @@ def _ref_kwargs(loss_type, opts, B):
     lo = opts.get("epsilon", 0.2)
     hi = opts.get("epsilon_high", lo)
     lam = [opts["gepo_defensive_lambda"]] * B if "gepo_defensive_lambda" in opts else None
-    return dict(eps=(lo, hi), kl_coef=opts.get("beta", 0.0), lam=lam, scope=opts.get("gepo_group_scope", "prompt"),
+    return dict(eps=(lo, hi), kl_coef=opts.get("cppo_beta", 0.0), lam=lam, scope=opts.get("gepo_group_scope", "prompt"),
                 scale=opts.get("scale_rewards", "none"), agg=opts.get("loss_type", "grpo"))
 
 
@@ -213,8 +221,8 @@ def test_gepo_denominator_is_q_weighted_mean():
     assert not torch.allclose(w, torch.ones_like(w))  # GEPO's weights are not 1 even on-policy
 
 
-@pytest.mark.parametrize("loss_type,opts", [("gepo", {"beta": 0.005}), ("gepo", {"gepo_defensive_lambda": 0.5}),
-                                            ("gspo", {"beta": 0.005}), ("grpo", {"beta": 0.005})])
+@pytest.mark.parametrize("loss_type,opts", [("gepo", {"cppo_beta": 0.005}), ("gepo", {"gepo_defensive_lambda": 0.5}),
+                                            ("gspo", {"cppo_beta": 0.005}), ("grpo", {"cppo_beta": 0.005})])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_long_completions_stay_finite(loss_type, opts, dtype):
     gen = torch.Generator().manual_seed(0)
@@ -238,7 +246,7 @@ def test_padding_garbage_does_not_leak():
     lp_bad = torch.where(mask, lp0, torch.full_like(lp0, -math.inf)).requires_grad_(True)
     lq_bad = torch.where(mask, lq, torch.full_like(lq, 1e4))
     for loss_type in ("gepo", "gspo", "grpo"):
-        cfg = lcfg(loss_type, beta=0.1)
+        cfg = lcfg(loss_type, cppo_beta=0.1)
         loss, _ = policy_loss(loss_type, lp_bad, lq_bad, mask, rewards, gi, cfg)
         good, _ = policy_loss(loss_type, lp0, lq, mask, rewards, gi, cfg)
         (grad,) = torch.autograd.grad(loss, lp_bad)
@@ -277,3 +285,26 @@ def test_random_seeds_many_shapes():
             loss, _ = policy_loss(loss_type, lp0, lq, mask, rewards, gi, lcfg(loss_type))
             ref = reference_loss(loss_type, lp0, lq, mask, rewards, gi.tolist(), **_ref_kwargs(loss_type, {}, len(gi)))
             assert loss.item() == pytest.approx(float(ref), rel=1e-9, abs=1e-12)
+
+
+def test_cppo_kl_penalty_stays_finite_and_keeps_its_gradient_far_below_the_sampler():
+    from swarmnode.learner.losses import KL_LINEAR_FROM, cppo_kl_penalty
+    lq = torch.zeros(1, 4, dtype=torch.float64)
+    lp = torch.tensor([[-0.5, -KL_LINEAR_FROM, -50.0, -1000.0]], dtype=torch.float64, requires_grad=True)
+    k3 = cppo_kl_penalty(lp, lq)
+    near = [math.exp(0.5) - 0.5 - 1, math.expm1(KL_LINEAR_FROM) - KL_LINEAR_FROM]
+    assert k3[0, :2].tolist() == pytest.approx(near, rel=1e-12)  # the authors' k3 up to the bend
+    assert torch.isfinite(k3).all() and float(k3[0, 3]) > float(k3[0, 2]) > float(k3[0, 1])
+    k3.sum().backward()
+    slope = -math.expm1(KL_LINEAR_FROM)
+    assert lp.grad[0, 0] == pytest.approx(-math.expm1(0.5))
+    assert lp.grad[0, 2:].tolist() == pytest.approx([slope, slope])  # linear beyond: the pull never vanishes
+
+
+def test_dr_grpo_divides_by_the_constant_max_completion_length():
+    lp, lq, mask, rewards, gi = random_batch(2, 4, 6, seed=3)
+    mask[:, 3:] = False  # completions of at most 3 tokens under a limit of 64
+    cfg = lcfg("grpo", loss_type="dr_grpo")
+    short, _ = policy_loss(None, lp, lq, mask, rewards, gi, cfg)  # without the limit: the padded width (6)
+    fixed, _ = policy_loss(None, lp, lq, mask, rewards, gi, cfg, max_completion_length=64)
+    assert float(fixed) == pytest.approx(float(short) * 6 / 64, rel=1e-12)

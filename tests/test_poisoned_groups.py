@@ -8,6 +8,7 @@ import torch
 
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.models import load_model
 from swarmnode.protocol.rollout import RolloutGroup
@@ -44,21 +45,20 @@ def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
     return RolloutGroup.create(identity=identity, **{**fields, **changes})
 
 
-def make_loop(cfg, parts, publish=None) -> LearnerLoop:
+def make_loop(cfg, parts, publish=None, hooks: LearnerHooks | None = None) -> LearnerLoop:
     task, tokenizer, _ = parts
     return LearnerLoop(load_model(cfg.model, cfg.task, "cpu"), tokenizer, task, cfg, ReplayBuffer.from_config(cfg),
-                       publish)
+                       publish, hooks=hooks)
 
 
 @pytest.mark.parametrize("loss_type", ["gepo", "grpo"])
 def test_absurd_logprobs_cost_only_their_group(cfg, parts, loss_type):
     c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"loss_type": loss_type})})
-    loop = make_loop(c, parts)
+    reported: list[str] = []
+    loop = make_loop(c, parts, hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append(g.sampler_id)))
     honest = signal_groups(c, parts, 4)
     attacker = Identity.generate()
     poisoned = copy_of(honest[0], attacker, logprobs=[[-1e30] * len(x) for x in honest[0].completions])
-    reported: list[str] = []
-    loop.on_poisoned = lambda g, reason: reported.append(g.sampler_id)
     for g in honest[1:] + [poisoned]:  # one step draws all four (newest first)
         assert loop.buffer.add(g) == "ok"
     before = {k: v.clone() for k, v in loop.model.state_dict().items()}
@@ -85,15 +85,15 @@ def test_held_out_eval_prompts_are_refused(cfg, parts):
 
 def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts):
     c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"verify_fraction": 1.0})})
-    loop = make_loop(c, parts, publish=lambda version, state: None)
+    reported: list[tuple[str, str]] = []
+    loop = make_loop(c, parts, publish=lambda version, state: None,
+                     hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append((g.sampler_id, reason))))
     loop.model.load_state_dict(parts[2].model.state_dict())  # the learner holds the weights that sampled them
     loop.publish_current()  # ... as its current version (nothing stepped since)
     honest = signal_groups(c, parts, 4)
     liar = Identity.generate()
     # plausible-looking values (every token "likely"): inflates importance weights, passes every format check
     lie = copy_of(honest[0], liar, logprobs=[[-0.01] * len(x) for x in honest[0].completions])
-    reported: list[tuple[str, str]] = []
-    loop.on_poisoned = lambda g, reason: reported.append((g.sampler_id, reason))
     for g in honest[1:] + [lie]:
         assert loop.buffer.add(g) == "ok"
     diag = loop.step()

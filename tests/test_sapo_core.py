@@ -19,7 +19,7 @@ SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model
 
 
 def _text(identity: Identity, prompt_id: str = "add:3:5", completions=("8", "7"), rewards=None, text=None,
-          finished=None, created_at=None) -> TextRolloutGroup:
+          finished=None, created_at=None, temperature=1.0) -> TextRolloutGroup:
     from swarmnode.tasks import arithmetic_reward
 
     ref = str(sum(int(x) for x in prompt_id.split(":")[1:]))
@@ -28,7 +28,7 @@ def _text(identity: Identity, prompt_id: str = "add:3:5", completions=("8", "7")
         prompt_text=text or "{}+{}=".format(*prompt_id.split(":")[1:]), completions=list(completions),
         finished=finished or [True] * len(completions),
         rewards=rewards if rewards is not None else [arithmetic_reward(c, ref) for c in completions],
-        seq_logprobs=[-1.5] * len(completions), temperature=1.0, model_id="test#0", created_at=created_at,
+        seq_logprobs=[-1.5] * len(completions), temperature=temperature, model_id="test#0", created_at=created_at,
     )
 
 
@@ -104,6 +104,47 @@ def test_external_weighting_choices(small_policy):
                                       policy.tokenizer.pad_token_id)
     for i, lq in enumerate(on_policy.logprobs):
         assert lq == pytest.approx(logp[i, : len(lq)].tolist(), abs=1e-5)
+
+
+def test_sender_likelihood_keeps_the_senders_temperature_and_refuses_truncated_text(small_policy):
+    policy = small_policy
+    limit = policy.cfg.sampler.max_completion_length
+    warm = _text(PEER, "add:2:3", completions=("5", "41"), temperature=0.7)
+    long = _text(PEER, "add:2:3", completions=("5", "4" * (limit + 3)))
+    assert policy.rescorer.convert([warm])[0].temperature == policy.cfg.sampler.temperature  # on_policy: ours
+    assert len(policy.rescorer.convert([long])[0].completions[1]) == limit  # on_policy: cut to our limit
+    policy.rescorer.weighting = "sender_likelihood"
+    try:
+        assert policy.rescorer.convert([warm])[0].temperature == pytest.approx(0.7)  # q was taken at it
+        assert policy.rescorer.convert([long]) == []  # its likelihood is of text we would not keep
+        assert policy.rescorer.rejected["truncated_likelihood"] == 1
+    finally:
+        policy.rescorer.weighting = "on_policy"
+        policy.rescorer.rejected.clear()
+
+
+def test_on_policy_behaviour_is_computed_in_the_learners_precision(small_policy):
+    from swarmnode.logprobs import completion_logprobs
+    from swarmnode.sapo.rescore import Rescorer
+
+    policy = small_policy
+    half = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731  (a learner's autocast)
+    rescorer = Rescorer(policy.model, policy.tokenizer, policy.task, policy.cfg, policy.learner.rows.prompt_tokens,
+                        lambda: 0, autocast=half)
+    group = rescorer.convert([_text(PEER, "add:2:3", completions=("5", "41"))])[0]
+    with torch.no_grad(), half():
+        logp, _ = completion_logprobs(policy.model, [group.prompt_tokens] * 2, group.completions, 1.0,
+                                      policy.tokenizer.pad_token_id)
+    for i, lq in enumerate(group.logprobs):
+        assert lq == pytest.approx(logp[i, : len(lq)].float().tolist(), abs=1e-6)
+
+
+def test_sender_likelihood_with_token_level_weights_is_refused():
+    from swarmnode.config import ConfigError
+
+    with pytest.raises(ConfigError, match="sender_likelihood"):
+        load_config("tiny-cpu", ["sapo.external_weighting=sender_likelihood",
+                                 "learner.importance_sampling_level=token"])
 
 
 def test_two_sizes_train_on_each_others_text(small_policy):

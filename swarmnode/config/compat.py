@@ -5,6 +5,10 @@ as in TRL, and the family is `importance_sampling_level` (group | sequence | tok
 can only be the old meaning and is mapped. `loss_type: grpo` is valid in both: with no
 `importance_sampling_level` beside it, it is read the old way (token-level weights, i.e. GRPO — also what it
 means in TRL, whose default level is token), with a warning saying so.
+
+`kl_coef` (the learner-sampler KL) is now `cppo_beta`. `beta` named it for a while; it now means TRL's KL to a
+frozen reference model, which is not implemented: `beta > 0` is refused with a message naming `cppo_beta`
+(a TRL user's `beta: 0.04` must not silently become another regulariser).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ log = logging.getLogger("swarmnode.config")
 
 # old key -> new key (values carried over unchanged)
 DEPRECATED_LEARNER_KEYS = {
-    "kl_coef": "beta",
+    "kl_coef": "cppo_beta",
     "token_aggregation": "loss_type",
     "defensive_lambda": "gepo_defensive_lambda",
     "defensive_schedule": "gepo_defensive_schedule",
@@ -26,10 +30,15 @@ OLD_LOSS_FAMILIES = {"gepo": "group", "gspo": "sequence"}
 _warned: set[str] = set()
 
 
-def _warn(key: str, message: str) -> None:
+def warn_once(key: str, message: str) -> None:
+    """Log `message` as a warning the first time `key` is seen in this process."""
     if key not in _warned:
         _warned.add(key)
-        log.warning("learner.%s is deprecated: %s", key, message)
+        log.warning("%s", message)
+
+
+def _warn(key: str, message: str) -> None:
+    warn_once(key, f"learner.{key} is deprecated: {message}")
 
 
 def map_deprecated_learner_keys(data: Any) -> Any:

@@ -66,7 +66,7 @@ def _parse_scalar(text: str) -> Any:
 def apply_override(data: dict, assignment: str) -> None:
     """Apply one `a.b.c=value` override to a nested dict in place."""
     if "=" not in assignment:
-        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. learner.beta=0.005")
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. learner.cppo_beta=0.005")
     key, _, raw = assignment.partition("=")
     parts = [p for p in key.strip().split(".") if p]
     if not parts:

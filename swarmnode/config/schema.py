@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarmnode.config.advice import warn_lora_learning_rate
-from swarmnode.config.compat import map_deprecated_learner_keys
+from swarmnode.config.compat import map_deprecated_learner_keys, warn_once
 from swarmnode.delay import parse_delay
 
 # pure half-precision AdamW is refused below this learning rate: measured, bf16 parameters at lr 1e-6 moved ~1 %
@@ -135,30 +135,38 @@ class LoraSettings(_Section):
 class LearnerConfig(_Section):
     """GEPO/GSPO/GRPO and the optimiser. Names shared with TRL's GRPOConfig mean what they mean there
     (`beta`, `epsilon`, `epsilon_high`, `importance_sampling_level`, `loss_type`, `scale_rewards`); GEPO's own
-    options start with `gepo_`. Old names (see `DEPRECATED_LEARNER_KEYS`) are mapped with a one-time warning."""
+    options start with `gepo_`; HeteroRL's learner-sampler KL is `cppo_beta`. Old names (see
+    `DEPRECATED_LEARNER_KEYS`) are mapped with a one-time warning."""
 
     importance_sampling_level: Literal["token", "sequence", "group"] = Field(
         "group", description="token = GRPO, sequence = GSPO (as in TRL), group = GEPO's group expectation"
     )
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
         "grpo", description="token aggregation as in TRL: grpo = token mean per sequence then mean; bnpo/dapo = "
-        "mean over all tokens; dr_grpo = sum / (rows * longest completion)"
+        "mean over all tokens; dr_grpo = sum / (rows * sampler.max_completion_length)"
     )
     epsilon: float = Field(0.2, gt=0, le=10, description="PPO clip, low side (GSPO's paper: 3e-4)")
     epsilon_high: float | None = Field(
         None, gt=0, le=10, description="PPO clip, high side; unset = epsilon (GSPO's paper: 4e-4)"
     )
-    # beta 0 and gepo_defensive_lambda 0 were chosen by bench/latency_sweep.py (README: Latency tolerance)
-    beta: float = Field(0.0, ge=0, le=100, description="learner-sampler k3 KL coefficient (0 = no KL term)")
+    beta: float = Field(0.0, ge=0, le=100, description="TRL's KL to a frozen reference model: not implemented, "
+                        "only 0 is accepted (the learner-sampler KL is cppo_beta)")
+    # cppo_beta 0 and gepo_defensive_lambda 0 were chosen by bench/latency_sweep.py (README: Latency tolerance)
+    cppo_beta: float = Field(0.0, ge=0, le=100, description="HeteroRL's learner-sampler KL penalty (k3 per token, "
+                             "aggregated like the loss by loss_type; zero on-policy; 0 = off)")
     scale_rewards: Literal["group", "batch", "none"] = Field(
-        "none", description="divide advantages by the group's or the batch's reward std, or not (the GEPO "
-        "authors' online runs: none); one setting for every importance_sampling_level"
+        "none", description="as TRL: divide advantages by the group's std (group, or true), by the std of every "
+        "reward of the step (batch), or not (none, or false; the GEPO authors' online runs); one setting for "
+        "every importance_sampling_level"
     )
     gepo_defensive_lambda: float = Field(0.0, ge=0, le=1, description="GEPO defensive sampling blend (0 = off)")
     gepo_defensive_schedule: Literal["fixed", "staleness"] = "fixed"
     gepo_group_scope: Literal["prompt", "microbatch"] = Field(
-        "prompt", description="E_q[q] over one prompt's completions (the paper) or a micro-batch (released code)"
+        "prompt", description="E_q[q] over one prompt's completions (the paper) or shuffled sets of "
+        "gepo_microbatch_rows rows from mixed prompts (the authors' released code)"
     )
+    gepo_microbatch_rows: int = Field(8, ge=2, le=65536, description="rows per E_q[q] set with "
+                                      "gepo_group_scope=microbatch (the authors' micro-batch: 8)")
     learning_rate: float = Field(1e-3, gt=0, le=1)
     weight_decay: float = Field(0.0, ge=0, le=1)
     max_grad_norm: float = Field(1.0, gt=0)
@@ -224,6 +232,28 @@ class LearnerConfig(_Section):
     @model_validator(mode="after")
     def _lora_learning_rate(self) -> "LearnerConfig":
         warn_lora_learning_rate(self.lora.enabled, self.learning_rate)
+        return self
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _scale_rewards_bool(cls, value: Any) -> Any:
+        return {True: "group", False: "none"}.get(value, value) if isinstance(value, bool) else value
+
+    @field_validator("beta")
+    @classmethod
+    def _no_reference_kl(cls, value: float) -> float:
+        if value > 0:
+            raise ValueError("is TRL's KL to a frozen reference model, which swarmnode does not implement (only 0 "
+                             "is accepted); the learner-sampler KL it named before is learner.cppo_beta")
+        return value
+
+    @model_validator(mode="after")
+    def _length_weighting(self) -> "LearnerConfig":
+        if self.importance_sampling_level != "token" and self.loss_type != "grpo":
+            warn_once(f"length-weighting:{self.importance_sampling_level}:{self.loss_type}",
+                      f"learner.loss_type={self.loss_type} weights each sequence-level importance weight "
+                      f"(importance_sampling_level={self.importance_sampling_level}) by its completion's length; "
+                      "the GSPO and GEPO papers take the plain mean over sequences (loss_type=grpo)")
         return self
 
     @property
@@ -301,6 +331,10 @@ class NodeConfig(_Section):
         if self.task.name == "math" and not (self.task.path or self.task.dataset):
             raise ValueError("task.name=math needs task.path (JSONL) or task.dataset (HF datasets name)")
         lc = self.learner
+        if self.sapo.external_weighting == "sender_likelihood" and lc.importance_sampling_level == "token":
+            raise ValueError("sapo.external_weighting=sender_likelihood gives one behaviour likelihood per sequence "
+                             "(spread evenly over its tokens): token-level weights (importance_sampling_level="
+                             "token) would be meaningless; use sequence or group, or external_weighting=on_policy")
         if lc.precision == "pure" and self.model.dtype != "float32" and lc.learning_rate < PURE_HALF_MIN_LR:
             raise ValueError(
                 f"learner.precision=pure with model.dtype={self.model.dtype} and learning_rate={lc.learning_rate:g} "

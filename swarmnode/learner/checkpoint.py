@@ -12,7 +12,7 @@ import random
 import signal
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -39,7 +39,8 @@ class Checkpointed(Protocol):
     rng: random.Random
     buffer: ReplayBuffer
     rejected: Counter
-    extra_state: dict[str, Any] | Callable[[], dict[str, Any]]
+    extra_state: dict[str, Any]  # the caller's state to write
+    restored_extra: dict[str, Any]  # the caller's state as read back
     checkpoint_dir: Path | None
 
 
@@ -171,7 +172,7 @@ def learner_state(loop: Checkpointed) -> dict[str, Any]:
         "rng": rng_state(loop.rng),
         "buffer": loop.buffer.state_dict(),
         "rejected": dict(loop.rejected),
-        "extra": loop.extra_state() if callable(loop.extra_state) else loop.extra_state,
+        "extra": loop.extra_state,
     }
 
 
@@ -201,7 +202,7 @@ def restore_learner(loop: Checkpointed, state: dict[str, Any]) -> None:
     loop.buffer.set_version(loop.version)
     loop.rejected.clear()  # in place: the loop's GroupRows counts into this Counter
     loop.rejected.update(state.get("rejected", {}))
-    loop.extra_state = state.get("extra", {})
+    loop.restored_extra = state.get("extra", {})
 
 
 class StopFlag:

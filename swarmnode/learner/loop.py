@@ -2,10 +2,12 @@
 
 Per optimiser step: draw `prompts_per_step` groups; reject (and count) groups whose prompt id the task does not
 know or whose prompt tokens differ from the learner's own tokenisation, and recompute every reward from the decoded
-completion (the sender's rewards are only a hint; `learner.rows`); skip zero-signal groups; split the rest into
-`gradient_accumulation_steps` chunks of whole groups and compute each chunk's group statistics (advantages,
-GEPO's E_q[q]); cut the chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens
-(`learner.microbatch`: the gradient equals the unsplit one); compute log-probs (chunked lm_head, no [B, T, V]
+completion (the sender's rewards are only a hint; `learner.rows`); take the step's statistics once over every
+group drawn (`learner.step_stats`: advantages, zero-signal groups included in a batch std, and GEPO's E_q[q]);
+skip zero-signal groups; split the rest into `gradient_accumulation_steps` chunks of whole groups, and cut each
+chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens (`learner.microbatch`: the
+gradient equals the unsplit one); the paper's `ratio_peqq_var` is taken once over the step's trained rows;
+compute log-probs (chunked lm_head, no [B, T, V]
 logits) at each row's sampling temperature under the configured precision (`learner.precision`);
 `policy_loss`; AdamW with gradient clipping and the learning-rate schedule (`learner.schedule`). Every
 `publish_every` steps the version goes up and `publish(version, state_dict)` receives a CPU copy of the weights
@@ -47,6 +49,7 @@ import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.checkpoint import (
     learner_state,
     load_checkpoint,
@@ -57,13 +60,14 @@ from swarmnode.learner.checkpoint import (
 )
 from swarmnode.adapters import weights_hash
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
-from swarmnode.learner.losses import group_advantages, group_log_expectation, policy_loss, ratio_peqq_variance_tensor
+from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
 from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
+from swarmnode.learner.step_stats import StepStats, step_stats
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
@@ -89,7 +93,12 @@ class LearnerLoop:
         published_path: Path | str | None = None,
         adapter_versions: bool = True,
         publish_in_background: bool = False,
+        hooks: LearnerHooks | None = None,
+        local_versions: bool = True,
     ):
+        """`hooks`: the node's callbacks and journal (`learner.hooks`); `local_versions`: False for a learner
+        that averages with others, whose versions then come from the rounds (`adopt_version`); the rounds turn
+        it back on while the learner is alone (`local_versions` is state, not only a setting)."""
         self.model, self.tokenizer, self.task, self.cfg, self.buffer = model, tokenizer, task, cfg, buffer
         self.lc = cfg.learner
         self.publish = publish
@@ -113,16 +122,12 @@ class LearnerLoop:
         self.rejected: Counter[str] = Counter()
         self.rows = GroupRows(task, tokenizer, cfg.sampler.max_prompt_length, self.rejected)
         self.staleness_hist = StalenessHistogram()  # valid groups drawn, by staleness bucket (health, /metrics)
-        self.extra_state: dict[str, Any] | Callable[[], dict[str, Any]] = {}  # caller's state, checkpointed too
-        self.on_step: Callable[[dict], None] | None = None  # sees each trained step's diagnostics before saving
-        self.on_poisoned: Callable[[Any, str], None] | None = None  # (group, reason): its sender is to be struck
-        self.local_versions = True  # False while versions come from averaging rounds (`adopt_version`) instead
-        self.checkable: Callable[[Any], bool] = lambda group: True  # groups the spot checks may judge
-        self.on_publish: Callable[[int], None] | None = None  # sees each version as its weights are snapshotted
+        self.hooks = hooks or LearnerHooks()
+        self.restored_extra: dict[str, Any] = {}  # the caller's state as the checkpoint held it
+        self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
         self.verifier = SpotChecker(self.lc.verify_fraction, self.lc.verify_tolerance, cfg.task.seed,
                                     self.lc.verify_versions)
         self._weights_published = False  # the weights are exactly the current version's (nothing stepped since)
-        self.journal = None  # a GroupJournal of acknowledged groups, compacted after every checkpoint
         self.resumed = self.resume() if self.checkpoint_dir else False
         # a learner that announces versions to others records the highest one (see `publish_current`)
         self.published_path = Path(published_path) if published_path else None
@@ -139,7 +144,7 @@ class LearnerLoop:
         drawn = self.buffer.draw(self.lc.prompts_per_step)
         groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
-        signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]
+        signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
         summary = {
             "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
             "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
@@ -155,15 +160,16 @@ class LearnerLoop:
                            staleness_max=float(max(taus)))
         if not signal:
             return {**summary, **self._status(), "trained": 0.0}
-        diag = self._optimise(signal)
+        diag = self._optimise(groups)
         self.step_count += 1
         if self.local_versions and self.step_count % self.lc.publish_every == 0:
             self._bump_version()
         out = {**diag, **summary, **self._status(), "trained": 1.0}
-        if self.on_step is not None:
-            self.on_step(out)
+        if self.hooks.on_step is not None:
+            self.hooks.on_step(out)
+        journal = self.hooks.journal
         if self.checkpoint_dir and (self.step_count % self.lc.checkpoint_every == 0
-                                    or (self.journal is not None and self.journal.over_soft_limit)):
+                                    or (journal is not None and journal.over_soft_limit)):
             self.save()
         return out
 
@@ -171,11 +177,11 @@ class LearnerLoop:
         self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        diags = self.accumulate_gradients(groups, lazy=True)
+        merged = self.accumulate_gradients(groups, lazy=True)
         self.precision.unscale(self.optimizer)
         params = [p for p in self.trainable if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm)
-        merged = readback({**weighted_mean(diags), "grad_norm": norm})  # the step's figures in one transfer
+        merged = readback({**merged, "grad_norm": norm})  # the step's figures in one transfer
         learning_rate = self.optimizer.param_groups[0]["lr"]
         if not self.precision.optimizer_step(self.optimizer, math.isfinite(merged["grad_norm"])):
             # under fp16's loss scaler an overflow is routine (the scale shrinks); otherwise it is bad data
@@ -187,39 +193,47 @@ class LearnerLoop:
             merged["loss_scale"] = self.precision.loss_scale
         return merged
 
-    def accumulate_gradients(self, groups: list[list[Row]], lazy: bool = False) -> list[tuple[int, dict]]:
-        """Forward and backward over `groups` (gradients add up in `.grad`); per chunk (rows, diagnostics).
+    def accumulate_gradients(self, groups: list[list[Row]], lazy: bool = False) -> dict:
+        """Forward and backward over the step's `groups` (gradients add up in `.grad`); the step's diagnostics.
 
-        Group statistics are computed per gradient-accumulation chunk of whole groups, then the chunk's rows are
-        cut by the token budget; each micro-batch's loss is scaled by its share of the whole step's loss. The
-        paper's `ratio_peqq_var` is taken over the whole chunk, as without the split (with `lazy`, a scalar tensor
-        on the device, read back later with the step's other figures).
+        The step's statistics come first, over every group (`step_stats`); the groups with signal are then cut
+        into gradient-accumulation chunks of whole groups and each chunk's rows into token-budget micro-batches;
+        each micro-batch's loss is scaled by its share of the whole step's loss. The paper's `ratio_peqq_var` is
+        taken once, over the step's trained rows (with `lazy`, a scalar tensor on the device, read back later
+        with the step's other figures).
         """
-        step_lengths = [len(r.completion) for rows in groups for r in rows]
-        diags: list[tuple[int, dict]] = []
-        for chunk in (c for c in split_chunks(groups, self.lc.gradient_accumulation_steps) if c):
-            rows = [r for group in chunk for r in group]
-            group_index = torch.tensor([gi for gi, group in enumerate(chunk) for _ in group])
-            rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
-            adv = group_advantages(rewards, group_index, self.lc)
-            seq_logq = torch.tensor([sum(r.logq) / max(1, len(r.logq)) for r in rows], dtype=torch.float32)
-            log_e = group_log_expectation(seq_logq, group_index, self.lc)
-            device = next(self.model.parameters()).device
-            seq_logp = torch.zeros(len(rows), device=device)
-            chunk_lengths = [len(r.completion) for r in rows]
-            parts: list[tuple[int, dict]] = []
-            sizes = [(len(r.prompt_tokens), len(r.completion)) for r in rows]
+        stats = self.step_statistics(groups)
+        rows = [r for group in groups for r in group]
+        starts = [sum(len(g) for g in groups[:gi]) for gi in range(len(groups))]
+        trained = [[starts[gi] + j for j in range(len(g))] for gi, g in enumerate(groups)
+                   if bool(stats.signal[starts[gi]])]
+        order = [i for group in trained for i in group]  # the trained rows, in the order of seq_logp below
+        position = {i: k for k, i in enumerate(order)}
+        step_lengths = [len(rows[i].completion) for i in order]
+        device = next(self.model.parameters()).device
+        seq_logp = torch.zeros(len(order), device=device)
+        parts: list[tuple[int, dict]] = []
+        for chunk in (c for c in split_chunks(trained, self.lc.gradient_accumulation_steps) if c):
+            index = [i for group in chunk for i in group]
+            chunk_lengths = [len(rows[i].completion) for i in index]
+            sizes = [(len(rows[i].prompt_tokens), len(rows[i].completion)) for i in index]
             for batch in token_budget_batches(sizes, self.lc.max_tokens_per_microbatch):
-                loss, diag, seq_logp[to_device(torch.tensor(batch), device)] = self._micro_loss(
-                    [rows[i] for i in batch], group_index[batch], adv[batch], log_e[batch])
-                share = loss_share(self.lc.loss_type, [chunk_lengths[i] for i in batch], chunk_lengths, step_lengths)
+                picked = [index[j] for j in batch]
+                loss, diag, logp = self._micro_loss([rows[i] for i in picked], stats.group_index[picked],
+                                                    stats.adv[picked], stats.log_e[picked])
+                seq_logp[to_device(torch.tensor([position[i] for i in picked]), device)] = logp
+                share = loss_share(self.lc.loss_type, [chunk_lengths[j] for j in batch], chunk_lengths, step_lengths)
                 self.precision.backward(loss * share)
                 parts.append((len(batch), diag))
-            merged = weighted_mean(parts)
-            merged["ratio_peqq_var"] = ratio_peqq_variance_tensor(seq_logp, to_device(seq_logq, device),
-                                                                  self.step_count)  # read back with the step's
-            diags.append((len(rows), merged))
-        return diags if lazy else [(n, readback(d)) for n, d in diags]
+        merged = weighted_mean(parts)
+        seq_logq = torch.tensor([_mean_logq(rows[i]) for i in order], dtype=torch.float32)
+        merged["ratio_peqq_var"] = ratio_peqq_variance_tensor(seq_logp, to_device(seq_logq, device), self.step_count)
+        return merged if lazy else readback(merged)
+
+    def step_statistics(self, groups: list[list[Row]]) -> StepStats:
+        """Advantages and GEPO's log E_q[q] of every row of the step's groups (`learner.step_stats`)."""
+        return step_stats([[r.reward for r in g] for g in groups], [[_mean_logq(r) for r in g] for g in groups],
+                          self.lc, self.step_count)
 
     def _micro_loss(self, rows: list[Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """(loss, diagnostics, per-row length-normalised learner log-prob on the device) of one micro-batch; the
@@ -250,7 +264,7 @@ class LearnerLoop:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
         its version's weights give; True when they are, or when the group is not checked."""
         version = int(group.policy_version)
-        if not self.checkable(group) or not self.verifier.wants(version, self.version, self._weights_published):
+        if not self.hooks.checkable(group) or not self.verifier.wants(version, self.version, self._weights_published):
             return True
         current = self.version if self._weights_published else None
         mismatch = self.verifier.mismatch(self.model, group, self.tokenizer.pad_token_id, self.precision.autocast,
@@ -258,13 +272,14 @@ class LearnerLoop:
         if self.verifier.judge(group.sampler_id, mismatch):
             return True
         self.rejected["logprob_mismatch"] += 1
-        if self.on_poisoned is not None:
-            self.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
+        if self.hooks.on_poisoned is not None:
+            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
         return False
 
     def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, lazy=False):
         return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
-                           shuffle_seed=self.step_count, adv=adv, log_e=log_e, lazy=lazy)
+                           shuffle_seed=self.step_count, adv=adv, log_e=log_e, lazy=lazy,
+                           max_completion_length=self.cfg.sampler.max_completion_length)
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
@@ -278,8 +293,8 @@ class LearnerLoop:
             loss, diag = self._policy_loss(*(a[mine.to(a.device)] for a in args))
             if not torch.isfinite(loss):
                 self.rejected["poisoned_group"] += 1
-                if self.on_poisoned is not None:
-                    self.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
+                if self.hooks.on_poisoned is not None:
+                    self.hooks.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
                 continue
             n = int(mine.sum())
             kept.append((n, diag))
@@ -324,8 +339,8 @@ class LearnerLoop:
         adapters = self.adapter_snapshot()
         full = self.state_snapshot() if adapters is None or not self.adapter_versions else None
         self.verifier.remember(self.version, full if adapters is None else adapters)
-        if self.on_publish is not None:  # in this thread, while the weights are still this version's
-            self.on_publish(self.version)
+        if self.hooks.on_publish is not None:  # in this thread, while the weights are still this version's
+            self.hooks.on_publish(self.version)
         payload = (full,) if full is not None else (adapters, self.adapter_spec)
         if self.publisher is not None:
             self.publisher.submit(self.version, *payload)  # training goes on while it is written
@@ -357,9 +372,14 @@ class LearnerLoop:
         if self.published_path is not None and self.published > self.version:  # nothing above it was announced
             self.published = self.version
             write_published(self.published_path, self.version)  # so a clean restart goes on at this version
-        if self.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
-            self.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
+        if self.hooks.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
+            self.hooks.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
         return path
+
+    @property
+    def extra_state(self) -> dict[str, Any]:
+        """The caller's state to checkpoint: its `hooks.extra_state()`, else what the checkpoint held."""
+        return self.hooks.extra_state() if self.hooks.extra_state is not None else self.restored_extra
 
     def resume(self) -> bool:
         """Load the checkpoint if there is one; True when resumed (same step and version as saved)."""
@@ -369,3 +389,7 @@ class LearnerLoop:
         restore_learner(self, state)
         return True
 
+
+def _mean_logq(row: Row) -> float:
+    """LQ_i: the row's length-normalised behaviour log-prob."""
+    return sum(row.logq) / max(1, len(row.logq))

@@ -10,16 +10,24 @@ Choices where the paper leaves room (or where this code departs from it):
   grpo = token mean per sequence, then the mean over sequences (for sequence-level weights: the plain mean, as
   the GEPO and GSPO papers take); bnpo and dapo = mean over every completion token of the call (TRL's dapo
   normalises by the tokens of the whole accumulated batch: the same when gradient_accumulation_steps is 1);
-  dr_grpo = sum / (rows * the call's longest completion) (TRL divides by max_completion_length).
+  dr_grpo = sum / (rows * max_completion_length), a constant normaliser as in TRL and Dr. GRPO (the learner
+  passes `sampler.max_completion_length`; a direct call without it uses the call's padded width).
 - `epsilon`/`epsilon_high` are TRL's: 0.2, and epsilon_high unset = epsilon, for every family (GSPO's own paper
   uses 3e-4/4e-4; the HeteroRL comparison ran GSPO at 0.2/0.2).
-- `scale_rewards` is TRL's: group (std of the group, n-1), batch (std of every reward of the call), none;
-  one setting for every family (default none: the GEPO authors' online runs divided by no std).
+- `scale_rewards` is TRL's: group (std of the group, n-1), batch (std of every reward of the call, zero-signal
+  groups included), none; True/False = group/none; one setting for every family (default none: the GEPO
+  authors' online runs divided by no std). The learner computes advantages once per step
+  (`learner.step_stats`).
 - Defensive sampling applies to gepo only. `gepo_defensive_schedule: staleness` uses lam_i = 1 - (1 - lam)^tau_i
   (0 on-policy, towards 1 = plain policy gradient as samples age); the default lam is 0 (plain GEPO): the
   latency sweep (bench/latency_sweep.py) found lam 0.5 / 0.8 no better at any delay on the built-in task.
-- `gepo_group_scope: microbatch` shares one E_q[q] across all rows of the call (the loop passes one
-  gradient-accumulation chunk of whole groups); advantages stay per prompt group, rows are not shuffled.
+- `gepo_group_scope: microbatch` takes E_q[q] over the GEPO authors' micro-batches: the rows shuffled (seeded)
+  and cut into sets of `gepo_microbatch_rows` (8) rows from mixed prompts; advantages stay per prompt group.
+- `cppo_beta` is HeteroRL's learner-sampler KL penalty (CPPO-KL): per token k3 = exp(lq - lp) - (lq - lp) - 1
+  with gradient through lp, added to the per-token loss before the `loss_type` aggregation (as TRL adds its
+  `beta` term). Beyond lq - lp = KL_LINEAR_FROM nats it continues linearly (same value and slope there), so it
+  stays finite and keeps pulling the learner back where it has fallen furthest below the sampler. It is zero
+  on-policy; it is not TRL's `beta` (a KL to a frozen reference model, which swarmnode does not implement).
 - Zero-signal groups get A = 0 here and stay in the mean; the learner loop skips them before the forward pass,
   so in training they are counted and skipped.
 - Diagnostics: `is_weight_var` is each family's own weights' population variance over sequences (token level:
@@ -43,7 +51,8 @@ from swarmnode.transfers import readback, to_device
 LOSS_TYPES = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL
 PAPER_MICROBATCH_ROWS = 8  # the GEPO authors' micro-batch: their ratio_pEqQ variance is taken over 8 rows
-KL_LOG_RATIO_CAP = 20.0  # |log p/q| beyond this is clamped in the KL figures (p/q = 5e8): finite, biased only there
+KL_LOG_RATIO_CAP = 20.0  # log p/q beyond this is clamped in the KL diagnostic (p/q = 5e8): finite, biased only there
+KL_LINEAR_FROM = 10.0  # the CPPO-KL penalty is linear in lq - lp beyond this (slope e^10 - 1 ~ 2.2e4 per token)
 
 
 def clip_range(cfg: LearnerConfig) -> tuple[float, float]:
@@ -135,10 +144,26 @@ def log_importance_weights(
     return _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
 
 
-def group_log_expectation(LQ: torch.Tensor, group_index: torch.Tensor, cfg: LearnerConfig) -> torch.Tensor:
-    """Per row, GEPO's log E_q[q] = logsumexp(2 LQ) - logsumexp(LQ) over its group (`gepo_group_scope: prompt`)
-    or over all rows given (`microbatch`). Sampler data only: no gradient."""
-    scope = torch.zeros_like(group_index) if cfg.gepo_group_scope == "microbatch" else group_index
+def microbatch_scope(rows: int, size: int, seed: int) -> torch.Tensor:
+    """Per row, the index of its set in a seeded shuffle of the rows cut into sets of `size` (the GEPO authors'
+    micro-batches; the last set takes the remainder)."""
+    perm = torch.randperm(rows, generator=torch.Generator().manual_seed(int(seed)))
+    scope = torch.empty(rows, dtype=torch.long)
+    scope[perm] = torch.arange(rows) // size
+    return scope
+
+
+def expectation_scope(group_index: torch.Tensor, cfg: LearnerConfig, seed: int = 0) -> torch.Tensor:
+    """Per row, the set over which GEPO's E_q[q] is taken: its prompt's group (`gepo_group_scope: prompt`) or
+    its shuffled micro-batch of `gepo_microbatch_rows` rows (`microbatch`, seeded by `seed`)."""
+    if cfg.gepo_group_scope == "microbatch":
+        return microbatch_scope(group_index.shape[0], cfg.gepo_microbatch_rows, seed).to(group_index.device)
+    return group_index
+
+
+def group_log_expectation(LQ: torch.Tensor, scope: torch.Tensor) -> torch.Tensor:
+    """Per row, GEPO's log E_q[q] = logsumexp(2 LQ) - logsumexp(LQ) over the rows of its scope (labels, one per
+    row: see `expectation_scope`). Sampler data only: no gradient."""
     inv, n = _group_ids(scope.to(LQ.device))
     with torch.no_grad():
         LQ = LQ.detach()
@@ -153,7 +178,7 @@ def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness,
     if loss_type != "gepo":
         raise ValueError(f"loss_type {loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
     if log_e is None:
-        log_e = group_log_expectation(LQ, group_index, cfg)
+        log_e = group_log_expectation(LQ, expectation_scope(group_index, cfg))
     log_e = log_e.to(device=LP.device, dtype=LP.dtype)
     if cfg.gepo_defensive_lambda == 0 and cfg.gepo_defensive_schedule == "fixed":
         return LP - log_e
@@ -163,12 +188,14 @@ def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness,
     return LP - log_den
 
 
-def _aggregate_tokens(per_tok: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, mode: str) -> torch.Tensor:
-    """TRL's token aggregation of a [B, T] per-token loss that is zero on padding (see the module docstring)."""
+def _aggregate_tokens(per_tok: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, mode: str,
+                      max_length: int | None = None) -> torch.Tensor:
+    """TRL's token aggregation of a [B, T] per-token loss that is zero on padding (see the module docstring);
+    `max_length` is dr_grpo's constant (None: the padded width T)."""
     if mode in ("bnpo", "dapo"):
         return per_tok.sum() / mask.sum().clamp(min=1)
     if mode == "dr_grpo":
-        return per_tok.sum() / (per_tok.shape[0] * per_tok.shape[1])
+        return per_tok.sum() / (per_tok.shape[0] * (per_tok.shape[1] if max_length is None else max_length))
     return (per_tok.sum(dim=1) / lengths).mean()
 
 
@@ -199,6 +226,15 @@ def ratio_peqq_variance_tensor(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0
         log_e = torch.logsumexp(2 * lq, 1, keepdim=True) - torch.logsumexp(lq, 1, keepdim=True)
         values.append(torch.exp(LP[index] - log_e).var(dim=1, unbiased=True))
     return torch.cat(values).mean() if values else torch.zeros((), dtype=torch.float64, device=LP.device)
+
+
+def cppo_kl_penalty(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
+    """Per token, HeteroRL's k3 penalty exp(d) - d - 1 with d = lq - lp (gradient through lp), continued linearly
+    beyond d = KL_LINEAR_FROM (value and slope match there): finite, and its gradient never vanishes. Zero where
+    lp = lq (padding)."""
+    d = lq_tok - lp_tok
+    near = d.clamp(max=KL_LINEAR_FROM)
+    return torch.expm1(near) - near + (d - near) * math.expm1(KL_LINEAR_FROM)
 
 
 def sampler_kl(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
@@ -240,12 +276,15 @@ def policy_loss(
     adv: torch.Tensor | None = None,
     log_e: torch.Tensor | None = None,
     lazy: bool = False,
+    max_completion_length: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
     logp [B,T] learner log-probs (with grad); logq [B,T] behaviour log-probs; mask [B,T] completion mask;
     rewards [B]; group_index [B] the prompt group of each row; staleness [B] optional, in versions;
-    shuffle_seed seeds the row shuffle of the paper's variance statistic. Diagnostics are python floats.
+    shuffle_seed seeds the row shuffle of the paper's variance statistic (and of `gepo_group_scope: microbatch`).
+    Diagnostics are python floats. `max_completion_length` is dr_grpo's constant normaliser (None: the padded
+    width of logp).
     Rows of zero-signal groups get A = 0 (the caller may also skip them before the forward pass).
     `adv` [B] and `log_e` [B] (GEPO's log E_q[q]), when given, replace what would be computed from these rows:
     the learner computes them over whole groups and then splits rows into micro-batches freely.
@@ -269,30 +308,35 @@ def policy_loss(
         zero_groups = adv == 0  # per row: the caller's groups may not all be here
 
     eps_low, eps_high = clip_range(cfg)
+    if log_e is None and algorithm == "gepo":
+        log_e = group_log_expectation(LQ, expectation_scope(group_index, cfg, shuffle_seed))
     logw = _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e)
     w = torch.exp(logw)
     a = adv[:, None] if algorithm == "grpo" else adv
     clipped = torch.clamp(w, 1 - eps_low, 1 + eps_high)
     surrogate = -torch.minimum(w * a, clipped * a)
     binds = (w * a) > (clipped * a)  # the clipped branch is the min: no gradient flows
+    kl_tok = cppo_kl_penalty(lp_tok, lq_tok) if cfg.cppo_beta > 0 else None
+
+    def aggregate(per_tok: torch.Tensor) -> torch.Tensor:
+        return _aggregate_tokens(per_tok, m, lengths, cfg.loss_type, max_completion_length)
+
     if algorithm == "grpo":
-        pg_loss = _aggregate_tokens(torch.where(m, surrogate, zero), m, lengths, cfg.loss_type)
+        per_tok = torch.where(m, surrogate, zero)
         nonempty = m.any(dim=1)  # an empty completion has no mean token weight
         seq_w = (torch.where(m, w, zero).sum(dim=1) / lengths)[nonempty] if nonempty.any() else torch.ones(1)
         clip_frac = (binds & m).sum() / m.sum().clamp(min=1)
     else:
-        if cfg.loss_type == "grpo":  # token mean of a constant per sequence: the plain mean over sequences
-            pg_loss = surrogate.mean()
-        else:
-            pg_loss = _aggregate_tokens(torch.where(m, surrogate[:, None], zero), m, lengths, cfg.loss_type)
+        per_tok = torch.where(m, surrogate[:, None], zero)  # a sequence's loss counts once per token
         seq_w = w
         clip_frac = binds.to(dtype).mean()
-
+    if algorithm != "grpo" and cfg.loss_type == "grpo":  # token mean of a constant per sequence: the plain mean
+        pg_loss = surrogate.mean()
+        loss = pg_loss if kl_tok is None else pg_loss + cfg.cppo_beta * aggregate(kl_tok)
+    else:
+        pg_loss = aggregate(per_tok)
+        loss = pg_loss if kl_tok is None else aggregate(per_tok + cfg.cppo_beta * kl_tok)
     kl_seq = sampler_kl(lp_tok, lq_tok).sum(dim=1) / lengths
-    loss = pg_loss
-    if cfg.beta > 0:  # the authors' k3 penalty, exp(lq - lp) - (lq - lp) - 1 per token, with gradient through lp
-        diff = (lq_tok - lp_tok).clamp(max=KL_LOG_RATIO_CAP)  # zero on padding, so the term is zero there
-        loss = pg_loss + cfg.beta * ((torch.expm1(diff) - diff).sum(dim=1) / lengths).mean()
 
     with torch.no_grad():
         sw = seq_w.detach()

@@ -1,8 +1,8 @@
 """Row-level micro-batches by a token budget, each micro-batch's share of the step's loss, gradient-accumulation
 chunks of whole groups, and the merge of their diagnostics.
 
-Group statistics (advantages, GEPO's log E_q[q]) depend only on sampler data, so the loop computes them over
-whole groups first; rows can then be cut into micro-batches freely. A micro-batch holds at most
+Group statistics (advantages, GEPO's log E_q[q]) depend only on sampler data, so the loop computes them once per
+step first (`learner.step_stats`); rows can then be cut into micro-batches freely. A micro-batch holds at most
 `max_tokens` padded tokens (rows x (longest prompt + longest completion) in it); a row longer than the budget
 goes alone. Rows are ordered by length first so that rows of a similar length share a micro-batch (less padding).
 Scaling each micro-batch's mean loss by its share of the step's normaliser makes the accumulated gradient equal
@@ -39,16 +39,13 @@ def loss_share(aggregation: str, batch: list[int], chunk: list[int], step: list[
     gradient-accumulation chunk (whole groups: what `policy_loss` saw before the split) and of the whole step.
     By `learner.loss_type` (TRL's token aggregation): grpo (sequence mean) rows / step rows; bnpo (token mean of
     the chunk) chunk rows / step rows x tokens / chunk tokens; dapo (token mean of the whole step) tokens / step
-    tokens; dr_grpo (sum / (rows x padded length of the chunk)) rows x its padded length / (step rows x the
-    chunk's padded length). The optional `beta` KL term is a sequence mean and follows the grpo rule, so with
-    another aggregation and beta > 0 the split is exact only up to that difference in weighting.
+    tokens; dr_grpo (sum / (rows x max_completion_length), a constant) rows / step rows, as grpo. The optional
+    `cppo_beta` KL term is part of the per-token loss, aggregated the same way: the split stays exact.
     """
     if aggregation == "bnpo":
         return len(chunk) / len(step) * max(1, sum(batch)) / max(1, sum(chunk))
     if aggregation == "dapo":
         return max(1, sum(batch)) / max(1, sum(step))
-    if aggregation == "dr_grpo":
-        return len(batch) * max(1, max(batch)) / (len(step) * max(1, max(chunk)))
     return len(batch) / len(step)
 
 

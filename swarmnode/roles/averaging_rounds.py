@@ -53,8 +53,6 @@ class AveragingRounds:
         self._read_at = -float("inf")
         self.last_seen = time.monotonic()  # when another learner was last seen (or we started)
         self.grace = 2 * dht.record_ttl  # seeing none for this long makes a learner alone
-        learner.checkable = self.checkable
-        learner.local_versions = False
 
     def checkable(self, group: Any) -> bool:
         return group.lineage == self.me or int(group.policy_version) in self.shared_versions

@@ -18,6 +18,7 @@ from swarmnode.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSerie
 from swarmnode.health_record import LearnerHealth
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
+from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.journal import GroupJournal
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import StepsLog
@@ -56,17 +57,26 @@ class LearnerRole(NodeRole):
         averaging = averaging_enabled(cfg)  # groups made with any of the run's learners' versions are ours too
         buffer = ReplayBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
+        self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, soft_limit=4 * cfg.learner.buffer_size,
+                                    hard_limit=16 * cfg.learner.buffer_size)
+        self.rounds: AveragingRounds | None = None
+        loop = asyncio.get_running_loop()
+        hooks = LearnerHooks(
+            journal=self.journal,
+            # a group that poisoned a step or lied counts against its sender
+            on_poisoned=lambda group, reason: loop.call_soon_threadsafe(
+                self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}"),
+            # with averaging: what a learner that joins later downloads
+            on_publish=lambda version: self.rounds.averaging.share(version) if self.rounds else None,
+            checkable=lambda group: self.rounds.checkable(group) if self.rounds else True)
         self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, buffer, self.publisher,
                                    checkpoint_dir=self.data_dir / "checkpoints",
-                                   published_path=self.data_dir / PUBLISHED_FILE, publish_in_background=True)
+                                   published_path=self.data_dir / PUBLISHED_FILE, publish_in_background=True,
+                                   hooks=hooks, local_versions=not averaging)
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
-        self.journal = self.learner.journal = GroupJournal(self.data_dir / JOURNAL_FILE,
-                                                           soft_limit=4 * cfg.learner.buffer_size,
-                                                           hard_limit=16 * cfg.learner.buffer_size)
         if replayed := await asyncio.to_thread(self.journal.replay_into, buffer, limits):
             emit("acknowledged groups from before the restart: " +
                  ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
-        self.rounds: AveragingRounds | None = None
         if averaging:
             await self._start_averaging()
         if self.learner.version not in self.store.versions():
@@ -84,9 +94,6 @@ class LearnerRole(NodeRole):
                                         rate=rate, burst=2 * rate, full=lambda: len(buffer) >= high_water,
                                         # acks tell the newest version published (training may be ahead)
                                         version=lambda: self.publisher.newest, durable=self.inbox.durable)
-        loop = asyncio.get_running_loop()  # a group that poisoned a step or lied counts against its sender
-        self.learner.on_poisoned = lambda group, reason: loop.call_soon_threadsafe(
-            self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}")
         await self.receiver.start(self.p2p)
         self.member.update(version=lambda: self.learner.version)  # samplers send to learners holding a version:
         await self.member.publish()  # this one accepts groups from now on; they learn it now, not at the next beat
@@ -105,7 +112,6 @@ class LearnerRole(NodeRole):
                                      timeout=cfg.learner.averaging_timeout, trusted=cfg.learner.learner_keys,
                                      outer_lr=cfg.learner.averaging_outer_lr, version=self.learner.version)
         await asyncio.to_thread(averaging.start)
-        self.learner.on_publish = averaging.share  # what a learner that joins later downloads
         self.rounds = AveragingRounds(self.learner, averaging, self.dht, cfg, self.identity.peer_id, self.emit)
         await self.rounds.join()
 

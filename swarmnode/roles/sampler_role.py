@@ -24,7 +24,7 @@ from swarmnode.preflight import check_trust_root
 from swarmnode.progress import fetch_progress
 from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
 from swarmnode.sampler.engines import build_engine
-from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.sampler.loop import SamplerLoop, sampler_seed
 from swarmnode.swarm.follower import LivePeers, WeightFollower, WeightPuller
 from swarmnode.swarm.gossip import RolloutSender
 from swarmnode.swarm.membership import Membership
@@ -56,12 +56,13 @@ class SamplerRole(NodeRole):
         self.sender = RolloutSender(self.p2p, cfg.run_id, spread=True, window=cfg.network.push_window)  # several learners: each group to one
         await self.sender.start()
         emit("loading the model...")
-        engine = await self.compute.run(build_engine, cfg)
+        seed = sampler_seed(cfg.task.seed, identity.peer_id)  # its own prompts and samples (not another sampler's)
+        engine = await self.compute.run(functools.partial(build_engine, cfg, seed=seed))
         layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model),  # bounds manifests
                                 base_hash=engine.base_hash)  # adapter versions must be for this base
         sink: RolloutSink = self.sender.send
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
-        self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink)
+        self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink, seed=seed)
         check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
         if not cfg.learner.learner_keys:
             logger.warning("learner.accept_any_learner: trusting weights from whichever learner announces them")

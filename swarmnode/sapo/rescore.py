@@ -9,18 +9,23 @@ Nothing about the sender's model is trusted or assumed (it may be another size, 
   compared with the task's score of the text it sent, and a group with any difference is counted as a lie
   (the group is still used, with this node's rewards: the text itself may be fine);
 - the behaviour log-probs the loss sees follow `sapo.external_weighting`:
-  `on_policy` (SAPO): this node's current policy, computed now, so the importance ratio is 1 (gspo/grpo) and
-  GEPO's group expectation is taken under the current policy;
+  `on_policy` (SAPO): this node's current policy, computed now under the learner's own precision (its
+  autocast), so the importance ratio is 1 up to rounding (gspo/grpo) and GEPO's group expectation is taken
+  under the current policy;
   `sender_likelihood` (GEPO-style): the sender's sequence log-likelihood of the text spread evenly over this
   node's tokens of it, so the length-normalised LQ the loss computes is log q(y) / |y| in this node's tokens
   and the sequence-level weight is (p(y) / q(y))^(1/|y|); GEPO's denominator E_q[q] is then the group
-  expectation under the sender's likelihoods. Meant for the sequence-level losses (gepo, gspo).
+  expectation under the sender's likelihoods. The group carries the sender's temperature (q was taken at it,
+  so p is too). Only for the sequence-level losses (the config refuses it with token-level weights), and a
+  group with a completion longer than this node's `max_completion_length` is refused (counted
+  `truncated_likelihood`): the sender's likelihood is of the whole text, not of the part kept.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Callable
+import contextlib
+from typing import Callable, ContextManager
 
 import torch
 
@@ -37,8 +42,12 @@ class Rescorer:
     """Turns peers' text groups into this node's training groups (see the module docstring); counts refusals."""
 
     def __init__(self, model, tokenizer, task: Task, cfg: NodeConfig,
-                 prompt_tokens: Callable[[str], list[int]], version: Callable[[], int]):
+                 prompt_tokens: Callable[[str], list[int]], version: Callable[[], int],
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext):
+        """`autocast`: the learner's precision context (`Precision.autocast`), so that on-policy behaviour
+        log-probs are computed exactly as the learner computes its own."""
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self.autocast = autocast
         self.prompt_tokens, self.version = prompt_tokens, version
         self.weighting = cfg.sapo.external_weighting
         self.eval_ids = {p.prompt_id for p in task.eval_prompts()}
@@ -62,7 +71,7 @@ class Rescorer:
             out.append(RolloutGroup(
                 run_id=group.run_id, group_id=group.group_id, prompt_id=group.prompt_id,
                 prompt_tokens=prompt_tokens, completions=completions, logprobs=lq,
-                temperature=self.cfg.sampler.temperature, rewards=rewards, policy_version=self.version(),
+                temperature=self._temperature(group), rewards=rewards, policy_version=self.version(),
                 lineage=group.model_id, sampler_id=group.sampler_id, created_at=group.created_at, signature=b"",
             ))
         return out
@@ -89,10 +98,17 @@ class Rescorer:
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             if finished and self.eos is not None:
                 ids.append(self.eos)
+            if len(ids) > limit and self.weighting == "sender_likelihood":
+                self.rejected["truncated_likelihood"] += 1  # the sender's likelihood is of the whole text
+                return None
             completions.append(ids[:limit])
         texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
         rewards = [float(self.task.reward(prompt, t)) for t in texts]
         return self.prompt_tokens(prompt.text), completions, rewards
+
+    def _temperature(self, group: TextRolloutGroup) -> float:
+        """The temperature the group's behaviour log-probs were taken at (the learner computes p at it too)."""
+        return float(group.temperature) if self.weighting == "sender_likelihood" else self.cfg.sampler.temperature
 
     def _behaviour(self, prompts: list[list[int]], completions: list[list[list[int]]],
                    groups: list[TextRolloutGroup]) -> list[list[list[float]]]:
@@ -105,12 +121,12 @@ class Rescorer:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.autocast():
                 logp, _ = completion_logprobs(self.model, rows_p, rows_c, self.cfg.sampler.temperature,
                                               self.tokenizer.pad_token_id)
         finally:
             self.model.train(was_training)
-        logp = logp.cpu().tolist()
+        logp = logp.float().cpu().tolist()
         out, i = [], 0
         for comps in completions:
             out.append([logp[i + k][: len(c)] for k, c in enumerate(comps)])
