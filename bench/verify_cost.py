@@ -2,7 +2,7 @@
 rate).
 
 Runs `train-local` (sampler and learner in one process, on-policy, so every group is checkable) for `--steps`
-learner steps at each verification fraction (0 = the baseline, the default `learner.verify_fraction`, and 1.0 for
+learner steps at each verification fraction (0 = the baseline, the default `trust.verify_fraction`, and 1.0 for
 scale), timing only the learner's steps, and reports the time spent recomputing log-probs as a share of the
 learner's time, and each run's learner seconds per step against the baseline's (same process, same seed).
 
@@ -27,7 +27,7 @@ from swarmnode.local_trainer import LocalTrainer  # noqa: E402
 
 
 def run(fraction: float, steps: int, sets: list[str]) -> dict:
-    cfg = load_config("tiny-cpu", [*sets, f"learner.verify_fraction={fraction}"])
+    cfg = load_config("tiny-cpu", [*sets, f"trust.verify_fraction={fraction}"])
     trainer = LocalTrainer(cfg, staleness=0, progress=None, seed=0)
     step, spent = trainer.learner.step, [0.0]
 

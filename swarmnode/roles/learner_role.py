@@ -63,9 +63,15 @@ class LearnerRole(NodeRole):
         self.journal = self.learner.journal = GroupJournal(self.data_dir / JOURNAL_FILE,
                                                            soft_limit=4 * cfg.learner.buffer_size,
                                                            hard_limit=16 * cfg.learner.buffer_size)
+        # every version a group may claim stays checkable: kept on disk for the window, and back in memory now
+        if self.learner.verifier.enabled:
+            self.store.keep_versions = max(self.store.keep_versions, self.learner.verifier.window)
+            for version in self.store.versions():
+                self.learner.verifier.remember(version, await asyncio.to_thread(_copied, self.store.state_dict(version)))
         if replayed := await asyncio.to_thread(self.journal.replay_into, buffer, limits):
             emit("acknowledged groups from before the restart: " +
                  ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
+        self.replayed = {g.group_id for g in buffer.held()}  # checkpointed once trained: a second crash keeps them
         self.rounds: AveragingRounds | None = None
         if averaging:
             await self._start_averaging()
@@ -85,8 +91,7 @@ class LearnerRole(NodeRole):
                                         # acks tell the newest version published (training may be ahead)
                                         version=lambda: self.publisher.newest, durable=self.inbox.durable)
         loop = asyncio.get_running_loop()  # a group that poisoned a step or lied counts against its sender
-        self.learner.on_poisoned = lambda group, reason: loop.call_soon_threadsafe(
-            self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}")
+        self.learner.on_poisoned = lambda group, reason: loop.call_soon_threadsafe(self._poisoned, group, reason)
         await self.receiver.start(self.p2p)
         self.member.update(version=lambda: self.learner.version)  # samplers send to learners holding a version:
         await self.member.publish()  # this one accepts groups from now on; they learn it now, not at the next beat
@@ -98,11 +103,18 @@ class LearnerRole(NodeRole):
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
 
+    def _poisoned(self, group, reason: str) -> None:
+        """A group that poisoned a step or lied counts against its sender; a caught liar is named in the log."""
+        self.receiver.strike(group.sampler_id, f"{reason}: group {group.group_id[:12]}")
+        if reason.startswith("logprob_mismatch"):
+            self.emit(f"caught sampler {group.sampler_id} claiming version {group.policy_version}: {reason}; "
+                      f"{self.learner.rejected['liar_buffered']} buffered groups of caught samplers dropped so far")
+
     async def _start_averaging(self) -> None:
         """Start this learner's hivemind averager and take a newer state from another learner, if one has it."""
         cfg = self.cfg
         averaging = LearnerAveraging(self.learner.trainable, self.dht, cfg.run_id, group_size=cfg.learner.max_learners,
-                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.learner.learner_keys,
+                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.trust.learner_keys,
                                      outer_lr=cfg.learner.averaging_outer_lr, version=self.learner.version)
         await asyncio.to_thread(averaging.start)
         self.learner.on_publish = averaging.share  # what a learner that joins later downloads
@@ -128,6 +140,9 @@ class LearnerRole(NodeRole):
                     continue
                 if self.rounds is not None:
                     await self.rounds.after_step()
+                if self.replayed and not self.replayed.intersection(g.group_id for g in self.learner.buffer.held()):
+                    self.replayed = set()  # the groups replayed after a crash are trained: keep them trained
+                    await self.compute.run(self.learner.save)
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_log.write(record)
                 self.series.add(record["version"], record)
@@ -209,6 +224,11 @@ class LearnerRole(NodeRole):
             "max_staleness": self.cfg.sync.max_staleness,
             **(self.rounds.health() if self.rounds is not None else {}),
         }
+
+
+def _copied(state: dict) -> dict:
+    """CPU copies of a stored version's tensors (the store hands views of its buffer)."""
+    return {k: v.clone() for k, v in state.items()}
 
 
 class _Progress:
