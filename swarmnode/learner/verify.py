@@ -88,6 +88,7 @@ class SpotChecker:
         self.scores: dict[str, float] = {}  # sampler id -> EMA of the per-group mismatch
         self.clean: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> clean checks in a row
         self.caught: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> times caught
+        self.passed: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> groups let through (unchecked or clean)
         self.counts: Counter[str] = Counter()  # "checked", "rejected", "uncheckable"
         self.seconds = 0.0  # time spent recomputing (for the cost bench)
 
@@ -127,6 +128,7 @@ class SpotChecker:
     def decide(self, sampler_id: str, version: int, current: int, exact_weights: bool) -> str:
         """CHECK, SKIP (not drawn) or UNCHECKABLE (drawn, but the claimed version's weights are not kept)."""
         if not self.enabled or self.rng.random() >= self.rate(sampler_id):
+            self.passed.put(sampler_id, self.passed.get(sampler_id, 0) + 1)
             return SKIP
         if version in self.kept or (version == current and exact_weights):
             return CHECK
@@ -163,6 +165,7 @@ class SpotChecker:
         self.counts["checked"] += 1
         if mismatch <= self.tolerance:
             self.clean.put(sampler_id, self.clean.get(sampler_id, 0) + 1)
+            self.passed.put(sampler_id, self.passed.get(sampler_id, 0) + 1)
             return True
         self.counts["rejected"] += 1
         self.clean.put(sampler_id, 0)

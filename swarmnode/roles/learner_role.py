@@ -107,8 +107,10 @@ class LearnerRole(NodeRole):
         """A group that poisoned a step or lied counts against its sender; a caught liar is named in the log."""
         self.receiver.strike(group.sampler_id, f"{reason}: group {group.group_id[:12]}")
         if reason.startswith("logprob_mismatch"):
+            passed = self.learner.verifier.passed.get(group.sampler_id, 0)
             self.emit(f"caught sampler {group.sampler_id} claiming version {group.policy_version}: {reason}; "
-                      f"{self.learner.rejected['liar_buffered']} buffered groups of caught samplers dropped so far")
+                      f"{passed} of its groups passed to training so far; "
+                      f"{self.learner.rejected['liar_buffered']} buffered groups of caught samplers dropped")
 
     async def _start_averaging(self) -> None:
         """Start this learner's hivemind averager and take a newer state from another learner, if one has it."""
