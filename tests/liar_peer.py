@@ -1,8 +1,7 @@
 """A sampler that lies about behaviour log-probs, as a hostile peer runs it against a live learner: it samples real
 groups with the run's model (its own copy, never updated), adds `shift` nats to every claimed log-prob (at most 0, as
-the wire format requires) and claims the version `behind` versions below the newest one the learner's acks
-name. A real p2pd in the caller's process;
-every push is acknowledged by the learner like an honest sampler's."""
+the wire format requires) and claims the version `behind` versions below the newest one the learner's acks name.
+A real p2pd in the caller's process; every push is acknowledged by the learner like an honest sampler's."""
 
 from __future__ import annotations
 
