@@ -22,7 +22,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from swarmnode.config import LearnerConfig, load_config  # noqa: E402
+from swarmnode.config import TrustConfig, load_config  # noqa: E402
 from swarmnode.local_trainer import LocalTrainer  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     sets = ["learner.device=cpu", "sampler.device=cpu"]
-    default = LearnerConfig().verify_fraction
+    default = TrustConfig().verify_fraction
     runs = [run(f, args.steps, sets) for f in (0.0, default, 1.0)]
     base = runs[0]["learner_seconds"] / max(1, runs[0]["steps"])
     for r in runs:

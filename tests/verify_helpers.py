@@ -12,10 +12,11 @@ from swarmnode.logprobs import _prepare
 
 
 def bf16_logprobs(model, prompt_tokens: list[int], completions: list[list[int]], temperature: float, pad_id: int,
-                  whole_forward: bool = False, logit_scale: float = 1.0) -> tuple[list[list[float]], list[list[float]]]:
+                  whole_forward: bool = False, logit_scale: float = 1.0,
+                  bf16_model=None) -> tuple[list[list[float]], list[list[float]]]:
     """(bf16-like claimed log-probs, fp32 reference log-probs) per completion, each at `logit_scale` x the
-    model's logits."""
-    net = copy.deepcopy(model).to(torch.bfloat16) if whole_forward else model
+    model's logits; `whole_forward` runs the claims' forward in `bf16_model` (default: a bf16 copy of `model`)."""
+    net = (bf16_model or copy.deepcopy(model).to(torch.bfloat16)) if whole_forward else model
     prompts = [prompt_tokens] * len(completions)
     ids, attn, position_ids, mask, T, temps = _prepare(model, prompts, completions, temperature, pad_id)
     with torch.no_grad():

@@ -90,6 +90,9 @@ class ReplayBuffer:
         self.counters: Counter[str] = Counter()
         self.drawn = 0
         self.skipped: tuple[int, int, int] | None = None  # the last restart's (announced, checkpoint, resumed)
+        self.replayed: set[str] = set()  # held groups replayed after a restart (drawn first)
+        self.replay_outcome: Counter[str] = Counter()  # replayed groups "trained" (drawn) or "dropped"
+        self.readmitted: set[str] = set()  # every group replayed since this buffer was made (drawn or not)
         self._lock = threading.RLock()
 
     @classmethod
@@ -136,7 +139,7 @@ class ReplayBuffer:
         """Remove every held group of `sampler_id` (a sampler caught lying); how many, counted `liar`."""
         mine = [gid for gid, g in self._groups.items() if g.sampler_id == sampler_id]
         for gid in mine:
-            self._remove(gid)
+            self._remove(gid, drawn=False)
         self.counters["liar"] += len(mine)
         return len(mine)
 
@@ -152,7 +155,10 @@ class ReplayBuffer:
         (it was within them when acknowledged: the buffer may hold more than its capacity until it is drawn).
         A group already in the buffer is still a duplicate."""
         reason = "duplicate" if group.group_id in self._groups else self._judge(group, dedup=False, quota=False)
-        return self._admit(group, reason, evict=False)
+        if self._admit(group, reason, evict=False) == ACCEPTED:
+            self.replayed.add(group.group_id)
+            self.readmitted.add(group.group_id)
+        return reason
 
     @_locked
     def held(self) -> list[_Group]:
@@ -189,8 +195,12 @@ class ReplayBuffer:
         while len(self._seen) > self._seen_cap:
             self._seen.popitem(last=False)
 
-    def _remove(self, group_id: str) -> _Group:
+    def _remove(self, group_id: str, drawn: bool = True) -> _Group:
+        """Take a group out (drawn for training, or dropped: `drawn=False`); a replayed one's fate is counted."""
         group = self._groups.pop(group_id)
+        if group_id in self.replayed:
+            self.replayed.discard(group_id)
+            self.replay_outcome["trained" if drawn else "dropped"] += 1
         self._per_sampler[group.sampler_id] -= 1
         if self._per_sampler[group.sampler_id] <= 0:
             del self._per_sampler[group.sampler_id]
@@ -198,7 +208,7 @@ class ReplayBuffer:
 
     def _evict_stalest(self) -> None:
         victim = min(self._groups.values(), key=lambda g: g.policy_version)  # oldest arrival among equals
-        self._remove(victim.group_id)
+        self._remove(victim.group_id, drawn=False)
         self.counters["evicted"] += 1
 
     @_locked
@@ -206,17 +216,21 @@ class ReplayBuffer:
         """Move the learner's version; drops (and counts as aged_out) groups now staler than the bound."""
         self.version = int(v)
         for gid in [gid for gid, g in self._groups.items() if self.staleness(g) > self.max_staleness]:
-            self._remove(gid)
+            self._remove(gid, drawn=False)
             self.counters["aged_out"] += 1
 
     @_locked
     def draw(self, n: int) -> list[_Group]:
-        """Remove and return up to `n` groups: newest policy version first, or oldest arrival first."""
+        """Remove and return up to `n` groups: those replayed after a restart (`readmit`) first (they were
+        acknowledged before the crash: fresher arrivals must not starve them until they age out), then newest
+        policy version first, or oldest arrival first."""
+        picked = [gid for gid in self._groups if gid in self.replayed][:n]
+        rest = [gid for gid in self._groups if gid not in self.replayed] if picked else list(self._groups)
         if self.draw_order == "oldest":
-            picked = list(self._groups)[:n]
+            picked += rest[: n - len(picked)]
         else:  # newest version first; among equal versions the latest arrival first
-            order = list(reversed(self._groups.items()))
-            picked = [gid for gid, _ in sorted(order, key=lambda kv: -kv[1].policy_version)[:n]]
+            newest = sorted(reversed(rest), key=lambda gid: -self._groups[gid].policy_version)
+            picked += newest[: n - len(picked)]
         self.drawn += len(picked)
         return [self._remove(gid) for gid in picked]
 

@@ -249,7 +249,10 @@ class LearnerLoop:
                                         self._weights_published)
         if decision == SKIP:
             return True
-        if decision != CHECK:
+        if decision != CHECK:  # acknowledged before a restart, whose version's weights died with the process:
+            if group.group_id in self.buffer.readmitted:  # trained (the alternative is losing acknowledged work)
+                self.rejected["replayed_unchecked"] += 1
+                return True
             self.rejected["uncheckable"] += 1
             return False
         current = self.version if self._weights_published else None

@@ -18,7 +18,7 @@ from swarmnode.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSerie
 from swarmnode.health_record import LearnerHealth
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
-from swarmnode.learner.journal import GroupJournal
+from swarmnode.learner.journal import GroupJournal, journal_limits
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import StepsLog
 from swarmnode.swarm.membership import Membership
@@ -60,9 +60,7 @@ class LearnerRole(NodeRole):
                                    checkpoint_dir=self.data_dir / "checkpoints",
                                    published_path=self.data_dir / PUBLISHED_FILE, publish_in_background=True)
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
-        self.journal = self.learner.journal = GroupJournal(self.data_dir / JOURNAL_FILE,
-                                                           soft_limit=4 * cfg.learner.buffer_size,
-                                                           hard_limit=16 * cfg.learner.buffer_size)
+        self.journal = self.learner.journal = GroupJournal(self.data_dir / JOURNAL_FILE, **journal_limits(cfg))
         # every version a group may claim stays checkable: kept on disk for the window, and back in memory now
         if self.learner.verifier.enabled:
             self.store.keep_versions = max(self.store.keep_versions, self.learner.verifier.window)
@@ -71,7 +69,7 @@ class LearnerRole(NodeRole):
         if replayed := await asyncio.to_thread(self.journal.replay_into, buffer, limits):
             emit("acknowledged groups from before the restart: " +
                  ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
-        self.replayed = {g.group_id for g in buffer.held()}  # checkpointed once trained: a second crash keeps them
+        self.replay_pending = bool(buffer.replayed)  # checkpointed once drawn: a second crash keeps their steps
         self.rounds: AveragingRounds | None = None
         if averaging:
             await self._start_averaging()
@@ -102,6 +100,15 @@ class LearnerRole(NodeRole):
                             **self._health_extras())
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
+
+    async def _replay_done(self) -> None:
+        """Every group replayed after a restart was drawn or dropped: say how many of each, and checkpoint now, so
+        a second crash does not lose the steps they trained again."""
+        self.replay_pending = False
+        outcome = self.learner.buffer.replay_outcome
+        await self.compute.run(self.learner.save)
+        self.emit(f"groups replayed after the restart: {outcome['trained']} trained, {outcome['dropped']} dropped; "
+                  f"checkpoint at step {self.learner.step_count}")
 
     def _poisoned(self, group, reason: str) -> None:
         """A group that poisoned a step or lied counts against its sender; a caught liar is named in the log."""
@@ -142,9 +149,8 @@ class LearnerRole(NodeRole):
                     continue
                 if self.rounds is not None:
                     await self.rounds.after_step()
-                if self.replayed and not self.replayed.intersection(g.group_id for g in self.learner.buffer.held()):
-                    self.replayed = set()  # the groups replayed after a crash are trained: keep them trained
-                    await self.compute.run(self.learner.save)
+                if self.replay_pending and not self.learner.buffer.replayed:
+                    await self._replay_done()
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_log.write(record)
                 self.series.add(record["version"], record)
@@ -211,7 +217,7 @@ class LearnerRole(NodeRole):
         """Groups refused, by reason: at the door (invalid, duplicate, stale...) and by the learner's checks."""
         out = {k: v for k, v in self.receiver.statuses.items() if k not in ("ok", FULL) and v}
         for reason, count in self.learner.rejected.items():
-            if reason != "reward_hint_mismatch" and count:  # a hint mismatch is counted, not refused
+            if reason not in ("reward_hint_mismatch", "replayed_unchecked") and count:  # counted, not refused
                 out[reason] = out.get(reason, 0) + int(count)
         return out
 
