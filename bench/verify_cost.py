@@ -2,7 +2,7 @@
 rate).
 
 Runs `train-local` (sampler and learner in one process, on-policy, so every group is checkable) for `--steps`
-learner steps at each verification fraction (0 = the baseline, the default `learner.verify_fraction`, and 1.0 for
+learner steps at each verification fraction (0 = the baseline, the default `trust.verify_fraction`, and 1.0 for
 scale), timing only the learner's steps, and reports the time spent recomputing log-probs as a share of the
 learner's time, and each run's learner seconds per step against the baseline's (same process, same seed).
 
@@ -22,12 +22,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from swarmnode.config import LearnerConfig, load_config  # noqa: E402
+from swarmnode.config import TrustConfig, load_config  # noqa: E402
 from swarmnode.local_trainer import LocalTrainer  # noqa: E402
 
 
 def run(fraction: float, steps: int, sets: list[str]) -> dict:
-    cfg = load_config("tiny-cpu", [*sets, f"learner.verify_fraction={fraction}"])
+    cfg = load_config("tiny-cpu", [*sets, f"trust.verify_fraction={fraction}"])
     trainer = LocalTrainer(cfg, staleness=0, progress=None, seed=0)
     step, spent = trainer.learner.step, [0.0]
 
@@ -54,7 +54,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     sets = ["learner.device=cpu", "sampler.device=cpu"]
-    default = LearnerConfig().verify_fraction
+    default = TrustConfig().verify_fraction
     runs = [run(f, args.steps, sets) for f in (0.0, default, 1.0)]
     base = runs[0]["learner_seconds"] / max(1, runs[0]["steps"])
     for r in runs:

@@ -150,13 +150,14 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
          metrics_port: Optional[int] = MetricsPortOpt,
          insecure_accept_any_learner: bool = typer.Option(
              False, "--insecure-accept-any-learner",
-             help="with no learner.learner_keys, load weights from whichever key announces them (local tests only)"),
+             help="with no trust.learner_keys, load weights from whichever key announces them (local tests only)"),
          ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
-    from swarmnode.preflight import check_node, check_peer_addresses, check_ports, check_trust_root
+    from swarmnode.config.trust import check_trust_root
+    from swarmnode.preflight import check_node, check_peer_addresses, check_ports
 
     cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
-                                                     "learner.accept_any_learner": insecure_accept_any_learner or None},
+                                                     "trust.accept_any_learner": insecure_accept_any_learner or None},
                           **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout))
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
@@ -180,7 +181,7 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
 @app.command()
 def identity(identity_path: str = typer.Option(..., "--identity-path", help="the key file (created if missing)")
              ) -> None:
-    """Print the peer id of an identity key file: what samplers list in learner.learner_keys for a learner."""
+    """Print the peer id of an identity key file: what samplers list in trust.learner_keys for a learner."""
     from swarmnode.identity import Identity
 
     typer.echo(Identity.load_or_create(identity_path).peer_id)

@@ -160,7 +160,7 @@ def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str],
     resolve_model_path(cfg.model, cfg.task, progress=say)
     keys = [Identity.load_or_create(root / f"{name}.key").peer_id for name in learner_names(learners)]
     several = [f"learner.max_learners={learners}"] if learners > 1 else []
-    return [*sets, f"learner.learner_keys=[{','.join(keys)}]", *several]  # samplers trust only these learners
+    return [*sets, f"trust.learner_keys=[{','.join(keys)}]", *several]  # samplers trust only these learners
 
 
 def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print,

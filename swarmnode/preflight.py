@@ -69,17 +69,6 @@ def check_engine(cfg: NodeConfig) -> None:
             "--set sampler.engine=hf (or --role learner on a machine that only trains)")
 
 
-def check_trust_root(cfg: NodeConfig) -> None:
-    """A node that may sample knows whose weights to load: `learner.learner_keys`, or an explicit insecure opt-out
-    (a sampler would otherwise load weights from any key that announces a version)."""
-    if cfg.role == "learner" or cfg.learner.learner_keys or cfg.learner.accept_any_learner:
-        return
-    raise UsageError("learner.learner_keys is empty: a sampler loads weights only from the run's designated "
-                     "learners; add --set learner.learner_keys=[PEER_ID] (`swarmnode identity --identity-path "
-                     "LEARNER_KEY` prints a learner's peer id), or join with --role learner; "
-                     "for a throwaway local run, --insecure-accept-any-learner")
-
-
 def check_node(cfg: NodeConfig) -> None:
     """Everything `join` can check quickly before it dials the swarm."""
     check_task(cfg)

@@ -154,7 +154,7 @@ class LocalSwarm:
              extra: list[str] | None = None, env: dict[str, str] | None = None,
              initial_peers: list[str] | None = None, work: bool = False) -> NodeProc:
         """A joined node; `work=False` (default) advertises the role with `--idle` (no model, no role loop). A
-        working sampler trusts the working learners joined before it (`learner.learner_keys`), unless `extra`
+        working sampler trusts the working learners joined before it (`trust.learner_keys`), unless `extra`
         says otherwise."""
         peers = initial_peers or [self.initial_peers]
         key = identity or self.root / f"{name}.key"
@@ -162,7 +162,7 @@ class LocalSwarm:
         if work and role == "learner":
             self.learner_keys.append(Identity.load_or_create(key).peer_id)
         elif work and not any("learner_keys" in a or "accept-any" in a for a in extra or []):
-            trust = (["--set", f"learner.learner_keys=[{','.join(self.learner_keys)}]"] if self.learner_keys
+            trust = (["--set", f"trust.learner_keys=[{','.join(self.learner_keys)}]"] if self.learner_keys
                      else ["--insecure-accept-any-learner"])
         args = ["join", *self._set_args(), "--role", role, "--host-maddrs", LOOPBACK, *([] if work else ["--idle"]),
                 "--identity-path", str(key), *trust, *(extra or [])]

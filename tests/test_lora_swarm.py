@@ -21,7 +21,7 @@ from swarmnode.sampler.lora import PeftAdapter
 from swarmnode.swarm.weights import ModelLayout, WeightStore
 
 LORA = ["learner.lora.enabled=true", "learner.lora.r=4", "learner.lora.alpha=8", "learner.learning_rate=1e-2",
-        "learner.warmup_steps=100", "learner.verify_fraction=1.0", "learner.verify_tolerance=1e-5",
+        "learner.warmup_steps=100", "trust.verify_fraction=1.0", "trust.verify_tolerance=1e-5",
         "learner.keep_versions=100"]
 
 

@@ -203,7 +203,7 @@ def test_forged_records_are_rejected_and_never_shown():
 
 async def _versions_scenario():
     learner, intruder = Identity.generate(), Identity.generate()
-    node = await SwarmDHT.create(cfg_with(f"learner.learner_keys=[{learner.peer_id}]"), learner)
+    node = await SwarmDHT.create(cfg_with(f"trust.learner_keys=[{learner.peer_id}]"), learner)
     try:
         assert await node.newest_version() is None
         await node.announce_version(3, {"manifest": "abc", "bytes": 10})
@@ -211,7 +211,7 @@ async def _versions_scenario():
         await node.publish_peer(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
         boot = str((await node.p2p.get_visible_maddrs())[0])
         other = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]",
-                                               f"learner.learner_keys=[{learner.peer_id}]"), intruder)
+                                               f"trust.learner_keys=[{learner.peer_id}]"), intruder)
         try:
             await other.announce_version(99, {"manifest": "evil"})  # valid record, but not from a learner key
             newest = await other.newest_version()
@@ -323,7 +323,7 @@ def test_unreachable_bootstrap_names_peer_retries_and_exits(tmp_path):
     result = subprocess.run(
         swarmnode_cmd("join", *[a for s in FAST_NET for a in ("--set", s)], "--host-maddrs", LOOPBACK,
                       "--identity-path", str(tmp_path / "k.key"), "--initial-peers", ghost, "--startup-timeout", "3",
-                      "--set", f"learner.learner_keys=[{Identity.generate().peer_id}]"),
+                      "--set", f"trust.learner_keys=[{Identity.generate().peer_id}]"),
         capture_output=True, text=True, timeout=60,
     )
     elapsed = time.monotonic() - start

@@ -58,7 +58,7 @@ def test_two_learners_average_publish_one_version_survive_a_kill_and_rejoin(tmp_
     keys = {name: tmp_path / f"{name}.key" for name in ("la", "lb")}
     ids = [Identity.load_or_create(key).peer_id for key in keys.values()]
     dirs = {name: tmp_path / name for name in keys}
-    sets = [a for s in [*AVERAGING, f"learner.learner_keys=[{','.join(ids)}]"] for a in ("--set", s)]
+    sets = [a for s in [*AVERAGING, f"trust.learner_keys=[{','.join(ids)}]"] for a in ("--set", s)]
 
     def learner(name: str, swarm: LocalSwarm, proc_name: str | None = None):
         return swarm.join(proc_name or name, "learner", work=True, env=NODE_ENV, identity=keys[name],

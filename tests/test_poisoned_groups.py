@@ -53,7 +53,8 @@ def make_loop(cfg, parts, publish=None, hooks: LearnerHooks | None = None) -> Le
 
 @pytest.mark.parametrize("loss_type", ["gepo", "grpo"])
 def test_absurd_logprobs_cost_only_their_group(cfg, parts, loss_type):
-    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"loss_type": loss_type})})
+    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"loss_type": loss_type}),
+                               "trust": cfg.trust.model_copy(update={"verify_fraction": 0.0})})  # no spot check
     reported: list[str] = []
     loop = make_loop(c, parts, hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append(g.sampler_id)))
     honest = signal_groups(c, parts, 4)
@@ -84,7 +85,7 @@ def test_held_out_eval_prompts_are_refused(cfg, parts):
 
 
 def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts):
-    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"verify_fraction": 1.0})})
+    c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update={"verify_fraction": 1.0})})
     reported: list[tuple[str, str]] = []
     loop = make_loop(c, parts, publish=lambda version, state: None,
                      hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append((g.sampler_id, reason))))
@@ -100,12 +101,10 @@ def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts
     assert diag is not None and diag["groups"] == 3.0  # the lie was dropped before training
     assert loop.rejected["logprob_mismatch"] == 1 and [r[0] for r in reported] == [liar.peer_id]
     scores = loop.verifier.scores
-    assert scores[liar.peer_id] > c.learner.verify_tolerance and scores[honest[1].sampler_id] < 1e-3
+    assert scores[liar.peer_id] > c.trust.verify_tolerance and scores[honest[1].sampler_id] < 1e-3
     assert loop.verifier.counts == {"checked": 4, "rejected": 1}
-    # only versions whose exact weights the learner holds are checked: the current one until a step moves the
-    # weights, and the last few it published (kept)
+    # every version the learner published in the window is kept; the current one is its live weights
     assert loop.version == 1 and sorted(loop.verifier.kept) == [0, 1]
-    assert loop.verifier.wants(0, 1, False) and not loop.verifier.wants(2, 2, False)
     stale_lie = copy_of(honest[1], liar, logprobs=[[-0.01] * len(x) for x in honest[1].completions])
     assert loop.verifier.mismatch(loop.model, stale_lie, loop.tokenizer.pad_token_id, loop.precision.autocast, 1) > 0.1
     assert loop.verifier.mismatch(loop.model, honest[1], loop.tokenizer.pad_token_id, loop.precision.autocast, 1) < 1e-3

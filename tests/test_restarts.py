@@ -76,3 +76,36 @@ def test_a_restarted_bootstrap_is_contacted_again(tmp_path):
                 break
             time.sleep(1)
         assert ids <= seen, f"the restarted bootstrap sees {len(seen & ids)} of the 2 nodes"
+
+
+@pytest.mark.slow  # a bootstrap, a sampler and three learner lives: ~3 min on 2 cores
+def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_those_steps(tmp_path):
+    data = tmp_path / "learner"
+    # no periodic checkpoint: only the journal's soft limit (what a restart can train again) makes them
+    no_checkpoint = ["--set", "learner.checkpoint_every=100000"]
+    steps_file = data / "learner_steps.jsonl"
+    with LocalSwarm(tmp_path) as swarm:
+        first = start_learner_and_sampler(swarm, tmp_path, *no_checkpoint)
+        # more versions than sync.max_staleness (16): by their numbers, the first groups are stale at the restart
+        wait_rows(steps_file, lambda rows: len(rows) >= 30, 240, "30 learner steps")
+        first.stop(signal.SIGKILL)
+        acknowledged = len((data / "seen_groups").read_text().splitlines())
+
+        again = swarm.join("learner-again", "learner", **learner_args(tmp_path, *no_checkpoint))
+        replay = again.wait_line("acknowledged groups from before the restart:", 120)
+        at_risk = sum(int(n) for n, _ in re.findall(r"(\d+) (\w+)", replay))  # acknowledged after the checkpoint
+        assert 0 < at_risk <= acknowledged, (replay, acknowledged)
+        done = again.wait_line("groups replayed after the restart:", 300)
+        match = re.fullmatch(r"(\d+) trained, (\d+) dropped; checkpoint at step (\d+)", done)
+        assert match, done
+        trained, checkpoint_step = int(match.group(1)), int(match.group(3))
+        assert trained >= 0.95 * at_risk, (replay, done, again.stdout()[-2000:])
+
+        seen = len(steps(steps_file))
+        wait_rows(steps_file, lambda rows: len(rows) >= seen + 3, 120, "3 steps after the replay")
+        again.stop(signal.SIGKILL)  # a second kill before the next periodic checkpoint
+        seen = len(steps(steps_file))
+        third = swarm.join("learner-third", "learner", **learner_args(tmp_path, *no_checkpoint))
+        third.wait_line("learner ready:", 120)
+        after = wait_rows(steps_file, lambda rows: len(rows) >= seen + 1, 180, "a step after the second restart")
+        assert after[seen]["step"] == checkpoint_step + 1, (after[seen], checkpoint_step)  # not back to step 1

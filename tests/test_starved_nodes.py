@@ -35,7 +35,7 @@ def test_sampler_waits_for_a_learner_and_learner_idle_time_counts_only_waiting(t
         swarm.bootstrap()
         sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV, identity=sampler_key,
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 's'}",
-                                    "--set", f"learner.learner_keys=[{learner_id}]"])
+                                    "--set", f"trust.learner_keys=[{learner_id}]"])
         # alone, the sampler holds generation instead of making groups nobody receives
         held = wait_for(lambda: (h := health_of(swarm, sampler_id)) and h.get("paused") == NO_LEARNER and h, 60,
                         "the sampler to report it waits for a learner", sampler.stderr)

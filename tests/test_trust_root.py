@@ -1,4 +1,4 @@
-"""Samplers load weights only from the run's designated learners (`learner.learner_keys`): a sampler with none
+"""Samplers load weights only from the run's designated learners (`trust.learner_keys`): a sampler with none
 is refused before it joins, and a learner not among the keys never gets its weights loaded (real bootstrap,
 learner and sampler processes on 127.0.0.1)."""
 
@@ -24,7 +24,7 @@ def test_a_node_that_may_sample_needs_learner_keys(role):
                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert result.returncode == ExitCode.USAGE and "ready" not in result.stdout, result.stderr[-2000:]
-    assert len(errors) == 1 and "learner.learner_keys is empty" in errors[0], result.stderr[-2000:]
+    assert len(errors) == 1 and "trust.learner_keys is empty" in errors[0], result.stderr[-2000:]
     assert "--insecure-accept-any-learner" in errors[0] and "Traceback" not in result.stderr
 
 
@@ -48,7 +48,7 @@ def test_weights_of_a_learner_not_designated_are_never_loaded(tmp_path):
                               extra=[*WORK, "--set", f"data_dir={tmp_path / 'trusting'}"])
         wary = swarm.join("wary", "sampler", work=True, env=NODE_ENV,
                           extra=[*WORK, "--set", f"data_dir={tmp_path / 'wary'}",
-                                 "--set", f"learner.learner_keys=[{stranger}]"])
+                                 "--set", f"trust.learner_keys=[{stranger}]"])
         ids = {name: Identity.load_or_create(tmp_path / f"{name}.key").peer_id for name in ("learner", "trusting",
                                                                                              "wary")}
         deadline = time.monotonic() + 240

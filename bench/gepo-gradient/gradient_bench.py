@@ -57,7 +57,7 @@ VARIANTS = {
 def configure(args) -> NodeConfig:
     sets = [f"learner.learning_rate={args.lr}", f"learner.prompts_per_step={args.prompts}",
             f"sampler.prompts_per_batch={args.prompts}", "learner.scale_rewards=none", "learner.max_grad_norm=1.0",
-            "learner.verify_fraction=0", "learner.importance_sampling_level=token"]
+            "trust.verify_fraction=0", "learner.importance_sampling_level=token"]
     return load_config(args.config, [*sets, *args.set])
 
 

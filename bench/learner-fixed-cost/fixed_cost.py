@@ -7,7 +7,7 @@ prompts (the learner's own tokenisation) gets `--rows` completions of exactly L 
 behaviour log-probs; the task's reward is replaced by a hash of the decoded completion (so that every group
 carries signal; everything else is the real learner: validation, decoding, rewards recomputed, GEPO, AdamW, a
 version published per step from the node's background publisher, whose publish call does nothing). Spot checks
-are off (`learner.verify_fraction=0`) so that every step does the same work. Per length, one `LearnerLoop`
+are off (`trust.verify_fraction=0`) so that every step does the same work. Per length, one `LearnerLoop`
 steps `--repeats` times after two warm-up steps; the median time is reported (wall time on a GPU, the step
 thread's CPU time on CPU).
 
@@ -85,7 +85,7 @@ def build(model_name: str, device: str, dtype: str, sets: list[str]):
     from swarmnode.models import load_model, load_tokenizer
     from swarmnode.tasks import build_task
 
-    cfg = load_config(MODELS[model_name], ["sync.max_staleness=1000000", "learner.verify_fraction=0",
+    cfg = load_config(MODELS[model_name], ["sync.max_staleness=1000000", "trust.verify_fraction=0",
                                            "learner.checkpoint_every=1000000", f"model.dtype={dtype}", *sets])
     task = HashRewardTask(build_task(cfg.task))
     tokenizer = load_tokenizer(cfg.model, cfg.task)

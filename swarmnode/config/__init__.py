@@ -1,10 +1,11 @@
 """The node's whole configuration.
 
 Modules:
-- `schema`: the pydantic models, one per section (network, model, task, sampler, learner, sync, sapo, metrics),
+- `schema`: the pydantic models, one per section (network, model, task, sampler, learner, sync, sapo, metrics, trust),
   and `NodeConfig`, the whole of one node's config;
 - `files`: YAML presets and files, `--set a.b=c` overrides, and `ConfigError` (one line per user mistake);
-- `compat`: old learner key names mapped to the TRL-style ones with a one-time warning;
+- `compat`: old learner key names mapped to the TRL-style ones, and the trust keys moved out of `learner`, with a
+  one-time warning;
 - `advice`: settings that load but are probably a mistake (LoRA at a full fine-tune's learning rate), warned once.
 
 Everything public is re-exported here: `from swarmnode.config import NodeConfig, load_config`.
@@ -34,12 +35,13 @@ from swarmnode.config.schema import (
     SyncConfig,
     TaskConfig,
     TinyModelConfig,
+    TrustConfig,
     default_data_dir,
 )
 
 __all__ = [
     "ALGORITHM_OF_LEVEL", "LEVEL_OF_ALGORITHM", "PRESET_DIRS", "PURE_HALF_MIN_LR", "ConfigError", "LearnerConfig",
     "LoraSettings", "MetricsConfig", "ModelConfig", "NetworkConfig", "NodeConfig", "SamplerConfig", "SapoConfig",
-    "SyncConfig", "TaskConfig", "TinyModelConfig", "apply_override", "build_config", "default_data_dir",
+    "SyncConfig", "TaskConfig", "TinyModelConfig", "TrustConfig", "apply_override", "build_config", "default_data_dir",
     "known_run_ids", "load_config", "preset_names",
 ]

@@ -75,3 +75,40 @@ def map_deprecated_learner_keys(data: Any) -> Any:
     if out.get("epsilon", 0.2) is None:  # unset used to mean 'the loss's own default'; now TRL's 0.2
         del out["epsilon"]
     return out
+
+
+# learner.<old> -> trust.<new>: the trust settings have their own section
+MOVED_TRUST_KEYS = {
+    "learner_keys": "learner_keys",
+    "accept_any_learner": "accept_any_learner",
+    "verify_fraction": "verify_fraction",
+    "verify_tolerance": "verify_tolerance",
+}
+# learner.<old> keys that are read no more, with why
+DROPPED_TRUST_KEYS = {
+    "verify_versions": "the learner keeps every version of the staleness window for checks now; "
+                       "trust.verify_keep_bytes bounds their memory",
+}
+
+
+def move_trust_keys(data: Any) -> Any:
+    """A copy of a whole config dict with the trust keys found under `learner` moved to `trust` (warned once each;
+    a value already under `trust` wins). Other inputs unchanged."""
+    if not isinstance(data, dict) or not isinstance(data.get("learner"), dict):
+        return data
+    learner = dict(data["learner"])
+    trust = dict(data.get("trust") or {}) if isinstance(data.get("trust", {}), dict) else data["trust"]
+    for old, new in MOVED_TRUST_KEYS.items():
+        if old in learner:
+            value = learner.pop(old)
+            _warn(old, f"use trust.{new}")
+            if isinstance(trust, dict):
+                trust.setdefault(new, value)
+    for old, why in DROPPED_TRUST_KEYS.items():
+        if old in learner:
+            learner.pop(old)
+            _warn(old, f"it is ignored: {why}")
+    out = {**data, "learner": learner}
+    if trust:
+        out["trust"] = trust
+    return out

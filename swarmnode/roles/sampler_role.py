@@ -20,7 +20,7 @@ from swarmnode.delivery import DelayedSink, RolloutSink
 from swarmnode.health_record import SamplerHealth
 from swarmnode.identity import Identity
 from swarmnode.models import meta_state_dict
-from swarmnode.preflight import check_trust_root
+from swarmnode.config.trust import check_trust_root
 from swarmnode.progress import fetch_progress
 from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
 from swarmnode.sampler.engines import build_engine
@@ -64,13 +64,13 @@ class SamplerRole(NodeRole):
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
         self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink, seed=seed)
         check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
-        if not cfg.learner.learner_keys:
-            logger.warning("learner.accept_any_learner: trusting weights from whichever learner announces them")
+        if not cfg.trust.learner_keys:
+            logger.warning("trust.accept_any_learner: trusting weights from whichever learner announces them")
         self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval)
-        self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.learner.learner_keys,
+        self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.trust.learner_keys,
                                    emit=emit, progress=functools.partial(fetch_progress, emit=emit),
                                    layout=layout, hold=lambda: self.delay_for("weights"))
-        self.follower = WeightFollower(self.dht.newest_version, self.puller, trusted=cfg.learner.learner_keys,
+        self.follower = WeightFollower(self.dht.newest_version, self.puller, trusted=cfg.trust.learner_keys,
                                        ask_learners=lambda: self.puller.newest_from(self.learners))
         await self._discover()
         await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
@@ -79,9 +79,9 @@ class SamplerRole(NodeRole):
 
     async def _discover(self) -> None:
         """Re-read the live peers; new groups go to the learners among them that the run trusts (a peer record
-        saying "learner" is self-declared: with `learner.learner_keys` set, only those keys are sent to)."""
+        saying "learner" is self-declared: with `trust.learner_keys` set, only those keys are sent to)."""
         await self.peers.refresh()
-        trusted = set(self.cfg.learner.learner_keys)
+        trusted = set(self.cfg.trust.learner_keys)
         self.learners = [p for p in await self.peers.learners() if not trusted or str(p) in trusted]
         self.sender.set_destinations(self.learners)
 

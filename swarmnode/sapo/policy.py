@@ -51,8 +51,9 @@ class SapoPolicy:
         per_step = sc.local_groups + sc.external_groups
         # no spot checks: local groups are this model's own, and external ones carry, by design, behaviour
         # log-probs that are not this model's (sapo.external_weighting)
-        learner = cfg.learner.model_copy(update={"prompts_per_step": per_step, "verify_fraction": 0.0})
-        learner_cfg = cfg.model_copy(update={"learner": learner})
+        learner = cfg.learner.model_copy(update={"prompts_per_step": per_step})
+        learner_cfg = cfg.model_copy(update={"learner": learner,
+                                             "trust": cfg.trust.model_copy(update={"verify_fraction": 0.0})})
         self.buffer = ReplayBuffer(4 * per_step, max_staleness=1 << 30, per_sampler_quota=1.0)
         self.learner = LearnerLoop(self.model, self.tokenizer, self.task, learner_cfg, self.buffer, None,
                                    checkpoint_dir)

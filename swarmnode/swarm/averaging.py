@@ -4,7 +4,7 @@ local). swarmnode adds no averaging protocol of its own; it adds three things ar
 
 - `DHTBridge`: the averager's matchmaking and state-sharing records go through the node's own DHT (the run's
   hivemind `DHTNode`, on the node's event loop), under `averaging_prefix(run_id)`, in the run's owned and signed
-  record form (`swarmnode.swarm.validator`). With `learner.learner_keys` set, only those learners are seen as
+  record form (`swarmnode.swarm.validator`). With `trust.learner_keys` set, only those learners are seen as
   group leaders or state donors.
 - `ParameterAverager` (hivemind's averager run in a thread of the node, `ThreadedAverager`): it averages
   float64 copies of the trainable parameters. The float32 mean hivemind's reducer computes comes back as a
@@ -241,7 +241,7 @@ class LearnerAveraging:
         if not isinstance(gathered, dict) or len(gathered) < 2:
             raise RuntimeError("no group formed")
         if self.trusted and any(peer.to_base58() not in self.trusted for peer in gathered):
-            raise PermissionError("a peer that is not one of learner.learner_keys joined the group")
+            raise PermissionError("a peer that is not one of trust.learner_keys joined the group")
         versions = [g.get("version") if isinstance(g, dict) else None for g in gathered.values()]
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in versions):
             raise ValueError(f"a group member gathered no valid version: {versions}")

@@ -176,8 +176,8 @@ class SwarmDHT:
             await self.announce_version(*self._last_announcement)
 
     async def announcements(self) -> list[VersionAnnouncement]:
-        """Unexpired announcements from accepted learners (`learner.learner_keys`, or any if that is empty)."""
-        allowed = set(self.cfg.learner.learner_keys)
+        """Unexpired announcements from accepted learners (`trust.learner_keys`, or any if that is empty)."""
+        allowed = set(self.cfg.trust.learner_keys)
         out = []
         for payload in (await self._subkeys(self._keys["versions"])).values():
             try:

@@ -1,0 +1,75 @@
+"""A sampler that lies about behaviour log-probs, as a hostile peer runs it against a live learner: it samples real
+groups with the run's model (its own copy, never updated), adds `shift` nats to every claimed log-prob (at most 0, as
+the wire format requires) and claims the version `behind` versions below the newest one the learner's acks name.
+A real p2pd in the caller's process; every push is acknowledged by the learner like an honest sampler's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from pathlib import Path
+
+from hivemind.p2p import P2P, PeerID
+
+from swarmnode.config import NodeConfig
+from swarmnode.identity import Identity
+from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.swarm.frames import read_control, write_frame
+from swarmnode.swarm.gossip import push_protocol
+from swarmnode.tasks import build_task
+
+
+def lying_groups(cfg: NodeConfig, run_id: str, liar: Identity, lineage: str, n: int, shift: float) -> list[RolloutGroup]:
+    """`n` real groups of the run's task and model, their log-probs shifted by `shift` (version set on push)."""
+    cfg = cfg.model_copy(update={"run_id": run_id})
+    out: list[RolloutGroup] = []
+    sampler = SamplerLoop(build_engine(cfg), build_task(cfg.task), cfg, liar, out.append, lineage=lineage, seed=7)
+    while len(out) < n:
+        sampler.step()
+    return [RolloutGroup.create(identity=liar, run_id=g.run_id, prompt_id=g.prompt_id, prompt_tokens=g.prompt_tokens,
+                                completions=g.completions, temperature=g.temperature, rewards=g.rewards,
+                                logprobs=[[min(0.0, x + shift) for x in lp] for lp in g.logprobs],
+                                policy_version=0, lineage=lineage)
+            for g in out[:n]]
+
+
+def claiming(group: RolloutGroup, liar: Identity, version: int) -> RolloutGroup:
+    """`group` re-signed claiming `version`."""
+    return RolloutGroup.create(identity=liar, run_id=group.run_id, prompt_id=group.prompt_id,
+                               prompt_tokens=group.prompt_tokens, completions=group.completions,
+                               logprobs=group.logprobs, temperature=group.temperature, rewards=group.rewards,
+                               policy_version=max(0, version), lineage=group.lineage)
+
+
+async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups: list[RolloutGroup],
+              liar: Identity, behind: int, pause: float = 0.2) -> Counter[str]:
+    """Push `groups` one by one, each claiming (newest acked version - `behind`); the acks' statuses."""
+    key = tmp / f"liar-{liar.peer_id[-8:]}.key"
+    key.write_bytes(liar.libp2p_key_bytes())
+    p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                           auto_nat=False, check_if_identity_free=False,
+                           initial_peers=[f"{learner_addr}/p2p/{learner_id}"])
+    learner, statuses, newest = PeerID.from_base58(learner_id), Counter(), None
+    try:
+        for group in groups:
+            version = behind if newest is None else newest - behind  # the first claim learns the version
+            try:
+                _, reader, writer = await asyncio.wait_for(
+                    p2p.call_binary_stream_handler(learner, push_protocol(run_id)), 10)
+                try:
+                    await write_frame(writer, claiming(group, liar, version).encode())
+                    ack = await asyncio.wait_for(read_control(reader), 30) or {}
+                finally:
+                    writer.close()
+            except Exception as exc:  # a ban closes the stream
+                ack = {"status": f"closed ({type(exc).__name__})"}
+            statuses[ack.get("status", "none")] += 1
+            newest = int(ack["v"]) if "v" in ack else newest
+            await asyncio.sleep(pause)
+    finally:
+        with contextlib.suppress(Exception):
+            await p2p.shutdown()
+    return statuses

@@ -1,0 +1,30 @@
+"""Behaviour log-probs as an honest bf16 sampler reports them, for the spot-check tolerance tests and bench: the
+logits of the same weights rounded through bf16 (what a bf16 HF or vLLM engine samples from), optionally the
+whole forward in bf16, optionally at a larger logit scale."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from swarmnode.logprobs import _prepare
+
+
+def bf16_logprobs(model, prompt_tokens: list[int], completions: list[list[int]], temperature: float, pad_id: int,
+                  whole_forward: bool = False, logit_scale: float = 1.0,
+                  bf16_model=None) -> tuple[list[list[float]], list[list[float]]]:
+    """(bf16-like claimed log-probs, fp32 reference log-probs) per completion, each at `logit_scale` x the
+    model's logits; `whole_forward` runs the claims' forward in `bf16_model` (default: a bf16 copy of `model`)."""
+    net = (bf16_model or copy.deepcopy(model).to(torch.bfloat16)) if whole_forward else model
+    prompts = [prompt_tokens] * len(completions)
+    ids, attn, position_ids, mask, T, temps = _prepare(model, prompts, completions, temperature, pad_id)
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits
+        low = net(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits
+    out = []
+    for logits in (low.to(torch.bfloat16), ref.float()):
+        scaled = (logits.float() * logit_scale).to(logits.dtype).float()[:, -(T + 1):-1] / temps.view(-1, 1, 1)
+        logp = torch.log_softmax(scaled, dim=-1).gather(-1, ids[:, -T:].unsqueeze(-1)).squeeze(-1)
+        out.append([row[: len(c)].tolist() for row, c in zip(logp, completions)])
+    return out[0], out[1]
