@@ -1,0 +1,179 @@
+"""Credit pacing's parts: the learner's credit policy, the ack's credit field, the sampler's pacer, the buffer
+that records what it throws away, and the one staleness rule every place checks `sync.max_staleness` by."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from swarmnode.health import find_alerts
+from swarmnode.identity import Identity
+from swarmnode.learner.buffer import ReplayBuffer
+from swarmnode.learner.waste import MeteredBuffer, waste_between
+from swarmnode.sampler.pacing import OUTBOX_LIMIT, Pacer
+from swarmnode.staleness import too_stale
+from swarmnode.swarm.gossip import RolloutReceiver
+from swarmnode.swarm.gossip.credit import CreditPolicy, credit_target, told_credit
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gossip_peer import LIMITS, RUN, make_group  # noqa: E402
+from test_gossip import daemons, pushing, wait_for  # noqa: E402
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# ------------------------------------------------------------------------------------ the learner's credits
+def test_credit_target_is_one_step_unless_set_and_never_beyond_what_the_bound_lets_it_train_in_time():
+    assert credit_target(8, 1, 16) == 8  # default: one step's draw
+    assert credit_target(8, 1, 16, high_water=24) == 24
+    assert credit_target(4, 1, 8, high_water=1000) == 32  # 4 groups x 8 versions: more would age out unused
+    assert credit_target(4, 2, 8, high_water=1000) == 64  # two steps per version
+    assert credit_target(8, 1, 0) == 8 and credit_target(8, 1, 16, high_water=2) == 8  # at least one step
+
+
+def test_credits_share_the_room_below_the_target_among_the_senders_heard_recently():
+    held, clock = [0], Clock()
+    policy = CreditPolicy(8, lambda: held[0], active_window=5.0, clock=clock)
+    assert policy.grant("a") == 8 and not policy.full()  # alone: all the room
+    assert policy.grant("b") == 4 and policy.grant("a") == 4  # two senders: half each
+    held[0] = 5
+    assert policy.grant("c") == 1  # 3 groups of room among three senders, rounded up
+    held[0] = 8
+    assert policy.full() and policy.grant("a") == 0
+    held[0] = 12  # over the target (a batch that was admitted whole): no credit, never a negative one
+    assert policy.grant("a") == 0
+    held[0], clock.now = 2, clock.now + 6.0  # b and c went quiet: a gets the whole room again
+    assert policy.grant("a") == 6 and policy.senders() == 1
+    with pytest.raises(ValueError):
+        CreditPolicy(0, lambda: 0)
+
+
+@pytest.mark.parametrize("ack, told", [({"c": 3}, 3), ({"c": 0}, 0), ({}, None), ({"c": -1}, None),
+                                        ({"c": True}, None), ({"c": "5"}, None), ({"c": 1 << 30}, None),
+                                        ({"c": 2.0}, None)])
+def test_a_told_credit_is_a_small_non_negative_int_or_nothing(ack, told):
+    assert told_credit(ack) == told
+
+
+# ------------------------------------------------------------------------------------- the sampler's pacer
+def test_with_credits_a_sampler_generates_what_is_invited_or_one_probe_batch_when_nothing_is_outstanding():
+    pacer = Pacer(batch=4)
+    assert pacer.may_generate(outstanding=0, invited=None)  # nothing told yet: one batch, as a probe
+    assert not pacer.may_generate(outstanding=4, invited=None)  # ... and no second before its acks
+    assert pacer.may_generate(outstanding=4, invited=4)  # the learner invites a whole batch more
+    assert not pacer.may_generate(outstanding=4, invited=3)  # not a whole batch: wait for the acks
+    assert pacer.may_generate(outstanding=0, invited=0)  # all acked, learner full: a probe it will hold
+    assert (pacer.waits, pacer.probes) == (2, 2)
+    with pytest.raises(ValueError):
+        Pacer(batch=0)
+
+
+def test_with_pacing_off_a_sampler_generates_until_its_outbox_is_long():
+    pacer = Pacer(batch=4, credits=False)
+    assert pacer.may_generate(OUTBOX_LIMIT - 1, invited=0)
+    assert not pacer.may_generate(OUTBOX_LIMIT, invited=100)
+
+
+# --------------------------------------------------------------- credits over real streams (two p2p daemons)
+class Buffer:
+    """The learner's buffer stand-in: accepts every group, holds it until the test draws."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+
+    def __call__(self, group) -> str:
+        self.held.append(group.group_id)
+        return "ok"
+
+
+def test_acks_tell_the_credit_and_the_sender_knows_what_the_learner_invites(tmp_path):
+    """A learner with a target of 6: the first pushes fill it, the acks tell credits down to 0 and the door says
+    "full"; the sender's `invited` follows (its last credit minus what still waits); as the learner draws, the
+    held groups go in and the credit comes back. A learner without credits tells none (`invited` None)."""
+    sid = Identity.generate()
+    buffer = Buffer()
+    policy = CreditPolicy(6, lambda: len(buffer.held))
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            receiver = RolloutReceiver(RUN, buffer, LIMITS, full=policy.full, credit=policy.grant)
+            await receiver.start(lp)
+            groups = [make_group(sid, random.Random(3), "credit", i) for i in range(8)]
+            sender = await pushing(sp, lp, groups, window=2, full_wait=0.01)
+            await wait_for(lambda: len(buffer.held) == 6 and sender.pending == 2 and sender.statuses["full"] >= 1)
+            assert sender.invited == 0
+            del buffer.held[:6]  # the learner draws a step
+            await wait_for(lambda: sender.pending == 0)
+            await wait_for(lambda: sender.invited == 4)  # 6 - the 2 held ones that went in
+            await sender.close()
+            receiver.close()
+            plain = RolloutReceiver(RUN + "-plain", Buffer(), LIMITS)  # no credit: acks tell none
+            return sender, plain
+
+    sender, plain = asyncio.run(scenario())
+    assert sender.delivered == 8 and plain.credit is None
+
+
+def test_a_sender_with_no_credit_told_invites_none():
+    from swarmnode.swarm.gossip.send import RolloutSender, _Link
+
+    sender = RolloutSender(SimpleNamespace(), RUN)
+    assert sender.invited is None
+    link = sender._links["x"] = _Link("x", 8)
+    assert sender.invited is None
+    link.credit = 5
+    link.outbox.extend([("g", b"", 0.0)] * 2)
+    assert sender.invited == 3 and link.invites() == 3
+
+
+# ------------------------------------------------------------------ what the buffer throws away, and lengths
+def group(gid: str, version: int, length: int, sampler: str = "s"):
+    return SimpleNamespace(group_id=gid, sampler_id=sampler, policy_version=version, lineage="L",
+                           completions=[[0] * length, [0] * (length + 2)])
+
+
+def test_the_metered_buffer_records_each_fate_with_its_completion_length():
+    buf = MeteredBuffer(capacity=16, max_staleness=2, lineage="L", version=5)
+    assert buf.add(group("old", 2, 30)) == "stale"  # 3 behind a bound of 2
+    assert buf.add(group("x", 5, 4)) == "ok" and buf.add(group("y", 4, 10)) == "ok"
+    assert buf.add(SimpleNamespace(**{**vars(group("z", 5, 1)), "lineage": "other"})) == "lineage"
+    assert [g.group_id for g in buf.draw(1)] == ["x"]
+    buf.set_version(7)  # y (version 4) is now 3 behind: aged out
+    out = buf.lengths.summary()
+    assert out["stale"] == {"groups": 1, "mean_tokens": 31.0}
+    assert out["drawn"] == {"groups": 1, "mean_tokens": 5.0}
+    assert out["aged_out"] == {"groups": 1, "mean_tokens": 11.0}
+    assert out["refused"] == {"groups": 1, "mean_tokens": 2.0}
+    assert isinstance(MeteredBuffer.from_config(
+        SimpleNamespace(learner=SimpleNamespace(buffer_size=4, per_sampler_quota=1.0, draw_order="newest"),
+                        sync=SimpleNamespace(max_staleness=3))), MeteredBuffer)
+
+
+def test_waste_between_two_step_records_counts_what_arrived_and_was_lost():
+    earlier = {"buffer_counters": {"ok": 100, "stale": 5, "aged_out": 3, "duplicate": 7}}
+    later = {"buffer_counters": {"ok": 190, "stale": 8, "aged_out": 5, "quota": 2, "duplicate": 50}}
+    assert waste_between(earlier, later) == {"arrived": 95, "lost": 7, "waste": 7 / 95}
+    assert waste_between(later, later)["waste"] == 0.0
+
+
+# ------------------------------------------------------------------------------------ one staleness rule
+@pytest.mark.parametrize("bound", [0, 1, 8])
+def test_the_buffer_and_the_health_alerts_judge_staleness_by_the_one_rule(bound):
+    for behind in range(0, bound + 3):
+        buf = ReplayBuffer(capacity=4, max_staleness=bound, version=20)
+        refused = buf.add(group(f"g{behind}", 20 - behind, 3)) == "stale"
+        peers = [{"role": "learner", "peer_id": "L", "version": 20, "health": {"max_staleness": bound}},
+                 {"role": "sampler", "peer_id": "S", "version": 20 - behind, "health": {}}]
+        alerted = any(a["kind"] == "too_stale" for a in find_alerts(peers, bound))
+        assert refused == alerted == too_stale(behind, bound) == (behind > bound), (behind, bound)
