@@ -34,17 +34,43 @@ class Clock:
 
 
 # ------------------------------------------------------------------------------------ the learner's credits
-def test_credit_target_is_one_step_unless_set_and_never_beyond_what_the_bound_lets_it_train_in_time():
-    assert credit_target(8, 1, 16) == 8  # default: one step's draw
+def test_the_credit_cap_is_half_what_the_bound_lets_the_learner_train_in_time_unless_set():
+    assert credit_target(8, 1, 16) == 64  # 8 groups x 16 versions, halved: the other half for samplers' lag
     assert credit_target(8, 1, 16, high_water=24) == 24
     assert credit_target(4, 1, 8, high_water=1000) == 32  # 4 groups x 8 versions: more would age out unused
-    assert credit_target(4, 2, 8, high_water=1000) == 64  # two steps per version
+    assert credit_target(4, 2, 8) == 32  # two steps per version
     assert credit_target(8, 1, 0) == 8 and credit_target(8, 1, 16, high_water=2) == 8  # at least one step
+
+
+def test_the_target_grows_while_the_learner_waits_for_groups_and_shrinks_by_a_surplus():
+    held = [0]
+    policy = CreditPolicy(8, 32, lambda: held[0])
+    assert policy.target == 8
+    policy.ready()  # too few for a step: more in flight
+    policy.ready()  # still the same wait: grown once
+    assert policy.target == 16
+    held[0] = 8
+    policy.ready()
+    held[0] = 3
+    policy.ready()  # a new wait
+    assert policy.target == 24
+    for _ in range(3):
+        held[0] = 0
+        policy.ready()
+        held[0] = 8
+        policy.ready()
+    assert policy.target == 32  # the cap
+    held[0] = 20  # 12 more than a step's draw: they would be left behind by fresher ones
+    policy.ready()
+    assert policy.target == 20
+    held[0] = 40
+    policy.ready()
+    assert policy.target == 8 and policy.full()  # the floor: one step's draw
 
 
 def test_credits_share_the_room_below_the_target_among_the_senders_heard_recently():
     held, clock = [0], Clock()
-    policy = CreditPolicy(8, lambda: held[0], active_window=5.0, clock=clock)
+    policy = CreditPolicy(8, 8, lambda: held[0], active_window=5.0, clock=clock)
     assert policy.grant("a") == 8 and not policy.full()  # alone: all the room
     assert policy.grant("b") == 4 and policy.grant("a") == 4  # two senders: half each
     held[0] = 5
@@ -56,7 +82,9 @@ def test_credits_share_the_room_below_the_target_among_the_senders_heard_recentl
     held[0], clock.now = 2, clock.now + 6.0  # b and c went quiet: a gets the whole room again
     assert policy.grant("a") == 6 and policy.senders() == 1
     with pytest.raises(ValueError):
-        CreditPolicy(0, lambda: 0)
+        CreditPolicy(0, 4, lambda: 0)
+    with pytest.raises(ValueError):
+        CreditPolicy(8, 4, lambda: 0)
 
 
 @pytest.mark.parametrize("ack, told", [({"c": 3}, 3), ({"c": 0}, 0), ({}, None), ({"c": -1}, None),
@@ -67,22 +95,35 @@ def test_a_told_credit_is_a_small_non_negative_int_or_nothing(ack, told):
 
 
 # ------------------------------------------------------------------------------------- the sampler's pacer
-def test_with_credits_a_sampler_generates_what_is_invited_or_one_probe_batch_when_nothing_is_outstanding():
+def test_with_credits_a_sampler_generates_what_is_invited_up_to_a_batch_or_a_one_group_probe():
     pacer = Pacer(batch=4)
-    assert pacer.may_generate(outstanding=0, invited=None)  # nothing told yet: one batch, as a probe
-    assert not pacer.may_generate(outstanding=4, invited=None)  # ... and no second before its acks
-    assert pacer.may_generate(outstanding=4, invited=4)  # the learner invites a whole batch more
-    assert not pacer.may_generate(outstanding=4, invited=3)  # not a whole batch: wait for the acks
-    assert pacer.may_generate(outstanding=0, invited=0)  # all acked, learner full: a probe it will hold
-    assert (pacer.waits, pacer.probes) == (2, 2)
+    assert pacer.next_batch(outstanding=0, invited=None) == 4  # nothing told yet (or never): stop and wait
+    assert pacer.next_batch(outstanding=4, invited=None) == 0  # ... no second batch before the acks
+    assert pacer.next_batch(outstanding=4, invited=9) == 4  # invited more than a batch: a batch
+    assert pacer.next_batch(outstanding=4, invited=3) == 3  # invited fewer: that many
+    assert pacer.next_batch(outstanding=2, invited=0) == 0  # nothing invited: wait for the acks
+    assert pacer.next_batch(outstanding=0, invited=0) == 1  # all acked, learner full: a probe it will hold
+    assert (pacer.waits, pacer.probes) == (2, 1)
     with pytest.raises(ValueError):
         Pacer(batch=0)
 
 
-def test_with_pacing_off_a_sampler_generates_until_its_outbox_is_long():
+def test_a_sampler_fetches_first_when_its_batch_would_arrive_beyond_the_bound():
+    pacer = Pacer(batch=16)
+    assert not pacer.stale_on_arrival(lag=8, max_staleness=8)  # at the bound, nothing moves during a batch
+    pacer.batch_took(6)
+    pacer.batch_took(6)  # the learners moved on ~4.5 versions per batch
+    assert pacer.batch_versions == 4.5
+    assert pacer.stale_on_arrival(lag=5, max_staleness=8)  # 5 + ~4 > 8: its groups would be refused
+    assert not pacer.stale_on_arrival(lag=4, max_staleness=8)
+    assert not pacer.stale_on_arrival(lag=0, max_staleness=2)  # nothing newer to fetch: generate
+    assert not Pacer(batch=16, credits=False, batch_versions=9.0).stale_on_arrival(lag=5, max_staleness=8)
+
+
+def test_with_outbox_pacing_a_sampler_generates_full_batches_until_its_outbox_is_long():
     pacer = Pacer(batch=4, credits=False)
-    assert pacer.may_generate(OUTBOX_LIMIT - 1, invited=0)
-    assert not pacer.may_generate(OUTBOX_LIMIT, invited=100)
+    assert pacer.next_batch(OUTBOX_LIMIT - 1, invited=0) == 4
+    assert pacer.next_batch(OUTBOX_LIMIT, invited=100) == 0
 
 
 # --------------------------------------------------------------- credits over real streams (two p2p daemons)
@@ -103,7 +144,7 @@ def test_acks_tell_the_credit_and_the_sender_knows_what_the_learner_invites(tmp_
     held groups go in and the credit comes back. A learner without credits tells none (`invited` None)."""
     sid = Identity.generate()
     buffer = Buffer()
-    policy = CreditPolicy(6, lambda: len(buffer.held))
+    policy = CreditPolicy(6, 6, lambda: len(buffer.held))
 
     async def scenario():
         async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):

@@ -1,5 +1,6 @@
 """Do samplers outrun the learner? Waste (groups that reached the learner and were never drawn) with credit
-pacing (`sync.pacing=credits`) against without (`off`), in one run, arm after arm, same config.
+pacing (`sync.pacing=credits`) against without (`outbox`: samplers pause only while 64 groups wait unacked),
+in one run, arm after arm, same config.
 
 Each arm is a local swarm of real processes on 127.0.0.1 (bootstrap, one learner, `--samplers` samplers, as
 `swarmnode demo` starts them) run until the learner took `--steps` steps. From the learner's step records:
@@ -11,13 +12,14 @@ Each arm is a local swarm of real processes on 127.0.0.1 (bootstrap, one learner
 Load (/proc/loadavg) before and after each arm is recorded.
 
     python bench/sampler-pacing/pacing.py [--config tiny-cpu] [--samplers 2] [--steps 300] [--warmup 100]
-        [--arms off,credits] [--set key=value ...] [--out bench/sampler-pacing/results.json]
+        [--arms outbox,credits] [--set key=value ...] [--out bench/sampler-pacing/results.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -32,9 +34,23 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def run_arm(root: Path, config: str, samplers: int, steps: int, sets: list[str], minutes: float) -> list[dict]:
+def sampler_progress(root: Path, samplers: int) -> dict[str, dict[str, int]]:
+    """Each sampler's last progress line: groups made and acked, the share of its time spent waiting for
+    credit (at 0.5 it could have made twice what the learner took)."""
+    out = {}
+    for i in range(1, samplers + 1):
+        lines = re.findall(r"(\d+) groups made, (\d+) acked, .*?([\d.]+) s of ([\d.]+) s waiting for credit",
+                           (root / f"sampler{i}.log").read_text(errors="replace"))
+        made, acked, waited, running = lines[-1] if lines else (0, 0, 0.0, 1.0)
+        out[f"sampler{i}"] = {"made": int(made), "acked": int(acked),
+                              "waiting_share": round(float(waited) / max(1e-9, float(running)), 3)}
+    return out
+
+
+def run_arm(root: Path, config: str, samplers: int, steps: int, sets: list[str],
+            minutes: float) -> tuple[list[dict], dict]:
     """Start the swarm in `root`, wait until its learner took `steps` steps (or `minutes` passed), stop it;
-    the learner's step records."""
+    the learner's step records and the samplers' last progress."""
     sets = prepare_swarm(root, config, sets, say=lambda _msg: None)
     run = DemoRun(root)
     deadline = time.monotonic() + minutes * 60
@@ -48,7 +64,7 @@ def run_arm(root: Path, config: str, samplers: int, steps: int, sets: list[str],
             time.sleep(1.0)
     finally:
         run.stop()
-    return read_steps(root / "learner" / STEPS_FILE)
+    return read_steps(root / "learner" / STEPS_FILE), sampler_progress(root, samplers)
 
 
 def fate_means(row: dict) -> dict:
@@ -85,7 +101,7 @@ def main() -> None:
     parser.add_argument("--samplers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=100, help="steady state is measured from this step on")
-    parser.add_argument("--arms", default="off,credits", help="sync.pacing values, run in this order")
+    parser.add_argument("--arms", default="outbox,credits", help="sync.pacing values, run in this order")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="config override for every arm")
     parser.add_argument("--minutes", type=float, default=15.0, help="an arm stops after this long regardless")
     parser.add_argument("--out", type=Path, default=None)
@@ -95,9 +111,10 @@ def main() -> None:
     for arm in args.arms.split(","):
         before = load()
         with tempfile.TemporaryDirectory(prefix=f"pacing-{arm}-") as tmp:
-            rows = run_arm(Path(tmp), args.config, args.samplers, args.steps, [*args.sets, f"sync.pacing={arm}"],
-                           args.minutes)
-        results["arms"][arm] = {**summarize(rows, args.warmup), "load_before": before, "load_after": load()}
+            rows, samplers = run_arm(Path(tmp), args.config, args.samplers, args.steps,
+                                     [*args.sets, f"sync.pacing={arm}"], args.minutes)
+        results["arms"][arm] = {**summarize(rows, args.warmup), "samplers": samplers,
+                                "load_before": before, "load_after": load()}
         print(arm, json.dumps(results["arms"][arm]), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")

@@ -238,10 +238,10 @@ class SyncConfig(_Section):
         None, description="e.g. 'fixed:2', 'lognormal:1,0.5', 'weibull:2,1.5' (seconds)"
     )
     delay_target: Literal["weights", "rollouts", "both"] = "weights"
-    pacing: Literal["credits", "off"] = Field(
+    pacing: Literal["credits", "outbox"] = Field(
         "credits", description="credits: a learner's acks tell each sampler how many more groups it takes now "
         "(its buffer's room below learner.buffer_high_water, shared among its samplers) and samplers generate "
-        "no more, so none age past max_staleness unused; off: samplers generate until 64 groups wait unacked")
+        "no more, so none age past max_staleness unused; outbox: samplers generate until 64 groups wait unacked")
 
     @field_validator("simulate_delay")
     @classmethod

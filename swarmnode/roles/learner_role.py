@@ -82,7 +82,7 @@ class LearnerRole(NodeRole):
         self.own = OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send) \
             if cfg.learner.sample_when_idle else None
         rate = cfg.learner.max_groups_per_second_per_sampler
-        credits = pacing_credits(cfg, held=lambda: len(buffer))
+        self.credits = credits = pacing_credits(cfg, held=lambda: len(buffer))
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
         self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
@@ -121,6 +121,8 @@ class LearnerRole(NodeRole):
         try:
             while not stop.is_set():
                 began = time.monotonic()
+                if self.credits is not None:  # what it holds now sets how many groups it invites
+                    self.credits.ready()
                 diag = await self.compute.run(self.learner.step)
                 if diag is None and self.own is not None:  # too few groups: make some rather than wait
                     await self.compute.run(self.own.batch)
@@ -171,6 +173,7 @@ class LearnerRole(NodeRole):
             "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
             "buffer_counters": stats["counters"],  # cumulative, by reason (ok, stale, aged_out, quota, ...)
             "fates": self.buffer.lengths.summary(),  # groups drawn / dropped and their completion lengths
+            "credit_target": self.credits.target if self.credits is not None else None,  # groups it invites
             "staleness_hist": list(self.learner.staleness_hist.counts),  # cumulative, power-of-two buckets
             "idle_seconds": round(self.idle_seconds, 3),
             "groups_self_made": self.own.groups if self.own is not None else 0,

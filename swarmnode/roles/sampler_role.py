@@ -108,7 +108,7 @@ class SamplerRole(NodeRole):
         cfg = self.cfg
         heartbeat = asyncio.create_task(self._heartbeat(stop))
         stale_backoff = Backoff(base=0.5, cap=cfg.network.heartbeat_interval * 4)
-        groups, t0 = 0, time.monotonic()
+        groups, t0, credit_wait_s = 0, time.monotonic(), 0.0
         next_report = t0 + PROGRESS_EVERY_S
         try:
             while not stop.is_set():
@@ -116,7 +116,7 @@ class SamplerRole(NodeRole):
                     next_report = time.monotonic() + PROGRESS_EVERY_S
                     self.emit(f"sampler: version {self.loop.version} (newest {self.follower.newest}), {groups} "
                               f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent, "
-                              f"{self.pacer.waits} waits for credit")
+                              f"{credit_wait_s:.1f} s of {time.monotonic() - t0:.1f} s waiting for credit")
                 if not self.learners:  # nobody would receive what we make: wait for a learner to join
                     if self.health.paused != NO_LEARNER:
                         self.emit("sampler: no learner of the run is live; generation paused until one joins")
@@ -130,7 +130,8 @@ class SamplerRole(NodeRole):
                 if cfg.sync.mode == "pull":  # the newest version, asked of the learners we send to (not the DHT)
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout, direct=True)
                 held = self.loop.offered_version  # the version swapped in before the next batch
-                if too_stale(self.follower.newest - held, cfg.sync.max_staleness):
+                lag = self.follower.newest - held
+                if too_stale(lag, cfg.sync.max_staleness) or self.pacer.stale_on_arrival(lag, cfg.sync.max_staleness):
                     self.publish_health(paused="too stale")
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
                     if self.loop.offered_version == held:  # no progress (failing fetch, hint not announced yet)
@@ -138,13 +139,16 @@ class SamplerRole(NodeRole):
                     continue
                 stale_backoff.success()
                 outstanding = self.sender.pending + (self.delayed.waiting if self.delayed is not None else 0)
-                if not self.pacer.may_generate(outstanding, self.sender.invited):  # learners take no more now
+                if not (prompts := self.pacer.next_batch(outstanding, self.sender.invited)):  # learners take no more
+                    waited = time.monotonic()
                     await self.sender.wait_answer(PACE_WAIT_S)
+                    credit_wait_s += time.monotonic() - waited
                     self.follower.hint(self.sender.newest_hint, self.sender.hint_peer)  # fetch what the acks told
                     continue
-                began = time.monotonic()
-                batch = await self.compute.run(self.loop.step)
+                began, newest = time.monotonic(), self.follower.newest
+                batch = await self.compute.run(self.loop.step, prompts)
                 self.follower.hint(self.sender.newest_hint, self.sender.hint_peer)
+                self.pacer.batch_took(self.follower.newest - newest)
                 if cfg.sampler.max_groups_per_second:
                     floor = len(batch) / cfg.sampler.max_groups_per_second
                     await sleep_or_stop(stop, max(0.0, floor - (time.monotonic() - began)))

@@ -6,15 +6,19 @@ step's draw, or waiting in samplers' outboxes) is left behind by fresher arrival
 `sync.max_staleness` and is thrown away; generating it was wasted work, and the groups thrown away are not a
 fair sample (long completions take longer to make and arrive later).
 
-Learner side, `CreditPolicy`: a target number of groups held (`target`, one step's draw unless
-`learner.buffer_high_water` says otherwise, never more than the staleness bound lets it train on in time). The
-room below it is shared among the senders heard from within `active_window` seconds, rounded up, and told to
-each in its acks (`"c"`); at the target the door is "full" (a push is held by its sender and resent shortly).
+Learner side, `CreditPolicy`: a target number of groups held. The room below it is shared among the senders
+heard from within `active_window` seconds, rounded up, and told to each in its acks (`"c"`); at the target the
+door is "full" (a push is held by its sender and resent shortly). The target adapts between one step's draw
+(`floor`) and `cap` (`credit_target`: half of what the learner draws within the staleness bound, or
+`learner.buffer_high_water`): before each step the learner says how many groups it holds (`ready`); finding
+too few for a step (its samplers are slow or far away: more must be in flight to keep it busy) raises the
+target by a step's draw, once per wait; finding more than a step's draw (a surplus the newest-first draw would
+leave behind to age) lowers it by the surplus.
 
 Sender side (`RolloutSender`): each destination's last told credit minus the groups still waiting for its ack
-is what it invites now. A sampler generates a batch when it fits what is invited, or when nothing of its own is
-outstanding (a probe: its acks bring a new credit; a learner with no room holds it "full" until it has), so it
-never has more than one batch, or its share of the room, beyond what the learner takes.
+is what it invites now. A sampler generates what is invited, up to a batch (`sampler.pacing.Pacer`), and with
+nothing invited a one-group probe when nothing of its own is outstanding (its ack brings a new credit; a
+learner with no room holds it "full" until it has).
 """
 
 from __future__ import annotations
@@ -26,23 +30,38 @@ MAX_CREDIT = 1 << 20  # a told credit above this is a malformed ack's, ignored
 
 
 def credit_target(prompts_per_step: int, publish_every: int, max_staleness: int, high_water: int = 0) -> int:
-    """Groups a learner wants held: `high_water` if set, else one step's draw (`prompts_per_step`); never more
-    than it draws within the staleness bound (`prompts_per_step` per step, `publish_every` steps per version,
-    `max_staleness` versions), and at least one step's draw."""
-    wanted = high_water or prompts_per_step
-    return max(prompts_per_step, min(wanted, prompts_per_step * publish_every * max(1, max_staleness)))
+    """The most groups a learner invites to be held or in flight: `high_water` if set, else half of what it
+    draws within the staleness bound (`prompts_per_step` per step, `publish_every` steps per version,
+    `max_staleness` versions: the other half is left for its samplers' lag); never more than that whole, never
+    less than one step's draw."""
+    within_bound = prompts_per_step * publish_every * max(1, max_staleness)
+    return max(prompts_per_step, min(high_water or within_bound // 2, within_bound))
 
 
 class CreditPolicy:
-    """The learner's credits: `full()` for the receiver's door, `grant(peer)` for each ack (see the module
-    docstring). `held()` is the number of groups the learner holds now; `clock` is injectable for tests."""
+    """The learner's credits: `full()` for the receiver's door, `grant(peer)` for each ack, `ready()` before
+    each step (see the module docstring). `held()` is the number of groups the learner holds now; the target
+    starts at `floor` (one step's draw); `clock` is injectable for tests."""
 
-    def __init__(self, target: int, held: Callable[[], int], active_window: float = 5.0,
+    def __init__(self, floor: int, cap: int, held: Callable[[], int], active_window: float = 5.0,
                  clock: Callable[[], float] = time.monotonic):
-        if target < 1 or active_window <= 0:
-            raise ValueError("target >= 1 and active_window > 0 are required")
-        self.target, self.held, self.active_window, self.clock = target, held, active_window, clock
+        if not 1 <= floor <= cap or active_window <= 0:
+            raise ValueError("1 <= floor <= cap and active_window > 0 are required")
+        self.floor, self.cap, self.held, self.active_window, self.clock = floor, cap, held, active_window, clock
+        self.target = floor
+        self._starving = False  # the last `ready` found too few groups for a step
         self._heard: dict[str, float] = {}  # sender -> when it last pushed
+
+    def ready(self) -> None:
+        """The learner is about to draw a step (`floor` groups): adapt the target to what it holds now."""
+        held = self.held()
+        if held < self.floor:
+            if not self._starving:
+                self.target = min(self.cap, self.target + self.floor)
+            self._starving = True
+            return
+        self._starving = False
+        self.target = max(self.floor, self.target - (held - self.floor))
 
     def full(self) -> bool:
         """True while the learner holds its target: pushes are answered "full" (held by the sender)."""
@@ -64,12 +83,12 @@ class CreditPolicy:
 
 def pacing_credits(cfg, held: Callable[[], int]) -> CreditPolicy | None:
     """A learner's `CreditPolicy` from its NodeConfig (`sync.pacing`, `learner.buffer_high_water`), or None
-    with pacing off."""
+    with `sync.pacing: outbox`."""
     if cfg.sync.pacing != "credits":
         return None
     lc = cfg.learner
-    return CreditPolicy(credit_target(lc.prompts_per_step, lc.publish_every, cfg.sync.max_staleness,
-                                      lc.buffer_high_water), held)
+    return CreditPolicy(lc.prompts_per_step, credit_target(lc.prompts_per_step, lc.publish_every,
+                                                           cfg.sync.max_staleness, lc.buffer_high_water), held)
 
 
 def told_credit(ack: dict) -> int | None:
