@@ -42,14 +42,14 @@ def test_the_credit_cap_is_half_what_the_bound_lets_the_learner_train_in_time_un
     assert credit_target(8, 1, 0) == 8 and credit_target(8, 1, 16, high_water=2) == 8  # at least one step
 
 
-def test_the_target_grows_while_the_learner_waits_for_groups_and_shrinks_by_a_surplus():
-    held = [0]
-    policy = CreditPolicy(8, 32, lambda: held[0])
+def test_the_target_grows_while_the_learner_waits_for_groups_and_halves_when_held_groups_age():
+    held, behind = [0], [0]
+    policy = CreditPolicy(8, 32, lambda: held[0], lambda: behind[0], aging=4)
     assert policy.target == 8
     policy.ready()  # too few for a step: more in flight
     policy.ready()  # still the same wait: grown once
     assert policy.target == 16
-    held[0] = 8
+    held[0] = 30  # a surplus alone is fine: it is drawn in the next steps
     policy.ready()
     held[0] = 3
     policy.ready()  # a new wait
@@ -60,12 +60,18 @@ def test_the_target_grows_while_the_learner_waits_for_groups_and_shrinks_by_a_su
         held[0] = 8
         policy.ready()
     assert policy.target == 32  # the cap
-    held[0] = 20  # 12 more than a step's draw: they would be left behind by fresher ones
+    behind[0] = 5  # a held group 5 versions behind (> 4): the newest-first draw is passing it over
     policy.ready()
-    assert policy.target == 20
-    held[0] = 40
+    policy.ready()  # the same episode: halved once
+    assert policy.target == 16
+    behind[0] = 2
     policy.ready()
-    assert policy.target == 8 and policy.full()  # the floor: one step's draw
+    behind[0] = 6
+    policy.ready()  # a new episode
+    assert policy.target == 8
+    behind[0], held[0] = 7, 9
+    policy.ready()
+    assert policy.target == 8 and policy.full()  # never below one step's draw
 
 
 def test_credits_share_the_room_below_the_target_among_the_senders_heard_recently():
@@ -100,10 +106,11 @@ def test_with_credits_a_sampler_generates_what_is_invited_up_to_a_batch_or_a_one
     assert pacer.next_batch(outstanding=0, invited=None) == 4  # nothing told yet (or never): stop and wait
     assert pacer.next_batch(outstanding=4, invited=None) == 0  # ... no second batch before the acks
     assert pacer.next_batch(outstanding=4, invited=9) == 4  # invited more than a batch: a batch
-    assert pacer.next_batch(outstanding=4, invited=3) == 3  # invited fewer: that many
+    assert pacer.next_batch(outstanding=4, invited=3) == 0  # fewer, with groups outstanding: wait for more
+    assert pacer.next_batch(outstanding=0, invited=3) == 3  # fewer, nothing outstanding: that many
     assert pacer.next_batch(outstanding=2, invited=0) == 0  # nothing invited: wait for the acks
     assert pacer.next_batch(outstanding=0, invited=0) == 1  # all acked, learner full: a probe it will hold
-    assert (pacer.waits, pacer.probes) == (2, 1)
+    assert (pacer.waits, pacer.probes) == (3, 1)
     with pytest.raises(ValueError):
         Pacer(batch=0)
 

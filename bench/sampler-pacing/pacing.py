@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -81,6 +82,7 @@ def summarize(rows: list[dict], warmup: int) -> dict:
     last = rows[-1]
     window = [r for r in rows if r["step"] > first["step"]]
     steady = waste_between(first, last)
+    targets = [r["credit_target"] for r in window if r.get("credit_target") is not None]
     drawn = last["fates"]["drawn"]["groups"] - first["fates"]["drawn"]["groups"]
     seconds = float(last["time"]) - float(first["time"])
     return {
@@ -88,7 +90,10 @@ def summarize(rows: list[dict], warmup: int) -> dict:
         "steady": {**steady, "waste": round(steady["waste"], 4), "from_step": first["step"],
                    "offered": round(steady["arrived"] / drawn, 3) if drawn else None,
                    "steps_per_s": round((last["step"] - first["step"]) / seconds, 2) if seconds > 0 else None,
-                   "staleness_mean": round(sum(r.get("staleness_mean", 0.0) for r in window) / len(window), 2)},
+                   "staleness_mean": round(sum(r.get("staleness_mean", 0.0) for r in window) / len(window), 2),
+                   "credit_target_median": statistics.median(targets) if targets else None,
+                   "learner_idle_share": round((last["idle_seconds"] - first["idle_seconds"]) / seconds, 3)
+                   if seconds > 0 else None},
         "whole_run": {k: round(v, 4) for k, v in waste_between({"buffer_counters": {}}, last).items()},
         "lengths": fate_means(last),
         "buffer_counters": last["buffer_counters"],

@@ -82,7 +82,7 @@ class LearnerRole(NodeRole):
         self.own = OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send) \
             if cfg.learner.sample_when_idle else None
         rate = cfg.learner.max_groups_per_second_per_sampler
-        self.credits = credits = pacing_credits(cfg, held=lambda: len(buffer))
+        self.credits = credits = pacing_credits(cfg, lambda: len(buffer), lambda: oldest_behind(buffer))
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
         self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
@@ -220,6 +220,12 @@ class LearnerRole(NodeRole):
             "max_staleness": self.cfg.sync.max_staleness,
             **(self.rounds.health() if self.rounds is not None else {}),
         }
+
+
+def oldest_behind(buffer: MeteredBuffer) -> int:
+    """Versions the oldest group `buffer` holds is behind its version (0 when it holds none)."""
+    held = buffer.held()
+    return buffer.version - min(int(g.policy_version) for g in held) if held else 0
 
 
 class _Progress:

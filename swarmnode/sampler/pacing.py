@@ -18,8 +18,9 @@ OUTBOX_LIMIT = 64  # `sync.pacing: outbox`: a sampler pauses while this many of 
 class Pacer:
     """`next_batch(outstanding, invited)`: the prompts of the next batch, at most `batch`, or 0 to wait.
 
-    With `credits`: what the learners invite (`invited`), up to a full batch. With nothing invited, one
-    group when nothing of its own is outstanding: a probe whose ack tells a fresh credit (a learner with no room
+    With `credits`: a full batch when the learners invite one (`invited`); less only when nothing of its own is
+    outstanding (else it waits for the acks to invite a whole batch: small batches generate slowly): what is
+    invited, or with nothing invited one group, a probe whose ack tells a fresh credit (a learner with no room
     holds it "full" until it has). Learners that tell no credits (`invited` None) get a full batch whenever
     nothing is outstanding (stop and wait). With `credits` off: a full batch while fewer than `OUTBOX_LIMIT`
     groups wait. `waits` counts the 0's, `probes` the one-group probes.
@@ -44,11 +45,13 @@ class Pacer:
             n = self.batch if outstanding < OUTBOX_LIMIT else 0
         elif invited is None:
             n = self.batch if outstanding == 0 else 0
-        elif invited > 0:
-            n = min(self.batch, invited)
+        elif invited >= self.batch:
+            n = self.batch
+        elif outstanding == 0:
+            n = max(1, invited)
+            self.probes += invited == 0
         else:
-            n = 1 if outstanding == 0 else 0
-            self.probes += n
+            n = 0
         self.waits += n == 0
         return n
 

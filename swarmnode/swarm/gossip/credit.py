@@ -10,10 +10,11 @@ Learner side, `CreditPolicy`: a target number of groups held. The room below it 
 heard from within `active_window` seconds, rounded up, and told to each in its acks (`"c"`); at the target the
 door is "full" (a push is held by its sender and resent shortly). The target adapts between one step's draw
 (`floor`) and `cap` (`credit_target`: half of what the learner draws within the staleness bound, or
-`learner.buffer_high_water`): before each step the learner says how many groups it holds (`ready`); finding
-too few for a step (its samplers are slow or far away: more must be in flight to keep it busy) raises the
-target by a step's draw, once per wait; finding more than a step's draw (a surplus the newest-first draw would
-leave behind to age) lowers it by the surplus.
+`learner.buffer_high_water`). Before each step (`ready`) the learner looks at what it holds: too few groups for
+a step (its samplers are slow or far away: more must be in flight to keep it busy) raises the target by a
+step's draw, once per wait; a held group more than `aging` versions behind (a surplus the newest-first draw
+keeps passing over, on its way to aging out) halves it, once per such episode, so no new groups come in until
+the learner has drawn the old ones.
 
 Sender side (`RolloutSender`): each destination's last told credit minus the groups still waiting for its ack
 is what it invites now. A sampler generates what is invited, up to a batch (`sampler.pacing.Pacer`), and with
@@ -43,25 +44,25 @@ class CreditPolicy:
     each step (see the module docstring). `held()` is the number of groups the learner holds now; the target
     starts at `floor` (one step's draw); `clock` is injectable for tests."""
 
-    def __init__(self, floor: int, cap: int, held: Callable[[], int], active_window: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic):
-        if not 1 <= floor <= cap or active_window <= 0:
-            raise ValueError("1 <= floor <= cap and active_window > 0 are required")
+    def __init__(self, floor: int, cap: int, held: Callable[[], int], oldest_behind: Callable[[], int] = lambda: 0,
+                 aging: int = 1, active_window: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        if not 1 <= floor <= cap or active_window <= 0 or aging < 0:
+            raise ValueError("1 <= floor <= cap, aging >= 0 and active_window > 0 are required")
         self.floor, self.cap, self.held, self.active_window, self.clock = floor, cap, held, active_window, clock
+        self.oldest_behind, self.aging = oldest_behind, aging
         self.target = floor
         self._starving = False  # the last `ready` found too few groups for a step
+        self._aging = False  # the last `ready` found a held group more than `aging` versions behind
         self._heard: dict[str, float] = {}  # sender -> when it last pushed
 
     def ready(self) -> None:
         """The learner is about to draw a step (`floor` groups): adapt the target to what it holds now."""
-        held = self.held()
-        if held < self.floor:
-            if not self._starving:
-                self.target = min(self.cap, self.target + self.floor)
-            self._starving = True
-            return
-        self._starving = False
-        self.target = max(self.floor, self.target - (held - self.floor))
+        starving, aging = self.held() < self.floor, self.oldest_behind() > self.aging
+        if starving and not self._starving:
+            self.target = min(self.cap, self.target + self.floor)
+        elif aging and not self._aging:
+            self.target = max(self.floor, self.target // 2)
+        self._starving, self._aging = starving, aging
 
     def full(self) -> bool:
         """True while the learner holds its target: pushes are answered "full" (held by the sender)."""
@@ -81,14 +82,16 @@ class CreditPolicy:
         return -(-room // max(1, self.senders()))
 
 
-def pacing_credits(cfg, held: Callable[[], int]) -> CreditPolicy | None:
-    """A learner's `CreditPolicy` from its NodeConfig (`sync.pacing`, `learner.buffer_high_water`), or None
-    with `sync.pacing: outbox`."""
+def pacing_credits(cfg, held: Callable[[], int], oldest_behind: Callable[[], int]) -> CreditPolicy | None:
+    """A learner's `CreditPolicy` from its NodeConfig (`sync.pacing`, `learner.buffer_high_water`; a held group
+    more than half `sync.max_staleness` behind is aging), or None with `sync.pacing: outbox`. `held()`: groups
+    held; `oldest_behind()`: versions the oldest of them is behind (0 with none)."""
     if cfg.sync.pacing != "credits":
         return None
     lc = cfg.learner
     return CreditPolicy(lc.prompts_per_step, credit_target(lc.prompts_per_step, lc.publish_every,
-                                                           cfg.sync.max_staleness, lc.buffer_high_water), held)
+                                                           cfg.sync.max_staleness, lc.buffer_high_water),
+                        held, oldest_behind, aging=cfg.sync.max_staleness // 2)
 
 
 def told_credit(ack: dict) -> int | None:
