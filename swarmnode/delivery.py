@@ -45,6 +45,12 @@ class DelayedSink:
             heapq.heappush(self._due, (time.monotonic() + hold, next(self._order), group))
             self._wake.notify()
 
+    @property
+    def waiting(self) -> int:
+        """Groups held back now (not yet passed on)."""
+        with self._wake:
+            return len(self._due)
+
     def close(self) -> None:
         """Stop the timer thread; groups still held are dropped (as a closing sender drops its outbox)."""
         with self._wake:

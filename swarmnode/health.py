@@ -16,6 +16,7 @@ from typing import Any
 
 from swarmnode.health_record import WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
 from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, bucket_of  # noqa: F401 (re-export)
+from swarmnode.staleness import too_stale
 
 logger = logging.getLogger(__name__)
 HISTORY_LEN = 32  # versions kept in a learner's reward/KL/IS-variance history
@@ -177,7 +178,7 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
     bound = staleness_bound(peers, max_staleness)
     for p in peers:
         lag = peer_lag(p, newest)
-        if lag is not None and lag > bound:
+        if lag is not None and too_stale(lag, bound):
             alerts.append(_alert("too_stale", "warning", f"sampler {p['peer_id'][-8:]} is {lag} versions behind "
                                  f"(max_staleness {bound}): its rollouts are dropped", p["peer_id"]))
     for learner in learners:

@@ -6,9 +6,9 @@ inbox (the `RolloutSink` a swarm learner's receiver also feeds: `SamplerLoop` an
   (0 = on-policy).
 - `delay = DelayModel` (latency experiments, as HeteroRL did, and as a swarm sampler with `--simulate-delay`
   on weights behaves): the sampler syncs continually; a sync takes the newest version when it starts and
-  delivers it d steps later (d drawn per sync), then the next sync starts. When the sampler falls
-  `sync.max_staleness` or more behind it syncs to the newest version at once (a swarm sampler pauses and
-  fetches); those are counted as forced syncs.
+  delivers it d steps later (d drawn per sync), then the next sync starts. When the sampler falls more than
+  `sync.max_staleness` behind (`staleness.too_stale`, the rule a swarm sampler pauses and fetches by) it syncs
+  to the newest version at once; those are counted as forced syncs.
 Rollouts always carry their true version. Optionally the learner's policy is evaluated on the held-out prompts
 every few steps.
 The checkpoint carries the learner state plus the versions in flight, the sampler's prompt RNG, the curve and
@@ -38,6 +38,7 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.models import load_model, load_tokenizer, pick_device
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.staleness import too_stale
 from swarmnode.tasks import build_task
 
 CURVE_KEYS = ("step", "version", "reward_mean", "staleness_mean", "staleness_max", "loss", "kl", "is_weight_var",
@@ -102,7 +103,7 @@ class LocalTrainer:
             self.sampler.offer_weights(state, version)
             return
         now, (newest, newest_state) = self.learner.step_count, self.recent[-1]
-        if newest - self.sampler.offered_version >= self.max_staleness:
+        if too_stale(newest - self.sampler.offered_version, self.max_staleness):
             self.forced_syncs += 1
             self.sync = (now, newest, newest_state)
         if self.sync is not None and self.sync[0] <= now:

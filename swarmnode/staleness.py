@@ -1,7 +1,10 @@
-"""Staleness buckets: the power-of-two histogram of how many versions old the groups a learner trained on were.
+"""Staleness: the one rule for what is too stale, and the power-of-two histogram of how many versions old the
+groups a learner trained on were.
 
-A leaf module (no swarmnode imports): the loss's per-bucket KL, the learner loop's histogram, the health record,
-the Prometheus labels and the dashboard all bucket staleness the same way.
+A leaf module (no swarmnode imports). `too_stale` is the rule every place that checks `sync.max_staleness` uses:
+the learner's buffer refuses and ages out groups by it, a sampler pauses by it, the single-process trainer
+forces a weight sync by it, and the health alerts flag a sampler by it. The loss's per-bucket KL, the learner
+loop's histogram, the health record, the Prometheus labels and the dashboard all bucket staleness the same way.
 """
 
 from __future__ import annotations
@@ -9,6 +12,13 @@ from __future__ import annotations
 from typing import Iterable
 
 MAX_BUCKETS = 16  # [0], [1], [2-3], [4-7], ..., the last one open-ended
+
+
+def too_stale(versions_behind: int, max_staleness: int) -> bool:
+    """True when something `versions_behind` versions older than the learner's policy is beyond the bound: a
+    group made that far behind is not trained on, and a sampler holding weights that far behind stops
+    generating until it has newer ones. At exactly `max_staleness` behind it is still usable (0: on-policy)."""
+    return versions_behind > max_staleness
 
 
 def bucket_of(tau: int) -> int:

@@ -194,7 +194,8 @@ class LearnerConfig(_Section):
         "many); beyond it the learner answers rate_limited and the sender backs off")
     buffer_high_water: int = Field(
         0, ge=0, le=10_000_000, description="groups held above which the learner answers pushes \"full\" without "
-        "decoding them (the sampler resends shortly and pauses generating meanwhile); 0: 4 x prompts_per_step")
+        "decoding them (the sampler resends shortly); with sync.pacing credits also the number of groups it "
+        "invites its samplers to keep it at; 0: prompts_per_step with credits, else 4 x prompts_per_step")
     draw_order: Literal["newest", "oldest"] = "newest"
     sample_when_idle: bool = Field(
         False, description="with too few groups buffered for a step, generate a batch with the weights being "
@@ -285,6 +286,10 @@ class SyncConfig(_Section):
         None, description="e.g. 'fixed:2', 'lognormal:1,0.5', 'weibull:2,1.5' (seconds)"
     )
     delay_target: Literal["weights", "rollouts", "both"] = "weights"
+    pacing: Literal["credits", "outbox"] = Field(
+        "credits", description="credits: a learner's acks tell each sampler how many more groups it takes now "
+        "(its buffer's room below learner.buffer_high_water, shared among its samplers) and samplers generate "
+        "no more, so none age past max_staleness unused; outbox: samplers generate until 64 groups wait unacked")
 
     @field_validator("simulate_delay")
     @classmethod

@@ -17,11 +17,12 @@ from swarmnode.config import NodeConfig
 from swarmnode.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
 from swarmnode.health_record import LearnerHealth
 from swarmnode.identity import Identity
-from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
+from swarmnode.learner.buffer import RolloutInbox
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.journal import GroupJournal, journal_limits
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import StepsLog
+from swarmnode.learner.waste import MeteredBuffer
 from swarmnode.swarm.membership import Membership
 from swarmnode.models import load_model, pick_device
 from swarmnode.protocol.rollout import RolloutLimits
@@ -30,6 +31,7 @@ from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
 from swarmnode.roles.own_sampling import OwnSampler
 from swarmnode.swarm.averaging import LearnerAveraging
 from swarmnode.swarm.gossip import RolloutReceiver
+from swarmnode.swarm.gossip.credit import pacing_credits
 from swarmnode.swarm.gossip.streams import FULL
 from swarmnode.swarm.publisher import VersionPublisher
 
@@ -44,6 +46,7 @@ class LearnerRole(NodeRole):
     HEALTH = LearnerHealth
     health: LearnerHealth
     learner: LearnerLoop
+    buffer: MeteredBuffer
     inbox: RolloutInbox
     receiver: RolloutReceiver
     publisher: VersionPublisher
@@ -55,7 +58,7 @@ class LearnerRole(NodeRole):
         emit("loading the model...")
         model = await self.compute.run(load_model, cfg.model, cfg.task, pick_device(cfg.learner.device))
         averaging = averaging_enabled(cfg)  # groups made with any of the run's learners' versions are ours too
-        buffer = ReplayBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
+        self.buffer = buffer = MeteredBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
         self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, **journal_limits(cfg))
         self.rounds: AveragingRounds | None = None
@@ -93,9 +96,12 @@ class LearnerRole(NodeRole):
         self.own = OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send) \
             if cfg.learner.sample_when_idle else None
         rate = cfg.learner.max_groups_per_second_per_sampler
-        high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step
+        self.credits = credits = pacing_credits(cfg, lambda: len(buffer), lambda: oldest_behind(buffer))
+        high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
+        full = credits.full if credits is not None else lambda: len(buffer) >= high_water
         self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
-                                        rate=rate, burst=2 * rate, full=lambda: len(buffer) >= high_water,
+                                        rate=rate, burst=2 * rate, full=full,
+                                        credit=credits.grant if credits is not None else None,
                                         # acks tell the newest version published (training may be ahead)
                                         version=lambda: self.publisher.newest, durable=self.inbox.durable)
         await self.receiver.start(self.p2p)
@@ -143,6 +149,8 @@ class LearnerRole(NodeRole):
         try:
             while not stop.is_set():
                 began = time.monotonic()
+                if self.credits is not None:  # what it holds now sets how many groups it invites
+                    self.credits.ready()
                 diag = await self.compute.run(self.learner.step)
                 if diag is None and self.own is not None:  # too few groups: make some rather than wait
                     await self.compute.run(self.own.batch)
@@ -193,6 +201,9 @@ class LearnerRole(NodeRole):
             "groups_received": self.receiver.accepted,
             "groups_rejected": sum(self._rejected().values()),
             "dropped_stale": stats["counters"]["stale"] + stats["counters"]["aged_out"],
+            "buffer_counters": stats["counters"],  # cumulative, by reason (ok, stale, aged_out, quota, ...)
+            "fates": self.buffer.lengths.summary(),  # groups drawn / dropped and their completion lengths
+            "credit_target": self.credits.target if self.credits is not None else None,  # groups it invites
             "staleness_hist": list(self.learner.staleness_hist.counts),  # cumulative, power-of-two buckets
             "idle_seconds": round(self.idle_seconds, 3),
             "groups_self_made": self.own.groups if self.own is not None else 0,
@@ -244,6 +255,12 @@ class LearnerRole(NodeRole):
 def _copied(state: dict) -> dict:
     """CPU copies of a stored version's tensors (the store hands views of its buffer)."""
     return {k: v.clone() for k, v in state.items()}
+
+
+def oldest_behind(buffer: MeteredBuffer) -> int:
+    """Versions the oldest group `buffer` holds is behind its version (0 when it holds none)."""
+    held = buffer.held()
+    return buffer.version - min(int(g.policy_version) for g in held) if held else 0
 
 
 class _Progress:

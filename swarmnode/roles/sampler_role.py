@@ -2,7 +2,8 @@
 serve the weight chunks it holds.
 
 A group's path: `SamplerLoop.step` (engine, task rewards, signed `RolloutGroup`) -> the loop's sink, which is
-`RolloutSender.send` (or a `DelayedSink` around it) -> the learners. Weights come the other way: a
+`RolloutSender.send` (or a `DelayedSink` around it) -> the learners. A batch is generated only when the
+learners take it (`Pacer`: the credits their acks tell, see `swarm.gossip.credit`). Weights come the other way: a
 `WeightFollower` sees new versions (DHT announcements each heartbeat, learners' acks at once) and its
 `WeightPuller` hands the fetched state to `SamplerLoop.offer_weights`.
 """
@@ -25,13 +26,15 @@ from swarmnode.progress import fetch_progress
 from swarmnode.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed
+from swarmnode.sampler.pacing import Pacer
+from swarmnode.staleness import too_stale
 from swarmnode.swarm.follower import LivePeers, WeightFollower, WeightPuller
 from swarmnode.swarm.gossip import RolloutSender
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.weights import ModelLayout
 
 logger = logging.getLogger(__name__)
-BACKPRESSURE_GROUPS = 64  # a sampler pauses generation while this many groups wait in its outbox
+PACE_WAIT_S = 0.25  # a paced sampler waits at most this long for an ack before asking its pacer again
 NO_LEARNER_POLL_S = 0.25  # how often a sampler with no live learner looks for one (else once per heartbeat)
 NO_LEARNER = "no learner"  # health `paused`: no live learner (that the run trusts) to send groups to
 
@@ -63,6 +66,7 @@ class SamplerRole(NodeRole):
         sink: RolloutSink = self.sender.send
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
         self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink, seed=seed)
+        self.pacer = Pacer(cfg.sampler.prompts_per_batch, credits=cfg.sync.pacing == "credits")
         check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
         if not cfg.trust.learner_keys:
             logger.warning("trust.accept_any_learner: trusting weights from whichever learner announces them")
@@ -105,14 +109,15 @@ class SamplerRole(NodeRole):
         cfg = self.cfg
         heartbeat = asyncio.create_task(self._heartbeat(stop))
         stale_backoff = Backoff(base=0.5, cap=cfg.network.heartbeat_interval * 4)
-        groups, t0 = 0, time.monotonic()
+        groups, t0, credit_wait_s = 0, time.monotonic(), 0.0
         next_report = t0 + PROGRESS_EVERY_S
         try:
             while not stop.is_set():
                 if time.monotonic() >= next_report:
                     next_report = time.monotonic() + PROGRESS_EVERY_S
                     self.emit(f"sampler: version {self.loop.version} (newest {self.follower.newest}), {groups} "
-                              f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent")
+                              f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent, "
+                              f"{credit_wait_s:.1f} s of {time.monotonic() - t0:.1f} s waiting for credit")
                 if not self.learners:  # nobody would receive what we make: wait for a learner to join
                     if self.health.paused != NO_LEARNER:
                         self.emit("sampler: no learner of the run is live; generation paused until one joins")
@@ -126,19 +131,25 @@ class SamplerRole(NodeRole):
                 if cfg.sync.mode == "pull":  # the newest version, asked of the learners we send to (not the DHT)
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout, direct=True)
                 held = self.loop.offered_version  # the version swapped in before the next batch
-                if self.follower.newest - held > cfg.sync.max_staleness:
+                lag = self.follower.newest - held
+                if too_stale(lag, cfg.sync.max_staleness) or self.pacer.stale_on_arrival(lag, cfg.sync.max_staleness):
                     self.publish_health(paused="too stale")
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
                     if self.loop.offered_version == held:  # no progress (failing fetch, hint not announced yet)
                         await sleep_or_stop(stop, stale_backoff.failure())
                     continue
                 stale_backoff.success()
-                if self.sender.pending >= BACKPRESSURE_GROUPS:  # learners accept slower than we generate
-                    await sleep_or_stop(stop, 0.1)
+                outstanding = self.sender.pending + (self.delayed.waiting if self.delayed is not None else 0)
+                if not (prompts := self.pacer.next_batch(outstanding, self.sender.invited)):  # learners take no more
+                    waited = time.monotonic()
+                    await self.sender.wait_answer(PACE_WAIT_S)
+                    credit_wait_s += time.monotonic() - waited
+                    self.follower.hint(self.sender.newest_hint, self.sender.hint_peer)  # fetch what the acks told
                     continue
-                began = time.monotonic()
-                batch = await self.compute.run(self.loop.step)
+                began, newest = time.monotonic(), self.follower.newest
+                batch = await self.compute.run(self.loop.step, prompts)
                 self.follower.hint(self.sender.newest_hint, self.sender.hint_peer)
+                self.pacer.batch_took(self.follower.newest - newest)
                 if cfg.sampler.max_groups_per_second:
                     floor = len(batch) / cfg.sampler.max_groups_per_second
                     await sleep_or_stop(stop, max(0.0, floor - (time.monotonic() - began)))

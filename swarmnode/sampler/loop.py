@@ -100,12 +100,14 @@ class SamplerLoop:
             self.lineage = lineage  # groups name the learner line whose weights made them
         return True
 
-    def step(self) -> list[RolloutGroup]:
-        """Generate, score and send one batch; returns the groups built (also those whose send failed)."""
+    def step(self, prompts_count: int | None = None) -> list[RolloutGroup]:
+        """Generate, score and send one batch of `prompts_count` prompts (default `sampler.prompts_per_batch`;
+        a paced sampler makes fewer when its learners invite fewer); returns the groups built (also those whose
+        send failed)."""
         self._swap_in()
         sampler = self.cfg.sampler
         version = self.engine.version
-        prompts = self.task.sample(sampler.prompts_per_batch, self.rng)
+        prompts = self.task.sample(prompts_count or sampler.prompts_per_batch, self.rng)
         gens = self.engine.generate(
             [p.text for p in prompts], sampler.num_generations, sampler.temperature, sampler.max_completion_length
         )

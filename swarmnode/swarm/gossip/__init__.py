@@ -10,7 +10,8 @@ rollouts, which at RL group rates (a few per second per sampler) costs little.
 
 Wire format, both directions: frames of an 8-byte big-endian length and a payload.
 - push stream `swarmnode/<run>/rollouts/1` (persistent): sender writes an encoded RolloutGroup, receiver answers
-  {"id": group id or "", "status": reason, "v": the learner's policy version (optional)}. Final statuses: "ok",
+  {"id": group id or "", "status": reason, "v": the learner's policy version (optional), "c": the groups it
+  invites from this sender now (optional: its credit, see `credit`)}. Final statuses: "ok",
   "duplicate", the buffer's own refusals ("quota", "stale", ...), "invalid"; retried after backoff:
   "rate_limited", "busy". After "oversized", "truncated" or "banned" the receiver closes the stream. The
   version in a learner's acks lets its samplers fetch that version at once (from the learner the stream
@@ -20,8 +21,8 @@ Wire format, both directions: frames of an 8-byte big-endian length and a payloa
   answers with up to n encoded groups from its recent ring, newer than `since`, then an empty frame; the learner
   writes {"op": "bye"} before anyone closes (closing right after the last write truncated QUIC streams).
 
-Modules: `streams` (stream names, ack statuses, the polite close), `receive` (`RolloutReceiver` and its rate
-limits), `seen` (its journaled dedup memory), `send` (`RolloutSender`: outboxes, acks, retries, the recent ring served to pullers).
+Modules: `streams` (stream names, ack statuses, the polite close), `credit` (how many groups a learner invites:
+`CreditPolicy`, the ack's credit field), `receive` (`RolloutReceiver` and its rate limits), `seen` (its journaled dedup memory), `send` (`RolloutSender`: outboxes, acks, retries, the recent ring served to pullers).
 """
 
 from swarmnode.swarm.gossip.receive import RolloutReceiver, TokenBucket

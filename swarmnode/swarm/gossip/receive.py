@@ -63,8 +63,9 @@ class RolloutReceiver:
 
     Flow control: while `full()` says the consumer holds enough groups, a push is answered "full" before it is
     decoded (no CPU spent on a group that would wait or be refused); the sender keeps it and resends after a
-    short wait, and its sampler stops generating once its outbox is long (instead of making groups nobody
-    takes: without this, a fast sampler's surplus was decoded, verified and then refused by the buffer).
+    short wait. With `credit`, every ack also tells the sender how many more groups the consumer invites from
+    it (`credit.CreditPolicy`), and its sampler generates no more than that (instead of making groups nobody
+    takes in time: without credits, a fast sampler's surplus aged past the staleness bound and was dropped).
 
     `stream` and `decode` carry another record over the same machinery (SAPO's text groups: stream
     "text-rollouts"); a decoded record has `group_id`, `run_id` and its signer `sampler_id`.
@@ -77,13 +78,14 @@ class RolloutReceiver:
                  durable: Callable[[list[tuple[Any, bytes]]], Awaitable[None]] | None = None,
                  max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
                  decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES,
-                 full: Callable[[], bool] | None = None):
+                 full: Callable[[], bool] | None = None, credit: Callable[[str], int] | None = None):
         self.run_id = run_id
         self.stream = stream
         self.decode = decode or (lambda body: RolloutGroup.decode(body, limits))
         self.on_group = on_group
         self.durable = durable
         self.full = full  # True while the consumer wants no more groups for now (see the class docstring)
+        self.credit = credit  # (sender) -> groups the consumer invites from it now, told in its acks
         self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
@@ -153,7 +155,7 @@ class RolloutReceiver:
                     if body is not None:
                         bodies.append(body)
                 if bodies:
-                    await self._ack_all(writer, await self._admit_all(bodies, peer))
+                    await self._ack_all(writer, await self._admit_all(bodies, peer), peer)
                 if verdict is not None:
                     await self._refuse(reader, writer, verdict)
                     break
@@ -316,11 +318,16 @@ class RolloutReceiver:
     async def _ack(self, writer: asyncio.StreamWriter, group_id: str, status: str) -> None:
         await self._ack_all(writer, [(group_id, status)])
 
-    async def _ack_all(self, writer: asyncio.StreamWriter, results: list[tuple[str, str]]) -> None:
-        """One ack frame per (group id, status), in order, in one write."""
-        version = int(self.version()) if self.version is not None else None
-        acks = [{"id": group_id, "status": status, **({"v": version} if version is not None else {})}
-                for group_id, status in results]
+    async def _ack_all(self, writer: asyncio.StreamWriter, results: list[tuple[str, str]],
+                       peer: str | None = None) -> None:
+        """One ack frame per (group id, status), in order, in one write; each tells the learner's version and
+        (to a `peer` that pushed, with `credit`) the groups it invites from that peer after these."""
+        told: dict[str, int] = {}
+        if self.version is not None:
+            told["v"] = int(self.version())
+        if self.credit is not None and peer is not None:
+            told["c"] = int(self.credit(peer))
+        acks = [{"id": group_id, "status": status, **told} for group_id, status in results]
         await write_frames(writer, [pack(ack) for ack in acks])
 
     def _count(self, status: str, peer: str, reason: str | None = None) -> None:

@@ -16,6 +16,7 @@ from hivemind.p2p import P2P, PeerID
 from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame, write_frames
+from swarmnode.swarm.gossip.credit import told_credit
 from swarmnode.swarm.gossip.streams import CLOSING_STATUSES, FULL, RETRY_STATUSES, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,11 @@ class _Link:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.queued = 0  # groups queued to this destination so far (spread mode balances on it)
+        self.credit: int | None = None  # groups its last ack invited beyond those acked (None: it told none)
+
+    def invites(self) -> int:
+        """Groups this destination invites now: its last credit less the groups still waiting for its ack."""
+        return 0 if self.credit is None else max(0, self.credit - len(self.outbox))
 
     def close_stream(self) -> None:
         if self.writer is not None:
@@ -59,8 +65,12 @@ class RolloutSender:
     backpressure, counts only live destinations' outboxes, so a peer record with no process behind it (or a
     learner that stopped answering) cannot stall generation; its own outbox stays bounded and it is still tried.
 
+    Credits (`credit`): a learner's acks may tell how many more groups it invites; `invited` sums what the
+    answering destinations invite now, and the sampler paces its generation by it.
+
     With `spread`, each group goes to one destination only (a run's several learners each train on their own
-    share): the answering destination with the shortest outbox, ties to the one sent the fewest groups.
+    share): the answering destination that invites the most, then the one with the shortest outbox, ties to the
+    one sent the fewest groups.
     """
 
     def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
@@ -90,6 +100,7 @@ class RolloutSender:
         self.newest_hint = -1  # the highest policy version a destination's ack told
         self.hint_peer: str | None = None  # the destination (stream-authenticated peer id) that told it
         self._links: dict[str, _Link] = {}
+        self._answered = asyncio.Event()  # set by each ack (for `wait_answer`)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -103,6 +114,14 @@ class RolloutSender:
         """Groups waiting for destinations that answer (see the class docstring)."""
         now = time.monotonic()
         return sum(len(link.outbox) for link in self._links.values() if self._alive(link, now))
+
+    @property
+    def invited(self) -> int | None:
+        """Groups the answering destinations invite now beyond those outstanding (see `credit`), or None while
+        none of them has told a credit (learners that do not pace their samplers)."""
+        now = time.monotonic()
+        told = [link for link in self._links.values() if self._alive(link, now) and link.credit is not None]
+        return sum(link.invites() for link in told) if told else None
 
     @property
     def queued(self) -> int:
@@ -128,6 +147,15 @@ class RolloutSender:
     def send_encoded(self, group_id: str, data: bytes, created_at: float | None = None) -> None:
         """Queue an already-encoded group (used by benchmarks and relays)."""
         self._call(self._send, group_id, data, time.time() if created_at is None else created_at)
+
+    async def wait_answer(self, timeout: float) -> bool:
+        """Wait until a destination acks a group or tells a credit (True), or `timeout` seconds pass (False)."""
+        self._answered.clear()
+        try:
+            await asyncio.wait_for(self._answered.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     async def flush(self, timeout: float) -> bool:
         """Wait until every outbox is empty (True) or `timeout` passes (False)."""
@@ -187,7 +215,7 @@ class RolloutSender:
             self.unrouted += 1
         if self.spread and len(links) > 1:
             answering = [link for link in links if self._alive(link, now)] or links
-            links = [min(answering, key=lambda link: (len(link.outbox), link.queued))]
+            links = [min(answering, key=lambda link: (-link.invites(), len(link.outbox), link.queued))]
         for link in links:
             link.queued += 1
             if len(link.outbox) >= link.maxlen:
@@ -247,6 +275,7 @@ class RolloutSender:
         with contextlib.suppress(ValueError):  # already gone: the outbox dropped it as the oldest meanwhile
             link.outbox.remove(item)
         self.statuses[status] += 1
+        self._answered.set()
         if status in ("ok", "duplicate"):
             self.delivered += 1
             self.latencies.append(time.monotonic() - queued_at)
@@ -273,6 +302,9 @@ class RolloutSender:
             hint = ack.get("v")
             if isinstance(hint, int) and not isinstance(hint, bool) and self.newest_hint < hint <= MAX_VERSION:
                 self.newest_hint, self.hint_peer = hint, str(link.peer)
+            if (credit := told_credit(ack)) is not None:
+                link.credit = credit
+                self._answered.set()
             statuses.append(status)
             if status in CLOSING_STATUSES:
                 return

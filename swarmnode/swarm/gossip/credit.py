@@ -1,0 +1,102 @@
+"""Credits: how many more rollout groups a learner invites, told in its acks, so that samplers make no more
+than it trains on within the staleness bound.
+
+Why: a learner draws the newest groups first, so any standing surplus (groups held in its buffer beyond one
+step's draw, or waiting in samplers' outboxes) is left behind by fresher arrivals until it ages past
+`sync.max_staleness` and is thrown away; generating it was wasted work, and the groups thrown away are not a
+fair sample (long completions take longer to make and arrive later).
+
+Learner side, `CreditPolicy`: a target number of groups held. The room below it is shared among the senders
+heard from within `active_window` seconds, rounded up, and told to each in its acks (`"c"`); at the target the
+door is "full" (a push is held by its sender and resent shortly). The target adapts between one step's draw
+(`floor`) and `cap` (`credit_target`: half of what the learner draws within the staleness bound, or
+`learner.buffer_high_water`). Before each step (`ready`) the learner looks at what it holds: too few groups for
+a step (its samplers are slow or far away: more must be in flight to keep it busy) raises the target by a
+step's draw, once per wait; a held group more than `aging` versions behind (a surplus the newest-first draw
+keeps passing over, on its way to aging out) halves it, once per such episode, so no new groups come in until
+the learner has drawn the old ones.
+
+Sender side (`RolloutSender`): each destination's last told credit minus the groups still waiting for its ack
+is what it invites now. A sampler generates what is invited, up to a batch (`sampler.pacing.Pacer`), and with
+nothing invited a one-group probe when nothing of its own is outstanding (its ack brings a new credit; a
+learner with no room holds it "full" until it has).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+MAX_CREDIT = 1 << 20  # a told credit above this is a malformed ack's, ignored
+
+
+def credit_target(prompts_per_step: int, publish_every: int, max_staleness: int, high_water: int = 0) -> int:
+    """The most groups a learner invites to be held or in flight: `high_water` if set, else half of what it
+    draws within the staleness bound (`prompts_per_step` per step, `publish_every` steps per version,
+    `max_staleness` versions: the other half is left for its samplers' lag); never more than that whole, never
+    less than one step's draw."""
+    within_bound = prompts_per_step * publish_every * max(1, max_staleness)
+    return max(prompts_per_step, min(high_water or within_bound // 2, within_bound))
+
+
+class CreditPolicy:
+    """The learner's credits: `full()` for the receiver's door, `grant(peer)` for each ack, `ready()` before
+    each step (see the module docstring). `held()` is the number of groups the learner holds now; the target
+    starts at `floor` (one step's draw); `clock` is injectable for tests."""
+
+    def __init__(self, floor: int, cap: int, held: Callable[[], int], oldest_behind: Callable[[], int] = lambda: 0,
+                 aging: int = 1, active_window: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        if not 1 <= floor <= cap or active_window <= 0 or aging < 0:
+            raise ValueError("1 <= floor <= cap, aging >= 0 and active_window > 0 are required")
+        self.floor, self.cap, self.held, self.active_window, self.clock = floor, cap, held, active_window, clock
+        self.oldest_behind, self.aging = oldest_behind, aging
+        self.target = floor
+        self._starving = False  # the last `ready` found too few groups for a step
+        self._aging = False  # the last `ready` found a held group more than `aging` versions behind
+        self._heard: dict[str, float] = {}  # sender -> when it last pushed
+
+    def ready(self) -> None:
+        """The learner is about to draw a step (`floor` groups): adapt the target to what it holds now."""
+        starving, aging = self.held() < self.floor, self.oldest_behind() > self.aging
+        if starving and not self._starving:
+            self.target = min(self.cap, self.target + self.floor)
+        elif aging and not self._aging:
+            self.target = max(self.floor, self.target // 2)
+        self._starving, self._aging = starving, aging
+
+    def full(self) -> bool:
+        """True while the learner holds its target: pushes are answered "full" (held by the sender)."""
+        return self.held() >= self.target
+
+    def senders(self) -> int:
+        """Senders heard from within `active_window` seconds (the others are forgotten)."""
+        cutoff = self.clock() - self.active_window
+        for peer in [p for p, t in self._heard.items() if t < cutoff]:
+            del self._heard[peer]
+        return len(self._heard)
+
+    def grant(self, peer: str) -> int:
+        """The credit told to `peer` (who just pushed): its share of the room below the target, rounded up."""
+        self._heard[peer] = self.clock()
+        room = max(0, self.target - self.held())
+        return -(-room // max(1, self.senders()))
+
+
+def pacing_credits(cfg, held: Callable[[], int], oldest_behind: Callable[[], int]) -> CreditPolicy | None:
+    """A learner's `CreditPolicy` from its NodeConfig (`sync.pacing`, `learner.buffer_high_water`; a held group
+    more than half `sync.max_staleness` behind is aging), or None with `sync.pacing: outbox`. `held()`: groups
+    held; `oldest_behind()`: versions the oldest of them is behind (0 with none)."""
+    if cfg.sync.pacing != "credits":
+        return None
+    lc = cfg.learner
+    return CreditPolicy(lc.prompts_per_step, credit_target(lc.prompts_per_step, lc.publish_every,
+                                                           cfg.sync.max_staleness, lc.buffer_high_water),
+                        held, oldest_behind, aging=cfg.sync.max_staleness // 2)
+
+
+def told_credit(ack: dict) -> int | None:
+    """The credit an ack tells (its `"c"`), or None when it tells none or a malformed one."""
+    credit = ack.get("c")
+    if isinstance(credit, int) and not isinstance(credit, bool) and 0 <= credit <= MAX_CREDIT:
+        return credit
+    return None
