@@ -33,7 +33,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack, unpack
 from swarmnode.protocol.reachability import CLIENT_ONLY, PUBLIC, RELAYED, UNKNOWN
-from swarmnode.swarm.hivemind_compat import connect, disconnect
+from swarmnode.swarm.hivemind_compat import connect, disconnect, p2p_class_with_daemon_flags
 from swarmnode.swarm.p2p import arm_watchdog, parse_initial_peer, start_p2p, stop_p2p
 
 logger = logging.getLogger(__name__)
@@ -149,8 +149,10 @@ class DialbackService:
     async def _probe_p2p(self) -> P2P:
         async with self._probe_lock:
             if self._probe is None:
-                self._probe = await P2P.create(host_maddrs=[], no_listen=True, nat_port_map=False, auto_nat=False,
-                                               use_relay=False, dht_mode="client", idle_timeout=0)
+                # no DHT: it dials the given addresses only, never ones a DHT lookup would find
+                probe = p2p_class_with_daemon_flags({"dhtClient": False})
+                self._probe = await probe.create(host_maddrs=[], no_listen=True, nat_port_map=False, auto_nat=False,
+                                                 use_relay=False, dht_mode="client", idle_timeout=0)
                 arm_watchdog(self._probe)
             return self._probe
 
@@ -177,7 +179,8 @@ class DialbackService:
                 for addr in dial_candidates(listen, observed):
                     try:
                         await asyncio.wait_for(connect(probe, asker, [Multiaddr(addr)]), self.dial_timeout)
-                        reached = addr
+                        reached = next((str(info.addrs[0]) for info in await probe.list_peers()
+                                        if info.peer_id == asker and info.addrs), addr)  # the one that answered
                         break
                     except Exception:  # refused, unreachable, timed out, or another peer answered there
                         continue
