@@ -15,7 +15,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from swarmnode.protocol.reachability import HEALTH_KEY as REACHABILITY, RELAYED
-from swarmnode.health_record import WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
+from swarmnode.health_record import FIELDS, WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
 from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, bucket_of  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def record_health(health: NodeHealth | dict[str, Any], *, strict: bool = True) -
     for key, value in values.items():
         spec = WIRE_FIELDS.get(key)
         if spec is None:
-            if key == "rejected":
+            if key in FIELDS:  # declared, but kept local (wire=False), e.g. `rejected`
                 continue
             if strict:
                 raise UnknownHealthKey(f"no health record declares {key!r}")

@@ -65,10 +65,9 @@ class BootstrapHealth(NodeHealth):
 
     peers_seen: int | None = _field("live peers in the run's DHT", metric="swarmnode_peers_seen", minimum=0)
     peers_by_reachability: dict[str, int] | None = _field(
-        "live peers by reachability (public, relayed, client-only, unknown)", metric="swarmnode_peers_by_reachability",
+        "live peers by reachability (public, relayed: holding a relay reservation, client-only, unknown)",
+        metric="swarmnode_peers_by_reachability",
         label="reachability", wire=False)
-    relayed_connections: int | None = _field("connections this bootstrap relays now (circuit relay v2)",
-                                             metric="swarmnode_relayed_connections", minimum=0)
 
 
 @dataclasses.dataclass
