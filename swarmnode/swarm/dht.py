@@ -26,7 +26,7 @@ from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
 from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
-from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p
+from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p, start_relay_p2p
 from swarmnode.swarm.validator import (
     ANNOUNCEMENT_LABEL,
     DEFAULT_MAX_TTL_S,
@@ -75,6 +75,8 @@ class SwarmDHT:
         if p2p is None and check_reachability and not client_mode:
             p2p, reach = await start_checked_p2p(cfg, identity, relay_service=relay_service)
             client_mode = reach.status in (RELAYED, CLIENT_ONLY)
+        elif p2p is None and relay_service and cfg.network.use_relay and not client_mode:
+            p2p = await start_relay_p2p(cfg, identity)
         elif p2p is None:
             p2p = await start_p2p(cfg, identity, client_mode=client_mode, relay_service=relay_service)
         dialback = None
