@@ -107,6 +107,7 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
             assert all(p["reachability"] == "relayed" for p in _samplers_status(doc).values()), doc["peers"]
             assert doc["reachability"]["relayed"] == 2
             before = read_steps(tmp_path / "learner" / STEPS_FILE)[-1]["groups_received"]
+            learner_version = next(p["version"] for p in doc["peers"] if p["role"] == "learner")
 
             # the learner moves behind a NAT: samplers reach it through the bootstrap's relay, it keeps training
             _stop(run, "learner", grace=120)
@@ -118,7 +119,14 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
             _wait("the relayed learner receiving groups",
                   lambda: (rows := read_steps(tmp_path / "learner" / STEPS_FILE)) and
                   rows[-1]["groups_received"] >= before + 8, 180, run)
-            doc = _status(lab, hosts["bootstrap"], run, sets, peers)
+
+            def following_through_the_relay():  # versions made behind the NAT reach both samplers
+                doc = _status(lab, hosts["bootstrap"], run, sets, peers)
+                found = _samplers_status(doc)
+                return doc if len(found) == 2 and all(p["version"] > learner_version + 1 for p in found.values()) \
+                    else None
+
+            doc = _wait("both samplers loading the relayed learner's versions", following_through_the_relay, 180, run)
             assert {p["reachability"] for p in doc["peers"] if p["role"] == "learner"} == {"relayed"}
             assert any(a["kind"] == "learner_relayed" for a in doc["alerts"]), doc["alerts"]
 

@@ -165,3 +165,11 @@ def test_a_node_given_a_dead_and_a_live_bootstrap_joins_and_names_the_dead_one(t
             doc = swarm.status()
             assert {p["role"]: p["reachability"] for p in doc["peers"]} == {"bootstrap": PUBLIC, "sampler": PUBLIC}
             assert doc["reachability"] == {PUBLIC: 2}
+
+
+def test_a_bootstrap_named_by_dns_is_a_valid_initial_peer():
+    from swarmnode.swarm.p2p import parse_initial_peer
+
+    peer = Identity.generate().peer_id
+    parsed = parse_initial_peer(f"/dns4/boot.example.org/tcp/31337/p2p/{peer}")
+    assert str(parsed.addr) == "/dns4/boot.example.org/tcp/31337" and str(parsed.peer_id) == peer
