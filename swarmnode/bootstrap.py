@@ -15,6 +15,7 @@ from swarmnode.health_record import BootstrapHealth
 from swarmnode.identity import Identity
 from swarmnode.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import PUBLIC, reachability_of
 from swarmnode.swarm.membership import Membership
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ def bootstrap_health(member: Membership, live: list[PeerRecord], connections: in
         "connections": connections,
         "live_peers": len(live),
         "roles": dict(Counter(r.role for r in live)),
+        "reachability": dict(Counter(reachability_of(r) for r in live)),
         "rejected_records": member.dht.validator.rejected if member.dht else 0,
         "other_runs": member.dht.validator.runs_seen(known_run_ids()) if member.dht else {},
     }
@@ -52,7 +54,7 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                                 cfg.network.announce_maddrs)
         for addr in addrs:
             emit(f"initial-peers: {addr}")
-        own = BootstrapHealth(uptime=0.0, peers_seen=0)  # what its record and /metrics carry
+        own = BootstrapHealth(uptime=0.0, peers_seen=0, reachability=PUBLIC)  # what its record and /metrics carry
         member.update(health=record_health(own))
         if cfg.metrics.port is not None:
             port = serve_metrics(cfg.metrics.port, lambda: own, "bootstrap", cfg.metrics.addr)
@@ -71,13 +73,15 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
                 logger.warning("health query failed: %s", exc)
                 continue
             doc = bootstrap_health(member, live, connections)
-            own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"])
+            own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"], peers_by_reachability=doc["reachability"])
             member.update(health=record_health(own))
             if as_json:
                 emit(json.dumps(doc, sort_keys=True))
             else:
                 roles = ", ".join(f"{k} {v}" for k, v in sorted(doc["roles"].items())) or "none"
                 others = ", ".join(f"{run} {n}" for run, n in sorted(doc["other_runs"].items()))
-                emit(f"peers seen: {doc['live_peers']} ({roles}); connections {connections}; "
+                reach = ", ".join(f"{k} {v}" for k, v in sorted(doc["reachability"].items()) if k != PUBLIC)
+                emit(f"peers seen: {doc['live_peers']} ({roles}{'; ' + reach if reach else ''}); "
+                     f"connections {connections}; "
                      f"uptime {doc['uptime_s']:.0f} s" + (f"; records of other runs refused: {others} (this "
                                                           f"bootstrap serves run {cfg.run_id})" if others else ""))

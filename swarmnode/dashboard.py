@@ -105,6 +105,9 @@ def _header(doc: dict[str, Any], history: History) -> Panel:
     text = Text()
     text.append(f"run {doc['run_id']}", style="bold")
     text.append(f"   peers {doc['count']} ({roles or 'none'})")
+    reach = doc.get("reachability") or {}
+    if set(reach) - {"public", "unknown"}:  # someone behind a NAT: say how many of each
+        text.append("   " + ", ".join(f"{n} {r}" for r, n in sorted(reach.items())), style="yellow")
     text.append(f"   newest version {newest if newest >= 0 else '-'}", style="bold green")
     text.append(f"   swarm {doc['tokens_per_s']:.0f} tokens/s ")
     text.append(sparkline(list(history.tokens), 20), style="green")
@@ -118,9 +121,12 @@ def _header(doc: dict[str, Any], history: History) -> Panel:
     return Panel(text, title="swarmnode dashboard", subtitle="q to quit", border_style="blue")
 
 
+REACH_STYLE = {"public": "green", "relayed": "yellow", "client-only": "cyan"}
+
+
 def _peers_table(doc: dict[str, Any], max_rows: int) -> Table:
     table = Table(expand=True, title="peers", title_justify="left", pad_edge=False)
-    for col, justify in (("peer", "left"), ("role", "left"), ("hardware", "left"), ("version", "right"),
+    for col, justify in (("peer", "left"), ("role", "left"), ("reach", "left"), ("hardware", "left"), ("version", "right"),
                          ("lag", "right"), ("throughput", "left"), ("last seen", "right"), ("note", "left")):
         table.add_column(col, justify=justify, no_wrap=True)
     bad = {a["peer_id"] for a in doc["alerts"] if a["peer_id"]}
@@ -129,12 +135,13 @@ def _peers_table(doc: dict[str, Any], max_rows: int) -> Table:
         version = "-" if p["version"] < 0 else str(p["version"])
         lag = "-" if p.get("lag") is None else str(p["lag"])
         note = str(p.get("health", {}).get("paused") or "")
+        reach = p.get("reachability", "unknown")
         table.add_row(_short(p["peer_id"]), Text(p["role"], style=ROLE_STYLE.get(p["role"], "")),
-                      _hardware(p.get("hardware", {})), version, lag, _throughput(p), f"{p['age_s']:.1f} s",
+                      Text(reach, style=REACH_STYLE.get(reach, "dim")), _hardware(p.get("hardware", {})), version, lag, _throughput(p), f"{p['age_s']:.1f} s",
                       Text(note or ("alert" if p["peer_id"] in bad else ""), style="yellow"),
                       style="red" if p["peer_id"] in bad else None)
     if len(peers) > max_rows:
-        table.add_row("…", f"{len(peers) - max_rows} more", *[""] * 6)
+        table.add_row("…", f"{len(peers) - max_rows} more", *[""] * 7)
     return table
 
 

@@ -14,7 +14,8 @@ import time
 from collections import OrderedDict, deque
 from typing import Any
 
-from swarmnode.health_record import WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
+from swarmnode.protocol.reachability import HEALTH_KEY as REACHABILITY, RELAYED
+from swarmnode.health_record import FIELDS, WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
 from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, bucket_of  # noqa: F401 (re-export)
 from swarmnode.staleness import too_stale
 
@@ -80,7 +81,7 @@ def record_health(health: NodeHealth | dict[str, Any], *, strict: bool = True) -
     for key, value in values.items():
         spec = WIRE_FIELDS.get(key)
         if spec is None:
-            if key == "rejected":
+            if key in FIELDS:  # declared, but kept local (wire=False), e.g. `rejected`
                 continue
             if strict:
                 raise UnknownHealthKey(f"no health record declares {key!r}")
@@ -186,6 +187,10 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
         for bad in health.get("invalid_peers") or []:
             alerts.append(_alert("invalid_data", "warning", f"peer {str(bad)[-8:]} sent invalid rollouts to "
                                  f"learner {learner['peer_id'][-8:]}", str(bad)))
+        if health.get(REACHABILITY) == RELAYED:
+            alerts.append(_alert("learner_relayed", "warning", f"learner {learner['peer_id'][-8:]} is reached only "
+                                 "through a relay: every group and weight fetch crosses the bootstrap (forward a "
+                                 "port to it, or run it on a host with a public address)", learner["peer_id"]))
         collapsed = reward_collapse(health.get("reward_history") or [])
         if collapsed:
             alerts.append(_alert("reward_collapse", "error", f"learner {learner['peer_id'][-8:]}: reward fell "

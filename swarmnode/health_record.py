@@ -40,6 +40,9 @@ class NodeHealth:
     ROLES: ClassVar[tuple[str, ...]] = ()
 
     uptime: float | None = _field("seconds since the node started", metric="swarmnode_uptime_seconds", minimum=0)
+    reachability: str | None = _field("who can dial this node: public, relayed (through a bootstrap's relay), "
+                                      "client-only (nobody: it works over its own connections), unknown",
+                                      metric="swarmnode_reachability", label="reachability")
 
     def update(self, **values: Any) -> None:
         """Set fields by name; an unknown name raises `UnknownHealthKey`."""
@@ -61,6 +64,10 @@ class BootstrapHealth(NodeHealth):
     ROLES: ClassVar[tuple[str, ...]] = ("bootstrap",)
 
     peers_seen: int | None = _field("live peers in the run's DHT", metric="swarmnode_peers_seen", minimum=0)
+    peers_by_reachability: dict[str, int] | None = _field(
+        "live peers by reachability (public, relayed: holding a relay reservation, client-only, unknown)",
+        metric="swarmnode_peers_by_reachability",
+        label="reachability", wire=False)
 
 
 @dataclasses.dataclass

@@ -56,6 +56,8 @@ class HealthCollector(Collector):
                 items = [(str(k), v) for k, v in zip(health.get(spec.labels_from) or [], value)]
             elif isinstance(value, list) and spec.label == "bucket":
                 items = [(bucket_label(i), v) for i, v in enumerate(value)]
+            elif isinstance(value, str):  # a state (e.g. reachability): 1 under its label
+                items = [(value, 1)]
             else:
                 continue
             if not items:

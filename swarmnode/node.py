@@ -20,6 +20,8 @@ from swarmnode.identity import Identity
 from swarmnode.swarm.membership import Membership
 from swarmnode.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import CLIENT_ONLY, with_reachability
+from swarmnode.swarm.p2p import SwarmStartError
 from swarmnode.roles.base import Emit, node_data_dir
 from swarmnode.roles.learner_role import LearnerRole
 from swarmnode.roles.sampler_role import SamplerRole
@@ -44,6 +46,19 @@ def keeps_learner_role(me: str, learners: list[PeerRecord], max_learners: int) -
     return len(settled) + deciding.index(me) < max_learners
 
 
+def refuse_unreachable_learner(cfg: NodeConfig, member: Membership, role: str, emit: Emit) -> str:
+    """A learner must be dialled by the samplers: a node nobody can dial (no relay either) is refused the role
+    when it was asked for (SwarmStartError with the advice), and an automatic one samples instead."""
+    reach = member.dht.reachability if member.dht is not None else None
+    if role != "learner" or cfg.mode == "sapo" or reach is None or reach.status != CLIENT_ONLY:
+        return role
+    if cfg.role == "learner":
+        raise SwarmStartError(f"this node cannot be a learner: samplers cannot dial it and no bootstrap relays for "
+                              f"it ({reach.how}); {reach.advice()}, or join through a bootstrap that relays")
+    emit("role: samplers cannot dial this node (no relay either): it samples instead of learning")
+    return "sampler"
+
+
 async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> str:
     """Decide, announce, and (for an automatic learner) re-check the run after the announcement has spread."""
     if cfg.mode == "sapo":  # every node samples and trains its own policy (it advertises as a learner)
@@ -55,6 +70,7 @@ async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, 
         emit(f"role: {reason}")
     if role == "none":
         return role
+    role = refuse_unreachable_learner(cfg, member, role, emit)
     hardware = await asyncio.to_thread(lambda: probe_hardware().for_config(cfg).summary())
     member.update(role=role, hardware=hardware)
     settled = role == "learner" and (cfg.role != "auto" or cfg.mode == "sapo")  # these never step back
@@ -82,6 +98,8 @@ async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, 
 async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emit: Emit = print) -> None:
     """`swarmnode join`: join the run, pick a role, construct it, run it until `stop`, leave cleanly."""
     async with Membership(cfg, identity, "auto") as member:
+        if member.dht.reachability is not None:
+            emit(member.dht.reachability.line())
         role = await _choose_role(cfg, identity, member, emit)
         if role == "none":
             emit("this node cannot run the configured model; leaving")
@@ -93,6 +111,13 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
             runner = LearnerRole if role == "learner" else SamplerRole
             node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow
         if cfg.metrics.port is not None:
-            port = serve_metrics(cfg.metrics.port, lambda: node.health, role, cfg.metrics.addr)
+            port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role,
+                                 cfg.metrics.addr)
             emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
         await node.run(stop)
+
+
+def _with_reachability(health, member: Membership) -> dict:
+    """A role's health (record or dict) as a dict with the node's reachability (for /metrics)."""
+    values = health.as_dict() if hasattr(health, "as_dict") else dict(health or {})
+    return with_reachability(values, member.reachability)

@@ -10,6 +10,7 @@ from swarmnode.config import NodeConfig, known_run_ids
 from swarmnode.health import find_alerts, peer_lag, staleness_bound, swarm_summary
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import reachability_of
 from swarmnode.status_schema import STATUS_SCHEMA_VERSION
 from swarmnode.swarm.membership import Membership
 
@@ -26,6 +27,7 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
     summary = swarm_summary(peers)
     for p in peers:
         p["lag"] = peer_lag(p, summary["newest_version"])
+        p["reachability"] = reachability_of(p)
     return {
         "schema_version": STATUS_SCHEMA_VERSION,
         "run_id": cfg.run_id,
@@ -34,6 +36,7 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
         "roles": dict(Counter(r.role for r in live)),
         **summary,
         "max_staleness": staleness_bound(peers, cfg.sync.max_staleness),
+        "reachability": dict(Counter(p["reachability"] for p in peers)),
         "peers": peers,
         "alerts": find_alerts(peers, cfg.sync.max_staleness),
     }
@@ -78,11 +81,12 @@ def format_status(doc: dict[str, Any]) -> str:
     """A plain table of the status document, then its alerts."""
     lines = [f"run {doc['run_id']}: {doc['count']} live peers, newest version {doc['newest_version']}, "
              f"{doc['tokens_per_s']:.0f} tokens/s"]
-    lines.append(f"{'peer id':<54} {'role':<10} {'version':>7} {'lag':>4} {'last seen':>10}")
+    lines.append(f"{'peer id':<54} {'role':<10} {'reach':<11} {'version':>7} {'lag':>4} {'last seen':>10}")
     for p in doc["peers"]:
         version = "-" if p["version"] < 0 else str(p["version"])
         lag = "-" if p.get("lag") is None else str(p["lag"])
-        lines.append(f"{p['peer_id']:<54} {p['role']:<10} {version:>7} {lag:>4} {p['age_s']:>8.1f} s")
+        lines.append(f"{p['peer_id']:<54} {p['role']:<10} {p.get('reachability', 'unknown'):<11} {version:>7} "
+                     f"{lag:>4} {p['age_s']:>8.1f} s")
     lines += [f"{a['severity']}: {a['message']}" for a in doc["alerts"]]
     if (hint := other_runs_hint(doc)) is not None:
         lines.append(hint)

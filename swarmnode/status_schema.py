@@ -1,4 +1,5 @@
-"""The JSON schema of `swarmnode status --json` (schema_version 1) and a validator for it.
+"""The JSON schema of `swarmnode status --json` (schema_version 2: each peer's `reachability` and the run's
+counts by reachability) and a validator for it.
 
 `validate(doc)` uses the `jsonschema` package when it is installed and a small built-in validator (the subset of
 JSON Schema used below: type, required, properties, additionalProperties, items, enum, minimum, maximum)
@@ -11,8 +12,9 @@ from typing import Any
 
 from swarmnode.errors import SwarmnodeError
 from swarmnode.health_record import WIRE_FIELDS
+from swarmnode.protocol.reachability import REACHABILITIES
 
-STATUS_SCHEMA_VERSION = 1
+STATUS_SCHEMA_VERSION = 2
 
 _COUNT = {"type": "integer", "minimum": 0}
 _SCALAR = {"type": ["number", "string", "boolean", "null"]}
@@ -27,7 +29,7 @@ HEALTH_SCHEMA: dict[str, Any] = {
 PEER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["peer_id", "role", "session", "state", "hardware", "version", "versions", "throughput",
-                 "software", "addrs", "health", "timestamp", "age_s", "lag"],
+                 "software", "addrs", "health", "timestamp", "age_s", "lag", "reachability"],
     "properties": {
         "peer_id": {"type": "string"},
         "role": {"enum": ["bootstrap", "sampler", "learner", "auto", "client"]},
@@ -43,6 +45,8 @@ PEER_SCHEMA: dict[str, Any] = {
         "timestamp": {"type": "number", "minimum": 0},
         "age_s": {"type": "number", "minimum": 0},
         "lag": {"type": ["integer", "null"], "minimum": 0},
+        "reachability": {"enum": list(REACHABILITIES), "description": "public: dialled directly; relayed: through "
+                         "a bootstrap's relay; client-only: nobody can dial it; unknown: not said (older node)"},
     },
     "additionalProperties": False,
 }
@@ -51,7 +55,7 @@ ALERT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["kind", "severity", "peer_id", "message"],
     "properties": {
-        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse"]},
+        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed"]},
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},
@@ -64,7 +68,7 @@ STATUS_SCHEMA: dict[str, Any] = {
     "title": "swarmnode status",
     "type": "object",
     "required": ["schema_version", "run_id", "queried_at", "count", "roles", "newest_version", "tokens_per_s",
-                 "rollouts_per_s", "versions", "max_staleness", "peers", "alerts"],
+                 "rollouts_per_s", "versions", "max_staleness", "peers", "alerts", "reachability"],
     "properties": {
         "schema_version": {"enum": [STATUS_SCHEMA_VERSION]},
         "run_id": {"type": "string"},
@@ -77,6 +81,8 @@ STATUS_SCHEMA: dict[str, Any] = {
         "versions": {"type": "object", "description": "version -> samplers holding it",
                      "additionalProperties": _COUNT},
         "max_staleness": _COUNT,
+        "reachability": {"type": "object", "description": "reachability -> live peers",
+                         "additionalProperties": _COUNT},
         "peers": {"type": "array", "items": PEER_SCHEMA},
         "alerts": {"type": "array", "items": ALERT_SCHEMA},
         "other_runs": {"type": "object", "additionalProperties": _COUNT,

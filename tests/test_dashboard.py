@@ -129,10 +129,16 @@ def test_metrics_of_learner_sampler_and_bootstrap(swarm):
     assert 0 <= sampler[series("lag", "sampler")] <= 16
     assert sampler[series("fetch_mb_s", "sampler")] > 0 and learner[series("served_mb", "learner")] > 0
 
+    assert learner['swarmnode_reachability{reachability="public"}'] == 1.0
+    assert sampler['swarmnode_reachability{reachability="public"}'] == 1.0
+
     boot = scrape(urls["bootstrap"])
     wait_for(lambda: scrape(urls["bootstrap"]).get(series("peers_seen", "bootstrap"), 0) >= 2, 15,
              what="the bootstrap to count its peers")
     assert boot[series("uptime", "bootstrap")] >= 0
+    boot = wait_for(lambda: (b := scrape(urls["bootstrap"])).get(
+        'swarmnode_peers_by_reachability{reachability="public"}', 0) >= 3 and b, 15, what="peers by reachability")
+    assert boot['swarmnode_reachability{reachability="public"}'] == 1.0
 
 
 class TmuxDashboard:
@@ -193,6 +199,7 @@ def test_dashboard_in_a_real_terminal_shows_the_swarm_and_q_quits(swarm, tmp_pat
         assert 0.0 <= reward <= 1.0
         assert re.search(r"τ 0 +█+ +\d+", text), "staleness histogram"
         assert "1 learner, 1 sampler, 1 bootstrap" in text
+        assert "reach" in text and text.count("public") >= 3  # every node on loopback is dialled directly
         assert re.search(r"v\d+ +█+ +1 sampler", text), "versions panel"
 
         dash.keys("q")

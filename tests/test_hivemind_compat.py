@@ -112,3 +112,24 @@ def test_no_other_module_touches_these_internals():
     offenders = [f"{path.relative_to(root)}:{n}" for path in root.rglob("*.py") if path.name != "hivemind_compat.py"
                  for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert offenders == []
+
+
+def test_a_daemon_gets_the_extra_flags_and_they_replace_create_s_own():
+    from swarmnode.swarm.hivemind_compat import disconnect, p2p_class_with_daemon_flags, p2pd_process
+
+    async def main():
+        flagged = await p2p_class_with_daemon_flags({"relayService": False, "relayDataLimit": 12345,
+                                                     "natPortMap": True}).create(**KW)
+        other = await P2P.create(initial_peers=await flagged.get_visible_maddrs(), **KW)
+        try:
+            args = Path(f"/proc/{p2pd_process(flagged).pid}/cmdline").read_text().split("\0")
+            assert "-relayService=0" in args and "-relayDataLimit=12345" in args
+            assert "-natPortMap=1" in args and "-natPortMap=0" not in args
+            assert isinstance(flagged, P2P)
+            assert other.peer_id in {i.peer_id for i in await flagged.list_peers()}
+            await disconnect(flagged, other.peer_id)  # (the other side may dial again at once: no assertion)
+        finally:
+            await other.shutdown()
+            await flagged.shutdown()
+
+    asyncio.run(main())

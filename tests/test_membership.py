@@ -263,7 +263,7 @@ def test_swarm_status_roles_expiry_and_no_orphans(tmp_path):
         start = time.monotonic()
         doc = swarm.status()
         assert time.monotonic() - start < 30
-        assert doc["schema_version"] == 1 and doc["run_id"] == RUN
+        assert doc["schema_version"] == 2 and doc["run_id"] == RUN
         roles = roles_of(doc)
         expected = {ids["s1"]: "sampler", ids["l1"]: "learner", ids["s2"]: "sampler"}
         assert {k: roles.get(k) for k in expected} == expected

@@ -42,6 +42,20 @@ class NetworkConfig(_Section):
     max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1 << 30)
     push_window: int = Field(8, ge=1, le=64, description="rollout groups a sampler writes to a learner back to "
                              "back before reading their acks (1: one group per round trip)")
+    reachability: Literal["auto", "public", "private"] = Field(
+        "auto", description="auto: at join, ask the bootstraps to dial this node back; public / private: skip the "
+        "check (private: join as a DHT client and take a relay reservation)")
+    reachability_timeout: float = Field(8.0, gt=0, le=120, description="seconds the join's dial-back check may take")
+    relay_wait: float = Field(10.0, gt=0, le=300, description="seconds an unreachable node waits for a relay "
+                              "reservation before it joins client-only")
+    relay_service: bool | None = Field(None, description="relay for nodes that cannot be dialled (circuit relay "
+                                       "v2); None: on for bootstraps, off for other nodes")
+    relay_max_reservations: int = Field(128, ge=1, le=100_000, description="relay: nodes holding a reservation")
+    relay_max_circuits: int = Field(16, ge=1, le=10_000, description="relay: open relayed connections per peer")
+    relay_data_limit_mb: float = Field(4096.0, gt=0, le=1e7, description="relay: MB relayed per connection and "
+                                       "direction before it is reset (the peers then reconnect)")
+    relay_time_limit_s: float = Field(1800.0, gt=0, le=86400 * 7, description="relay: seconds a relayed "
+                                      "connection lives before it is reset")
 
 
 class TinyModelConfig(_Section):

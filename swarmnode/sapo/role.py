@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 from hivemind.p2p import PeerID
 
+from swarmnode.protocol.reachability import dialable
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.health import MAX_INVALID_PEERS, record_health
@@ -112,7 +113,7 @@ class SapoRole:
         """Every live peer of the run but this node gets our text."""
         peers = await self.member.dht.live_peers("learner")  # sapo nodes advertise as learners
         self.sender.set_destinations(
-            [PeerID.from_base58(p.peer_id) for p in peers if p.peer_id != self.identity.peer_id])
+            [PeerID.from_base58(p.peer_id) for p in peers if p.peer_id != self.identity.peer_id and dialable(p)])
 
     async def _refresher(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -22,9 +22,11 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
 from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
+from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p, start_relay_p2p
 from swarmnode.swarm.validator import (
     ANNOUNCEMENT_LABEL,
     DEFAULT_MAX_TTL_S,
@@ -55,15 +57,29 @@ class SwarmDHT:
         self._keys = run_keys(cfg.run_id)
         self._last_announcement: tuple[int, dict] | None = None
         self._redial: asyncio.Task | None = None
+        self.reachability: Reachability | None = None  # decided at join (None: not checked, e.g. a client)
+        self.dialback: DialbackService | None = None  # answering others' reachability checks
 
     @classmethod
     async def create(cls, cfg: NodeConfig, identity: Identity, p2p: P2P | None = None, *,
-                     client_mode: bool = False) -> "SwarmDHT":
-        """Join the run's DHT through the initial peers the P2P host reached (starts a host if `p2p` is None)."""
+                     client_mode: bool = False, check_reachability: bool = False,
+                     relay_service: bool = False) -> "SwarmDHT":
+        """Join the run's DHT through the initial peers the P2P host reached (starts a host if `p2p` is None).
+
+        `check_reachability`: decide first whether others can dial this node (`swarmnode.swarm.reachability`);
+        one that cannot joins as a DHT client. `relay_service`: relay for such nodes (bootstraps). A node that
+        serves the DHT answers others' reachability checks."""
         client_mode = client_mode or cfg.network.client_mode
         owns_p2p = p2p is None
-        if p2p is None:
-            p2p = await start_p2p(cfg, identity, client_mode=client_mode)
+        reach = None
+        if p2p is None and check_reachability and not client_mode:
+            p2p, reach = await start_checked_p2p(cfg, identity, relay_service=relay_service)
+            client_mode = reach.status in (RELAYED, CLIENT_ONLY)
+        elif p2p is None and relay_service and cfg.network.use_relay and not client_mode:
+            p2p = await start_relay_p2p(cfg, identity)
+        elif p2p is None:
+            p2p = await start_p2p(cfg, identity, client_mode=client_mode, relay_service=relay_service)
+        dialback = None
         try:
             connected = {str(info.peer_id) for info in await p2p.list_peers()}
             initial = [t for t in cfg.network.initial_peers if str(parse_initial_peer(t).peer_id) in connected]
@@ -78,11 +94,17 @@ class SwarmDHT:
                 cache_nearest=0,
             )
             use_local_storage(node, CappedStorage())  # a flood of throwaway keys cannot crowd a key's readers out
+            if not client_mode and owns_p2p:
+                dialback = await DialbackService(p2p, relay=relay_service and cfg.network.use_relay).start()
         except BaseException:
+            if dialback is not None:
+                await dialback.close()
             if owns_p2p:
                 await stop_p2p(p2p)
             raise
-        return cls(cfg, identity, p2p, node, validator, owns_p2p)
+        dht = cls(cfg, identity, p2p, node, validator, owns_p2p)
+        dht.reachability, dht.dialback = reach, dialback
+        return dht
 
     @property
     def record_ttl(self) -> float:
@@ -207,5 +229,7 @@ class SwarmDHT:
             if p2pd_alive(self.p2p):  # a daemon that exited first (Ctrl-C reaches it too) is no news
                 logger.warning("DHT node did not shut down cleanly: %r", exc)
         finally:
+            if self.dialback is not None:
+                await self.dialback.close()
             if self._owns_p2p:
                 await stop_p2p(self.p2p)

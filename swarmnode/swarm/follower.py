@@ -24,6 +24,7 @@ import torch
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.backoff import Backoff
+from swarmnode.protocol.reachability import by_dial_cost, dialable
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
 from swarmnode.swarm.dht import SwarmDHT
@@ -162,14 +163,25 @@ class LivePeers:
 
     async def learners(self) -> list[PeerID]:
         """Learners that accept groups: their record holds a version (-1 while a learner loads its model and
-        opens its inbox, when a push would only fail and back off)."""
-        return [PeerID.from_base58(r.peer_id) for r in await self._current() if r.role == "learner" and r.version >= 0]
+        opens its inbox, when a push would only fail and back off) and someone can dial them (not client-only)."""
+        return [PeerID.from_base58(r.peer_id) for r in send_targets(await self._current())]
 
     async def holders(self) -> list[PeerID]:
         """Live learners and samplers but us: a peer fetching the same version right now serves the chunks it
-        already has (holders answer `have` with their chunk maps), so samplers help each other."""
-        return [PeerID.from_base58(r.peer_id) for r in await self._current()
-                if r.peer_id != self.me and r.role in ("learner", "sampler")]
+        already has (holders answer `have` with their chunk maps), so samplers help each other. Peers nobody can
+        dial are left out, relayed ones come last (`weight_holders`)."""
+        return [PeerID.from_base58(r.peer_id) for r in weight_holders(await self._current(), self.me)]
+
+
+def send_targets(records: list) -> list:
+    """The learner records groups may be pushed to: live with a version, and dialable (directly or relayed)."""
+    return [r for r in records if r.role == "learner" and r.version >= 0 and dialable(r)]
+
+
+def weight_holders(records: list, me: str) -> list:
+    """The peers (learners and samplers but `me`) a weight fetch may ask for chunks: dialable ones, direct first
+    and relayed last (a relayed chunk also crosses the bootstrap's relay)."""
+    return by_dial_cost([r for r in records if r.peer_id != me and r.role in ("learner", "sampler")])
 
 
 class WeightPuller:

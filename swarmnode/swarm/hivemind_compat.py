@@ -75,6 +75,25 @@ async def connect(p2p: P2P, peer_id: PeerID, addrs: Iterable[Multiaddr]) -> None
     await p2p._client.connect(peer_id, list(addrs))
 
 
+def p2p_class_with_daemon_flags(flags: dict[str, Any]) -> type[P2P]:
+    """A `P2P` whose daemon gets `flags` (p2pd command-line flags, e.g. {"relayService": False}) beside what
+    `P2P.create` passes: p2pd's relay-service limits and `-relayDiscovery` have no `P2P.create` argument. A flag
+    given here replaces the one `P2P.create` would pass."""
+    extra = dict(flags)
+
+    class FlaggedP2P(P2P):
+        @staticmethod
+        def _make_process_args(*args: Any, **kwargs: Any) -> list[str]:
+            return P2P._make_process_args(*args, **{**kwargs, **extra})
+
+    return FlaggedP2P
+
+
+async def disconnect(p2p: P2P, peer_id: PeerID) -> None:
+    """Close this daemon's connections to `peer_id`."""
+    await p2p._client.disconnect(peer_id)
+
+
 async def ping_into_routing_table(node, peer_id: PeerID) -> bool:
     """Ask a DHT peer for its node id and (if it answers) put it back in `node`'s routing table (a hivemind
     DHTNode's protocol does both in `call_ping`)."""

@@ -19,6 +19,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import PUBLIC, with_reachability
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.p2p import IdentityLock, SwarmStartError, p2pd_alive, while_p2pd_alive
 
@@ -28,6 +29,14 @@ logger = logging.getLogger(__name__)
 def basic_hardware() -> dict[str, Any]:
     """A minimal hardware summary for nodes that were not given a probe result."""
     return {"cpus": os.cpu_count() or 1, "platform": sys.platform}
+
+
+def network_part(cfg: NodeConfig, role: str, client_mode: bool) -> dict[str, bool]:
+    """How a member of `role` joins: whether it checks its reachability first (nodes, not bootstraps or read-only
+    clients) and whether it relays for nodes that cannot be dialled (`network.relay_service`; by default the
+    bootstraps)."""
+    relay = cfg.network.relay_service if cfg.network.relay_service is not None else role == "bootstrap"
+    return {"check_reachability": role != "bootstrap" and not client_mode, "relay_service": relay}
 
 
 class Membership:
@@ -51,7 +60,8 @@ class Membership:
         self.started_at = time.monotonic()
         self._lock.acquire()
         try:
-            self.dht = await SwarmDHT.create(self.cfg, self.identity, client_mode=self.client_mode)
+            self.dht = await SwarmDHT.create(self.cfg, self.identity, client_mode=self.client_mode,
+                                             **network_part(self.cfg, self.role, self.client_mode))
             if str(self.dht.p2p.peer_id) != self.identity.peer_id:
                 raise SwarmStartError(f"p2pd runs as {self.dht.p2p.peer_id}, not {self.identity.peer_id}")
             if not self.client_mode:
@@ -73,8 +83,16 @@ class Membership:
             self.role = fields.pop("role")
         self.fields.update(fields)
 
+    @property
+    def reachability(self) -> str | None:
+        """This node's reachability as decided at join (a bootstrap is public; None: not checked)."""
+        if self.dht is not None and self.dht.reachability is not None:
+            return self.dht.reachability.status
+        return PUBLIC if self.role == "bootstrap" else None
+
     def record(self, state: str = "up") -> PeerRecord:
         fields = {k: v() if callable(v) else v for k, v in self.fields.items()}
+        fields["health"] = with_reachability(fields.get("health"), self.reachability)
         return PeerRecord.create(self.identity, role=self.role, session=self.session, state=state,
                                  addrs=self._addrs, **fields)
 

@@ -36,7 +36,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
-from swarmnode.swarm.hivemind_compat import connect, daemon_socket_paths, p2pd_process
+from swarmnode.swarm.hivemind_compat import connect, daemon_socket_paths, p2p_class_with_daemon_flags, p2pd_process
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -214,8 +214,31 @@ def _identity_file(identity: Identity) -> tuple[str, bool]:
     return path, True
 
 
-async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool, deadline: float) -> P2P:
+def relay_flags(cfg: NodeConfig, relay_service: bool, relays: list[str] | None) -> tuple[dict, dict]:
+    """(p2pd flags, `P2P.create` arguments) for this node's part in circuit relaying: a relay service with the
+    configured limits (bootstraps), a reservation on `relays` for a node that cannot be dialled (it then says
+    it is private at once, so p2pd's AutoRelay does not wait for AutoNAT), or neither."""
     net = cfg.network
+    serve = relay_service and net.use_relay
+    flags: dict = {"relayService": serve}
+    kwargs: dict = {}
+    if serve:
+        flags.update(relayMaxReservations=net.relay_max_reservations, relayMaxCircuits=net.relay_max_circuits,
+                     relayDataLimit=int(net.relay_data_limit_mb * 1e6), relayTimeLimit=f"{net.relay_time_limit_s:.0f}s")
+        kwargs["force_reachability"] = "public"  # p2pd relays only for a node it believes public
+    if relays and net.use_relay:
+        flags["relayDiscovery"] = False  # the given relays only: p2pd reserves at once, not after minutes
+        kwargs.update(use_auto_relay=True, trusted_relays=list(relays), force_reachability="private")
+    elif net.reachability == "public" and not serve:
+        kwargs["force_reachability"] = "public"
+    return flags, kwargs
+
+
+async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool, deadline: float, *,
+                         relay_service: bool = False, relays: list[str] | None = None) -> P2P:
+    net = cfg.network
+    flags, relay_kwargs = relay_flags(cfg, relay_service, relays)
+    daemon = p2p_class_with_daemon_flags(flags)
     key_path, temporary = _identity_file(identity)
     attempt, delay = 0, 0.5
     try:
@@ -223,7 +246,7 @@ async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool,
             attempt += 1
             remaining = deadline - time.monotonic()
             try:
-                return await P2P.create(
+                return await daemon.create(
                     host_maddrs=net.host_maddrs,
                     announce_maddrs=net.announce_maddrs or None,
                     nat_port_map=net.nat_port_map,
@@ -233,6 +256,7 @@ async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool,
                     check_if_identity_free=False,  # hivemind only parses RSA keys; see IdentityLock / membership
                     dht_mode="client" if client_mode else "server",
                     startup_timeout=max(1.0, min(15.0, remaining)),
+                    **relay_kwargs,
                 )
             except (P2PDaemonError, OSError, ValueError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -264,8 +288,15 @@ async def dial_peer(p2p: P2P, peer: InitialPeer, timeout: float) -> str | None:
         return (lines[-1] if lines else type(exc).__name__)[:200]
 
 
-async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: float, timeout_s: float) -> list[InitialPeer]:
-    """Dial every initial peer, retrying with backoff until at least one answers; SwarmStartError at deadline."""
+def refused(reason: str) -> bool:
+    """Whether a dial failed because the host answered that nothing listens there (final: no retry helps)."""
+    return "connection refused" in reason
+
+
+async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: float, timeout_s: float, *,
+                                refusal_is_final: bool = False) -> list[InitialPeer]:
+    """Dial every initial peer, retrying with backoff until at least one answers; SwarmStartError at deadline,
+    or at once when `refusal_is_final` and every peer refused the connection (a one-shot client: `status`)."""
     attempt, delay = 0, 0.5
     first_reasons: dict[str, str] = {}  # libp2p answers later dials with a bare "dial backoff": keep the cause
     while True:
@@ -282,6 +313,10 @@ async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: fl
                 logger.warning("initial peer %s unreachable (attempt %d): %s", peer.text, attempt, reason)
         if reached:
             return reached
+        if refusal_is_final and all(refused(reason) for reason in reasons):
+            detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
+            raise SwarmStartError(f"every initial peer refused the connection: {detail}. Check the address and "
+                                  "port, and that the bootstrap is running")
         if time.monotonic() + delay >= deadline:
             detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
             raise SwarmStartError(
@@ -294,20 +329,26 @@ async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: fl
         delay = min(delay * 2, 8.0)
 
 
-async def start_p2p(cfg: NodeConfig, identity: Identity, *, client_mode: bool = False) -> P2P:
+async def start_p2p(cfg: NodeConfig, identity: Identity, *, client_mode: bool = False, relay_service: bool = False,
+                    relays: list[str] | None = None) -> P2P:
     """Start p2pd for `identity` on the configured addresses and connect to the initial peers.
 
-    Raises SwarmStartError (one clear line) if p2pd does not start, or no initial peer answers, within
-    `network.startup_timeout`. The daemon is watched: it dies with this process. Stop it with `stop_p2p`.
+    `relay_service`: relay for nodes that cannot be dialled (within `network.relay_*`); `relays`: take a
+    reservation on these (a node that cannot be dialled). Raises SwarmStartError (one clear line) if p2pd does not
+    start, or no initial peer answers, within `network.startup_timeout` (a client-mode node gives up at once when
+    every initial peer refused the connection). The daemon is watched: it dies with this process. Stop it with
+    `stop_p2p`.
     """
     peers = [parse_initial_peer(text) for text in cfg.network.initial_peers]
     deadline = time.monotonic() + cfg.network.startup_timeout
     clean_stale_sockets()
-    p2p = await _create_daemon(cfg, identity, client_mode or cfg.network.client_mode, deadline)
+    client_mode = client_mode or cfg.network.client_mode
+    p2p = await _create_daemon(cfg, identity, client_mode, deadline, relay_service=relay_service, relays=relays)
     try:
         arm_watchdog(p2p)
         if peers:
-            await connect_initial_peers(p2p, peers, deadline, cfg.network.startup_timeout)
+            await connect_initial_peers(p2p, peers, deadline, cfg.network.startup_timeout,
+                                        refusal_is_final=client_mode)
     except BaseException:
         await stop_p2p(p2p)
         raise
