@@ -81,11 +81,12 @@ def readback_counter():
 
 def build(model_name: str, device: str, dtype: str, sets: list[str]):
     """(cfg, model, tokenizer, task) for the bench."""
-    from swarmnode.config import load_config
+    from swarmnode.config import NodeConfig, load_config
     from swarmnode.models import load_model, load_tokenizer
     from swarmnode.tasks import build_task
 
-    cfg = load_config(MODELS[model_name], ["sync.max_staleness=1000000", "trust.verify_fraction=0",
+    checks = "trust" if "trust" in NodeConfig.model_fields else "learner"  # older trees kept it under learner.
+    cfg = load_config(MODELS[model_name], ["sync.max_staleness=1000000", f"{checks}.verify_fraction=0",
                                            "learner.checkpoint_every=1000000", f"model.dtype={dtype}", *sets])
     task = HashRewardTask(build_task(cfg.task))
     tokenizer = load_tokenizer(cfg.model, cfg.task)
