@@ -4,7 +4,10 @@ Modules:
 - `schema`: the pydantic models, one per section (network, model, task, sampler, learner, sync, sapo, metrics),
   and `NodeConfig`, the whole of one node's config;
 - `files`: YAML presets and files, `--set a.b=c` overrides, and `ConfigError` (one line per user mistake);
-- `compat`: old learner key names mapped to the TRL-style ones with a one-time warning.
+- `compat`: old learner key names mapped to the TRL-style ones with a one-time warning;
+- `reference`: the configuration reference (docs/configuration.md), generated from the schema's descriptions.
+
+The presets ship as data beside these modules, in `presets/` (read with importlib.resources).
 
 Everything public is re-exported here: `from swarmnode.config import NodeConfig, load_config`.
 """

@@ -2,4 +2,5 @@
 
 - `engines` GenerationEngine: transformers and vLLM, in-place weight loads
 - `loop`    SamplerLoop: prompts -> engine -> rewards -> signed RolloutGroups -> a RolloutSink
+- `lora`    adapter-only versions in the engines
 """
