@@ -17,7 +17,7 @@ Choices where the paper leaves room (or where this code departs from it):
   one setting for every family (default none: the GEPO authors' online runs divided by no std).
 - Defensive sampling applies to gepo only. `gepo_defensive_schedule: staleness` uses lam_i = 1 - (1 - lam)^tau_i
   (0 on-policy, towards 1 = plain policy gradient as samples age); the default lam is 0 (plain GEPO): the
-  latency sweep (bench/latency_sweep.py) found lam 0.5 / 0.8 no better at any delay on the built-in task.
+  latency sweep (bench/latency-tolerance/latency_sweep.py) found lam 0.5 / 0.8 no better at any delay on the built-in task.
 - `gepo_group_scope: microbatch` shares one E_q[q] across all rows of the call (the loop passes one
   gradient-accumulation chunk of whole groups); advantages stay per prompt group, rows are not shuffled.
 - Zero-signal groups get A = 0 here and stay in the mean; the learner loop skips them before the forward pass,
