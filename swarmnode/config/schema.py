@@ -155,7 +155,7 @@ class LearnerConfig(_Section):
     epsilon_high: float | None = Field(
         None, gt=0, le=10, description="PPO clip, high side; unset = epsilon (GSPO's paper: 4e-4)"
     )
-    # beta 0 and gepo_defensive_lambda 0 were chosen by bench/latency-tolerance/latency_sweep.py (bench/latency-tolerance/README.md)
+    # beta 0 and gepo_defensive_lambda 0 were chosen by the latency sweep (bench/latency-tolerance/README.md)
     beta: float = Field(0.0, ge=0, le=100, description="learner-sampler k3 KL coefficient (0 = no KL term)")
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "none", description="divide advantages by the group's or the batch's reward std, or not (the GEPO "
