@@ -3,8 +3,9 @@
 Each field is declared once, below, with its type, help text and (when it has one) its Prometheus metric and
 kind. Everything else is derived from these classes: the Prometheus families (`swarmnode.metrics`), the
 `health` part of the status JSON schema (`swarmnode.status_schema`), the DHT form (`record_health` in
-`swarmnode.health`) and the tables of docs/status-and-metrics.md (`markdown_tables`, checked by tests/test_health_record.py). Setting
-a key no record declares raises `UnknownHealthKey`, so a renamed key fails loudly instead of vanishing.
+`swarmnode.health`) and the tables of docs/status-and-metrics.md (`markdown_tables`, checked by
+tests/test_health_record.py). Setting a key no record declares raises `UnknownHealthKey`, so a renamed key fails
+loudly instead of vanishing.
 
 No imports beyond the standard library: the loss, the loops and the CLI may all read it.
 """
@@ -297,7 +298,8 @@ def metrics_table() -> str:
 
 
 def health_table() -> str:
-    """The table (docs/status-and-metrics.md) of the `health` keys a peer record carries (status JSON), derived from the records."""
+    """The table of the `health` keys a peer record carries (status JSON; docs/status-and-metrics.md), derived from
+    the records."""
     rows = ["| key | type | nodes | meaning |", "|---|---|---|---|"]
     for spec in WIRE_FIELDS.values():
         shape = _schema(spec.type)
