@@ -214,29 +214,29 @@ def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
 
 
 def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
-    bad = subprocess.run(_cli("--loss-type", "ppo", home=swarmnode_home), capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--loss-type" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run(_cli("--algorithm", "ppo", home=swarmnode_home), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--algorithm" in bad.stderr and "Traceback" not in bad.stderr
     (tmp_path / "checkpoint.pt").write_bytes(b"junk")
     corrupt = subprocess.run(_cli("--checkpoint-dir", str(tmp_path), "--set", FAST[0], home=swarmnode_home),
                              capture_output=True, text=True, timeout=120, env=_env())
     assert corrupt.returncode == ExitCode.MISSING and "checkpoint" in corrupt.stderr and "Traceback" not in corrupt.stderr
 
 
-@pytest.mark.parametrize("loss_type", ["gepo", "gspo", "grpo"])
-def test_train_local_raises_reward(loss_type, swarmnode_home):
+@pytest.mark.parametrize("algorithm", ["gepo", "gspo", "grpo"])
+def test_train_local_raises_reward(algorithm, swarmnode_home):
     """A short on-policy run on the warm-started tiny model: mean reward over the last 15 steps beats the
     first 15 by a modest margin (seeded; longer curves: `swarmnode train-local --json`)."""
     from swarmnode.local_trainer import LocalTrainer
 
     torch.manual_seed(0)
     cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu",
-                                   f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[loss_type]}",
+                                   f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[algorithm]}",
                                    "learner.learning_rate=3e-4"])
     result = LocalTrainer(cfg, progress=None).run(RISE_STEPS)
     rewards = [p["reward_mean"] for p in result["curve"]]
     assert len(rewards) == RISE_STEPS
     start, end = sum(rewards[:15]) / 15, sum(rewards[-15:]) / 15
-    assert end > start + RISE_MARGIN, f"{loss_type}: reward {start:.3f} -> {end:.3f}"
+    assert end > start + RISE_MARGIN, f"{algorithm}: reward {start:.3f} -> {end:.3f}"
 
 
 RISE_STEPS = 80

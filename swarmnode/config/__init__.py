@@ -5,6 +5,7 @@ Modules:
   and `NodeConfig`, the whole of one node's config;
 - `files`: YAML presets and files, `--set a.b=c` overrides, and `ConfigError` (one line per user mistake);
 - `compat`: old learner key names mapped to the TRL-style ones with a one-time warning;
+- `addresses`: a quick shape check of `--initial-peers` (before hivemind is imported);
 - `reference`: the configuration reference (docs/configuration.md), generated from the schema's descriptions.
 
 The presets ship as data beside these modules, in `presets/` (read with importlib.resources).
