@@ -16,11 +16,11 @@ from swarmnode.config import NodeConfig
 from swarmnode.hardware import decide_role, estimate_memory, probe_hardware
 from swarmnode.health import record_health
 from swarmnode.health_record import LearnerHealth
-from swarmnode.identity import Identity
+from swarmnode.identity import Identity, node_data_dir
 from swarmnode.swarm.membership import Membership
 from swarmnode.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
-from swarmnode.roles.base import Emit, node_data_dir
+from swarmnode.roles.base import Emit
 from swarmnode.roles.learner_role import LearnerRole
 from swarmnode.roles.sampler_role import SamplerRole
 from swarmnode.sapo.role import SapoRole
