@@ -24,7 +24,8 @@ def _run(*args: str, importtime: bool = False) -> subprocess.CompletedProcess:
 
 def _imported(stderr: str) -> set[str]:
     """Top-level packages named in `python -X importtime`'s report."""
-    return {line.split("|")[-1].strip().split(".")[0] for line in stderr.splitlines() if line.startswith("import time:")}
+    lines = [line for line in stderr.splitlines() if line.startswith("import time:")]
+    return {line.split("|")[-1].strip().split(".")[0] for line in lines}
 
 
 @pytest.mark.parametrize("args, needle", [
