@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
+from benchlib import ROOT, config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.local_trainer import LocalTrainer  # noqa: E402
@@ -40,9 +40,8 @@ def timed_round(trainer: LocalTrainer) -> tuple[float, float | None]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tiny-cpu")
+    config_args(ap, "tiny-cpu")
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     cfg = load_config(args.config, args.sets)

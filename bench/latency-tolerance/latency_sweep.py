@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
+from benchlib import ROOT, config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 
 DEFAULT_VARIANTS = ["grpo", "gspo", "gspo-3e-4:learner.epsilon=3e-4,learner.epsilon_high=4e-4", "gepo"]
 SPREAD = 32.0  # max/min delay ratio of the paper's log-normal (60 s .. 1920 s)
@@ -287,8 +287,7 @@ def load_cells(out: Path) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tiny-cpu")
-    ap.add_argument("--set", dest="sets", action="append", default=[], help="config override for every cell")
+    config_args(ap, "tiny-cpu")
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="name[:k=v,...]; name starts with the loss")
     ap.add_argument("--delays", nargs="+", type=int, default=[0, 8, 32, 64])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

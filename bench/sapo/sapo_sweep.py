@@ -34,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's package, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
+from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
 BUDGET = ["model.tiny.intermediate_size=90"]  # 217,984 parameters: the mean of hidden 64 (90,816) and 128 (345,472)
 SWARMS = {"h128x4": [[]] * 4, "mixed": [SMALL, [], SMALL, []], "budget": [BUDGET] * 4}
@@ -223,8 +224,7 @@ def figure(cells: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tiny-cpu")
-    ap.add_argument("--set", dest="sets", action="append", default=[], help="config override for every node")
+    config_args(ap, "tiny-cpu")
     ap.add_argument("--grids", nargs="+", default=["splits", "weighting", "hdee"])
     ap.add_argument("--jobs", type=int, default=1, help="cells run in parallel, in worker processes (one thread each)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

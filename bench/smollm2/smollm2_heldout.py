@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
+from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 
 import torch  # noqa: E402
 
@@ -45,8 +46,7 @@ def run(model, tokenizer, task, cfg, seeds: list[int], samples: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="smollm2-135m")
-    parser.add_argument("--set", action="append", default=[], dest="sets")
+    config_args(parser, "smollm2-135m")
     parser.add_argument("--checkpoint", help="a learner checkpoint.pt to evaluate after the base model")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--samples", type=int, default=2)
