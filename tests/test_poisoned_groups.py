@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from swarmnode.config import LEVEL_OF_ALGORITHM
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
@@ -50,9 +51,10 @@ def make_loop(cfg, parts, publish=None) -> LearnerLoop:
                        publish)
 
 
-@pytest.mark.parametrize("loss_type", ["gepo", "grpo"])
-def test_absurd_logprobs_cost_only_their_group(cfg, parts, loss_type):
-    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"loss_type": loss_type})})
+@pytest.mark.parametrize("algorithm", ["gepo", "grpo"])
+def test_absurd_logprobs_cost_only_their_group(cfg, parts, algorithm):
+    level = LEVEL_OF_ALGORITHM[algorithm]
+    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"importance_sampling_level": level})})
     loop = make_loop(c, parts)
     honest = signal_groups(c, parts, 4)
     attacker = Identity.generate()

@@ -39,7 +39,7 @@ import torch
 from swarmnode.config import LearnerConfig
 from swarmnode.staleness import bucket_label, bucket_of
 
-LOSS_TYPES = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
+ALGORITHMS = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL
 PAPER_MICROBATCH_ROWS = 8  # the GEPO authors' micro-batch: their ratio_pEqQ variance is taken over 8 rows
 KL_LOG_RATIO_CAP = 20.0  # |log p/q| beyond this is clamped in the KL figures (p/q = 5e8): finite, biased only there
@@ -121,7 +121,7 @@ def _masked(logp: torch.Tensor, logq: torch.Tensor, mask: torch.Tensor):
 
 
 def log_importance_weights(
-    loss_type: str,
+    algorithm: str,
     logp: torch.Tensor,
     logq: torch.Tensor,
     mask: torch.Tensor,
@@ -131,7 +131,7 @@ def log_importance_weights(
 ) -> torch.Tensor:
     """Log importance weights: [B, T] for grpo (0 on padding), [B] for gspo and gepo."""
     lp_tok, lq_tok, _, _, LP, LQ = _masked(logp, logq, mask)
-    return _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
+    return _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
 
 
 def group_log_expectation(LQ: torch.Tensor, group_index: torch.Tensor, cfg: LearnerConfig) -> torch.Tensor:
@@ -144,13 +144,13 @@ def group_log_expectation(LQ: torch.Tensor, group_index: torch.Tensor, cfg: Lear
         return (_group_logsumexp(2 * LQ, inv, n) - _group_logsumexp(LQ, inv, n))[inv]
 
 
-def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e=None):
-    if loss_type == "grpo":
+def _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e=None):
+    if algorithm == "grpo":
         return lp_tok - lq_tok
-    if loss_type == "gspo":
+    if algorithm == "gspo":
         return LP - LQ
-    if loss_type != "gepo":
-        raise ValueError(f"loss_type {loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
+    if algorithm != "gepo":
+        raise ValueError(f"algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if log_e is None:
         log_e = group_log_expectation(LQ, group_index, cfg)
     log_e = log_e.to(device=LP.device, dtype=LP.dtype)
@@ -240,8 +240,8 @@ def policy_loss(
     the learner computes them over whole groups and then splits rows into micro-batches freely.
     """
     algorithm = algorithm or cfg.algorithm
-    if algorithm not in LOSS_TYPES:
-        raise ValueError(f"loss family {algorithm!r}: expected one of {', '.join(LOSS_TYPES)}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"loss family {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     lp_tok, lq_tok, m, lengths, LP, LQ = _masked(logp, logq, mask)
     rows, dtype = logp.shape[0], LP.dtype
     if rewards.shape != (rows,) or group_index.shape != (rows,):
