@@ -4,7 +4,7 @@ Generation grows each layer's KV cache by one token per step (`torch.cat` into a
 then the old one is freed). With glibc's defaults a free at the top of the heap gives the memory back (trim
 threshold 128 KiB), and the next, larger buffer faults it in again page by page: measured on tiny-digitmap
 (32 completions x 129 tokens per batch, one core) ~18,000 minor page faults and 185-195 ms per batch, against
-~0 faults and 150-160 ms with the thresholds below (`bench/allocator_faults.py`). A sampler node generated 29 %
+~0 faults and 150-160 ms with the thresholds below (`bench/allocator-faults/allocator_faults.py`). A sampler node generated 29 %
 slower per batch than the single-process trainer (whose training frees happened to keep the heap large) until
 this was set.
 

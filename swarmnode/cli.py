@@ -19,17 +19,16 @@ from typing import Any, NoReturn, Optional
 import typer
 
 from swarmnode.allocator import keep_freed_memory
-from swarmnode.cli_runtime import run_until_signal, setup_logging
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
+from swarmnode.config.addresses import check_initial_peers
 from swarmnode.delay import DelaySpecError, parse_delay
-from swarmnode.demo import run_demo
 from swarmnode.local_swarm import MAX_DEMO_LEARNERS
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
-from swarmnode.hardware import format_report, hardware_report
 
 # The command modules that start a node (node, idle, bootstrap, status, dashboard, local_trainer, and identity and
 # preflight, which they share) import hivemind and torch: seconds before anything prints. Each command imports
-# them itself, so `--help`, `hardware` and a bad `--config` answer at once.
+# them itself, after its arguments and config are checked, so `--help`, `hardware`, a bad `--config` or `--set`
+# and a malformed `--initial-peers` answer at once.
 
 app = typer.Typer(
     add_completion=False,
@@ -58,13 +57,16 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
 
 
 def config_from_cli(config: Optional[str], overrides: Optional[list[str]], **extra: Any) -> NodeConfig:
-    """Load the config, then apply `--set` overrides and any command-line flags given (not None)."""
+    """Load the config, then apply `--set` overrides and any command-line flags given (not None); a malformed
+    initial peer fails here too, before any heavy import."""
     sets = list(overrides or [])
     for key, value in extra.items():
         if value is None or value == []:
             continue
         sets.append(f"{key}={json.dumps(value)}")
-    return load_config(config, sets)
+    cfg = load_config(config, sets)
+    check_initial_peers(cfg.network.initial_peers)
+    return cfg
 
 
 def print_json(obj: Any) -> None:
@@ -89,7 +91,7 @@ def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetO
             result = run_selfcheck(cfg, device, progress=lambda m: typer.echo(m, err=True))
         print_json(result) if as_json else typer.echo(format_selfcheck(result))
         return
-    from swarmnode.hardware import probe_hardware
+    from swarmnode.hardware import format_report, hardware_report, probe_hardware
     from swarmnode.preset_fit import format_fit, preset_fit
 
     probe = probe_hardware()
@@ -134,6 +136,8 @@ def _run_node_command(main) -> NoReturn:
 
 def _run_swarm_command(main, timeout: float | None = None) -> Any:
     """Run a swarm coroutine until it returns or Ctrl-C / SIGTERM (`swarmnode.cli_runtime.run_until_signal`)."""
+    from swarmnode.cli_runtime import run_until_signal, setup_logging
+
     setup_logging()
     return run_until_signal(main, timeout)
 
@@ -153,14 +157,14 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
              help="with no trust.learner_keys, load weights from whichever key announces them (local tests only)"),
          ) -> None:
     """Join a run's swarm and work as a sampler or learner."""
-    from swarmnode.config.trust import check_trust_root
-    from swarmnode.preflight import check_node, check_peer_addresses, check_ports
-
     cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
                                                      "trust.accept_any_learner": insecure_accept_any_learner or None},
                           **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout))
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
+    from swarmnode.config.trust import check_trust_root
+    from swarmnode.preflight import check_node, check_peer_addresses, check_ports
+
     check_ports(cfg.network.host_maddrs)
     if not idle:
         check_node(cfg)  # task, engine, model: before the swarm hears of this node
@@ -196,11 +200,11 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               metrics_port: Optional[int] = MetricsPortOpt,
               ) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
-    from swarmnode.preflight import check_peer_addresses, check_ports
-
     cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
                           **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
                                            announce_maddrs, identity_path, startup_timeout))
+    from swarmnode.preflight import check_peer_addresses, check_ports
+
     check_peer_addresses(cfg)
     check_ports(cfg.network.host_maddrs)
     from swarmnode.bootstrap import run_bootstrap
@@ -218,12 +222,12 @@ def _emit(line: str) -> None:
 
 def _client_config(command: str, config, set_, initial_peers, host_maddrs, startup_timeout) -> NodeConfig:
     """The config of a read-only client command (status, dashboard): loopback listener unless told otherwise."""
-    from swarmnode.preflight import check_peer_addresses
-
     cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"],
                                                          None, None, startup_timeout))
     if not cfg.network.initial_peers:
         fail(f"{command} needs --initial-peers (the address `swarmnode bootstrap` prints)")
+    from swarmnode.preflight import check_peer_addresses
+
     check_peer_addresses(cfg)
     return cfg
 
@@ -233,9 +237,9 @@ def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
            host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v1."""
+    cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
     from swarmnode.status import format_status, query_status
 
-    cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
     doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)
     if as_json:
         print_json(doc)
@@ -250,9 +254,9 @@ def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
               once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
     """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
+    cfg = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout)
     from swarmnode.dashboard import run_dashboard
 
-    cfg = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout)
     try:
         _run_swarm_command(lambda stop: run_dashboard(cfg, stop, refresh=refresh, once=once))
     except Interrupted:  # Ctrl-C is the view's documented way out, as q is: exit code 0
@@ -278,18 +282,14 @@ def demo(
     if not 1 <= learners <= MAX_DEMO_LEARNERS:
         fail(f"--learners {learners}: expected 1 to {MAX_DEMO_LEARNERS} (each learner is a process on this machine)")
     config_from_cli(config, set_)  # a bad --config or --set fails here, before any process starts
+    from swarmnode.demo import format_summary, run_demo
+
     summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
                        kill_sampler_at=kill_sampler_at, keep=keep, config=config, learners=learners)
     if as_json:
         print_json(summary)
     else:
-        curve = summary.pop("reward_curve")
-        each = summary.pop("learners")
-        typer.echo("\n".join(f"{k}: {v}" for k, v in summary.items()))
-        for name, s in each.items():
-            typer.echo(f"{name}: {s['steps']} steps, version {s['version']}, {s['averaging_rounds']} averaging "
-                       f"rounds ({s['averaging_failures']} failed), reward at the end {s['reward_end']}")
-        typer.echo(f"reward curve ({len(curve)} steps): " + " ".join(f"{x:.2f}" for x in curve[:: max(1, len(curve) // 20)]))
+        typer.echo(format_summary(summary))
     if summary["stopped"] == "interrupted":  # the summary so far is printed; the exit code says Ctrl-C
         raise Interrupted("interrupted")
 
@@ -301,7 +301,10 @@ def train_local(
     as_json: bool = JsonOpt,
     steps: int = typer.Option(100, "--steps", min=1, help="learner steps in total (a resumed run counts its earlier ones)"),
     staleness: int = typer.Option(0, "--staleness", min=0, help="train on rollouts from the weights of k versions ago"),
-    loss_type: Optional[str] = typer.Option(None, "--loss-type", help="gepo | gspo | grpo (= learner.importance_sampling_level group | sequence | token)"),
+    algorithm: Optional[str] = typer.Option(
+        None, "--algorithm", help="gepo | gspo | grpo (= learner.importance_sampling_level group | sequence | token)"),
+    old_algorithm: Optional[str] = typer.Option(None, "--loss-type", hidden=True,
+                                                help="the old name of --algorithm (warns once)"),
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="checkpoint here; resume from it"),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0, help="stop (with a checkpoint) after this long"),
     delay: Optional[str] = typer.Option(
@@ -310,9 +313,14 @@ def train_local(
     eval_every: int = typer.Option(0, "--eval-every", min=0, help="evaluate on the held-out prompts every N steps"),
 ) -> None:
     """Single-process sampler+learner loop: the reference the swarm is compared against."""
-    if loss_type is not None and loss_type not in LEVEL_OF_ALGORITHM:
-        fail(f"--loss-type {loss_type!r}: expected gepo, gspo or grpo")
-    cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(loss_type)})
+    flag = "--algorithm"
+    if old_algorithm is not None:
+        typer.echo("warning: --loss-type is now --algorithm (learner.loss_type is TRL's token aggregation, "
+                   "not the algorithm)", err=True)
+        algorithm, flag = algorithm or old_algorithm, "--loss-type"
+    if algorithm is not None and algorithm not in LEVEL_OF_ALGORITHM:
+        fail(f"{flag} {algorithm!r}: expected gepo, gspo or grpo")
+    cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(algorithm)})
     from swarmnode.local_trainer import train_local as run_local
 
     try:

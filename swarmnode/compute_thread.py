@@ -6,8 +6,8 @@ arena, which has to grow (faulting its pages in) before model work on that threa
 memory one thread's arena holds is not reused by another's. Traced in a learner joining a warm `tiny-digitmap`
 swarm (session 18): its first two steps took 0.36-0.59 s each against 0.15 s for the same step in `train-local`
 (one thread), and 0.15-0.2 s on one compute thread. Over 25 s of such a learner, old and new code alternating
-(`bench/warm_learner_ab.py`), 1.02x the steps/s and steps 10 and 50 reached ~0.4 s sooner: a small gain. In
-isolation, with nothing else on the executor, the difference is smaller still (`bench/compute_thread.py`). One
+(`bench/compute-thread/warm_learner_ab.py`), 1.02x the steps/s and steps 10 and 50 reached ~0.4 s sooner: a small gain. In
+isolation, with nothing else on the executor, the difference is smaller still (`bench/compute-thread/compute_thread.py`). One
 thread also makes it plain that two pieces of a role's model work never overlap: a checkpoint written at shutdown
 waits for a step still running.
 """

@@ -137,6 +137,40 @@ def _live_table(rows_by_learner: dict[str, list[dict]], elapsed: float):
     return table
 
 
+def _number(value, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_summary(summary: dict) -> str:
+    """The demo's summary for a person: what happened, in sentences and short lists (`--json` has every field)."""
+    s = summary
+    lines = [f"stopped: {s['stopped']} after {s['learner_steps']} learner steps in {s['wall_seconds']:.0f} s "
+             f"({s['versions_published']} versions published)",
+             f"reward: {_number(s['reward_start'])} -> {_number(s['reward_end'])} (first and last 10 % of steps; "
+             f"fitted gain {_number(s['reward_gain'], '+.3f')}, t = {_number(s['reward_trend_t'], '.1f')})",
+             f"staleness: mean {_number(s['staleness_mean'], '.2f')}, max {s['staleness_max']} versions; "
+             f"{s['rollouts_received']} groups received, {s['dropped_stale']} dropped as too stale"]
+    hist = s.get("staleness_hist") or {}
+    if hist:
+        lines.append("groups trained by staleness: " + ", ".join(f"{b}: {n}" for b, n in hist.items()))
+    for name, each in (s.get("learners") or {}).items():
+        lines.append(f"{name}: {each['steps']} steps, version {each['version']}, {each['averaging_rounds']} "
+                     f"averaging rounds ({each['averaging_failures']} failed), reward at the end "
+                     f"{_number(each['reward_end'])}")
+    for name, each in (s.get("samplers") or {}).items():
+        trained = (f"steps {each['first_step']} to {each['last_step']}" if each["steps"] else "none")
+        lines.append(f"{name}: its groups trained {each['steps']} learner steps ({trained})")
+    if s.get("sampler_killed_at_step") is not None:
+        lines.append(f"sampler2 was killed and restarted at learner step {s['sampler_killed_at_step']}")
+    if s.get("workdir"):
+        lines.append(f"work dir (logs, keys, checkpoints): {s['workdir']}")
+    curve = s.get("reward_curve") or []
+    if curve:
+        lines.append(f"reward curve ({len(curve)} steps): "
+                     + " ".join(f"{x:.2f}" for x in curve[:: max(1, len(curve) // 20)]))
+    return "\n".join(lines)
+
+
 class _Terminated(Exception):
     """SIGTERM reached the demo: stop the nodes, summarise, exit 0."""
 

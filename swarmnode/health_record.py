@@ -3,8 +3,9 @@
 Each field is declared once, below, with its type, help text and (when it has one) its Prometheus metric and
 kind. Everything else is derived from these classes: the Prometheus families (`swarmnode.metrics`), the
 `health` part of the status JSON schema (`swarmnode.status_schema`), the DHT form (`record_health` in
-`swarmnode.health`) and README's tables (`markdown_tables`, checked by tests/test_health_record.py). Setting
-a key no record declares raises `UnknownHealthKey`, so a renamed key fails loudly instead of vanishing.
+`swarmnode.health`) and the tables of docs/status-and-metrics.md (`markdown_tables`, checked by
+tests/test_health_record.py). Setting a key no record declares raises `UnknownHealthKey`, so a renamed key fails
+loudly instead of vanishing.
 
 No imports beyond the standard library: the loss, the loops and the CLI may all read it.
 """
@@ -281,7 +282,7 @@ def _fits(tp: Any, value: Any) -> bool:
     return isinstance(value, tp)
 
 
-# ------------------------------------------------------------------------------------------- README tables
+# ---------------------------------------------------------------------------------- documented tables
 
 
 def _cell(text: str) -> str:
@@ -293,7 +294,7 @@ def _nodes(spec: FieldSpec) -> str:
 
 
 def metrics_table() -> str:
-    """README's Metrics table: one row per Prometheus family, derived from the records."""
+    """The Metrics table (docs/status-and-metrics.md): one row per Prometheus family, derived from the records."""
     rows = ["| metric | type | health key | nodes | meaning |", "|---|---|---|---|---|"]
     for spec in FIELDS.values():
         if spec.metric is None:
@@ -304,7 +305,8 @@ def metrics_table() -> str:
 
 
 def health_table() -> str:
-    """README's table of the `health` keys a peer record carries (status JSON), derived from the records."""
+    """The table of the `health` keys a peer record carries (status JSON; docs/status-and-metrics.md), derived from
+    the records."""
     rows = ["| key | type | nodes | meaning |", "|---|---|---|---|"]
     for spec in WIRE_FIELDS.values():
         shape = _schema(spec.type)
@@ -319,7 +321,7 @@ def _item_name(schema: dict[str, Any]) -> str:
 
 
 def markdown_tables() -> dict[str, str]:
-    """The generated README tables by name (`python -m swarmnode.health_record` prints them)."""
+    """The generated tables of docs/status-and-metrics.md by name (`python -m swarmnode.health_record` prints them)."""
     return {"health": health_table(), "metrics": metrics_table()}
 
 

@@ -146,3 +146,11 @@ def identity_for(cfg: NodeConfig, default_name: str) -> Identity:
     """The node's persistent identity: `network.identity_path`, else `<data dir>/<default_name>`."""
     path = cfg.network.identity_path or cfg.resolved_data_dir() / default_name
     return Identity.load_or_create(path)
+
+
+def node_data_dir(cfg: NodeConfig, identity: Identity) -> Path:
+    """This node's own directory: `data_dir` when set, else `<SWARMNODE_HOME>/<run>/<peer id>`, so two nodes on
+    one machine never share a checkpoint, a weight store or a steps file."""
+    if cfg.data_dir:
+        return Path(cfg.data_dir).expanduser()
+    return cfg.resolved_data_dir() / identity.peer_id

@@ -180,7 +180,7 @@ class LocalTrainer:
         return {
             "learner_steps": self.learner.step_count,
             "version": self.learner.version,
-            "loss_type": self.cfg.learner.algorithm,
+            "algorithm": self.cfg.learner.algorithm,
             "staleness": self.staleness,
             "resumed": self.learner.resumed,
             "stopped": stopped,

@@ -10,7 +10,7 @@ Two paths compute the same numbers from temperature-scaled logits:
   tiles, folds each into an online logsumexp (and the running sum of p*z for the entropy), and recomputes the
   tiles in backward, in place (two fp32 tiles per step). Padding positions are not projected at all. Memory for
   the logits: a few tiles plus a few fp32 numbers per token, instead of about four [B, T, V] fp32 copies
-  (measured in bench/learner_memory.py).
+  (measured in bench/learner-memory/learner_memory.py).
 - `full_logits_scores`: the plain path (the model's [B, T+1, V] logits, fp32 log-softmax), kept as the
   reference the chunked path is tested against, and used for models whose head is not a plain linear layer.
 The chunked design follows TRL's `ChunkedLogProbFunction` (trl/kernels/chunked_logprob.py) and prime-rl's

@@ -2,7 +2,7 @@
 
 One source of truth: the metric names, kinds and help texts are declared on the health fields
 (`swarmnode.health_record`); `/metrics` renders the record, the heartbeat publishes it, `status --json` shows it.
-README's Metrics table is generated from the same fields.
+The Metrics table of docs/status-and-metrics.md is generated from the same fields.
 """
 
 from __future__ import annotations

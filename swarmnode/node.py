@@ -16,13 +16,13 @@ from swarmnode.config import NodeConfig
 from swarmnode.hardware import decide_role, estimate_memory, probe_hardware
 from swarmnode.health import record_health
 from swarmnode.health_record import LearnerHealth
-from swarmnode.identity import Identity
+from swarmnode.identity import Identity, node_data_dir
 from swarmnode.swarm.membership import Membership
 from swarmnode.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import CLIENT_ONLY, with_reachability
 from swarmnode.swarm.p2p import SwarmStartError
-from swarmnode.roles.base import Emit, node_data_dir
+from swarmnode.roles.base import Emit
 from swarmnode.roles.learner_role import LearnerRole
 from swarmnode.roles.sampler_role import SamplerRole
 from swarmnode.sapo.role import SapoRole

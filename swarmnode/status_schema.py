@@ -3,7 +3,7 @@ counts by reachability) and a validator for it.
 
 `validate(doc)` uses the `jsonschema` package when it is installed and a small built-in validator (the subset of
 JSON Schema used below: type, required, properties, additionalProperties, items, enum, minimum, maximum)
-otherwise. README's "Status JSON" section describes the fields in words.
+otherwise. docs/status-and-metrics.md ("Status JSON") describes the fields in words.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ _SCALAR = {"type": ["number", "string", "boolean", "null"]}
 
 HEALTH_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "the node's health record (keys by role: swarmnode.health_record, README's Status JSON section)",
+    "description": "the node's health record (keys by role: swarmnode.health_record, docs/status-and-metrics.md)",
     "properties": {name: spec.json_schema for name, spec in WIRE_FIELDS.items()},
     "additionalProperties": False,
 }

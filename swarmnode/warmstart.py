@@ -4,7 +4,9 @@ RL from a random init learns the format but plateaus (measured: ~0.3 mean reward
 "prompt -> answer then EOS" on the task's own prompts, but with label noise: only a fraction `correct_fraction` (config `model.tiny.warm_start_correct`)
 of the shown answers are right, the rest are the reference of another random prompt. The model leaves it
 producing well-formed answers that are mostly wrong, so the mean reward at temperature 1 starts well below the
-maximum and RL has a visible climb ahead. Deterministic given `seed`.
+maximum and RL has a visible climb ahead. Deterministic given `seed`: it runs on one torch thread whatever the
+process's setting (a reduction split over other thread counts rounds differently), so every process that builds
+the cached model builds the same weights.
 """
 
 from __future__ import annotations
@@ -76,6 +78,16 @@ def warm_start(
     of the steps and noisy ones after: a tiny model does not find a long-range lookup under 50 % noise within a
     few hundred steps (digitmap, 128 digits: 0.108 per-digit accuracy after 100 noisy steps, 0.993 after 100
     clean ones), and the noisy half brings its per-digit accuracy back down to about `correct_fraction`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(model, tokenizer, task_cfg, steps, seed, correct_fraction, batch_size, on_step)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float, batch_size: int,
+           on_step: Callable[[int, float], None] | None) -> list[float]:
     task = build_task(task_cfg)
     rng = random.Random(f"warmstart:{seed}")
     torch.manual_seed(seed)

@@ -1,11 +1,25 @@
-"""Shared fixtures: an isolated SWARMNODE_HOME per session (the tiny model is built once), --runslow, and
-the `cuda` marker (skipped without a GPU)."""
+"""Shared fixtures: an isolated SWARMNODE_HOME per session (the tiny model is built once), --runslow, the
+`cuda` marker (skipped without a GPU), and the `scenario` marker: every test of a module that starts real
+processes or daemons (nodes, p2pd, the CLI) is a scenario, the rest are fast unit tests (`pytest -m "not
+scenario"`)."""
 
 from __future__ import annotations
 
+import functools
 import os
+from pathlib import Path
 
 import pytest
+
+# what a test module that starts real processes or daemons uses
+SCENARIO_SIGNS = ("LocalSwarm", "subprocess", "P2P.create", "TmuxDashboard", "swarmnode_cmd", "Membership", "p2pd")
+
+
+@functools.cache
+def starts_processes(module: Path) -> bool:
+    """Whether a test module starts real processes or daemons (read from its source)."""
+    text = module.read_text()
+    return any(sign in text for sign in SCENARIO_SIGNS)
 
 
 def pytest_addoption(parser):
@@ -24,6 +38,9 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "cuda" in item.keywords:
                 item.add_marker(no_gpu)
+    for item in items:
+        if starts_processes(Path(str(item.fspath))):
+            item.add_marker(pytest.mark.scenario)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow scenario: run with --runslow")

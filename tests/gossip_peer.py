@@ -1,4 +1,4 @@
-"""A real gossip peer in its own process (own p2pd), for tests/test_gossip.py and bench/data_plane.py.
+"""A real gossip peer in its own process (own p2pd), for tests/test_gossip.py and bench/data-plane/data_plane.py.
 
     python tests/gossip_peer.py learner --identity F --port P --journal J --received R --ready READY
     python tests/gossip_peer.py sampler --identity F --learner ADDR --count N --interval S --created C --ready READY

@@ -59,7 +59,7 @@ def test_adapter_version_is_adapter_only_and_signed(cfg, parts, trained, tmp_pat
     decoded = WeightManifest.decode(adapter.encode())
     assert (decoded.kind, decoded.adapter, full.kind) == ("adapter", spec, "full")
     assert all("lora_" in t.name for t in decoded.tensors)
-    assert adapter.total_bytes < full.total_bytes / 5  # r=4 on the tiny model; Qwen3-0.6B at r=16: README
+    assert adapter.total_bytes < full.total_bytes / 5  # r=4 on the tiny model; Qwen3-0.6B at r=16: bench/learner-memory
     assert "adapter" not in unpack(full.encode(), 1 << 20)  # full-weight manifests are signed as before
     forged = WeightManifest.decode(adapter.encode())
     forged.adapter = replace(spec, alpha=spec.alpha * 2)

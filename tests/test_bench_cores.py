@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # benchlib
 
-from neighbour_load import core_pair  # noqa: E402
+from benchlib import core_pair  # noqa: E402
 
 
 def test_two_available_cores_are_accepted():

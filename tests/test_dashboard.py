@@ -185,11 +185,16 @@ def test_dashboard_in_a_real_terminal_shows_the_swarm_and_q_quits(swarm, tmp_pat
     dash = TmuxDashboard(swarm, tmp_path)
     try:
         def ready():
+            """A view with every panel filled: the first views of a young swarm may lack the learner's reward,
+            its staleness histogram (no group trained yet) or a sampler holding a version."""
             text = dash.capture()
-            wanted = ("learner", "sampler", "bootstrap", "newest version", "reward mean", "versions held")
-            return text if all(w in text for w in wanted) and re.search(r"reward mean\s+\d\.\d{3}", text) else None
+            wanted = ("learner", "sampler", "bootstrap", "newest version", "reward mean", "versions held",
+                      "1 learner, 1 sampler, 1 bootstrap")
+            patterns = (r"reward mean\s+\d\.\d{3}", r"τ 0 +█+ +\d+", r"v\d+ +█+ +1 sampler",
+                        r"newest version ([3-9]|\d\d)")
+            return text if all(w in text for w in wanted) and all(re.search(p, text) for p in patterns) else None
 
-        text = wait_for(ready, 60, what="the dashboard to show the swarm")
+        text = wait_for(ready, 120, what="the dashboard to show the swarm with every panel filled")
         doc = swarm.status()
         for p in doc["peers"]:
             assert p["peer_id"][-8:] in text, p["role"]

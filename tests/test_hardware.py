@@ -96,7 +96,7 @@ DECISION_TABLE = [
     ("cpu", "0.6b", "sampler"),  # under 1B: CPU sampling allowed
     ("cpu", "1.7b", "none"),  # over 1B: CPU-only nodes do not sample it
     ("141GB", "1.7b", "learner"),  # an H200-class GPU trains the paper's setup
-    ("24GB", "1.7b-lora", "learner"),  # ... and a 24 GB GPU with LoRA (estimated; README: Learner memory)
+    ("24GB", "1.7b-lora", "learner"),  # ... and a 24 GB GPU with LoRA (estimated; docs/learner-memory.md)
     ("24GB", "4b-lora", "learner"),  # Qwen3-4B with LoRA and a 16k-token micro-batch
 ]
 MACHINES = {"24GB": gpu_machine(24), "8GB": gpu_machine(8), "cpu": cpu_machine(16), "141GB": gpu_machine(141)}

@@ -244,7 +244,7 @@ def test_prometheus_rendering_of_a_learner_health_dict():
 
 def test_a_50_peer_view_renders_every_peer_and_the_lagging_alert():
     """50 simulated peers fit one view (peers table, versions panel, alerts); the refresh time is measured in
-    bench/dashboard_refresh.py, not asserted here."""
+    bench/dashboard-refresh/dashboard_refresh.py, not asserted here."""
     doc = simulated_status(50, learners=2, lags=[20])
     console = Console(width=200, height=200, file=io.StringIO(), color_system=None)
     console.print(build_view(doc, None, max_rows=60))

@@ -1,5 +1,6 @@
-"""The typed health records are the one definition of every health field: README's tables, the Prometheus
-families and the status schema all come from them, and a key no record declares is an error."""
+"""The typed health records are the one definition of every health field: the tables of
+docs/status-and-metrics.md, the Prometheus families and the status schema all come from them, and a key no record
+declares is an error."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from swarmnode.health_record import (FIELDS, WIRE_FIELDS, BootstrapHealth, Learn
 from swarmnode.metrics import HealthCollector
 from swarmnode.status_schema import HEALTH_SCHEMA
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "status-and-metrics.md"
 
 
 @pytest.mark.parametrize("name", sorted(markdown_tables()))
-def test_readme_tables_are_the_generated_ones(name):
+def test_the_documented_tables_are_the_generated_ones(name):
     table = markdown_tables()[name]
-    assert table in README.read_text(), (
-        f"README's {name} table differs from the health records; paste `python -m swarmnode.health_record`")
+    assert table in DOC.read_text(), (
+        f"docs/status-and-metrics.md's {name} table differs from the health records; paste `python -m swarmnode.health_record`")
 
 
 def test_an_unknown_key_is_an_error_not_a_silent_drop():

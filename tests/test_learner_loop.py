@@ -214,30 +214,46 @@ def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
 
 
 def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
-    bad = subprocess.run(_cli("--loss-type", "ppo", home=swarmnode_home), capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--loss-type" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run(_cli("--algorithm", "ppo", home=swarmnode_home), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--algorithm" in bad.stderr and "Traceback" not in bad.stderr
     (tmp_path / "checkpoint.pt").write_bytes(b"junk")
     corrupt = subprocess.run(_cli("--checkpoint-dir", str(tmp_path), "--set", FAST[0], home=swarmnode_home),
                              capture_output=True, text=True, timeout=120, env=_env())
     assert corrupt.returncode == ExitCode.MISSING and "checkpoint" in corrupt.stderr and "Traceback" not in corrupt.stderr
 
 
-@pytest.mark.parametrize("loss_type", ["gepo", "gspo", "grpo"])
-def test_train_local_raises_reward(loss_type, swarmnode_home):
-    """A short on-policy run on the warm-started tiny model: mean reward over the last 15 steps beats the
-    first 15 by a modest margin (seeded; longer curves: `swarmnode train-local --json`)."""
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test, as the warm start uses: the trajectory is then the same on every run of
+    this machine, whatever the load or the thread count the machine would pick."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("algorithm", ["gepo", "gspo", "grpo"])
+def test_train_local_raises_reward(algorithm, swarmnode_home, one_torch_thread):
+    """An on-policy run on the warm-started tiny model: the least-squares line through the per-step rewards rises
+    by more than RISE_MARGIN (seeded, one thread: deterministic on a machine; longer curves: `swarmnode
+    train-local --json`)."""
+    from swarmnode.demo import reward_trend
     from swarmnode.local_trainer import LocalTrainer
 
     torch.manual_seed(0)
     cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu",
-                                   f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[loss_type]}",
+                                   f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[algorithm]}",
                                    "learner.learning_rate=3e-4"])
     result = LocalTrainer(cfg, progress=None).run(RISE_STEPS)
     rewards = [p["reward_mean"] for p in result["curve"]]
     assert len(rewards) == RISE_STEPS
-    start, end = sum(rewards[:15]) / 15, sum(rewards[-15:]) / 15
-    assert end > start + RISE_MARGIN, f"{loss_type}: reward {start:.3f} -> {end:.3f}"
+    trend = reward_trend(rewards)
+    assert trend["reward_gain"] > RISE_MARGIN, f"{algorithm}: {trend}, rewards {rewards[:3]} ... {rewards[-3:]}"
 
 
-RISE_STEPS = 80
-RISE_MARGIN = 0.03  # measured (seed 0, lr 3e-4, 80 steps, warm start 50 % correct): gepo +0.065, gspo +0.080, grpo +0.082
+# The fitted rise over 200 steps, measured (one thread, lr 3e-4; seeds vary the task, the warm start and sampling):
+# gepo +0.062, +0.075, +0.040, +0.008 for task seeds 0-3 (t 6.2, 6.7, 4.7, 1.0); grpo and gspo rise about twice as
+# fast. Over 80 steps, as before, gepo rose +0.022 to +0.045 and a first-15 / last-15 comparison (sd ~0.022 at the
+# tiny task's per-step reward sd ~0.06) could not hold a 0.03 margin. The test runs task seed 0.
+RISE_STEPS = 200
+RISE_MARGIN = 0.02

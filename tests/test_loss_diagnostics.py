@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from swarmnode.config import LEVEL_OF_ALGORITHM, LearnerConfig
-from swarmnode.learner.losses import LOSS_TYPES, policy_loss, ratio_peqq_variance
+from swarmnode.learner.losses import ALGORITHMS, policy_loss, ratio_peqq_variance
 
 torch.set_num_threads(1)
 
@@ -47,7 +47,7 @@ def _hand_statistic(lp, lq, mask, seed: int) -> float:
     return sum(variances) / len(variances)
 
 
-@pytest.mark.parametrize("family", LOSS_TYPES)
+@pytest.mark.parametrize("family", ALGORITHMS)
 @pytest.mark.parametrize("rows,seed", [(16, 0), (12, 3), (17, 5)])  # 8+8; 8+4; 8+8+1 (a lone row is left out)
 def test_paper_statistic_matches_hand_computation_for_every_loss(family, rows, seed):
     lp, lq, mask, rewards, groups = _fixed_batch(rows)

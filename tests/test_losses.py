@@ -23,7 +23,7 @@ def lcfg(family: str, **opts) -> LearnerConfig:
     return LearnerConfig(importance_sampling_level=LEVEL_OF_ALGORITHM[family], **opts)
 
 
-def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), kl_coef=0.0, lam=None,
+def reference_loss(algorithm, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), kl_coef=0.0, lam=None,
                    scope="prompt", scale="none", agg="grpo"):
     """Loss from the GEPO formulas, float64, loops. `lam` is a per-row list of defensive lambdas (None = plain)."""
     B, T = lp.shape
@@ -56,7 +56,7 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
     perm = torch.randperm(B, generator=torch.Generator().manual_seed(0)).tolist()
     sets = {row: perm[k - k % 8: k - k % 8 + 8] for k, row in enumerate(perm)}
     per_seq = []
-    if loss_type == "grpo":
+    if algorithm == "grpo":
         tok_losses = []
         for i in range(B):
             terms = [surrogate(torch.exp(lp[i, t] - float(lq[i, t])), adv[i]) for t in toks[i]]
@@ -71,7 +71,7 @@ def reference_loss(loss_type, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
     else:
         for i in range(B):
             p_i = torch.exp(LP[i])
-            if loss_type == "gspo":
+            if algorithm == "gspo":
                 w = p_i / math.exp(LQ[i])
             else:
                 js = sets[i] if scope == "microbatch" else members[groups[i]]
@@ -133,7 +133,7 @@ OPTIONS = [
 ]
 
 
-def _ref_kwargs(loss_type, opts, B):
+def _ref_kwargs(algorithm, opts, B):
     lo = opts.get("epsilon", 0.2)
     hi = opts.get("epsilon_high", lo)
     lam = [opts["gepo_defensive_lambda"]] * B if "gepo_defensive_lambda" in opts else None
@@ -141,17 +141,17 @@ def _ref_kwargs(loss_type, opts, B):
                 scale=opts.get("scale_rewards", "none"), agg=opts.get("loss_type", "grpo"))
 
 
-@pytest.mark.parametrize("loss_type,opts", OPTIONS, ids=[f"{t}-{o}" for t, o in OPTIONS])
+@pytest.mark.parametrize("algorithm,opts", OPTIONS, ids=[f"{t}-{o}" for t, o in OPTIONS])
 @pytest.mark.parametrize("shape", [(1, 2, 1), (3, 4, 5), (4, 8, 12)])
-def test_matches_reference_value_and_gradient(loss_type, opts, shape):
+def test_matches_reference_value_and_gradient(algorithm, opts, shape):
     groups, g, T = shape
-    lp0, lq, mask, rewards, gi = random_batch(groups, g, T, seed=hash((loss_type, str(opts), shape)) % 10_000)
-    cfg = lcfg(loss_type, **opts)
+    lp0, lq, mask, rewards, gi = random_batch(groups, g, T, seed=hash((algorithm, str(opts), shape)) % 10_000)
+    cfg = lcfg(algorithm, **opts)
     lp = lp0.clone().requires_grad_(True)
-    loss, diag = policy_loss(loss_type, lp, lq, mask, rewards, gi, cfg)
+    loss, diag = policy_loss(algorithm, lp, lq, mask, rewards, gi, cfg)
     loss.backward()
     lp_ref = lp0.clone().requires_grad_(True)
-    ref = reference_loss(loss_type, lp_ref, lq, mask, rewards, gi.tolist(), **_ref_kwargs(loss_type, opts, lp0.shape[0]))
+    ref = reference_loss(algorithm, lp_ref, lq, mask, rewards, gi.tolist(), **_ref_kwargs(algorithm, opts, lp0.shape[0]))
     ref.backward()
     assert loss.item() == pytest.approx(ref.item(), rel=1e-9, abs=1e-12)
     assert torch.allclose(lp.grad, lp_ref.grad, rtol=1e-8, atol=1e-12)
@@ -183,27 +183,27 @@ def test_defensive_lambda_one_is_plain_policy_gradient():
     assert torch.allclose(logw, torch.zeros_like(logw))
 
 
-@pytest.mark.parametrize("loss_type,opts", OPTIONS, ids=[f"{t}-{o}" for t, o in OPTIONS])
-def test_gradcheck(loss_type, opts):
+@pytest.mark.parametrize("algorithm,opts", OPTIONS, ids=[f"{t}-{o}" for t, o in OPTIONS])
+def test_gradcheck(algorithm, opts):
     if opts.get("gepo_defensive_lambda"):
         pytest.skip("stop-gradient in the denominator: finite differences cannot see it (reference test covers it)")
     lp0, lq, mask, rewards, gi = random_batch(2, 3, 4, seed=5, spread=0.05)
-    cfg = lcfg(loss_type, **opts)
+    cfg = lcfg(algorithm, **opts)
     tau = torch.tensor([0, 1, 2, 0, 3, 1])
 
     def f(lp):
-        return policy_loss(loss_type, lp, lq, mask, rewards, gi, cfg, staleness=tau)[0]
+        return policy_loss(algorithm, lp, lq, mask, rewards, gi, cfg, staleness=tau)[0]
 
     assert torch.autograd.gradcheck(f, (lp0.clone().requires_grad_(True),), eps=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("loss_type", ["gspo", "grpo"])
-def test_on_policy_weights_are_one(loss_type):
+@pytest.mark.parametrize("algorithm", ["gspo", "grpo"])
+def test_on_policy_weights_are_one(algorithm):
     _, lq, mask, rewards, gi = random_batch(3, 4, 7, seed=8)
-    cfg = lcfg(loss_type)
-    logw = log_importance_weights(loss_type, lq.clone(), lq, mask, gi, cfg)
+    cfg = lcfg(algorithm)
+    logw = log_importance_weights(algorithm, lq.clone(), lq, mask, gi, cfg)
     assert torch.allclose(logw, torch.zeros_like(logw))
-    _, diag = policy_loss(loss_type, lq.clone(), lq, mask, rewards, gi, cfg)
+    _, diag = policy_loss(algorithm, lq.clone(), lq, mask, rewards, gi, cfg)
     assert diag["is_weight_mean"] == pytest.approx(1.0) and diag["is_weight_var"] == pytest.approx(0.0, abs=1e-12)
     assert diag["clip_fraction"] == 0 and diag["kl"] == pytest.approx(0.0, abs=1e-12)
 
@@ -221,10 +221,10 @@ def test_gepo_denominator_is_q_weighted_mean():
     assert not torch.allclose(w, torch.ones_like(w))  # GEPO's weights are not 1 even on-policy
 
 
-@pytest.mark.parametrize("loss_type,opts", [("gepo", {"cppo_beta": 0.005}), ("gepo", {"gepo_defensive_lambda": 0.5}),
+@pytest.mark.parametrize("algorithm,opts", [("gepo", {"cppo_beta": 0.005}), ("gepo", {"gepo_defensive_lambda": 0.5}),
                                             ("gspo", {"cppo_beta": 0.005}), ("grpo", {"cppo_beta": 0.005})])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_long_completions_stay_finite(loss_type, opts, dtype):
+def test_long_completions_stay_finite(algorithm, opts, dtype):
     gen = torch.Generator().manual_seed(0)
     B, T = 8, 4000
     lq = -20 + torch.randn(B, T, generator=gen)
@@ -234,7 +234,7 @@ def test_long_completions_stay_finite(loss_type, opts, dtype):
     mask[2, :] = False  # an empty completion
     rewards = torch.tensor([0.0, 1, 0, 1, 1, 1, 0, 0.5])
     gi = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    loss, diag = policy_loss(loss_type, lp, lq, mask, rewards, gi, lcfg(loss_type, **opts))
+    loss, diag = policy_loss(algorithm, lp, lq, mask, rewards, gi, lcfg(algorithm, **opts))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert all(math.isfinite(v) for v in diag.values()), diag
@@ -245,10 +245,10 @@ def test_padding_garbage_does_not_leak():
     lp0, lq, mask, rewards, gi = random_batch(2, 4, 6, seed=2)
     lp_bad = torch.where(mask, lp0, torch.full_like(lp0, -math.inf)).requires_grad_(True)
     lq_bad = torch.where(mask, lq, torch.full_like(lq, 1e4))
-    for loss_type in ("gepo", "gspo", "grpo"):
-        cfg = lcfg(loss_type, cppo_beta=0.1)
-        loss, _ = policy_loss(loss_type, lp_bad, lq_bad, mask, rewards, gi, cfg)
-        good, _ = policy_loss(loss_type, lp0, lq, mask, rewards, gi, cfg)
+    for algorithm in ("gepo", "gspo", "grpo"):
+        cfg = lcfg(algorithm, cppo_beta=0.1)
+        loss, _ = policy_loss(algorithm, lp_bad, lq_bad, mask, rewards, gi, cfg)
+        good, _ = policy_loss(algorithm, lp0, lq, mask, rewards, gi, cfg)
         (grad,) = torch.autograd.grad(loss, lp_bad)
         assert loss.item() == pytest.approx(good.item()) and torch.isfinite(grad).all()
 
@@ -281,9 +281,9 @@ def test_random_seeds_many_shapes():
     for _ in range(10):
         groups, g, T = rng.randint(1, 4), rng.randint(2, 6), rng.randint(1, 9)
         lp0, lq, mask, rewards, gi = random_batch(groups, g, T, seed=rng.randint(0, 999))
-        for loss_type in ("gepo", "gspo", "grpo"):
-            loss, _ = policy_loss(loss_type, lp0, lq, mask, rewards, gi, lcfg(loss_type))
-            ref = reference_loss(loss_type, lp0, lq, mask, rewards, gi.tolist(), **_ref_kwargs(loss_type, {}, len(gi)))
+        for algorithm in ("gepo", "gspo", "grpo"):
+            loss, _ = policy_loss(algorithm, lp0, lq, mask, rewards, gi, lcfg(algorithm))
+            ref = reference_loss(algorithm, lp0, lq, mask, rewards, gi.tolist(), **_ref_kwargs(algorithm, {}, len(gi)))
             assert loss.item() == pytest.approx(float(ref), rel=1e-9, abs=1e-12)
 
 

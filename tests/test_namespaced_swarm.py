@@ -1,5 +1,5 @@
-"""A swarm of separate machines on this one (bench/swarm_value.py's `<arm>-netns` arms): every node in its own
-network namespace with its own address and a capped upload (bench/netns_hosts.py), started through the demo's own
+"""A swarm of separate machines on this one (bench/swarm-speedup/swarm_value.py's `<arm>-netns` arms): every node in its own
+network namespace with its own address and a capped upload (bench/benchlib/netns_hosts.py), started through the demo's own
 `DemoRun` with a per-node address. The scenario needs root and iproute2."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.local_swarm import (DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners,
                                    start_samplers, wait_for_line)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "bench" / d) for d in ("swarm-speedup", ".")]
 
-from netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
+from benchlib.netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
 from swarm_value import namespaced  # noqa: E402
 
 NAMESPACES_LACK = missing_for_namespaces()  # None where namespaced hosts can be made (one is made and removed)
@@ -91,7 +91,7 @@ def test_a_learner_trains_on_groups_that_crossed_capped_links_and_the_namespaces
 
 
 def test_a_bad_upload_cap_is_refused_before_anything_runs():
-    bench = Path(__file__).resolve().parents[1] / "bench" / "swarm_value.py"
+    bench = Path(__file__).resolve().parents[1] / "bench" / "swarm-speedup" / "swarm_value.py"
     done = subprocess.run([sys.executable, str(bench), "--arms", "local", "--netns-mbit", "0"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "--netns-mbit 0.0: expected a positive upload limit" in done.stderr

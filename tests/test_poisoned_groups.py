@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from swarmnode.config import LEVEL_OF_ALGORITHM
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.hooks import LearnerHooks
@@ -51,9 +52,10 @@ def make_loop(cfg, parts, publish=None, hooks: LearnerHooks | None = None) -> Le
                        publish, hooks=hooks)
 
 
-@pytest.mark.parametrize("loss_type", ["gepo", "grpo"])
-def test_absurd_logprobs_cost_only_their_group(cfg, parts, loss_type):
-    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"loss_type": loss_type}),
+@pytest.mark.parametrize("algorithm", ["gepo", "grpo"])
+def test_absurd_logprobs_cost_only_their_group(cfg, parts, algorithm):
+    level = LEVEL_OF_ALGORITHM[algorithm]
+    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"importance_sampling_level": level}),
                                "trust": cfg.trust.model_copy(update={"verify_fraction": 0.0})})  # no spot check
     reported: list[str] = []
     loop = make_loop(c, parts, hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append(g.sampler_id)))

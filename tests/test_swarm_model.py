@@ -1,4 +1,4 @@
-"""bench/swarm_model.py: the swarm's steps/s and time to target predicted from measured parts."""
+"""bench/swarm-speedup/swarm_model.py: the swarm's steps/s and time to target predicted from measured parts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "swarm-speedup"))
 
 from swarm_model import local_steps_per_s, predict, swarm_steps_per_s  # noqa: E402
 

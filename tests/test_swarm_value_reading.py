@@ -1,11 +1,11 @@
-"""How bench/swarm_value.py reads the time to a held-out target off a curve of evaluations."""
+"""How bench/swarm-speedup/swarm_value.py reads the time to a held-out target off a curve of evaluations."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "swarm-speedup"
 sys.path.insert(0, str(BENCH))
 
 from swarm_value import first_time_at  # noqa: E402

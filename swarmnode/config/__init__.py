@@ -6,7 +6,12 @@ Modules:
 - `files`: YAML presets and files, `--set a.b=c` overrides, and `ConfigError` (one line per user mistake);
 - `compat`: old learner key names mapped to the TRL-style ones, and the trust keys moved out of `learner`, with a
   one-time warning;
-- `advice`: settings that load but are probably a mistake (LoRA at a full fine-tune's learning rate), warned once.
+- `advice`: settings that load but are probably a mistake (LoRA at a full fine-tune's learning rate), warned once;
+- `addresses`: a quick shape check of `--initial-peers` (before hivemind is imported);
+- `trust`: the trust root check (a sampler needs learner keys, or the insecure opt-in) before a node joins;
+- `reference`: the configuration reference (docs/configuration.md), generated from the schema's descriptions.
+
+The presets ship as data beside these modules, in `presets/` (read with importlib.resources).
 
 Everything public is re-exported here: `from swarmnode.config import NodeConfig, load_config`.
 """

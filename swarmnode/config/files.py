@@ -1,4 +1,7 @@
-"""Where a config comes from: YAML presets in `configs/`, a YAML file, and `--set a.b=c` overrides.
+"""Where a config comes from: a YAML preset, a YAML file, and `--set a.b=c` overrides.
+
+A preset is a name looked up, in order, in `./configs/` (the current directory's own presets) and in the presets
+shipped inside the package (`swarmnode/config/presets/`, read with importlib.resources, so a wheel carries them).
 
 Every error a user can cause here (unknown key, wrong type, out-of-range value, missing preset) is raised as
 `ConfigError` with one line naming the key and what is allowed; the CLI prints it and exits with code 2.
@@ -6,6 +9,8 @@ Every error a user can cause here (unknown key, wrong type, out-of-range value, 
 
 from __future__ import annotations
 
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +20,7 @@ from pydantic import ValidationError
 from swarmnode.config.schema import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 
-PRESET_DIRS = (Path(__file__).resolve().parent.parent.parent / "configs", Path.cwd() / "configs")
+PRESET_DIRS: tuple[Traversable, ...] = (Path.cwd() / "configs", files("swarmnode.config") / "presets")
 
 
 class ConfigError(SwarmnodeError, ValueError):
@@ -24,34 +29,44 @@ class ConfigError(SwarmnodeError, ValueError):
     exit_code = ExitCode.USAGE
 
 
+def _preset_files() -> dict[str, Traversable]:
+    """Every preset by name; a name in `./configs/` hides the shipped preset of that name."""
+    found: dict[str, Traversable] = {}
+    for directory in PRESET_DIRS:
+        if not directory.is_dir():
+            continue
+        for entry in directory.iterdir():
+            if entry.name.endswith(".yaml") and entry.is_file():
+                found.setdefault(entry.name.removesuffix(".yaml"), entry)
+    return found
+
+
 def preset_names() -> list[str]:
-    """Names of the YAML presets shipped in `configs/`."""
-    return sorted({p.stem for d in PRESET_DIRS if d.is_dir() for p in d.glob("*.yaml")})
+    """Names of the YAML presets: the package's own and those in `./configs/`."""
+    return sorted(_preset_files())
 
 
 def known_run_ids() -> list[str]:
     """The default run id and those of the shipped presets: the runs a status client looks for when its own
     run has no nodes (a DHT key is a hash, so a run id cannot be read back from the keys a node sees)."""
     ids = {NodeConfig.model_fields["run_id"].default}
-    for d in PRESET_DIRS:
-        for path in d.glob("*.yaml") if d.is_dir() else ():
-            try:
-                run_id = (yaml.safe_load(path.read_text()) or {}).get("run_id")
-            except (OSError, yaml.YAMLError, AttributeError):
-                continue
-            if isinstance(run_id, str):
-                ids.add(run_id)
+    for path in _preset_files().values():
+        try:
+            run_id = (yaml.safe_load(path.read_text()) or {}).get("run_id")
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        if isinstance(run_id, str):
+            ids.add(run_id)
     return sorted(ids)
 
 
-def _find_config_file(spec: str) -> Path:
+def _find_config_file(spec: str) -> Traversable:
     path = Path(spec).expanduser()
     if path.is_file():
         return path
-    for d in PRESET_DIRS:
-        candidate = d / f"{spec}.yaml"
-        if candidate.is_file():
-            return candidate
+    preset = _preset_files().get(spec)
+    if preset is not None:
+        return preset
     raise ConfigError(f"config {spec!r}: no such file or preset (presets: {', '.join(preset_names()) or 'none'})")
 
 

@@ -29,17 +29,20 @@ class NetworkConfig(_Section):
     """Where the node listens, whom it dials first, and how patient it is."""
 
     initial_peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs (/ip4/.../p2p/Qm...)")
-    host_maddrs: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"])
-    announce_maddrs: list[str] = Field(default_factory=list)
+    host_maddrs: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"], description="listen multiaddrs")
+    announce_maddrs: list[str] = Field(default_factory=list,
+        description="public multiaddrs to advertise (behind NAT)")
     identity_path: str | None = Field(None, description="key file; default under the user's data dir")
     startup_timeout: float = Field(60.0, gt=0, le=3600, description="seconds to start p2pd and reach a bootstrap")
-    nat_port_map: bool = True
-    auto_nat: bool = True
-    use_relay: bool = True
-    client_mode: bool = False
-    heartbeat_interval: float = Field(5.0, gt=0, le=600)
-    missed_beats_to_expire: int = Field(3, ge=1, le=100)
-    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1 << 30)
+    nat_port_map: bool = Field(True, description="ask the router for a port mapping (UPnP)")
+    auto_nat: bool = Field(True, description="let peers tell whether this node is reachable")
+    use_relay: bool = Field(True, description="reach and be reached through relays when not directly reachable")
+    client_mode: bool = Field(False, description="DHT client only: reads and writes records, serves none")
+    heartbeat_interval: float = Field(5.0, gt=0, le=600, description="seconds between peer-record refreshes")
+    missed_beats_to_expire: int = Field(3, ge=1, le=100,
+        description="heartbeats a peer record outlives its last refresh by")
+    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1 << 30,
+        description="largest frame accepted from a peer")
     push_window: int = Field(8, ge=1, le=64, description="rollout groups a sampler writes to a learner back to "
                              "back before reading their acks (1: one group per round trip)")
     reachability: Literal["auto", "public", "private"] = Field(
@@ -61,12 +64,12 @@ class NetworkConfig(_Section):
 class TinyModelConfig(_Section):
     """Shape of the built-in tiny Qwen2-style model (character tokenizer, built in code, no download)."""
 
-    hidden_size: int = Field(128, ge=64, le=4096)
-    num_hidden_layers: int = Field(2, ge=1, le=64)
-    num_attention_heads: int = Field(2, ge=1, le=64)
-    intermediate_size: int = Field(256, ge=16)
-    max_position_embeddings: int = Field(128, ge=16)
-    seed: int = 0
+    hidden_size: int = Field(128, ge=64, le=4096, description="hidden width")
+    num_hidden_layers: int = Field(2, ge=1, le=64, description="transformer layers")
+    num_attention_heads: int = Field(2, ge=1, le=64, description="attention heads")
+    intermediate_size: int = Field(256, ge=16, description="MLP width")
+    max_position_embeddings: int = Field(128, ge=16, description="context length in tokens (characters)")
+    seed: int = Field(0, description="seed of the initial weights")
     warm_start_steps: int = Field(300, ge=0, le=100_000, description="supervised steps on the task format")
     warm_start_correct: float = Field(
         0.5, ge=0, le=1, description="share of warm-start answers that are right (the rest are another prompt's)"
@@ -78,14 +81,16 @@ class ModelConfig(_Section):
     """Which policy the run trains: `builtin:tiny`, an HF hub id, a local directory, or a packaged GGUF model
     (`smollm2-135m-instruct`, `pkg:<module>/<file>.gguf`)."""
 
-    name: str = "builtin:tiny"
+    name: str = Field("builtin:tiny",
+        description="builtin:tiny, an HF hub id, a local directory, smollm2-135m-instruct or pkg:<module>/<file>.gguf")
     prompt_format: Literal["auto", "chat", "plain"] = Field(
         "auto", description="chat: prompts go through the tokenizer's chat template; auto: when it has one"
     )
-    revision: str | None = None
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    trust_remote_code: bool = False
-    gradient_checkpointing: bool = False
+    revision: str | None = Field(None, description="HF hub revision")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32",
+        description="weights' dtype (published versions keep it)")
+    trust_remote_code: bool = Field(False, description="let transformers run the model repository's code")
+    gradient_checkpointing: bool = Field(False, description="activation checkpointing in the learner")
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
 
 
@@ -93,32 +98,35 @@ class TaskConfig(_Section):
     """Prompts and rewards. `arithmetic`, `digitmap` and `word_problems` are built in; `math` reads JSONL or an HF
     `datasets` name."""
 
-    name: Literal["arithmetic", "math", "digitmap", "word_problems"] = "arithmetic"
-    seed: int = 0
-    max_operand: int = Field(9, ge=1, le=10**6)
+    name: Literal["arithmetic", "math", "digitmap", "word_problems"] = Field("arithmetic",
+        description="the task: prompts and reward")
+    seed: int = Field(0, description="seed of the task's prompts and of prompt order")
+    max_operand: int = Field(9, ge=1, le=10**6, description="arithmetic and word_problems: largest operand")
     digits: int = Field(128, ge=1, le=4096, description="digitmap: digits per prompt (= completion tokens - 1)")
     path: str | None = Field(None, description="JSONL file for the math task")
     dataset: str | None = Field(None, description="HF datasets name for the math task")
-    split: str = "train"
-    prompt_field: str = "problem"
-    answer_field: str = "answer"
-    prompt_template: str = "{prompt}\nPut the final answer in \\boxed{{}}.\n"
-    eval_size: int = Field(64, ge=0)
+    split: str = Field("train", description="dataset split")
+    prompt_field: str = Field("problem", description="math: the prompt's field")
+    answer_field: str = Field("answer", description="math: the reference answer's field")
+    prompt_template: str = Field("{prompt}\nPut the final answer in \\boxed{{}}.\n",
+        description="math: how a problem becomes a prompt")
+    eval_size: int = Field(64, ge=0, description="prompts held out for evaluation")
 
 
 class SamplerConfig(_Section):
     """Generation: engine, group size G, temperature, lengths."""
 
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: Literal["hf", "vllm"] = Field("hf", description="hf (transformers) or vllm")
     num_generations: int = Field(8, ge=2, le=256, description="G, completions per prompt")
-    prompts_per_batch: int = Field(8, ge=1, le=4096)
-    temperature: float = Field(1.0, gt=0, le=10)
+    prompts_per_batch: int = Field(8, ge=1, le=4096, description="prompts generated per batch")
+    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="only 1.0: the learner's log-probs use no top-p filter")
-    max_completion_length: int = Field(8, ge=1, le=131072)
-    max_prompt_length: int = Field(64, ge=1, le=131072)
+    max_completion_length: int = Field(8, ge=1, le=131072, description="new tokens per completion at most")
+    max_prompt_length: int = Field(64, ge=1, le=131072,
+        description="prompt tokens at most (longer prompts are cut from the left)")
     max_groups_per_second: float = Field(0.0, ge=0, description="cap on generation rate (0 = none)")
-    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
-    device: str = "auto"
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="vllm: share of GPU memory it may take")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
 
     @field_validator("top_p")
     @classmethod
@@ -136,10 +144,10 @@ LEVEL_OF_ALGORITHM = {v: k for k, v in ALGORITHM_OF_LEVEL.items()}
 class LoraSettings(_Section):
     """LoRA through peft: the learner trains low-rank adapters only; published versions carry only them."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="train LoRA adapters instead of all weights")
     r: int = Field(16, ge=1, le=1024, description="adapter rank")
     alpha: float = Field(32.0, gt=0, le=100_000, description="lora_alpha (the update is scaled by alpha / r)")
-    dropout: float = Field(0.0, ge=0, lt=1)
+    dropout: float = Field(0.0, ge=0, lt=1, description="lora_dropout")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1, description="module names to adapt (the attention and MLP projections of Qwen/Llama)",
@@ -165,7 +173,7 @@ class LearnerConfig(_Section):
     )
     beta: float = Field(0.0, ge=0, le=100, description="TRL's KL to a frozen reference model: not implemented, "
                         "only 0 is accepted (the learner-sampler KL is cppo_beta)")
-    # cppo_beta 0 and gepo_defensive_lambda 0 were chosen by bench/latency_sweep.py (README: Latency tolerance)
+    # cppo_beta 0 and gepo_defensive_lambda 0 were chosen by the latency sweep (bench/latency-tolerance/README.md)
     cppo_beta: float = Field(0.0, ge=0, le=100, description="HeteroRL's learner-sampler KL penalty (k3 per token, "
                              "aggregated like the loss by loss_type; zero on-policy; 0 = off)")
     scale_rewards: Literal["group", "batch", "none"] = Field(
@@ -174,17 +182,19 @@ class LearnerConfig(_Section):
         "every importance_sampling_level"
     )
     gepo_defensive_lambda: float = Field(0.0, ge=0, le=1, description="GEPO defensive sampling blend (0 = off)")
-    gepo_defensive_schedule: Literal["fixed", "staleness"] = "fixed"
+    gepo_defensive_schedule: Literal["fixed", "staleness"] = Field("fixed",
+        description="fixed: lambda as set; staleness: 1 - (1 - lambda)^staleness per row")
     gepo_group_scope: Literal["prompt", "microbatch"] = Field(
         "prompt", description="E_q[q] over one prompt's completions (the paper) or shuffled sets of "
         "gepo_microbatch_rows rows from mixed prompts (the authors' released code)"
     )
     gepo_microbatch_rows: int = Field(8, ge=2, le=65536, description="rows per E_q[q] set with "
                                       "gepo_group_scope=microbatch (the authors' micro-batch: 8)")
-    learning_rate: float = Field(1e-3, gt=0, le=1)
-    weight_decay: float = Field(0.0, ge=0, le=1)
-    max_grad_norm: float = Field(1.0, gt=0)
-    gradient_accumulation_steps: int = Field(1, ge=1, le=1024)
+    learning_rate: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=1024,
+        description="chunks of whole groups one optimiser step's batch is split into (one backward each)")
     max_tokens_per_microbatch: int = Field(
         0, ge=0, le=10_000_000, description="split rows into forward/backward passes of at most this many padded "
         "tokens (prompt + completion); group statistics are computed first, so the gradient is unchanged (0 = off)"
@@ -193,14 +203,15 @@ class LearnerConfig(_Section):
         "auto", description="auto: fp32 master weights, autocast in model.dtype on GPU (fp32 on CPU); autocast: "
         "the same on any device; fp32: no autocast; pure: parameters and AdamW in model.dtype"
     )
-    lr_schedule: Literal["constant_with_warmup", "cosine", "constant"] = "constant_with_warmup"
+    lr_schedule: Literal["constant_with_warmup", "cosine", "constant"] = Field("constant_with_warmup",
+        description="learning-rate schedule (transformers' schedulers)")
     warmup_steps: int = Field(0, ge=0, le=10_000_000, description="linear learning-rate warmup, in optimiser steps")
     total_steps: int = Field(10_000, ge=1, le=1_000_000_000, description="cosine: steps to decay to 0 over")
     lora: LoraSettings = Field(default_factory=LoraSettings)
     prompts_per_step: int = Field(8, ge=1, le=4096, description="groups per optimiser step")
-    publish_every: int = Field(1, ge=1, le=100_000)
-    checkpoint_every: int = Field(50, ge=1)
-    keep_versions: int = Field(4, ge=1, le=1000)
+    publish_every: int = Field(1, ge=1, le=100_000, description="optimiser steps per published weight version")
+    checkpoint_every: int = Field(50, ge=1, description="optimiser steps between checkpoints")
+    keep_versions: int = Field(4, ge=1, le=1000, description="complete weight versions kept on disk")
     buffer_size: int = Field(512, ge=1, le=10_000_000, description="max groups held")
     per_sampler_quota: float = Field(0.5, gt=0, le=1, description="max share of the buffer one sampler may hold")
     max_groups_per_second_per_sampler: float = Field(
@@ -210,7 +221,7 @@ class LearnerConfig(_Section):
         0, ge=0, le=10_000_000, description="groups held above which the learner answers pushes \"full\" without "
         "decoding them (the sampler resends shortly); with sync.pacing credits also the number of groups it "
         "invites its samplers to keep it at; 0: prompts_per_step with credits, else 4 x prompts_per_step")
-    draw_order: Literal["newest", "oldest"] = "newest"
+    draw_order: Literal["newest", "oldest"] = Field("newest", description="which buffered groups a step takes first")
     sample_when_idle: bool = Field(
         False, description="with too few groups buffered for a step, generate a batch with the weights being "
         "trained (on-policy) instead of waiting for the samplers: a learner whose samplers cannot keep up is "
@@ -225,7 +236,7 @@ class LearnerConfig(_Section):
                                       "anchor + this * (mean - anchor), the anchor being the last round's weights "
                                       "(DiLoCo's outer step as SGD); 1 is the plain mean, N (the learners) adds "
                                       "up their local updates")
-    device: str = "auto"
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
 
     @model_validator(mode="before")
     @classmethod
@@ -324,8 +335,9 @@ class SapoConfig(_Section):
     pool_per_peer: int = Field(16, ge=1, le=100_000, description="newest groups kept per peer until used")
     max_external_age: float = Field(120.0, gt=0, description="seconds an external group stays usable")
     external_wait: float = Field(1.0, ge=0, le=600, description="seconds a step waits for peers' groups to make up J")
-    max_completion_chars: int = Field(4096, ge=1, le=1 << 20)
-    max_prompt_chars: int = Field(8192, ge=1, le=1 << 20)
+    max_completion_chars: int = Field(4096, ge=1, le=1 << 20,
+        description="longest completion text accepted from a peer")
+    max_prompt_chars: int = Field(8192, ge=1, le=1 << 20, description="longest prompt text accepted from a peer")
 
     @model_validator(mode="after")
     def _some_groups(self) -> "SapoConfig":
@@ -342,8 +354,10 @@ class MetricsConfig(_Section):
 class NodeConfig(_Section):
     """One node of one run."""
 
-    run_id: str = Field("swarmnode-demo", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
-    role: Literal["auto", "sampler", "learner"] = "auto"
+    run_id: str = Field("swarmnode-demo", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$",
+        description="the run's name: nodes of one run share it (letters, digits, . _ -)")
+    role: Literal["auto", "sampler", "learner"] = Field("auto",
+        description="auto: decided from the hardware and the run's live learners; sampler or learner: forced")
     mode: Literal["one_policy", "sapo"] = Field(
         "one_policy", description="one_policy: learners train one policy, samplers follow it; sapo: every node "
         "samples and trains its own policy and shares rollouts as text (section `sapo`)")

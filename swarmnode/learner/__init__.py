@@ -7,4 +7,17 @@
 - `checkpoint` atomic checkpoints, what a learner's checkpoint holds, RNG state
 - `microbatch` token-budget micro-batches, accumulation chunks, their loss shares and merged diagnostics
 - `steps_log`  the steps file (one JSON line per trained step)
+- `rows`       a received group -> the rows a learner trains on (prompt tokens checked, rewards recomputed), or a
+               counted refusal
+- `verify`     spot checks: recompute a sample of groups' behaviour log-probs, score each sampler's mismatch
+- `journal`    every acknowledged group, durable before the ack, replayed after a crash
+- `publish_worker` versions published from a worker thread while training goes on
+- `precision`  fp32 master weights, forward/backward under autocast
+- `schedule`   the learning-rate schedule (linear warmup, then constant or cosine)
+- `lora`       LoRA through peft: only the adapters train; adapter tensors in and out
+- `memory`     what one learner process needs in memory for a step (pure arithmetic on the shapes)
+- `hooks`      LearnerHooks: the node's callbacks and journal, given to LearnerLoop at construction
+- `step_stats` a step's advantages and GEPO's E_q[q], once per step before any split
+- `row_tensors` a micro-batch's per-row data built on the host and copied to the device in one go
+- `waste`      MeteredBuffer: dropped vs trained groups and their completion lengths (sampler pacing)
 """

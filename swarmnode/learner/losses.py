@@ -20,7 +20,8 @@ Choices where the paper leaves room (or where this code departs from it):
   (`learner.step_stats`).
 - Defensive sampling applies to gepo only. `gepo_defensive_schedule: staleness` uses lam_i = 1 - (1 - lam)^tau_i
   (0 on-policy, towards 1 = plain policy gradient as samples age); the default lam is 0 (plain GEPO): the
-  latency sweep (bench/latency_sweep.py) found lam 0.5 / 0.8 no better at any delay on the built-in task.
+  latency sweep (bench/latency-tolerance/latency_sweep.py) found lam 0.5 / 0.8 no better at any delay on the
+  built-in task.
 - `gepo_group_scope: microbatch` takes E_q[q] over the GEPO authors' micro-batches: the rows shuffled (seeded)
   and cut into sets of `gepo_microbatch_rows` (8) rows from mixed prompts; advantages stay per prompt group.
 - `cppo_beta` is HeteroRL's learner-sampler KL penalty (CPPO-KL): per token k3 = exp(lq - lp) - (lq - lp) - 1
@@ -48,7 +49,7 @@ from swarmnode.config import LearnerConfig
 from swarmnode.staleness import bucket_label, bucket_of
 from swarmnode.transfers import readback, to_device
 
-LOSS_TYPES = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
+ALGORITHMS = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL
 PAPER_MICROBATCH_ROWS = 8  # the GEPO authors' micro-batch: their ratio_pEqQ variance is taken over 8 rows
 KL_LOG_RATIO_CAP = 20.0  # log p/q beyond this is clamped in the KL diagnostic (p/q = 5e8): finite, biased only there
@@ -131,7 +132,7 @@ def _masked(logp: torch.Tensor, logq: torch.Tensor, mask: torch.Tensor):
 
 
 def log_importance_weights(
-    loss_type: str,
+    algorithm: str,
     logp: torch.Tensor,
     logq: torch.Tensor,
     mask: torch.Tensor,
@@ -141,7 +142,7 @@ def log_importance_weights(
 ) -> torch.Tensor:
     """Log importance weights: [B, T] for grpo (0 on padding), [B] for gspo and gepo."""
     lp_tok, lq_tok, _, _, LP, LQ = _masked(logp, logq, mask)
-    return _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
+    return _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
 
 
 def microbatch_scope(rows: int, size: int, seed: int) -> torch.Tensor:
@@ -170,13 +171,13 @@ def group_log_expectation(LQ: torch.Tensor, scope: torch.Tensor) -> torch.Tensor
         return (_group_logsumexp(2 * LQ, inv, n) - _group_logsumexp(LQ, inv, n))[inv]
 
 
-def _log_weights(loss_type, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e=None):
-    if loss_type == "grpo":
+def _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e=None):
+    if algorithm == "grpo":
         return lp_tok - lq_tok
-    if loss_type == "gspo":
+    if algorithm == "gspo":
         return LP - LQ
-    if loss_type != "gepo":
-        raise ValueError(f"loss_type {loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
+    if algorithm != "gepo":
+        raise ValueError(f"algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if log_e is None:
         log_e = group_log_expectation(LQ, expectation_scope(group_index, cfg))
     log_e = log_e.to(device=LP.device, dtype=LP.dtype)
@@ -292,8 +293,8 @@ def policy_loss(
     into these floats), so that a step reads them back in one transfer.
     """
     algorithm = algorithm or cfg.algorithm
-    if algorithm not in LOSS_TYPES:
-        raise ValueError(f"loss family {algorithm!r}: expected one of {', '.join(LOSS_TYPES)}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"loss family {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     lp_tok, lq_tok, m, lengths, LP, LQ = _masked(logp, logq, mask)
     rows, dtype = logp.shape[0], LP.dtype
     if rewards.shape != (rows,) or group_index.shape != (rows,):

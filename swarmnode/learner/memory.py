@@ -15,7 +15,7 @@ Terms (bytes), each following what the code allocates:
 - AdamW's step: fp32 temporaries of about 0.65 x the trainable parameters' bytes.
 The forward/backward peak (activations, log-probs) and the optimizer step's (gradients, temporaries) are taken
 as not overlapping: `total` is weights + m and v + the larger of the two.
-Calibrated against peaks measured by bench/learner_memory.py (README: Learner memory).
+Calibrated against peaks measured by bench/learner-memory/learner_memory.py (docs/learner-memory.md).
 """
 
 from __future__ import annotations

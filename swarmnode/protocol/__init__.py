@@ -4,6 +4,9 @@
 - `peer`    PeerRecord (DHT heartbeat)
 - `rollout` RolloutGroup (sampler -> learner)
 - `manifest` WeightManifest (learner -> everyone)
+- `announce` VersionAnnouncement (a learner's DHT pointer to a version's manifest)
+- `reachability` how a peer can be reached (public / relayed / client-only), as records carry it
+- `text_rollout` TextRolloutGroup (SAPO: completions shared as text between nodes with their own policies)
 """
 
 from swarmnode.protocol.codec import InvalidRecord

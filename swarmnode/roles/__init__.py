@@ -4,4 +4,6 @@
   typed health record and its publication.
 - `sampler_role`: engine -> `SamplerLoop` -> `RolloutSender` (gossip); `WeightFollower` keeps the weights new.
 - `learner_role`: `RolloutReceiver` (gossip) -> `RolloutInbox` -> `LearnerLoop` -> `VersionPublisher`.
+- `averaging_rounds`: when one of several learners averages (`learner.max_learners` > 1), and what it publishes.
+- `own_sampling`: `OwnSampler`, a learner's own batches when it would otherwise wait (`learner.sample_when_idle`).
 """

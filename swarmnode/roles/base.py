@@ -7,15 +7,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from swarmnode.compute_thread import ComputeThread
-from swarmnode.config import NodeConfig, default_data_dir
+from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
 from swarmnode.health import RateMeter, record_health
 from swarmnode.health_record import HolderHealth
-from swarmnode.identity import Identity
+from swarmnode.identity import Identity, node_data_dir
 from swarmnode.swarm.membership import Membership
 from swarmnode.models import load_tokenizer
 from swarmnode.swarm.weights import WeightServer, WeightStore
@@ -23,14 +22,6 @@ from swarmnode.tasks import build_task
 
 Emit = Callable[[str], None]
 PROGRESS_EVERY_S = 20.0  # a working node prints one progress line this often
-
-
-def node_data_dir(cfg: NodeConfig, identity: Identity) -> Path:
-    """This node's own directory: `data_dir` when set, else `<SWARMNODE_HOME>/<run>/<peer id>`, so two nodes on
-    one machine never share a checkpoint or a weight store."""
-    if cfg.data_dir:
-        return Path(cfg.data_dir).expanduser()
-    return default_data_dir() / cfg.run_id / identity.peer_id
 
 
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

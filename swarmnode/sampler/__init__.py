@@ -2,4 +2,6 @@
 
 - `engines` GenerationEngine: transformers and vLLM, in-place weight loads
 - `loop`    SamplerLoop: prompts -> engine -> rewards -> signed RolloutGroups -> a RolloutSink
+- `lora`    adapter-only versions in the engines
+- `pacing`  Pacer: generate only what the learners invite (credits from acks)
 """

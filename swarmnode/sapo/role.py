@@ -5,14 +5,16 @@ sends them as signed text to every live peer of the run over hivemind P2P stream
 machinery on its own stream name, `swarmnode/<run>/text-rollouts/1`: acks, retries, per-peer rate limits,
 strikes and bans, dedup), waits up to `sapo.external_wait` seconds for J external groups, and takes one step
 on I local + up to J external groups. It advertises itself as a learner (it trains) with `mode: sapo` in its
-health record, plus its own reward, the groups it trained on by origin (external ones per peer) and the
-reward lies it caught; `/metrics` and `status --json` show the same fields.
+health record (`SapoHealth`), plus its own reward, the groups it trained on by origin (external ones per peer)
+and the reward lies it caught; `/metrics` and `status --json` show the same fields. Its checkpoints, steps file
+and dedup journal live in its own directory (`identity.node_data_dir`: `<run>/<peer id>` unless `data_dir`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,7 +28,8 @@ from swarmnode.protocol.reachability import dialable
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.health import MAX_INVALID_PEERS, record_health
-from swarmnode.identity import Identity
+from swarmnode.health_record import SapoHealth
+from swarmnode.identity import Identity, node_data_dir
 from swarmnode.sapo.policy import SapoPolicy
 from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender
 from swarmnode.swarm.membership import Membership
@@ -36,6 +39,7 @@ logger = logging.getLogger(__name__)
 STREAM = "text-rollouts"
 STEPS_FILE = "sapo_steps.jsonl"
 TOP_PEERS = 8  # external senders listed in the health record (most groups first)
+HEALTH_FIELDS = frozenset(f.name for f in dataclasses.fields(SapoHealth))  # a step record's other keys stay local
 
 
 class SapoRole:
@@ -44,10 +48,10 @@ class SapoRole:
     def __init__(self, cfg: NodeConfig, identity: Identity, member: Membership, emit: Callable[[str], None]):
         self.cfg, self.identity, self.member, self.emit = cfg, identity, member, emit
         self.p2p = member.dht.p2p
-        self.data_dir = cfg.resolved_data_dir()
+        self.data_dir = node_data_dir(cfg, identity)  # its own: two nodes on one machine share nothing
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
-        self.health: dict[str, Any] = {"mode": "sapo"}
+        self.health = SapoHealth(mode="sapo")
         # each node its own prompt order and sampling randomness: with one config and one seed every node of a run
         # would draw the same prompts and (same model, same torch seed) the very same completions
         seed = int.from_bytes(hashlib.sha256(f"{cfg.task.seed}:{identity.peer_id}".encode()).digest()[:4], "big")
@@ -148,22 +152,25 @@ class SapoRole:
         }
 
     def _publish(self, **fields: Any) -> None:
-        """Update the health dict (what /metrics renders) and advertise its small form on the next heartbeat."""
+        """Update the typed health record (what /metrics renders) with the fields it declares, and advertise its
+        small form on the next heartbeat."""
         counts = self.policy.counters()
         top = sorted(counts["external_by_peer"].items(), key=lambda kv: -kv[1])[:TOP_PEERS]
         rejected = {k: v for k, v in self.receiver.statuses.items() if k not in ("ok", "duplicate") and v}
         for reason, count in [*counts["rejected"].items(), ("pool_overflow", counts["pool"].get("overflow", 0))]:
             if count:
                 rejected[reason] = rejected.get(reason, 0) + int(count)
-        self.health.update(
-            fields, uptime=round(time.monotonic() - self.started, 1),
+        values = {k: v for k, v in fields.items() if k in HEALTH_FIELDS}
+        values.update(
+            uptime=round(time.monotonic() - self.started, 1),
             reward_mean=self.policy.last_own_reward if self.policy.last_own_reward is not None else 0.0,
             external_peers=[peer[-12:] for peer, _ in top], external_counts=[n for _, n in top],
             local_groups=counts["local_groups_trained"], external_groups=counts["external_groups_trained"],
             reward_lies=sum(counts["reward_lies"].values()), rejected=rejected,
             invalid_peers=self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
         )
-        self.member.update(version=self.policy.learner.version, health=record_health(self.health, strict=False))
+        self.health.update(**values)
+        self.member.update(version=self.policy.learner.version, health=record_health(self.health))
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

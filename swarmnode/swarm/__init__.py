@@ -1,11 +1,16 @@
 """The network: everything that talks to other peers over hivemind's libp2p host.
 
 - `p2p`       starting p2pd for this node's identity
+- `hivemind_compat` every use of a private internal of hivemind, its p2pd client or asyncio, in one place
 - `dht`       the run's DHT: peer records, version announcements
+- `dht_storage` a DHT node's local storage, bounded per key
 - `validator` which DHT records are accepted
+- `reachability` can others dial this node: the bootstraps' dial-back, relay reservation, client mode
+- `membership` being a member of a run: join the DHT, a PeerRecord on a heartbeat, leave cleanly
 - `frames`    length-prefixed frames on binary streams
 - `gossip`    rollout groups between peers (RolloutSender, RolloutReceiver)
 - `weights`   the versioned weight store, its server and the fetcher
 - `follower`  which version a sampler should hold next and getting it (WeightFollower, WeightPuller)
 - `publisher` a learner's versions into the store and the DHT (VersionPublisher)
+- `averaging` several learners of one run: rounds of parameter averaging through hivemind's own averager
 """

@@ -5,7 +5,7 @@ Why direct stream pushes and not p2pd's gossipsub (also for SAPO's broadcast mod
 gossipsub, the daemon silently drops messages over 1 MiB, and gossipsub has no acknowledgement, so a sender
 cannot retry, back off, or learn that a learner refused a group (quota, stale). A push per destination gives
 exactly-once delivery (ack + receiver dedup), per-peer backpressure, and p99 latency well under the 200 ms
-target on loopback (bench/data_plane.py); a swarm-wide broadcast is the same push to every peer that wants
+target on loopback (bench/data-plane/data_plane.py); a swarm-wide broadcast is the same push to every peer that wants
 rollouts, which at RL group rates (a few per second per sampler) costs little.
 
 Wire format, both directions: frames of an 8-byte big-endian length and a payload.

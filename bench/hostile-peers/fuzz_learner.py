@@ -1,0 +1,346 @@
+"""A fuzz campaign of hostile rollout messages against a live learner (issue #20), loopback only, bounded in count
+and time.
+
+Starts a real bootstrap, learner and honest sampler (tiny-cpu) with `tests/swarm_helpers.LocalSwarm`, measures the
+learner's steps/s for a baseline window, then has `--attackers` hostile peers (real p2pd daemons in this process)
+push `--messages` hostile frames at the learner's rollout handler while the honest sampler keeps working, and
+measures steps/s again. Categories, round-robin: malformed msgpack, truncated honest frames, oversized fields,
+container bombs (millions of empty arrays), forged signatures, groups signed by another key, absurd values
+(-1e30 log-probs, temperature 1e-30, NaN/huge rewards, far-future versions), replays of the honest sampler's
+frames (captured from its pull ring) and of the attacker's own groups (each may be accepted once), and floods of
+valid groups with unknown prompts (every group the attacker makes names an unknown prompt: the door may accept
+them, the learner's step refuses them, counted `unknown_prompt`).
+
+Reports: crashes (the learner process exited or logged a traceback), wrongly accepted (an "ok" answer to a frame
+that must be refused), statuses by category, honest steps/s during the attack / before it. Writes JSON to --out.
+
+    python bench/hostile-peers/fuzz_learner.py --messages 10000 --out bench/hostile-peers/results/fuzz_learner.json
+
+`--pin SWARM:ATTACK` (e.g. `0:1`) pins the swarm's processes (bootstrap, learner, sampler and their daemons) to
+the CPUs listed before the colon and this process with the attackers' daemons to those after it, before the
+baseline is measured: the ratio then shows what the attack costs the learner, not what sharing its cores does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgpack
+from hivemind.p2p import P2P, PeerID
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
+from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
+sys.path.insert(0, str(ROOT / "tests"))
+from swarm_helpers import LocalSwarm  # noqa: E402
+from swarmnode.identity import Identity  # noqa: E402
+from swarmnode.protocol.codec import pack  # noqa: E402
+from swarmnode.protocol.rollout import RolloutGroup  # noqa: E402
+from swarmnode.swarm.frames import read_control, write_frame  # noqa: E402
+from swarmnode.swarm.gossip import push_protocol  # noqa: E402
+from test_learner_restart import start_learner_and_sampler, steps, wait_rows  # noqa: E402
+
+OWN_GROUPS = 4  # distinct groups an attacker replays: each may be accepted once, never again
+# 8 M empty arrays in an 8 MiB frame, and 4 M arrays nested two deep (built once: packing them takes a while)
+BOMBS = (msgpack.packb({"completions": [[]] * ((8 << 20) - 64)}), msgpack.packb({"completions": [[[]] * 4000] * 1000}))
+
+
+def hostile_frames(attacker: Identity, other: Identity, run_id: str, lineage: str, rng: random.Random):
+    """Endless (category, frame bytes) pairs, round-robin over the categories."""
+    def group(who: Identity = attacker, **changes) -> RolloutGroup:
+        g = rng.randrange(2, 9)
+        comps = [[rng.randrange(1, 20) for _ in range(rng.randrange(1, 8))] for _ in range(g)]
+        fields = dict(run_id=run_id, prompt_id=f"add:{rng.randrange(10**6, 10**7)}:{rng.randrange(10)}",
+                      prompt_tokens=[rng.randrange(1, 20) for _ in range(4)], completions=comps,
+                      logprobs=[[-rng.random() * 3 for _ in c] for c in comps], temperature=1.0,
+                      rewards=[rng.random() for _ in comps], policy_version=0, lineage=lineage)
+        fields.update(changes)
+        return RolloutGroup.create(identity=who, **fields)
+
+    def forged() -> bytes:
+        g = group()
+        g.signature = os.urandom(64)
+        return g.encode()
+
+    def absurd_logprobs() -> bytes:
+        comps = group().completions
+        return group(completions=comps, logprobs=[[-1e30] * len(c) for c in comps]).encode()
+
+    def nan_rewards() -> bytes:  # re-packed by hand: create() would not make such a record
+        return pack({**msgpack.unpackb(group().encode()), "rewards": [float("nan")] * 2})
+
+    def replay_own() -> bytes:
+        if len(own) < OWN_GROUPS:
+            own.append(group().encode())
+            return own[-1]
+        return rng.choice(own)
+
+    def mutate(data: bytes) -> bytes:
+        raw = bytearray(data)
+        for _ in range(rng.randrange(1, 8)):
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+        return bytes(raw)
+
+    own: list[bytes] = []
+    categories = {
+        "random bytes": lambda: os.urandom(rng.randrange(1, 4096)),
+        "mutated group": lambda: mutate(group().encode()),
+        "truncated group": lambda: (lambda d: d[: rng.randrange(1, len(d))])(group().encode()),
+        "oversized field": lambda: pack({"kind": "rollout", "prompt_tokens": [1] * 100_000}),
+        "container bomb": lambda: BOMBS[0],
+        "nested bomb": lambda: BOMBS[1],
+        "forged signature": forged,
+        "signed by another key": lambda: group(who=other).encode(),
+        "absurd logprobs": absurd_logprobs,
+        "tiny temperature": lambda: group(temperature=1e-30).encode(),
+        "absurd reward": nan_rewards,
+        "future version": lambda: group(policy_version=2**50).encode(),
+        "wrong run": lambda: group(run_id="another-run").encode(),
+        "replayed own group": replay_own,
+        "flood": lambda: group(prompt_id=f"add:{rng.randrange(10**6, 10**7)}:1").encode(),
+    }
+    names = list(categories)
+    rng.shuffle(names)  # each identity starts with other categories (three strikes and it is banned)
+    i = 0
+    while True:
+        name = names[i % len(names)]
+        i += 1
+        yield name, categories[name]()
+
+
+async def attack(args, run_id: str, learner_id: str, addr: str, honest_frames: list[bytes]) -> dict:
+    """Push `args.messages` hostile frames from `args.attackers` peers; statuses counted per category."""
+    statuses: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    learner = PeerID.from_base58(learner_id)
+    sent = 0
+    deadline = time.monotonic() + args.minutes * 60
+    tmp = Path(tempfile.mkdtemp(prefix="fuzz-"))
+
+    identities = [args.identities]
+
+    async def one_attacker(index: int) -> None:
+        """One hostile peer; once banned it comes back as a new identity (a new p2pd) while any are left."""
+        while sent < args.messages and time.monotonic() < deadline and identities[0] > 0:
+            identities[0] -= 1
+            await one_identity(index, identities[0])
+
+    async def one_identity(index: int, serial: int) -> None:
+        nonlocal sent
+        me, other = Identity.generate(), Identity.generate()
+        key = tmp / f"attacker{serial}.key"
+        key.write_bytes(me.libp2p_key_bytes())
+        p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                               auto_nat=False, check_if_identity_free=False, initial_peers=[f"{addr}/p2p/{learner_id}"])
+        rng = random.Random(serial)
+        frames = hostile_frames(me, other, run_id, learner_id, rng)
+        banned = 0
+        try:
+            reader = writer = None
+            while sent < args.messages and time.monotonic() < deadline and (banned < 50 or identities[0] <= 0):
+                if rng.random() < 0.05 and honest_frames:
+                    name, frame = "replayed honest group", rng.choice(honest_frames)
+                else:
+                    name, frame = next(frames)
+                sent += 1
+                try:
+                    if writer is None:
+                        _, reader, writer = await asyncio.wait_for(
+                            p2p.call_binary_stream_handler(learner, push_protocol(run_id)), 10)
+                    await write_frame(writer, frame)
+                    ack = await asyncio.wait_for(read_control(reader), 30)
+                    status = ack["status"] if ack else "closed"
+                except Exception as exc:  # the learner closed the stream (ban, oversized): reopen next time
+                    status = f"closed ({type(exc).__name__})"
+                statuses[name][status] += 1
+                if status not in ("ok", "invalid", "duplicate", "rate_limited", "quota", "future", "stale", "busy"):
+                    if writer is not None:
+                        writer.close()
+                    reader = writer = None
+                    if status == "banned":
+                        banned += 1
+                        await asyncio.sleep(0.05)
+        finally:
+            with contextlib.suppress(Exception):
+                if writer is not None:
+                    writer.close()
+                await p2p.shutdown()
+
+    await asyncio.gather(*(one_attacker(i) for i in range(args.attackers)))
+    return {"sent": sent, "statuses": {k: dict(v) for k, v in statuses.items()}}
+
+
+async def offline(count: int, run_id: str, lineage: str, honest_frames: list[bytes]) -> dict:
+    """`count` hostile frames judged in-process by a RolloutReceiver that never bans (so every frame is decoded
+    and validated) in front of a real replay buffer; statuses per category, and how many accepted groups the
+    learner's step would refuse (unknown prompt)."""
+    from swarmnode.config import load_config
+    from swarmnode.learner.buffer import ReplayBuffer
+    from swarmnode.models import load_tokenizer
+    from swarmnode.protocol.rollout import RolloutLimits
+    from swarmnode.swarm.gossip import RolloutReceiver
+    from swarmnode.tasks import build_task
+
+    cfg = load_config("tiny-cpu", [f"run_id={run_id}"])
+    limits = RolloutLimits.from_config(cfg, vocab_size=len(load_tokenizer(cfg.model, cfg.task)))
+    buffer = ReplayBuffer(10**6, cfg.sync.max_staleness, lineage=lineage)
+    receiver = RolloutReceiver(run_id, buffer.add, limits, strikes_to_ban=10**9, rate=1e9, burst=1e9,
+                               seen_capacity=10**6)
+    attacker = Identity.generate()
+    frames = hostile_frames(attacker, Identity.generate(), run_id, lineage, random.Random(-1))
+    statuses: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    logging.getLogger("swarmnode.swarm.gossip").setLevel(logging.ERROR)  # 10,000 rejection lines otherwise
+    began = time.perf_counter()
+    for i in range(count):
+        name, frame = ("replayed honest group", honest_frames[i % len(honest_frames)]) if i % 20 == 19 and \
+            honest_frames else next(frames)
+        statuses[name][(await receiver.accept_bytes(frame, attacker.peer_id))[1]] += 1
+    seconds = time.perf_counter() - began
+    receiver.close()
+    task = build_task(cfg.task)
+    held = buffer.held()
+    return {"frames": count, "seconds": round(seconds, 2), "statuses": {k: dict(v) for k, v in statuses.items()},
+            "accepted": len(held), "accepted_refused_at_step": sum(task.get(g.prompt_id) is None for g in held)}
+
+
+async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
+    """A few of the honest sampler's encoded groups, from its pull ring (what a replayer would capture)."""
+    from swarmnode.swarm.gossip import pull_protocol
+
+    key = Path(tempfile.mkdtemp(prefix="fuzz-")) / "puller.key"
+    key.write_bytes(Identity.generate().libp2p_key_bytes())
+    p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                           auto_nat=False, check_if_identity_free=False, initial_peers=[f"{addr}/p2p/{sampler_id}"])
+    out = []
+    try:
+        _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(sampler_id), pull_protocol(run_id))
+        await write_frame(writer, pack({"since": 0.0, "limit": 16}))
+        while True:
+            n = int.from_bytes(await reader.readexactly(8), "big")
+            if not n:
+                break
+            out.append(await reader.readexactly(n))
+        await write_frame(writer, pack({"op": "bye"}))
+        writer.close()
+    finally:
+        await p2p.shutdown()
+    return out
+
+
+def pin(swarm_pids: list[int], swarm_cpus: set[int], attack_cpus: set[int]) -> None:
+    """Swarm processes and their children onto `swarm_cpus`; this process (and daemons it starts) onto
+    `attack_cpus`."""
+    import psutil
+
+    for pid in swarm_pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc = psutil.Process(pid)
+            for p in [proc, *proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.cpu_affinity(sorted(swarm_cpus))
+    os.sched_setaffinity(0, attack_cpus)
+
+
+def steps_per_second(path: Path, seconds: float) -> float:
+    begin = len(steps(path))
+    time.sleep(seconds)
+    return (len(steps(path)) - begin) / seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=10_000)
+    ap.add_argument("--attackers", type=int, default=6, help="hostile peers at once")
+    ap.add_argument("--identities", type=int, default=30, help="identities the attackers use in all (one per ban)")
+    ap.add_argument("--offline", type=int, default=10_000,
+                    help="hostile frames also judged in-process by a receiver that never bans (every one decoded)")
+    ap.add_argument("--minutes", type=float, default=8.0, help="attack time limit")
+    ap.add_argument("--window", type=float, default=30.0, help="seconds of each steps/s measurement")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--pin", default=None, help="SWARM:ATTACK cpu lists, e.g. 0:1 (see the module docstring)")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="fuzz-learner-"))
+    with LocalSwarm(root) as swarm:
+        learner = start_learner_and_sampler(swarm, root)
+        learner_id = learner.ready_fields()["peer_id"]
+        steps_file = root / "learner" / "learner_steps.jsonl"
+        wait_rows(steps_file, lambda rows: len(rows) >= 5, 300, "5 learner steps")
+        for _ in range(10):  # a read may miss a record whose heartbeat came late (2 s lifetime here)
+            peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
+            if learner_id in peers and any(p["role"] == "sampler" for p in peers.values()):
+                break
+            time.sleep(1)
+        sampler = next(p for p in peers.values() if p["role"] == "sampler")
+        if args.pin:
+            swarm_cpus, attack_cpus = ({int(c) for c in part.split(",")} for part in args.pin.split(":"))
+            pin([proc.popen.pid for proc in swarm.procs], swarm_cpus, attack_cpus)
+        honest = asyncio.run(honest_sample(sampler["peer_id"], sampler["addrs"][0], swarm.run_id))
+        offline_result = asyncio.run(offline(args.offline, swarm.run_id, learner_id, honest)) if args.offline else {}
+        before = steps_per_second(steps_file, args.window)
+        began = time.monotonic()
+        result: dict = {}
+
+        def run_attack() -> None:
+            result.update(asyncio.run(attack(args, swarm.run_id, learner_id, peers[learner_id]["addrs"][0], honest)))
+
+        import threading
+
+        thread = threading.Thread(target=run_attack)
+        thread.start()
+        time.sleep(min(10.0, args.window / 3))  # the attack is under way
+        during = steps_per_second(steps_file, args.window)
+        thread.join()
+        attack_seconds = time.monotonic() - began
+        alive = learner.popen.poll() is None
+        status = swarm.status()
+        alerts = [a["kind"] for a in status["alerts"]]
+        err = learner.stderr()
+    allowed = {name: 0 for name in result["statuses"]}
+    allowed.update({"flood": 10**9, "replayed own group": OWN_GROUPS * args.identities})
+    wrongly = {name: counts.get("ok", 0) - allowed[name] for name, counts in result["statuses"].items()
+               if counts.get("ok", 0) > allowed[name]}
+    offline_wrongly = {name: counts.get("ok", 0) - allowed.get(name, 0)
+                       for name, counts in offline_result.get("statuses", {}).items()
+                       if counts.get("ok", 0) > allowed.get(name, 0) and name != "replayed own group"}
+    if offline_result:
+        own_ok = offline_result["statuses"].get("replayed own group", {}).get("ok", 0)
+        if own_ok > OWN_GROUPS:
+            offline_wrongly["replayed own group"] = own_ok - OWN_GROUPS
+    report = {
+        "bench": "fuzz_learner",
+        "offline": {**offline_result, "wrongly_accepted": sum(offline_wrongly.values()),
+                    "wrongly_accepted_by_category": offline_wrongly},
+        "messages_sent": result["sent"],
+        "attackers": args.attackers,
+        "attack_seconds": round(attack_seconds, 1),
+        "crashes": int(not alive) + err.count("Traceback"),
+        "wrongly_accepted": sum(wrongly.values()),
+        "wrongly_accepted_by_category": wrongly,
+        "statuses": result["statuses"],
+        "learner_steps_per_s_before": round(before, 3),
+        "learner_steps_per_s_during": round(during, 3),
+        "honest_throughput_ratio": round(during / before, 3) if before else None,
+        "alerts_after": alerts,
+        "load_avg": os.getloadavg(),
+        "pinned": args.pin,
+        "command": " ".join(sys.argv),
+    }
+    text = json.dumps(report, indent=1, sort_keys=True)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    clean = report["crashes"] == 0 and report["wrongly_accepted"] == 0 and not offline_wrongly
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
