@@ -185,7 +185,7 @@ def write_outputs(out: Path, rows: list[dict], table: list[dict], taus: list[int
         ax.set_ylabel({"cosine": "cosine to the on-policy gradient", "norm_ratio": "|g| / |g on-policy|"}[metric])
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    kl_text = ", ".join(f"tau {t}: {m:.3f}" for t, (m, _) in zip(taus, kl))
+    kl_text = ", ".join(f"tau {t}: {m:.4f}" for t, (m, _) in zip(taus, kl))
     fig.suptitle(f"stale-batch gradient vs on-policy gradient ({meta['seeds']} seeds, mean ± s.e.); "
                  f"KL per token {kl_text}", fontsize=8)
     fig.tight_layout()
