@@ -31,7 +31,7 @@ refused (counted `logprob_mismatch`, reported to `on_poisoned`).
 Versions never go backwards: with `published_path`, every version is recorded there (fsynced) before it is
 published (with `publish_in_background`, `RESERVE_VERSIONS` ahead, so one fsync covers several steps; a
 checkpoint narrows the record to its own version), and a learner restarted from an older checkpoint goes on
-above the highest recorded one. With a
+above the highest recorded one. The node's callbacks and its journal come in `hooks` (`learner.hooks`): with a
 `journal` (a GroupJournal of the groups it acknowledged) the loop compacts it after every checkpoint and
 checkpoints early when it grows past its soft limit.
 """
@@ -284,7 +284,8 @@ class LearnerLoop:
             if not torch.isfinite(loss):
                 self.rejected["poisoned_group"] += 1
                 if self.hooks.on_poisoned is not None:
-                    self.hooks.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
+                    self.hooks.on_poisoned(rows[int(mine.nonzero()[0])].group,
+                                           "poisoned_group (its loss was not finite)")
                 continue
             n = int(mine.sum())
             kept.append((n, diag))
