@@ -6,6 +6,7 @@
 - `hooks`      LearnerHooks: the callbacks and journal a node gives a LearnerLoop at construction
 - `step_stats` a step's advantages and GEPO E_q[q], taken once over every group drawn, before any split
 - `losses`     the policy losses and their diagnostics
+- `reference`  the frozen reference policy of TRL's `beta` KL
 - `checkpoint` atomic checkpoints, what a learner's checkpoint holds, RNG state
 - `microbatch` token-budget micro-batches, accumulation chunks, their loss shares and merged diagnostics
 - `steps_log`  the steps file (one JSON line per trained step)

@@ -63,6 +63,7 @@ from swarmnode.learner.losses import policy_loss, ratio_peqq_variance
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
+from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, step_stats
@@ -108,6 +109,8 @@ class LearnerLoop:
             model = self.model = apply_lora(model, self.lc.lora, seed=cfg.task.seed)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
+        # TRL's beta: a KL to the weights the learner starts from (taken before any checkpoint is loaded)
+        self.reference = ReferencePolicy(model) if self.lc.beta > 0 else None
         self.trainable = [p for p in model.parameters() if p.requires_grad]  # what trains (and is averaged)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=self.lc.learning_rate, weight_decay=self.lc.weight_decay,
                                            foreach=True)  # one kernel per op for all tensors, not one per tensor
@@ -240,8 +243,11 @@ class LearnerLoop:
                 logq[i, : len(r.logq)] = torch.as_tensor(r.logq, dtype=torch.float32)
         rewards = torch.tensor([r.reward for r in rows], device=device)
         staleness = torch.tensor([r.staleness for r in rows], device=device)
+        ref = logq if self.reference is None else self.reference.logprobs(
+            [r.prompt_tokens for r in rows], [r.completion for r in rows], [r.temperature for r in rows],
+            self.tokenizer.pad_token_id, self.precision.autocast)  # (logq: a placeholder, unused without beta)
         args = (scores.logp, logq.to(device), scores.mask, rewards, group_index.to(device), staleness,
-                adv.to(device), log_e.to(device))
+                adv.to(device), log_e.to(device), ref.to(device))
         loss, diag = self._policy_loss(*args)
         if not torch.isfinite(loss):
             loss, diag = self._isolate(rows, *args)
@@ -266,10 +272,11 @@ class LearnerLoop:
             self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token)")
         return False
 
-    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e):
+    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp):
         return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
                            shuffle_seed=self.step_count, adv=adv, log_e=log_e,
-                           max_completion_length=self.cfg.sampler.max_completion_length)
+                           max_completion_length=self.cfg.sampler.max_completion_length,
+                           ref_logp=ref_logp if self.reference is not None else None)
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
