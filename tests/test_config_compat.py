@@ -69,13 +69,14 @@ def test_bad_values_are_one_line_errors():
         load_config("tiny-cpu", ["learner.loss_type=ppo"])
 
 
-def test_beta_is_trls_reference_kl_and_refused_with_the_new_name():
-    assert LearnerConfig(beta=0).beta == 0  # an old config's default loads
-    with pytest.raises(ConfigError, match=r"learner\.beta.*reference model.*learner\.cppo_beta"):
-        load_config("tiny-cpu", ["learner.beta=0.04"])
-    with pytest.raises(ConfigError) as err:
-        load_config("tiny-cpu", ["learner.beta=0.04"])
-    assert "\n" not in str(err.value)
+def test_beta_is_trls_reference_kl_and_warns_once_what_changed(caplog):
+    assert LearnerConfig(beta=0).beta == 0  # an old config's default loads, silently
+    with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
+        for _ in range(2):
+            cfg = load_config("tiny-cpu", ["learner.beta=0.04"])
+    assert cfg.learner.beta == pytest.approx(0.04) and cfg.learner.cppo_beta == 0
+    assert caplog.text.count("learner.beta is TRL's KL to a frozen reference model") == 1
+    assert "learner.cppo_beta" in caplog.text
 
 
 @pytest.mark.parametrize("value,meaning", [(True, "group"), (False, "none"), ("true", "group"), ("false", "none"),

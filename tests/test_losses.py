@@ -24,7 +24,7 @@ def lcfg(family: str, **opts) -> LearnerConfig:
 
 
 def reference_loss(algorithm, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), kl_coef=0.0, lam=None,
-                   scope="prompt", scale="none", agg="grpo"):
+                   scope="prompt", scale="none", agg="grpo", ref=None, ref_coef=0.0):
     """Loss from the GEPO formulas, float64, loops. `lam` is a per-row list of defensive lambdas (None = plain)."""
     B, T = lp.shape
     all_r = [float(r) for r in rewards]
@@ -86,16 +86,17 @@ def reference_loss(algorithm, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
             pg = sum(len(toks[i]) * per_seq[i] for i in range(B)) / (B * T)
         else:
             pg = sum(per_seq) / B
-    # the k3 penalty per token, aggregated like the policy loss (TRL adds its KL term before the aggregation)
-    kl_tok = [[torch.exp(float(lq[i, t]) - lp[i, t]) - (float(lq[i, t]) - lp[i, t]) - 1 for t in toks[i]]
-              for i in range(B)]
-    if agg in ("bnpo", "dapo"):
-        kl = sum(sum(ks, zero) for ks in kl_tok) / max(1, sum(map(len, toks)))
-    elif agg == "dr_grpo":
-        kl = sum(sum(ks, zero) for ks in kl_tok) / (B * T)
-    else:
-        kl = sum(sum(ks, zero) / length[i] for i, ks in enumerate(kl_tok)) / B
-    return pg + kl_coef * kl
+    # the k3 penalties per token (to the sampler: lq; to the reference model: ref), aggregated like the policy
+    # loss (TRL adds its KL term before the aggregation)
+    def kl(other):
+        kl_tok = [[torch.exp(float(other[i, t]) - lp[i, t]) - (float(other[i, t]) - lp[i, t]) - 1 for t in toks[i]]
+                  for i in range(B)]
+        if agg in ("bnpo", "dapo"):
+            return sum(sum(ks, zero) for ks in kl_tok) / max(1, sum(map(len, toks)))
+        if agg == "dr_grpo":
+            return sum(sum(ks, zero) for ks in kl_tok) / (B * T)
+        return sum(sum(ks, zero) / length[i] for i, ks in enumerate(kl_tok)) / B
+    return pg + kl_coef * kl(lq) + (ref_coef * kl(ref) if ref_coef else 0.0)
 
 
 def random_batch(groups: int, g: int, T: int, seed: int, spread: float = 0.3):
@@ -308,3 +309,23 @@ def test_dr_grpo_divides_by_the_constant_max_completion_length():
     short, _ = policy_loss(None, lp, lq, mask, rewards, gi, cfg)  # without the limit: the padded width (6)
     fixed, _ = policy_loss(None, lp, lq, mask, rewards, gi, cfg, max_completion_length=64)
     assert float(fixed) == pytest.approx(float(short) * 6 / 64, rel=1e-12)
+
+
+@pytest.mark.parametrize("loss_type,opts", [("grpo", {"beta": 0.04}), ("gepo", {"beta": 0.04, "cppo_beta": 0.01}),
+                                            ("gspo", {"beta": 0.1, "loss_type": "bnpo"})])
+def test_trl_beta_is_a_kl_to_the_reference_model(loss_type, opts):
+    lp0, lq, mask, rewards, gi = random_batch(3, 4, 5, seed=11)
+    ref = lq + 0.2 * torch.randn(lq.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    cfg = lcfg(loss_type, **opts)
+    lp = lp0.clone().requires_grad_(True)
+    loss, diag = policy_loss(None, lp, lq, mask, rewards, gi, cfg, ref_logp=ref)
+    loss.backward()
+    lp_ref = lp0.clone().requires_grad_(True)
+    kwargs = _ref_kwargs(loss_type, opts, lp0.shape[0])
+    want = reference_loss(loss_type, lp_ref, lq, mask, rewards, gi.tolist(), **kwargs, ref=ref, ref_coef=opts["beta"])
+    want.backward()
+    assert loss.item() == pytest.approx(want.item(), rel=1e-9)
+    assert torch.allclose(lp.grad, lp_ref.grad, atol=1e-10)
+    assert diag["ref_kl"] > 0
+    with pytest.raises(ValueError, match="ref_logp"):
+        policy_loss(None, lp0, lq, mask, rewards, gi, cfg)

@@ -57,11 +57,17 @@ def _grads(loop, groups) -> tuple[dict[str, torch.Tensor], list[float]]:
     dict(importance_sampling_level="group", loss_type="dapo", gradient_accumulation_steps=2),
     dict(importance_sampling_level="token", loss_type="dr_grpo", cppo_beta=0.1, gradient_accumulation_steps=2),
     dict(importance_sampling_level="group", loss_type="bnpo", cppo_beta=0.1),
+    dict(importance_sampling_level="token", beta=0.1, learning_rate=1e-2, gradient_accumulation_steps=2),
 ])
 def test_split_rows_give_the_unsplit_gradient(cfg, parts, overrides):
     groups = sampled_groups(cfg, parts, 2)
     whole = make_loop(cfg, parts, **overrides)
     split = make_loop(cfg, parts, max_tokens_per_microbatch=1, **overrides)  # every row alone
+    if overrides.get("beta"):  # move both learners off their (frozen) reference the same way: a non-zero KL term
+        with torch.no_grad():
+            for loop in (whole, split):
+                for p in loop.model.parameters():
+                    p.add_(0.05 * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).reshape(p.shape))
     rows = [r for g in groups if (r := whole.rows.rows(g, whole.version)) and len({x.reward for x in r}) > 1]
     assert len(rows) >= 2, "the sampled batch should hold at least two groups with signal"
     (reference, ref_var), (got, got_var) = _grads(whole, rows), _grads(split, rows)

@@ -58,7 +58,7 @@ def configure(args) -> NodeConfig:
     sets = [f"learner.learning_rate={args.lr}", f"learner.prompts_per_step={args.prompts}",
             f"sampler.prompts_per_batch={args.prompts}", "learner.scale_rewards=none", "learner.max_grad_norm=1.0",
             "trust.verify_fraction=0", "learner.importance_sampling_level=token"]
-    return load_config(args.config, [*sets, *args.set])
+    return load_config(args.config, [*sets, *DEFAULT_SETS, *args.set])
 
 
 def on_policy_run(cfg: NodeConfig, seed: int, steps: int) -> list[dict[str, torch.Tensor]]:
@@ -185,7 +185,7 @@ def write_outputs(out: Path, rows: list[dict], table: list[dict], taus: list[int
         ax.set_ylabel({"cosine": "cosine to the on-policy gradient", "norm_ratio": "|g| / |g on-policy|"}[metric])
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    kl_text = ", ".join(f"tau {t}: {m:.3f}" for t, (m, _) in zip(taus, kl))
+    kl_text = ", ".join(f"tau {t}: {m:.4f}" for t, (m, _) in zip(taus, kl))
     fig.suptitle(f"stale-batch gradient vs on-policy gradient ({meta['seeds']} seeds, mean ± s.e.); "
                  f"KL per token {kl_text}", fontsize=8)
     fig.tight_layout()
@@ -202,7 +202,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="prompts per stale batch (x num_generations rows)")
     ap.add_argument("--ref-factor", type=int, default=4, help="the on-policy reference batch is this many times larger")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--set", action="append", default=list(DEFAULT_SETS), help="config override (repeatable)")
+    ap.add_argument("--set", action="append", default=[], help="config override after DEFAULT_SETS (repeatable)")
     ap.add_argument("--quick", action="store_true", help="1 seed, tau 0 and 2, one k0, small batches")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -216,7 +216,7 @@ def main() -> None:
         versions = on_policy_run(cfg, seed, max(args.k0) + max(args.taus))
         rows += measure(cfg, versions, seed, args.k0, args.taus, args.ref_factor)
     table = summarise(rows, args.taus)
-    meta = dict(config=args.config, sets=args.set, lr=args.lr, seeds=len(args.seeds), k0=args.k0, prompts=args.prompts,
+    meta = dict(config=args.config, sets=[*DEFAULT_SETS, *args.set], lr=args.lr, seeds=len(args.seeds), k0=args.k0, prompts=args.prompts,
                 group=cfg.sampler.num_generations, ref_factor=args.ref_factor, seconds=round(time.time() - began),
                 machine=platform.processor() or platform.machine(), cpus=os.cpu_count(),
                 load=os.getloadavg()[0], date=time.strftime("%Y-%m-%d"))

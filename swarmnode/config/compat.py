@@ -7,8 +7,8 @@ can only be the old meaning and is mapped. `loss_type: grpo` is valid in both: w
 means in TRL, whose default level is token), with a warning saying so.
 
 `kl_coef` (the learner-sampler KL) is now `cppo_beta`. `beta` named it for a while; it now means TRL's KL to a
-frozen reference model, which is not implemented: `beta > 0` is refused with a message naming `cppo_beta`
-(a TRL user's `beta: 0.04` must not silently become another regulariser).
+frozen reference model (a TRL user's `beta: 0.04` is what TRL makes of it): `beta > 0` warns once that its
+meaning changed and names `cppo_beta`.
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def map_deprecated_learner_keys(data: Any) -> Any:
             out[new] = value
         else:
             out.setdefault(new, value)
+    if isinstance(out.get("beta"), (int, float)) and out["beta"] > 0:
+        warn_once("beta", "learner.beta is TRL's KL to a frozen reference model (the learner's starting weights); "
+                          "before, it was the learner-sampler KL, now learner.cppo_beta")
     if out.get("scale_rewards") == "auto":
         _warn("scale_rewards=auto", "one setting now applies to every loss; 'auto' is read as 'none' (the GEPO "
                                     "authors' online runs); use group, batch or none")

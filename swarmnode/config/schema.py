@@ -171,8 +171,9 @@ class LearnerConfig(_Section):
     epsilon_high: float | None = Field(
         None, gt=0, le=10, description="PPO clip, high side; unset = epsilon (GSPO's paper: 4e-4)"
     )
-    beta: float = Field(0.0, ge=0, le=100, description="TRL's KL to a frozen reference model: not implemented, "
-                        "only 0 is accepted (the learner-sampler KL is cppo_beta)")
+    beta: float = Field(0.0, ge=0, le=100, description="as TRL: KL penalty to a frozen reference model (the "
+                        "learner's starting weights; a full copy of the model in memory unless LoRA), k3 per token "
+                        "aggregated like the loss; 0 = off. The learner-sampler KL is cppo_beta")
     # cppo_beta 0 and gepo_defensive_lambda 0 were chosen by the latency sweep (bench/latency-tolerance/README.md)
     cppo_beta: float = Field(0.0, ge=0, le=100, description="HeteroRL's learner-sampler KL penalty (k3 per token, "
                              "aggregated like the loss by loss_type; zero on-policy; 0 = off)")
@@ -252,14 +253,6 @@ class LearnerConfig(_Section):
     @classmethod
     def _scale_rewards_bool(cls, value: Any) -> Any:
         return {True: "group", False: "none"}.get(value, value) if isinstance(value, bool) else value
-
-    @field_validator("beta")
-    @classmethod
-    def _no_reference_kl(cls, value: float) -> float:
-        if value > 0:
-            raise ValueError("is TRL's KL to a frozen reference model, which swarmnode does not implement (only 0 "
-                             "is accepted); the learner-sampler KL it named before is learner.cppo_beta")
-        return value
 
     @model_validator(mode="after")
     def _length_weighting(self) -> "LearnerConfig":

@@ -31,7 +31,7 @@ refused (counted `logprob_mismatch`, reported to `on_poisoned`).
 Versions never go backwards: with `published_path`, every version is recorded there (fsynced) before it is
 published (with `publish_in_background`, `RESERVE_VERSIONS` ahead, so one fsync covers several steps; a
 checkpoint narrows the record to its own version), and a learner restarted from an older checkpoint goes on
-above the highest recorded one. With a
+above the highest recorded one. The node's callbacks and its journal come in `hooks` (`learner.hooks`): with a
 `journal` (a GroupJournal of the groups it acknowledged) the loop compacts it after every checkpoint and
 checkpoints early when it grows past its soft limit.
 """
@@ -64,6 +64,7 @@ from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
+from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
@@ -112,6 +113,8 @@ class LearnerLoop:
             model = self.model = apply_lora(model, self.lc.lora, seed=cfg.task.seed)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
+        # TRL's beta: a KL to the weights the learner starts from (taken before any checkpoint is loaded)
+        self.reference = ReferencePolicy(model) if self.lc.beta > 0 else None
         self.trainable = [p for p in model.parameters() if p.requires_grad]  # what trains (and is averaged)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=self.lc.learning_rate, weight_decay=self.lc.weight_decay,
                                            foreach=True)  # one kernel per op for all tensors, not one per tensor
@@ -248,8 +251,11 @@ class LearnerLoop:
                 [r.temperature for r in rows], self.tokenizer.pad_token_id,
             )
         data = row_tensors(rows, scores.logp.shape[1], group_index, device)
+        ref = data.logq if self.reference is None else self.reference.logprobs(
+            [r.prompt_tokens for r in rows], [r.completion for r in rows], [r.temperature for r in rows],
+            self.tokenizer.pad_token_id, self.precision.autocast).to(device)  # (logq: unused without beta)
         args = (scores.logp, data.logq, scores.mask, data.rewards, data.group_index, data.staleness,
-                to_device(adv, device), to_device(log_e, device))
+                to_device(adv, device), to_device(log_e, device), ref)
         loss, lazy = self._policy_loss(*args, lazy=True)
         with torch.no_grad():
             tokens = scores.where[0].numel()  # known on the host
@@ -290,10 +296,11 @@ class LearnerLoop:
             self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token, median)")
         return False
 
-    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, lazy=False):
+    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp, lazy=False):
         return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
                            shuffle_seed=self.step_count, adv=adv, log_e=log_e, lazy=lazy,
-                           max_completion_length=self.cfg.sampler.max_completion_length)
+                           max_completion_length=self.cfg.sampler.max_completion_length,
+                           ref_logp=ref_logp if self.reference is not None else None)
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
@@ -308,7 +315,8 @@ class LearnerLoop:
             if not torch.isfinite(loss):
                 self.rejected["poisoned_group"] += 1
                 if self.hooks.on_poisoned is not None:
-                    self.hooks.on_poisoned(rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)")
+                    self.hooks.on_poisoned(rows[int(mine.nonzero()[0])].group,
+                                           "poisoned_group (its loss was not finite)")
                 continue
             n = int(mine.sum())
             kept.append((n, diag))

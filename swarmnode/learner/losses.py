@@ -28,7 +28,8 @@ Choices where the paper leaves room (or where this code departs from it):
   with gradient through lp, added to the per-token loss before the `loss_type` aggregation (as TRL adds its
   `beta` term). Beyond lq - lp = KL_LINEAR_FROM nats it continues linearly (same value and slope there), so it
   stays finite and keeps pulling the learner back where it has fallen furthest below the sampler. It is zero
-  on-policy; it is not TRL's `beta` (a KL to a frozen reference model, which swarmnode does not implement).
+  on-policy. `beta` is TRL's: the same k3 per token to a frozen reference model (the learner's starting
+  weights; under LoRA the base without adapters), added the same way; the caller passes its log-probs.
 - Zero-signal groups get A = 0 here and stay in the mean; the learner loop skips them before the forward pass,
   so in training they are counted and skipped.
 - Diagnostics: `is_weight_var` is each family's own weights' population variance over sequences (token level:
@@ -238,6 +239,22 @@ def cppo_kl_penalty(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
     return torch.expm1(near) - near + (d - near) * math.expm1(KL_LINEAR_FROM)
 
 
+def _kl_penalties(lp_tok: torch.Tensor, lq_tok: torch.Tensor, m: torch.Tensor, ref_logp: torch.Tensor | None,
+                  cfg: LearnerConfig) -> torch.Tensor | None:
+    """The per-token KL terms added to the loss before aggregation: cppo_beta x k3 to the sampler, beta x k3 to
+    the frozen reference model (TRL's); None when both are off."""
+    terms = []
+    if cfg.cppo_beta > 0:
+        terms.append(cfg.cppo_beta * cppo_kl_penalty(lp_tok, lq_tok))
+    if cfg.beta > 0:
+        if ref_logp is None:
+            raise ValueError("learner.beta > 0 needs the reference model's log-probs (ref_logp)")
+        ref_tok = torch.where(m, ref_logp.to(device=lp_tok.device, dtype=lp_tok.dtype).detach(),
+                              torch.zeros((), dtype=lp_tok.dtype, device=lp_tok.device))
+        terms.append(cfg.beta * cppo_kl_penalty(lp_tok, ref_tok))
+    return sum(terms[1:], terms[0]) if terms else None
+
+
 def sampler_kl(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
     """Per-token estimate of KL(q || p) on tokens sampled from q: (r - 1) - log r with r = p/q = exp(lp - lq).
 
@@ -278,6 +295,7 @@ def policy_loss(
     log_e: torch.Tensor | None = None,
     lazy: bool = False,
     max_completion_length: int | None = None,
+    ref_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
@@ -285,7 +303,7 @@ def policy_loss(
     rewards [B]; group_index [B] the prompt group of each row; staleness [B] optional, in versions;
     shuffle_seed seeds the row shuffle of the paper's variance statistic (and of `gepo_group_scope: microbatch`).
     Diagnostics are python floats. `max_completion_length` is dr_grpo's constant normaliser (None: the padded
-    width of logp).
+    width of logp). `ref_logp` [B,T]: the frozen reference model's log-probs, needed when `cfg.beta` > 0.
     Rows of zero-signal groups get A = 0 (the caller may also skip them before the forward pass).
     `adv` [B] and `log_e` [B] (GEPO's log E_q[q]), when given, replace what would be computed from these rows:
     the learner computes them over whole groups and then splits rows into micro-batches freely.
@@ -317,7 +335,7 @@ def policy_loss(
     clipped = torch.clamp(w, 1 - eps_low, 1 + eps_high)
     surrogate = -torch.minimum(w * a, clipped * a)
     binds = (w * a) > (clipped * a)  # the clipped branch is the min: no gradient flows
-    kl_tok = cppo_kl_penalty(lp_tok, lq_tok) if cfg.cppo_beta > 0 else None
+    penalty = _kl_penalties(lp_tok, lq_tok, m, ref_logp, cfg)
 
     def aggregate(per_tok: torch.Tensor) -> torch.Tensor:
         return _aggregate_tokens(per_tok, m, lengths, cfg.loss_type, max_completion_length)
@@ -333,10 +351,10 @@ def policy_loss(
         clip_frac = binds.to(dtype).mean()
     if algorithm != "grpo" and cfg.loss_type == "grpo":  # token mean of a constant per sequence: the plain mean
         pg_loss = surrogate.mean()
-        loss = pg_loss if kl_tok is None else pg_loss + cfg.cppo_beta * aggregate(kl_tok)
+        loss = pg_loss if penalty is None else pg_loss + aggregate(penalty)
     else:
         pg_loss = aggregate(per_tok)
-        loss = pg_loss if kl_tok is None else aggregate(per_tok + cfg.cppo_beta * kl_tok)
+        loss = pg_loss if penalty is None else aggregate(per_tok + penalty)
     kl_seq = sampler_kl(lp_tok, lq_tok).sum(dim=1) / lengths
 
     with torch.no_grad():
@@ -358,6 +376,9 @@ def policy_loss(
             "advantage_abs_mean": adv.abs().mean(),
             "completion_length_mean": m.sum(dim=1).to(dtype).mean(),
         }
+        if ref_logp is not None and cfg.beta > 0:
+            ref_tok = torch.where(m, ref_logp.to(device=logp.device, dtype=dtype), zero)
+            diag["ref_kl"] = float(cppo_kl_penalty(lp_tok.detach(), ref_tok).sum() / tokens)
         if staleness is not None:
             diag.update(_staleness_stats(staleness, kl_seq.detach()))
     return loss, (diag if lazy else readback(diag))
