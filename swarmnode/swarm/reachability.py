@@ -131,6 +131,16 @@ def dial_candidates(listen: list[str], observed: str | None) -> list[str]:
     return list(dict.fromkeys(out))[:MAX_DIALS]
 
 
+def _parsed(addrs: list[str]) -> list[Multiaddr]:
+    out = []
+    for addr in addrs:
+        try:
+            out.append(Multiaddr(addr))
+        except Exception:  # not a multiaddr: nothing to dial there
+            continue
+    return out
+
+
 class DialbackService:
     """Answers other nodes' dial-back requests (bootstraps and other public nodes). Its probe daemon starts on the
     first request; `close()` stops it."""
@@ -173,22 +183,21 @@ class DialbackService:
             listen = []
         observed = await self._observed(asker)
         reached = None
+        candidates = _parsed(dial_candidates(listen, observed))
         async with self._busy:
-            if listen:
+            if candidates:
                 probe = await self._probe_p2p()
-                for addr in dial_candidates(listen, observed):
+                try:  # all at once (p2pd dials a peer's addresses in parallel): a router that drops costs one wait
+                    await asyncio.wait_for(connect(probe, asker, candidates), self.dial_timeout)
+                    reached = next((str(info.addrs[0]) for info in await probe.list_peers()
+                                    if info.peer_id == asker and info.addrs), str(candidates[0]))  # the one that answered
+                except Exception:  # refused, unreachable, timed out, or another peer answered there
+                    pass
+                finally:
                     try:
-                        await asyncio.wait_for(connect(probe, asker, [Multiaddr(addr)]), self.dial_timeout)
-                        reached = next((str(info.addrs[0]) for info in await probe.list_peers()
-                                        if info.peer_id == asker and info.addrs), addr)  # the one that answered
-                        break
-                    except Exception:  # refused, unreachable, timed out, or another peer answered there
-                        continue
-                    finally:
-                        try:
-                            await disconnect(probe, asker)
-                        except Exception:
-                            pass
+                        await disconnect(probe, asker)
+                    except Exception:
+                        pass
         self.answered += 1
         return BytesValue(value=pack({"reachable": reached is not None, "addr": reached, "observed": observed,
                                       "relay": self.relay}))
@@ -278,7 +287,11 @@ async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_servic
     except BaseException:
         await stop_p2p(p2p)
         raise
-    if reach.status in (PUBLIC, UNKNOWN) or not relays or not cfg.network.use_relay:
+    if reach.status in (PUBLIC, UNKNOWN):
+        return p2p, reach
+    if not cfg.network.use_relay or not relays:
+        reach.how += "; relaying is off here (network.use_relay=false)" if not cfg.network.use_relay else \
+            "; no bootstrap offers a relay"
         return p2p, reach
     await stop_p2p(p2p)
     p2p = await start_p2p(cfg, identity, relays=relays)
