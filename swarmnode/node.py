@@ -53,8 +53,8 @@ def refuse_unreachable_learner(cfg: NodeConfig, member: Membership, role: str, e
     if role != "learner" or cfg.mode == "sapo" or reach is None or reach.status != CLIENT_ONLY:
         return role
     if cfg.role == "learner":
-        raise SwarmStartError(f"this node cannot be a learner: samplers cannot dial it and no bootstrap relays for "
-                              f"it ({reach.how}); {reach.advice()}, or join through a bootstrap that relays")
+        raise SwarmStartError(f"this node cannot be a learner: samplers can neither dial it nor reach it through a "
+                              f"relay ({reach.how}); {reach.advice()}, or join through a bootstrap that relays")
     emit("role: samplers cannot dial this node (no relay either): it samples instead of learning")
     return "sampler"
 

@@ -9,7 +9,6 @@ import asyncio
 import socket
 import subprocess
 
-import pytest
 from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.p2p import P2P
 

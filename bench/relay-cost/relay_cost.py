@@ -41,7 +41,7 @@ async def _host(ip: str, boot: str, relayed: bool):
     from swarmnode.config import load_config
     from swarmnode.identity import Identity
     from swarmnode.swarm.p2p import start_p2p
-    from swarmnode.swarm.reachability import wait_for_relay
+    from swarmnode.swarm.relay import wait_for_relay
 
     cfg = load_config(None, _sets(ip, boot))
     p2p = await start_p2p(cfg, Identity.generate(), relays=[boot] if relayed else None)

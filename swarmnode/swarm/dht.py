@@ -26,7 +26,8 @@ from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
 from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
-from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p, start_relay_p2p
+from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p
+from swarmnode.swarm.relay import start_relay_p2p
 from swarmnode.swarm.validator import (
     ANNOUNCEMENT_LABEL,
     DEFAULT_MAX_TTL_S,

@@ -20,9 +20,7 @@ Unreachable nodes join the DHT as clients. `Reachability.line()` is the one line
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
-import time
 from dataclasses import dataclass, field
 
 from google.protobuf.wrappers_pb2 import BytesValue
@@ -35,6 +33,7 @@ from swarmnode.protocol.codec import InvalidRecord, pack, unpack
 from swarmnode.protocol.reachability import CLIENT_ONLY, PUBLIC, RELAYED, UNKNOWN
 from swarmnode.swarm.hivemind_compat import connect, disconnect, p2p_class_with_daemon_flags
 from swarmnode.swarm.p2p import arm_watchdog, parse_initial_peer, start_p2p, stop_p2p
+from swarmnode.swarm.relay import ip_of, is_private, wait_for_relay
 
 logger = logging.getLogger(__name__)
 
@@ -96,39 +95,37 @@ def decide(answers: list[DialbackAnswer]) -> bool | None:
     return 2 * sum(a.reachable for a in answers) >= len(answers)
 
 
-def _ip_of(addr: str) -> str | None:
-    parts = addr.split("/")
-    return parts[2] if len(parts) > 2 and parts[1] in ("ip4", "ip6") else None
-
-
-def _is_private(ip: str) -> bool:
-    try:
-        return not ipaddress.ip_address(ip).is_global
-    except ValueError:
-        return False
-
-
 def dial_candidates(listen: list[str], observed: str | None) -> list[str]:
     """The addresses a helper dials back (at most `MAX_DIALS`): the asker's own listen addresses, kept only where
     their host is the one its connection came from or both are private (a LAN or this machine: a helper is never
     made to dial a third party's public address), then its observed address with each listen port (a forwarded
     port). Circuit addresses are not dial-backs and are left out."""
     out: list[str] = []
-    seen_ip = _ip_of(observed) if observed else None
+    seen_ip = ip_of(observed) if observed else None
     ports = []
     for addr in listen:
         if "p2p-circuit" in addr or "/tcp/" not in addr:
             continue
-        ip = _ip_of(addr)
+        ip = ip_of(addr)
         port = addr.split("/tcp/")[1].split("/")[0]
         if port not in ports:
             ports.append(port)
-        if ip is not None and seen_ip is not None and (ip == seen_ip or (_is_private(ip) and _is_private(seen_ip))):
+        if ip is not None and seen_ip is not None and (ip == seen_ip or (is_private(ip) and is_private(seen_ip))):
             out.append(addr.split("/p2p/")[0])
     if seen_ip is not None:
         kind = "ip6" if ":" in seen_ip else "ip4"
         out += [f"/{kind}/{seen_ip}/tcp/{port}" for port in ports]
     return list(dict.fromkeys(out))[:MAX_DIALS]
+
+
+def _parsed(addrs: list[str]) -> list[Multiaddr]:
+    out = []
+    for addr in addrs:
+        try:
+            out.append(Multiaddr(addr))
+        except Exception:  # not a multiaddr: nothing to dial there
+            continue
+    return out
 
 
 class DialbackService:
@@ -173,22 +170,21 @@ class DialbackService:
             listen = []
         observed = await self._observed(asker)
         reached = None
+        candidates = _parsed(dial_candidates(listen, observed))
         async with self._busy:
-            if listen:
+            if candidates:
                 probe = await self._probe_p2p()
-                for addr in dial_candidates(listen, observed):
+                try:  # all at once (p2pd dials a peer's addresses in parallel): a router that drops costs one wait
+                    await asyncio.wait_for(connect(probe, asker, candidates), self.dial_timeout)
+                    reached = next((str(info.addrs[0]) for info in await probe.list_peers()
+                                    if info.peer_id == asker and info.addrs), str(candidates[0]))  # the one that answered
+                except Exception:  # refused, unreachable, timed out, or another peer answered there
+                    pass
+                finally:
                     try:
-                        await asyncio.wait_for(connect(probe, asker, [Multiaddr(addr)]), self.dial_timeout)
-                        reached = next((str(info.addrs[0]) for info in await probe.list_peers()
-                                        if info.peer_id == asker and info.addrs), addr)  # the one that answered
-                        break
-                    except Exception:  # refused, unreachable, timed out, or another peer answered there
-                        continue
-                    finally:
-                        try:
-                            await disconnect(probe, asker)
-                        except Exception:
-                            pass
+                        await disconnect(probe, asker)
+                    except Exception:
+                        pass
         self.answered += 1
         return BytesValue(value=pack({"reachable": reached is not None, "addr": reached, "observed": observed,
                                       "relay": self.relay}))
@@ -251,22 +247,6 @@ async def check(p2p: P2P, cfg: NodeConfig) -> tuple[Reachability, list[str]]:
                         relays_offered=relays), relays
 
 
-async def wait_for_relay(p2p: P2P, timeout: float) -> str | None:
-    """The relay part of our first `/p2p-circuit` address once p2pd holds a reservation; None after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            addrs = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
-        except ValueError:  # a daemon that listens nowhere has no address until it holds a reservation
-            addrs = []
-        for addr in addrs:
-            if "/p2p-circuit" in addr:
-                return addr.split("/p2p-circuit")[0]
-        if time.monotonic() >= deadline:
-            return None
-        await asyncio.sleep(0.2)
-
-
 async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_service: bool
                             ) -> tuple[P2P, Reachability]:
     """Start p2pd, decide reachability, and for a node that cannot be dialled restart it with a relay reservation
@@ -278,7 +258,11 @@ async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_servic
     except BaseException:
         await stop_p2p(p2p)
         raise
-    if reach.status in (PUBLIC, UNKNOWN) or not relays or not cfg.network.use_relay:
+    if reach.status in (PUBLIC, UNKNOWN):
+        return p2p, reach
+    if not cfg.network.use_relay or not relays:
+        reach.how += "; relaying is off here (network.use_relay=false)" if not cfg.network.use_relay else \
+            "; no bootstrap offers a relay"
         return p2p, reach
     await stop_p2p(p2p)
     p2p = await start_p2p(cfg, identity, relays=relays)
@@ -293,87 +277,3 @@ async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_servic
         reach.status, reach.relay = RELAYED, relay
     return p2p, reach
 
-
-RELAY_CHECK = "swarmnode.relaycheck/1"
-RELAY_CHECK_BYTES = 512 * 1024  # over p2pd's default relay limit (128 KiB per connection and direction)
-
-
-async def relay_carries_data(relay_addr: str, nbytes: int = RELAY_CHECK_BYTES, timeout: float = 30.0) -> bool:
-    """Whether the relay at `relay_addr` (…/p2p/<id>) carries `nbytes` over one relayed connection: two
-    throwaway daemons on this machine, one holding a reservation there (and listening nowhere else), the other
-    fetching `nbytes` from it through the relay. p2pd starts a relay with libp2p's default limits (128 KiB,
-    2 min per connection) beside the one configured by its `-relay*` flags, and which of the two serves is a
-    race at its start; this tells them apart."""
-    hidden = fetcher = None
-    try:
-        hidden = await p2p_class_with_daemon_flags({"relayService": False, "relayDiscovery": False}).create(
-            initial_peers=[relay_addr], host_maddrs=[], no_listen=True, nat_port_map=False, auto_nat=False,
-            use_relay=True, use_auto_relay=True, trusted_relays=[relay_addr], force_reachability="private",
-            check_if_identity_free=False)
-        if await wait_for_relay(hidden, timeout / 2) is None:
-            return False
-
-        async def serve(_info, _reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.write(bytes(nbytes))
-            await writer.drain()
-            writer.close()
-
-        await hidden.add_binary_stream_handler(RELAY_CHECK, serve)
-        fetcher = await p2p_class_with_daemon_flags({"relayService": False}).create(
-            initial_peers=[relay_addr], host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False,
-            use_relay=True, check_if_identity_free=False)
-
-        async def fetch() -> int:
-            _, reader, writer = await fetcher.call_binary_stream_handler(hidden.peer_id, RELAY_CHECK)
-            got = 0
-            while got < nbytes and (chunk := await reader.read(1 << 16)):
-                got += len(chunk)
-            writer.close()
-            return got
-
-        for _ in range(3):  # the fetcher may not know the relay's routing table yet: ask again
-            try:
-                return await asyncio.wait_for(fetch(), timeout / 4) >= nbytes  # cut short: the default limits
-            except (ConnectionError, asyncio.IncompleteReadError):
-                return False
-            except Exception as exc:
-                logger.info("relay check: %s", str(exc).splitlines()[0] if str(exc) else repr(exc))
-                await asyncio.sleep(1.0)
-        return False
-    except Exception as exc:  # a daemon that did not start, a timeout
-        logger.info("relay check: %s", str(exc).splitlines()[0] if str(exc) else repr(exc))
-        return False
-    finally:
-        for daemon in (fetcher, hidden):
-            if daemon is not None:
-                await daemon.shutdown()
-
-
-RELAY_START_TRIES = 12
-
-
-def _global_addr(addrs: list[str]) -> str | None:
-    return next((a for a in addrs if (ip := _ip_of(a)) is not None and not _is_private(ip)), None)
-
-
-async def start_relay_p2p(cfg: NodeConfig, identity: Identity) -> P2P:
-    """Start the daemon of a node that relays (a bootstrap) so that its configured relay limits are the ones in
-    force: checked with `relay_carries_data` and the daemon restarted (same key and addresses) until they are,
-    at most `RELAY_START_TRIES` times. Only where it has a public address: libp2p uses no relay at a private one."""
-    p2p = await start_p2p(cfg, identity, relay_service=True)
-    for attempt in range(1, RELAY_START_TRIES + 1):
-        addr = _global_addr([str(a) for a in await p2p.get_visible_maddrs(latest=True)])  # a port 0 moves
-        if addr is None:
-            logger.info("relay: no public address, so no node will reserve a relay here")
-            return p2p
-        if await relay_carries_data(addr):
-            logger.info("relay: serving within network.relay_* limits (p2pd start %d)", attempt)
-            return p2p
-        if attempt == RELAY_START_TRIES:
-            break
-        await stop_p2p(p2p)
-        p2p = await start_p2p(cfg, identity, relay_service=True)
-    logger.warning("relay: p2pd's default relay limits (128 KiB and 2 min per relayed connection) are in force "
-                   "after %d starts: relayed nodes exchange groups, but weight transfers to or from them fail; "
-                   "restart this bootstrap", RELAY_START_TRIES)
-    return p2p
