@@ -240,7 +240,7 @@ def policy_loss(
     adv: torch.Tensor | None = None,
     log_e: torch.Tensor | None = None,
     lazy: bool = False,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
     """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
     logp [B,T] learner log-probs (with grad); logq [B,T] behaviour log-probs; mask [B,T] completion mask;
