@@ -55,7 +55,8 @@ class HashRewardTask:
 
 def readback_counter():
     """A torch function mode counting tensor -> Python readbacks and data-dependent shapes (each one a host
-    synchronisation when the tensor is on a GPU; on CPU an upper bound of them)."""
+    synchronisation when the tensor is on a GPU; on CPU an upper bound of them). The optimiser's own are left
+    out: AdamW keeps its step counters on the host by design."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -67,9 +68,17 @@ def readback_counter():
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             name = getattr(func, "__name__", "")
-            if name in names or (name == "__getitem__" and _bool_index(args)):
+            if (name in names or (name == "__getitem__" and _bool_index(args))) and not _in_optimizer():
                 Readbacks.count += 1
             return func(*args, **(kwargs or {}))
+
+    def _in_optimizer() -> bool:
+        frame = sys._getframe(2)
+        while frame is not None:
+            if "torch/optim/" in frame.f_code.co_filename.replace(os.sep, "/"):
+                return True
+            frame = frame.f_back
+        return False
 
     def _bool_index(args) -> bool:
         index = args[1] if len(args) > 1 else None
@@ -79,7 +88,7 @@ def readback_counter():
     return Readbacks
 
 
-def build(model_name: str, device: str, dtype: str, sets: list[str]):
+def build(model_name: str, device: str, dtype: str, prompts: int, sets: list[str]):
     """(cfg, model, tokenizer, task) for the bench."""
     from swarmnode.config import NodeConfig, load_config
     from swarmnode.models import load_model, load_tokenizer
@@ -87,7 +96,8 @@ def build(model_name: str, device: str, dtype: str, sets: list[str]):
 
     checks = "trust" if "trust" in NodeConfig.model_fields else "learner"  # older trees kept it under learner.
     cfg = load_config(MODELS[model_name], ["sync.max_staleness=1000000", f"{checks}.verify_fraction=0",
-                                           "learner.checkpoint_every=1000000", f"model.dtype={dtype}", *sets])
+                                           "learner.checkpoint_every=1000000", f"model.dtype={dtype}",
+                                           f"learner.prompts_per_step={prompts}", *sets])
     task = HashRewardTask(build_task(cfg.task))
     tokenizer = load_tokenizer(cfg.model, cfg.task)
     model = load_model(cfg.model, cfg.task, device)
@@ -180,7 +190,7 @@ def measure(args) -> dict:
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    cfg, base, tokenizer, task = build(args.model, args.device, args.dtype, args.sets)
+    cfg, base, tokenizer, task = build(args.model, args.device, args.dtype, args.prompts, args.sets)
     out = {}
     for length in args.lengths:
         groups = make_groups(cfg, base, tokenizer, task, args.prompts, args.rows, length)
@@ -204,12 +214,12 @@ def profile(args) -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    cfg, base, tokenizer, task = build(args.model, args.device, args.dtype, args.sets)
+    cfg, base, tokenizer, task = build(args.model, args.device, args.dtype, args.prompts, args.sets)
     groups = make_groups(cfg, base, tokenizer, task, args.prompts, args.rows, args.profile)
     learner = new_learner(cfg, copy.deepcopy(base), tokenizer, task)
     for _ in range(2):
         one_step(learner, groups, args.device)
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(time.perf_counter if args.device.startswith("cuda") else time.thread_time)
     prof.enable()
     for _ in range(args.repeats):
         one_step(learner, groups, args.device)

@@ -61,6 +61,7 @@ from swarmnode.learner.checkpoint import (
 from swarmnode.adapters import weights_hash
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
 from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
+from swarmnode.learner.optimizer import build_optimizer
 from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
@@ -116,8 +117,7 @@ class LearnerLoop:
         # TRL's beta: a KL to the weights the learner starts from (taken before any checkpoint is loaded)
         self.reference = ReferencePolicy(model) if self.lc.beta > 0 else None
         self.trainable = [p for p in model.parameters() if p.requires_grad]  # what trains (and is averaged)
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=self.lc.learning_rate, weight_decay=self.lc.weight_decay,
-                                           foreach=True)  # one kernel per op for all tensors, not one per tensor
+        self.optimizer = build_optimizer(self.trainable, self.lc)  # fused where torch has the kernel
         self.scheduler = build_scheduler(self.optimizer, self.lc)
         self.rng = random.Random(cfg.task.seed)
         self.version = buffer.version

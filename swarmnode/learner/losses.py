@@ -296,7 +296,7 @@ def policy_loss(
     lazy: bool = False,
     max_completion_length: int | None = None,
     ref_logp: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
     """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
     logp [B,T] learner log-probs (with grad); logq [B,T] behaviour log-probs; mask [B,T] completion mask;

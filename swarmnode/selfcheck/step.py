@@ -2,8 +2,8 @@
 
 The step is the learner's own arithmetic: the chunked log-prob path under the learner's precision, the configured
 policy loss on rows of the largest micro-batch the config allows (full-length prompts and completions), backward
-(scaled under fp16), clipping, AdamW. The first step allocates AdamW's state, so its peak is compared with the
-estimator's first-step figure; tokens/s is taken from a second step.
+(scaled under fp16), clipping, the learner's AdamW. The first step allocates AdamW's state, so its peak is
+compared with the estimator's first-step figure; tokens/s is taken from a second step.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from swarmnode.config import NodeConfig
 from swarmnode.learner.losses import policy_loss
 from swarmnode.learner.memory import ModelShape, micro_batch_rows_and_tokens, training_memory
+from swarmnode.learner.optimizer import build_optimizer
 from swarmnode.learner.precision import Precision
 from swarmnode.logprobs import completion_scores
 from swarmnode.models import estimate_parameters, model_architecture
@@ -52,7 +53,7 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
     precision = Precision.from_config(cfg, device)
     precision.prepare(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learner.learning_rate, foreach=True)
+    optimizer = build_optimizer(params, cfg.learner)
     prompts, completions = random_rows(rows, cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length,
                                        vocab_size(model))
     group = torch.arange(rows) // max(1, cfg.sampler.num_generations)
