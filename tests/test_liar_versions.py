@@ -21,6 +21,7 @@ BEHIND = 6
 
 
 @pytest.mark.slow  # a bootstrap, a learner and a sampler: ~1-2 min on 2 cores
+@pytest.mark.timeout(900)
 def test_a_liar_claiming_old_versions_is_caught_and_at_most_a_tenth_of_its_groups_train(tmp_path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     cfg = load_config(WORK[1], [WORK[3]])

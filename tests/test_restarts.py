@@ -79,6 +79,7 @@ def test_a_restarted_bootstrap_is_contacted_again(tmp_path):
 
 
 @pytest.mark.slow  # a bootstrap, a sampler and three learner lives: ~3 min on 2 cores
+@pytest.mark.timeout(900)
 def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_those_steps(tmp_path):
     data = tmp_path / "learner"
     # no periodic checkpoint: only the journal's soft limit (what a restart can train again) makes them
