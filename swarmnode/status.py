@@ -23,7 +23,14 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
     """The `status --json` document (schema in `swarmnode.status_schema`) from the run's live peer records."""
     now = time.time() if now is None else now
     peers = [r.summary(now) for r in live]
-    summary = swarm_summary(peers)
+    keys = set(cfg.trust.learner_keys)
+    if keys:  # with designated learners, any other "learner" record is self-declared: shown, marked, not believed
+        for p in peers:
+            if p["role"] == "learner":
+                p["designated"] = p["peer_id"] in keys
+        peers.sort(key=lambda p: not p.get("designated", False))  # the designated learners first
+    believed = [p for p in peers if p.get("designated", True)]
+    summary = swarm_summary(believed)
     for p in peers:
         p["lag"] = peer_lag(p, summary["newest_version"])
     return {
@@ -33,10 +40,17 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
         "count": len(live),
         "roles": dict(Counter(r.role for r in live)),
         **summary,
-        "max_staleness": staleness_bound(peers, cfg.sync.max_staleness),
+        "max_staleness": staleness_bound(believed, cfg.sync.max_staleness),
         "peers": peers,
-        "alerts": find_alerts(peers, cfg.sync.max_staleness),
+        "alerts": find_alerts(believed, cfg.sync.max_staleness) + self_declared_alerts(peers),
     }
+
+
+def self_declared_alerts(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One warning per learner record that is not one of `trust.learner_keys` (`designated` false)."""
+    return [{"kind": "self_declared_learner", "severity": "warning", "peer_id": p["peer_id"],
+             "message": f"{p['peer_id']} says it is a learner but is not one of trust.learner_keys: its figures "
+                        "and reports are left out"} for p in peers if p.get("designated") is False]
 
 
 NODE_ROLES = ("sampler", "learner", "auto")
@@ -82,7 +96,8 @@ def format_status(doc: dict[str, Any]) -> str:
     for p in doc["peers"]:
         version = "-" if p["version"] < 0 else str(p["version"])
         lag = "-" if p.get("lag") is None else str(p["lag"])
-        lines.append(f"{p['peer_id']:<54} {p['role']:<10} {version:>7} {lag:>4} {p['age_s']:>8.1f} s")
+        role = p["role"] + ("?" if p.get("designated") is False else "")  # a self-declared learner
+        lines.append(f"{p['peer_id']:<54} {role:<10} {version:>7} {lag:>4} {p['age_s']:>8.1f} s")
     lines += [f"{a['severity']}: {a['message']}" for a in doc["alerts"]]
     if (hint := other_runs_hint(doc)) is not None:
         lines.append(hint)

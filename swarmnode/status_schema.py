@@ -43,6 +43,8 @@ PEER_SCHEMA: dict[str, Any] = {
         "timestamp": {"type": "number", "minimum": 0},
         "age_s": {"type": "number", "minimum": 0},
         "lag": {"type": ["integer", "null"], "minimum": 0},
+        "designated": {"type": "boolean", "description": "a learner: one of trust.learner_keys (false: it only "
+                       "says it is a learner; its figures and reports are left out of the summary and alerts)"},
     },
     "additionalProperties": False,
 }
@@ -51,7 +53,7 @@ ALERT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["kind", "severity", "peer_id", "message"],
     "properties": {
-        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse"]},
+        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "self_declared_learner"]},
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},
