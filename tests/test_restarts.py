@@ -100,6 +100,7 @@ def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_th
         match = re.fullmatch(r"(\d+) trained, (\d+) dropped; checkpoint at step (\d+)", done)
         assert match, done
         trained, checkpoint_step = int(match.group(1)), int(match.group(3))
+        print(f"acknowledged after the checkpoint: {replay}; replayed: {done}")
         assert trained >= 0.95 * at_risk, (replay, done, again.stdout()[-2000:])
 
         seen = len(steps(steps_file))

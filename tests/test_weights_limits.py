@@ -77,12 +77,12 @@ def test_every_fetch_failure_is_a_fetch_error(tmp_path):
 
 def test_stalling_holders_are_given_up_in_seconds(tmp_path):
     """A holder that accepts streams and then says nothing (to the manifest request, or to chunk requests after
-    advertising every chunk) costs a fetch `request_timeout`, not `timeout` per round: here the round timeout is
-    10 minutes and the fetch must end within one."""
+    advertising every chunk), or trickles a chunk a byte at a time, costs a fetch about `request_timeout`, not
+    `timeout` per round: here the round timeout is 10 minutes and the fetch must end within one."""
     learner = Identity.generate()
 
     async def scenario():
-        async with daemons(4) as (lp, mute, teaser, sp):
+        async with daemons(5) as (lp, mute, teaser, sp, trickler):
             ls = store(tmp_path, "l")
             await WeightServer(ls).start(lp)
             m = ls.publish(1, make_state(), learner)
@@ -99,8 +99,21 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
                     elif req.get("op") == "manifest":
                         await write_frame(writer, m.encode())
 
+            async def have_everything_then_trickle(info, reader, writer):
+                """Advertises every chunk, then answers a chunk request with its header and a byte a second."""
+                while (req := await read_control(reader)) is not None:
+                    if req.get("op") == "have":
+                        await write_frame(writer, b"\xff" * nb + bytes(nb))
+                    elif req.get("op") == "chunks":
+                        writer.write(m.chunks[0].size.to_bytes(8, "big"))
+                        for _ in range(600):
+                            writer.write(b"x")
+                            await writer.drain()
+                            await asyncio.sleep(1)
+
             await mute.add_binary_stream_handler(protocol_name(RUN), silent)
             await teaser.add_binary_stream_handler(protocol_name(RUN), have_everything_send_nothing)
+            await trickler.add_binary_stream_handler(protocol_name(RUN), have_everything_then_trickle)
 
             def fetcher(name):
                 return WeightFetcher(sp, store(tmp_path, name), [learner.peer_id], layout=None, timeout=600,
@@ -114,6 +127,12 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
             assert f.last_stats.chunks_by_holder[str(lp.peer_id)] == len(m.chunks)  # all from the honest one
             with pytest.raises(FetchError, match="unavailable"):
                 await asyncio.wait_for(fetcher("c").fetch([teaser.peer_id], 1), 60)
+            # a holder that keeps a chunk coming a byte at a time loses it to the honest one (the round's
+            # no-progress timeout, 10 minutes here, is never what frees it)
+            f = fetcher("t")
+            await asyncio.wait_for(f.fetch([trickler.peer_id, lp.peer_id], 1), 60)
+            assert_same(store(tmp_path, "t").state_dict(1), make_state())
+            assert f.last_stats.chunks_by_holder[str(lp.peer_id)] == len(m.chunks)
             # a flood of listed holders that do not exist: the publisher is asked first, the others are bounded
             ghosts = [PeerID.from_base58(Identity.generate().peer_id) for _ in range(200)]
             f = WeightFetcher(sp, store(tmp_path, "d"), [learner.peer_id, str(lp.peer_id)], layout=None,  # lp's host
