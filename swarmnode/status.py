@@ -11,6 +11,7 @@ from swarmnode.health import find_alerts, peer_lag, staleness_bound, swarm_summa
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.status_schema import STATUS_SCHEMA_VERSION
+from swarmnode.swarm.follower import with_designated
 from swarmnode.swarm.membership import Membership
 
 
@@ -73,7 +74,8 @@ async def read_status(member: Membership) -> dict[str, Any]:
     A run with no nodes is most often a run-id mismatch (`bootstrap` without `--config` is `swarmnode-demo`, the
     tiny-cpu nodes are `tiny-demo`): the document then says which other known runs have live peers here.
     """
-    doc = status_document(member.cfg, await member.dht.live_peers())
+    doc = status_document(member.cfg, with_designated(await member.dht.live_peers(),
+                                                      await member.designated_learners()))
     if not any(p["role"] in NODE_ROLES for p in doc["peers"]):
         doc["other_runs"] = await other_runs(member)
     return doc
