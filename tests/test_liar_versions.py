@@ -41,6 +41,7 @@ def test_a_liar_claiming_old_versions_is_caught_and_at_most_a_tenth_of_its_group
                             r"passed to training so far", learner.stdout())
         assert caught, f"the liar was never caught; acks {statuses}\n{learner.stdout()[-3000:]}"
         passed = max(int(p) for _, p in caught)
+        print(f"liar: acks {dict(statuses)}; caught {len(caught)} times; {passed} of its groups passed")
         assert passed <= 0.1 * accepted, f"{passed} of {accepted} accepted lies passed to training"
         claimed = int(caught[0][0])
         assert claimed <= steps(steps_file)[-1]["version"] - BEHIND  # what it claimed was versions back
