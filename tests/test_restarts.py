@@ -110,4 +110,5 @@ def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_th
         third = swarm.join("learner-third", "learner", **learner_args(tmp_path, *no_checkpoint))
         third.wait_line("learner ready:", 120)
         after = wait_rows(steps_file, lambda rows: len(rows) >= seen + 1, 180, "a step after the second restart")
-        assert after[seen]["step"] == checkpoint_step + 1, (after[seen], checkpoint_step)  # not back to step 1
+        # it resumes at the checkpoint taken once the replayed groups were trained, or a later one: not back at 0
+        assert after[seen]["step"] > checkpoint_step, (after[seen], checkpoint_step)
