@@ -89,6 +89,10 @@ def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_th
         first = start_learner_and_sampler(swarm, tmp_path, *no_checkpoint)
         # more versions than sync.max_staleness (16): by their numbers, the first groups are stale at the restart
         wait_rows(steps_file, lambda rows: len(rows) >= 30, 240, "30 learner steps")
+        journal = data / "group_journal"  # compacted at each checkpoint: kill it while it holds work at risk
+        deadline = time.monotonic() + 120
+        while journal.stat().st_size < (16 << 10) and time.monotonic() < deadline:
+            time.sleep(0.05)
         first.stop(signal.SIGKILL)
         acknowledged = len((data / "seen_groups").read_text().splitlines())
 
