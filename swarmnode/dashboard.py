@@ -130,11 +130,13 @@ def _peers_table(doc: dict[str, Any], max_rows: int) -> Table:
                          ("lag", "right"), ("throughput", "left"), ("last seen", "right"), ("note", "left")):
         table.add_column(col, justify=justify, no_wrap=True)
     bad = {a["peer_id"] for a in doc["alerts"] if a["peer_id"]}
-    peers = sorted(doc["peers"], key=lambda p: (ROLE_ORDER.get(p["role"], 9), p["peer_id"]))
+    # designated learners first; a self-declared one (not in trust.learner_keys) after them, marked
+    peers = sorted(doc["peers"], key=lambda p: (ROLE_ORDER.get(p["role"], 9), p.get("designated") is False,
+                                                p["peer_id"]))
     for p in peers[:max_rows]:
         version = "-" if p["version"] < 0 else str(p["version"])
         lag = "-" if p.get("lag") is None else str(p["lag"])
-        note = str(p.get("health", {}).get("paused") or "")
+        note = "self-declared" if p.get("designated") is False else str(p.get("health", {}).get("paused") or "")
         reach = p.get("reachability", "unknown")
         table.add_row(_short(p["peer_id"]), Text(p["role"], style=ROLE_STYLE.get(p["role"], "")),
                       Text(reach, style=REACH_STYLE.get(reach, "dim")), _hardware(p.get("hardware", {})), version, lag, _throughput(p), f"{p['age_s']:.1f} s",
@@ -187,6 +189,8 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
         peers = zip(h.get("external_peers") or [], h.get("external_counts") or [])
         grid.add_row("external from", ", ".join(f"{str(peer)[-8:]} {n}" for peer, n in peers) or "nobody yet")
     title = "sapo node" if h.get("mode") == "sapo" else "learner"
+    if p.get("designated") is False:
+        title = "self-declared learner (not in trust.learner_keys)"
     return Panel(grid, title=f"{title} {_short(p['peer_id'])}", border_style="magenta")
 
 
@@ -228,8 +232,8 @@ def _alerts_panel(doc: dict[str, Any]) -> Panel:
 def build_view(doc: dict[str, Any], history: History | None = None, max_rows: int = 20) -> RenderableType:
     """The whole dashboard for one status document (pure: no I/O)."""
     history = history or History()
-    learners = [p for p in doc["peers"] if p["role"] == "learner"]
-    shown, rest = learners[:2], learners[2:]
+    learners = sorted((p for p in doc["peers"] if p["role"] == "learner"), key=lambda p: p.get("designated") is False)
+    shown, rest = learners[:2], learners[2:]  # the designated learners' panels first
     middle = Table.grid(expand=True, padding=(0, 1))
     for _ in range(len(shown) + 1):
         middle.add_column(ratio=1)

@@ -12,6 +12,7 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import reachability_of
 from swarmnode.status_schema import STATUS_SCHEMA_VERSION
+from swarmnode.swarm.follower import with_designated
 from swarmnode.swarm.membership import Membership
 
 
@@ -24,7 +25,14 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
     """The `status --json` document (schema in `swarmnode.status_schema`) from the run's live peer records."""
     now = time.time() if now is None else now
     peers = [r.summary(now) for r in live]
-    summary = swarm_summary(peers)
+    keys = set(cfg.trust.learner_keys)
+    if keys:  # with designated learners, any other "learner" record is self-declared: shown, marked, not believed
+        for p in peers:
+            if p["role"] == "learner":
+                p["designated"] = p["peer_id"] in keys
+        peers.sort(key=lambda p: not p.get("designated", False))  # the designated learners first
+    believed = [p for p in peers if p.get("designated", True)]
+    summary = swarm_summary(believed)
     for p in peers:
         p["lag"] = peer_lag(p, summary["newest_version"])
         p["reachability"] = reachability_of(p)
@@ -35,11 +43,18 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
         "count": len(live),
         "roles": dict(Counter(r.role for r in live)),
         **summary,
-        "max_staleness": staleness_bound(peers, cfg.sync.max_staleness),
+        "max_staleness": staleness_bound(believed, cfg.sync.max_staleness),
         "reachability": dict(Counter(p["reachability"] for p in peers)),
         "peers": peers,
-        "alerts": find_alerts(peers, cfg.sync.max_staleness),
+        "alerts": find_alerts(believed, cfg.sync.max_staleness) + self_declared_alerts(peers),
     }
+
+
+def self_declared_alerts(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One warning per learner record that is not one of `trust.learner_keys` (`designated` false)."""
+    return [{"kind": "self_declared_learner", "severity": "warning", "peer_id": p["peer_id"],
+             "message": f"{p['peer_id']} says it is a learner but is not one of trust.learner_keys: its figures "
+                        "and reports are left out"} for p in peers if p.get("designated") is False]
 
 
 NODE_ROLES = ("sampler", "learner", "auto")
@@ -62,7 +77,8 @@ async def read_status(member: Membership) -> dict[str, Any]:
     A run with no nodes is most often a run-id mismatch (`bootstrap` without `--config` is `swarmnode-demo`, the
     tiny-cpu nodes are `tiny-demo`): the document then says which other known runs have live peers here.
     """
-    doc = status_document(member.cfg, await member.dht.live_peers())
+    doc = status_document(member.cfg, with_designated(await member.dht.live_peers(),
+                                                      await member.designated_learners()))
     if not any(p["role"] in NODE_ROLES for p in doc["peers"]):
         doc["other_runs"] = await other_runs(member)
     return doc
@@ -85,7 +101,8 @@ def format_status(doc: dict[str, Any]) -> str:
     for p in doc["peers"]:
         version = "-" if p["version"] < 0 else str(p["version"])
         lag = "-" if p.get("lag") is None else str(p["lag"])
-        lines.append(f"{p['peer_id']:<54} {p['role']:<10} {p.get('reachability', 'unknown'):<11} {version:>7} "
+        role = p["role"] + ("?" if p.get("designated") is False else "")  # a self-declared learner
+        lines.append(f"{p['peer_id']:<54} {role:<10} {p.get('reachability', 'unknown'):<11} {version:>7} "
                      f"{lag:>4} {p['age_s']:>8.1f} s")
     lines += [f"{a['severity']}: {a['message']}" for a in doc["alerts"]]
     if (hint := other_runs_hint(doc)) is not None:

@@ -47,6 +47,8 @@ PEER_SCHEMA: dict[str, Any] = {
         "lag": {"type": ["integer", "null"], "minimum": 0},
         "reachability": {"enum": list(REACHABILITIES), "description": "public: dialled directly; relayed: through "
                          "a bootstrap's relay; client-only: nobody can dial it; unknown: not said (older node)"},
+        "designated": {"type": "boolean", "description": "a learner: one of trust.learner_keys (false: it only "
+                       "says it is a learner; its figures and reports are left out of the summary and alerts)"},
     },
     "additionalProperties": False,
 }
@@ -55,7 +57,8 @@ ALERT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["kind", "severity", "peer_id", "message"],
     "properties": {
-        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed"]},
+        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed",
+                          "self_declared_learner"]},
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},

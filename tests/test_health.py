@@ -21,7 +21,9 @@ from swarmnode.identity import Identity
 from swarmnode.metrics import HEALTH_METRICS, HealthCollector
 from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
 from swarmnode.status_schema import SchemaError, validate
-from health_fixtures import learner_health, simulated_status
+from health_fixtures import HARDWARE, learner_health, simulated_records, simulated_status
+from swarmnode.config import load_config
+from swarmnode.status import format_status, status_document
 
 
 def as_json(doc: dict) -> dict:
@@ -266,3 +268,25 @@ def test_dashboard_shows_a_sapo_nodes_own_policy():
     text = render(doc)
     assert "sapo node" in text and "40 own + 36 external" in text
     assert "e5f6 20" in text and "6b5a 16" in text
+
+
+def test_status_reads_the_designated_learners_first_and_marks_a_self_declared_one():
+    """A throwaway key's learner record (ahead in version, reporting the honest sampler as invalid) is shown,
+    marked, and believed in nothing: not the newest version, not the lag, not an alert naming the sampler."""
+    records = simulated_records(6, learners=1, newest=40)
+    honest = records[1]
+    rogue = PeerRecord.create(Identity.generate(), role="learner", version=10_000, versions=[10_000],
+                              hardware=HARDWARE, throughput=0.0, software="swarmnode/0.1.0",
+                              health=record_health(learner_health(40, random.Random(1),
+                                                                  invalid_peers=[records[3].peer_id])))
+    rogue = PeerRecord.decode(rogue.encode())
+    cfg = load_config("tiny-cpu", ["run_id=sim-run", f"trust.learner_keys=[{honest.peer_id}]"])
+    doc = status_document(cfg, [rogue, *records])
+    validate(as_json(doc), builtin=True)
+    learners = [p for p in doc["peers"] if p["role"] == "learner"]
+    assert [p["designated"] for p in learners] == [True, False] and learners[0]["peer_id"] == honest.peer_id
+    assert doc["newest_version"] == 40
+    kinds = {(a["kind"], a["peer_id"]) for a in doc["alerts"]}
+    assert ("self_declared_learner", rogue.peer_id) in kinds
+    assert not any(k == "invalid_data" for k, _ in kinds), doc["alerts"]
+    assert "learner?" in format_status(doc)

@@ -21,6 +21,7 @@ BEHIND = 6
 
 
 @pytest.mark.slow  # a bootstrap, a learner and a sampler: ~1-2 min on 2 cores
+@pytest.mark.timeout(900)
 def test_a_liar_claiming_old_versions_is_caught_and_at_most_a_tenth_of_its_groups_train(tmp_path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     cfg = load_config(WORK[1], [WORK[3]])
@@ -40,6 +41,7 @@ def test_a_liar_claiming_old_versions_is_caught_and_at_most_a_tenth_of_its_group
                             r"passed to training so far", learner.stdout())
         assert caught, f"the liar was never caught; acks {statuses}\n{learner.stdout()[-3000:]}"
         passed = max(int(p) for _, p in caught)
+        print(f"liar: acks {dict(statuses)}; caught {len(caught)} times; {passed} of its groups passed")
         assert passed <= 0.1 * accepted, f"{passed} of {accepted} accepted lies passed to training"
         claimed = int(caught[0][0])
         assert claimed <= steps(steps_file)[-1]["version"] - BEHIND  # what it claimed was versions back

@@ -13,6 +13,7 @@ from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CheckpointError
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.memory import ModelShape, lora_parameters
+from swarmnode.learner.verify import swapped
 from swarmnode.logprobs import completion_scores, full_logits_scores
 from swarmnode.models import KNOWN_ARCHITECTURES, estimate_parameters, load_model, load_tokenizer
 from swarmnode.sampler.engines import build_engine
@@ -73,10 +74,15 @@ def test_lora_trains_adapters_and_publishes_weights_a_plain_model_reproduces(cfg
     assert (learner.logp - reference.logp)[m].abs().max() < 1e-5  # chunked path through peft = full logits
     assert (learner.logp - sampler.logp)[m].abs().max() < 1e-5  # behaviour gap after applying the version
     assert (learner.logp - before.logp)[m].abs().max() > 1e-3  # and the version changed the outputs
-    loop.verifier.remember(7, adapters)  # the spot checker re-scores older versions from their adapters
+    # the spot checker re-scores an older version by swapping its adapters into the live model and back
     with torch.no_grad():
-        scratch = completion_scores(loop.verifier._weights_of(loop.model, 7), prompts, comps, 1.0, 0)
-    assert (scratch.logp - learner.logp)[m].abs().max() < 1e-5
+        loop.model.load_state_dict({k: torch.zeros_like(v) if "lora_B" in k else v
+                                    for k, v in loop.model.state_dict().items()})  # now the base's outputs
+        with swapped(loop.model, adapters):
+            again = completion_scores(loop.model, prompts, comps, 1.0, 0)
+        after = completion_scores(loop.model, prompts, comps, 1.0, 0)
+    assert (again.logp - learner.logp)[m].abs().max() < 1e-5
+    assert (after.logp - before.logp)[m].abs().max() < 1e-5  # the live adapters came back
 
 
 def test_restart_resumes_adapters_and_schedule(cfg, parts, tmp_path):

@@ -370,3 +370,48 @@ def test_a_store_keeping_many_versions_lists_its_newest_in_the_record():
     record = PeerRecord.create(Identity.generate(), role="learner", versions=list(range(100)))  # keep_versions 100
     assert record.versions == list(range(36, 100))
     assert PeerRecord.decode(record.encode()).versions == record.versions
+
+
+def test_a_learner_key_holds_only_its_owners_learner_record():
+    from swarmnode.swarm.validator import learner_key
+
+    owner, other = Identity.generate(), Identity.generate()
+    v = SwarmValidator(RUN, Identity.generate())  # knows no learner: the key certifies itself
+    exp = get_dht_time() + 60
+    mine = PeerRecord.create(owner, role="learner").encode()
+    assert v.validate(_record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id, mine, exp))
+    theirs = PeerRecord.create(other, role="learner").encode()  # another key's record under the learner's key
+    assert not v.validate(_record(SwarmValidator(RUN, other), learner_key(RUN, owner.peer_id), other.peer_id,
+                                  theirs, exp))
+    sampler = PeerRecord.create(owner, role="sampler").encode()  # a learner key holds a learner record only
+    assert not v.validate(_record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id,
+                                  sampler, exp))
+    assert not SwarmValidator("other-run", owner).validate(
+        _record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id, mine, exp))
+
+
+async def _designated_scenario():
+    learner, reader_id = Identity.generate(), Identity.generate()
+    node = await SwarmDHT.create(cfg_with(), learner)
+    try:
+        record = PeerRecord.create(learner, role="learner", version=7, versions=[7])
+        assert await node.publish_learner(record)  # and not under the shared peers key at all
+        boot = str((await node.p2p.get_visible_maddrs())[0])
+        reader = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]"), reader_id)
+        try:
+            shared = [r.peer_id for r in await reader.live_peers("learner")]
+            found = [(r.peer_id, r.version) for r in await reader.designated_learners([learner.peer_id,
+                                                                                       reader_id.peer_id])]
+            peers = LivePeers(reader, reader_id.peer_id, max_age=0.0, designated=[learner.peer_id])
+            learners = [str(p) for p in await peers.learners()]
+        finally:
+            await reader.shutdown()
+        return shared, found, learners, learner.peer_id
+    finally:
+        await node.shutdown()
+
+
+def test_designated_learners_are_read_from_their_own_keys():
+    """A learner missing from the shared peers key (a flood filled it) is still found by name."""
+    shared, found, learners, learner = asyncio.run(_designated_scenario())
+    assert shared == [] and found == [(learner, 7)] and learners == [learner]

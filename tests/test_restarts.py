@@ -79,6 +79,7 @@ def test_a_restarted_bootstrap_is_contacted_again(tmp_path):
 
 
 @pytest.mark.slow  # a bootstrap, a sampler and three learner lives: ~3 min on 2 cores
+@pytest.mark.timeout(900)
 def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_those_steps(tmp_path):
     data = tmp_path / "learner"
     # no periodic checkpoint: only the journal's soft limit (what a restart can train again) makes them
@@ -88,6 +89,10 @@ def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_th
         first = start_learner_and_sampler(swarm, tmp_path, *no_checkpoint)
         # more versions than sync.max_staleness (16): by their numbers, the first groups are stale at the restart
         wait_rows(steps_file, lambda rows: len(rows) >= 30, 240, "30 learner steps")
+        journal = data / "group_journal"  # compacted at each checkpoint: kill it while it holds work at risk
+        deadline = time.monotonic() + 120
+        while journal.stat().st_size < (16 << 10) and time.monotonic() < deadline:
+            time.sleep(0.05)
         first.stop(signal.SIGKILL)
         acknowledged = len((data / "seen_groups").read_text().splitlines())
 
@@ -99,6 +104,7 @@ def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_th
         match = re.fullmatch(r"(\d+) trained, (\d+) dropped; checkpoint at step (\d+)", done)
         assert match, done
         trained, checkpoint_step = int(match.group(1)), int(match.group(3))
+        print(f"acknowledged after the checkpoint: {replay}; replayed: {done}")
         assert trained >= 0.95 * at_risk, (replay, done, again.stdout()[-2000:])
 
         seen = len(steps(steps_file))
@@ -108,4 +114,5 @@ def test_a_killed_learner_trains_what_it_acknowledged_and_a_second_kill_keeps_th
         third = swarm.join("learner-third", "learner", **learner_args(tmp_path, *no_checkpoint))
         third.wait_line("learner ready:", 120)
         after = wait_rows(steps_file, lambda rows: len(rows) >= seen + 1, 180, "a step after the second restart")
-        assert after[seen]["step"] == checkpoint_step + 1, (after[seen], checkpoint_step)  # not back to step 1
+        # it resumes at the checkpoint taken once the replayed groups were trained, or a later one: not back at 0
+        assert after[seen]["step"] > checkpoint_step, (after[seen], checkpoint_step)

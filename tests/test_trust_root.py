@@ -28,6 +28,16 @@ def test_a_node_that_may_sample_needs_learner_keys(role):
     assert "--insecure-accept-any-learner" in errors[0] and "Traceback" not in result.stderr
 
 
+def test_a_sapo_node_needs_no_learner_keys():
+    """The README's SAPO command (`join --set mode=sapo`, role auto): every node trains its own policy and loads
+    nobody's weights, so the trust-root check lets it through (here it then fails to reach the ghost peer)."""
+    result = subprocess.run(swarmnode_cmd("join", "--config", "tiny-cpu", "--set", "mode=sapo", "--initial-peers",
+                                          GHOST, "--startup-timeout", "5"),
+                            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert "learner_keys" not in result.stderr and result.returncode != ExitCode.USAGE, result.stderr[-2000:]
+    assert result.returncode == ExitCode.NETWORK, (result.returncode, result.stderr[-2000:])
+
+
 def test_identity_prints_the_peer_id_samplers_list(tmp_path):
     key = tmp_path / "learner.key"
     out = subprocess.run(swarmnode_cmd("identity", "--identity-path", str(key)), capture_output=True, text=True,

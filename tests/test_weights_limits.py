@@ -77,12 +77,12 @@ def test_every_fetch_failure_is_a_fetch_error(tmp_path):
 
 def test_stalling_holders_are_given_up_in_seconds(tmp_path):
     """A holder that accepts streams and then says nothing (to the manifest request, or to chunk requests after
-    advertising every chunk) costs a fetch `request_timeout`, not `timeout` per round: here the round timeout is
-    10 minutes and the fetch must end within one."""
+    advertising every chunk), or trickles a chunk a byte at a time, costs a fetch about `request_timeout`, not
+    `timeout` per round: here the round timeout is 10 minutes and the fetch must end within one."""
     learner = Identity.generate()
 
     async def scenario():
-        async with daemons(4) as (lp, mute, teaser, sp):
+        async with daemons(5) as (lp, mute, teaser, sp, trickler):
             ls = store(tmp_path, "l")
             await WeightServer(ls).start(lp)
             m = ls.publish(1, make_state(), learner)
@@ -99,8 +99,21 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
                     elif req.get("op") == "manifest":
                         await write_frame(writer, m.encode())
 
+            async def have_everything_then_trickle(info, reader, writer):
+                """Advertises every chunk, then answers a chunk request with its header and a byte a second."""
+                while (req := await read_control(reader)) is not None:
+                    if req.get("op") == "have":
+                        await write_frame(writer, b"\xff" * nb + bytes(nb))
+                    elif req.get("op") == "chunks":
+                        writer.write(m.chunks[0].size.to_bytes(8, "big"))
+                        for _ in range(600):
+                            writer.write(b"x")
+                            await writer.drain()
+                            await asyncio.sleep(1)
+
             await mute.add_binary_stream_handler(protocol_name(RUN), silent)
             await teaser.add_binary_stream_handler(protocol_name(RUN), have_everything_send_nothing)
+            await trickler.add_binary_stream_handler(protocol_name(RUN), have_everything_then_trickle)
 
             def fetcher(name):
                 return WeightFetcher(sp, store(tmp_path, name), [learner.peer_id], layout=None, timeout=600,
@@ -114,6 +127,12 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
             assert f.last_stats.chunks_by_holder[str(lp.peer_id)] == len(m.chunks)  # all from the honest one
             with pytest.raises(FetchError, match="unavailable"):
                 await asyncio.wait_for(fetcher("c").fetch([teaser.peer_id], 1), 60)
+            # a holder that keeps a chunk coming a byte at a time loses it to the honest one (the round's
+            # no-progress timeout, 10 minutes here, is never what frees it)
+            f = fetcher("t")
+            await asyncio.wait_for(f.fetch([trickler.peer_id, lp.peer_id], 1), 60)
+            assert_same(store(tmp_path, "t").state_dict(1), make_state())
+            assert f.last_stats.chunks_by_holder[str(lp.peer_id)] == len(m.chunks)
             # a flood of listed holders that do not exist: the publisher is asked first, the others are bounded
             ghosts = [PeerID.from_base58(Identity.generate().peer_id) for _ in range(200)]
             f = WeightFetcher(sp, store(tmp_path, "d"), [learner.peer_id, str(lp.peer_id)], layout=None,  # lp's host
@@ -192,3 +211,48 @@ def test_store_collects_orphan_temp_files_and_superseded_partials(tmp_path):
     reopened.commit(manifests[3], ls.buffer(3))
     assert reopened.partial_versions() == [] and reopened.versions() == [3]
     assert {p.name for p in (tmp_path / "f" / "chunks").iterdir()} == {c.hex for c in manifests[3].chunks}
+
+
+def test_strangers_cannot_hold_the_slots_a_trusted_fetch_needs(tmp_path):
+    """Throwaway keys that open every stream they may and keep them alive with valid `have` polls hold only the
+    strangers' share, lose a slot once idle, and a trusted peer's fetch still finds its streams."""
+    learner = Identity.generate()
+
+    async def poll_have(p2p, lp_id, polls: int) -> str:
+        """Open a stream and send `have` every 0.3 s: "closed" when the server ends it, "open" after `polls`."""
+        try:
+            _, reader, writer = await p2p.call_binary_stream_handler(lp_id, protocol_name(RUN))
+        except Exception:
+            return "refused"
+        try:
+            for _ in range(polls):
+                await write_frame(writer, pack({"op": "have", "version": 1}))
+                if await asyncio.wait_for(read_frame(reader, 1 << 20), 30) is None:
+                    return "closed"
+                await asyncio.sleep(0.3)
+            return "open"
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+            return "closed"
+        finally:
+            writer.close()
+
+    async def scenario():
+        async with daemons(4) as (lp, a, b, honest):
+            ls = store(tmp_path, "l")
+            server = await WeightServer(ls, idle_timeout=2, max_streams=8, max_streams_per_peer=8,
+                                        stranger_streams_per_peer=2, stranger_share=0.5, evict_after=1,
+                                        trusted=lambda peer: peer == str(honest.peer_id)).start(lp)
+            ls.publish(1, make_state(), learner)
+            flood = [asyncio.ensure_future(poll_have(p, lp.peer_id, 40)) for p in (a, b) for _ in range(8)]
+            while sum(server.open_streams.values()) < 4:
+                await asyncio.sleep(0.05)
+            assert server.open_streams[str(a.peer_id)] == 2 and server.open_streams[str(b.peer_id)] == 2
+            fetcher = WeightFetcher(honest, store(tmp_path, "h"), [learner.peer_id], layout=None, timeout=60)
+            await asyncio.wait_for(fetcher.fetch([lp.peer_id], 1), 60)  # trusted: its streams are not refused
+            assert_same(store(tmp_path, "h").state_dict(1), make_state())
+            outcomes = await asyncio.gather(*flood)
+            # each flood stream was refused at once or closed: have-map polls alone keep no slot
+            assert set(outcomes) <= {"refused", "closed"}, outcomes
+            assert server.streams_refused >= 12
+
+    asyncio.run(scenario())

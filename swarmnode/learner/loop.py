@@ -141,6 +141,9 @@ class LearnerLoop:
             checkpoint, self.version = self.version, self.published + 1  # go on above them (samplers ignore
             self.buffer.skip_versions(self.published, checkpoint, self.version)  # anything not newer); claims
             self.buffer.set_version(self.version)  # made before the crash do not age by the numbers skipped
+        self.start_version = self.version  # versions below it were published by an earlier process
+        if self.verifier.enabled:  # the weights it starts with are its current version's: checkable after a step
+            self.verifier.remember(self.version, self.adapter_snapshot() or self.state_snapshot())
 
     # ---- the step ----------------------------------------------------------------------------------------
     def step(self) -> dict | None:
@@ -279,8 +282,9 @@ class LearnerLoop:
                                         self._weights_published)
         if decision == SKIP:
             return True
-        if decision != CHECK:  # acknowledged before a restart, whose version's weights died with the process:
-            if group.group_id in self.buffer.readmitted:  # trained (the alternative is losing acknowledged work)
+        if decision != CHECK:  # made before this process started, with weights it no longer has (a swarm learner
+            # reloads the window's versions from its store): trained unchecked rather than lost
+            if group.group_id in self.buffer.readmitted or int(group.policy_version) < self.start_version:
                 self.rejected["replayed_unchecked"] += 1
                 return True
             self.rejected["uncheckable"] += 1

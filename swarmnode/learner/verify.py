@@ -4,9 +4,11 @@ catches a sampler whose claimed log-probs are not the ones the weights of its cl
 No claimed version escapes. The learner keeps the weights of every version a group may still claim (the last
 `sync.max_staleness` + 1 published versions: the CPU copies it published anyway, adapters alone under LoRA)
 while they fit in `trust.verify_keep_bytes`; when they do not fit (a large model trained in full), the staleness
-bound the learner accepts narrows to what it keeps (`checkable_staleness`, said once in the log). A group whose
-claim cannot be checked (a version from before a restart that is no longer on disk) is refused when it is drawn
-for a check (counted `uncheckable`, the sender is not struck).
+bound the learner accepts narrows to what it keeps (`checkable_staleness`, said once in the log). A group drawn
+for a check whose claimed version the learner does not keep is refused (counted `uncheckable`, the sender is not
+struck), unless the claim is older than the process (a version published before a restart, whose weights are
+gone: a swarm learner reloads the window's versions from its weight store, so only what fell out of it) or the
+group was acknowledged before a crash: those are trained unchecked (counted `replayed_unchecked`).
 
 Who is checked: a sampler key starts on probation, every group checked, until `trust.probation_checks` checks
 came out clean; from then on its check rate is `probation_checks / clean checks`, falling towards

@@ -58,8 +58,14 @@ class NodeRole:
     @classmethod
     async def _construct(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> Any:
         role = await asyncio.to_thread(cls, cfg, identity, member, emit)
-        role.server = await WeightServer(role.store).start(role.p2p)
+        role.server = await WeightServer(role.store, trusted=role.slot_trusted).start(role.p2p)
         return role
+
+    def slot_trusted(self, peer: str) -> bool:
+        """Whether `peer` may hold a trusted peer's share of the weight server's streams: one of the run's
+        designated learners (everyone, in an insecure run that names none)."""
+        keys = self.cfg.trust.learner_keys
+        return not keys or peer in keys
 
     def delay_for(self, what: str) -> float:
         """Seconds to hold back a `what` ('weights' or 'rollouts') delivery, per --simulate-delay."""

@@ -115,6 +115,12 @@ class LearnerRole(NodeRole):
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
 
+    def slot_trusted(self, peer: str) -> bool:
+        """One of `trust.learner_keys`, or a sampler whose groups passed this learner's spot checks (proven work);
+        every other peer is a stranger here, whatever the config names."""
+        learner = getattr(self, "learner", None)  # streams may arrive while the model loads
+        return peer in self.cfg.trust.learner_keys or (learner is not None and learner.verifier.clean.get(peer, 0) > 0)
+
     async def _replay_done(self) -> None:
         """Every group replayed after a restart was drawn or dropped: say how many of each, and checkpoint now, so
         a second crash does not lose the steps they trained again."""

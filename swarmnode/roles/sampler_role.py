@@ -70,7 +70,8 @@ class SamplerRole(NodeRole):
         check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
         if not cfg.trust.learner_keys:
             logger.warning("trust.accept_any_learner: trusting weights from whichever learner announces them")
-        self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval)
+        self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval,
+                               designated=cfg.trust.learner_keys)
         self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.trust.learner_keys,
                                    emit=emit, progress=functools.partial(fetch_progress, emit=emit),
                                    layout=layout, hold=lambda: self.delay_for("weights"))

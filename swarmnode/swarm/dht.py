@@ -2,6 +2,7 @@
 
 Keys (namespaced by run id; every subkey owned and signed, see `swarmnode.swarm.validator`):
 - `<run>/peers`     subkey `<peer id>`            -> PeerRecord, expiring after `missed_beats_to_expire` beats
+- `<run>/learner/<peer id>` subkey `<peer id>`   -> that learner's PeerRecord (its own key: no flood hides it)
 - `<run>/versions`  subkey `newest@<peer id>`    -> VersionAnnouncement of that learner's newest version
 What this node stores for others is bounded per key (`swarmnode.swarm.dht_storage.CappedStorage`).
 """
@@ -32,6 +33,7 @@ from swarmnode.swarm.validator import (
     ANNOUNCEMENT_LABEL,
     DEFAULT_MAX_TTL_S,
     SwarmValidator,
+    learner_key,
     owned_subkey,
     run_keys,
 )
@@ -123,6 +125,27 @@ class SwarmDHT:
         return bool(await self.node.store(
             self._keys["peers"], record.encode(), get_dht_time() + self.record_ttl, subkey=record.peer_id
         ))
+
+    async def publish_learner(self, record: PeerRecord) -> bool:
+        """Store this learner's record under its own key too (`validator.learner_key`), where no flood reaches."""
+        if record.peer_id != self.identity.peer_id or record.role != "learner":
+            raise ValueError("a node can only publish its own learner record")
+        return bool(await self.node.store(learner_key(self.cfg.run_id, record.peer_id), record.encode(),
+                                          get_dht_time() + self.record_ttl, subkey=record.peer_id))
+
+    async def designated_learners(self, peer_ids: list[str]) -> list[PeerRecord]:
+        """The live records of the learners `peer_ids` (`trust.learner_keys`), each read from its own key: one
+        small read per learner, whatever the run's peers key holds."""
+        async def one(peer_id: str) -> PeerRecord | None:
+            payload = (await self._subkeys(learner_key(self.cfg.run_id, peer_id))).get(peer_id)
+            try:
+                record = PeerRecord.decode(payload) if payload is not None else None
+            except InvalidRecord:
+                return None
+            return record if record is not None and record.peer_id == peer_id and record.state == "up" else None
+
+        found = await asyncio.gather(*(one(p) for p in peer_ids))
+        return [r for r in found if r is not None]
 
     async def reconnect_initial_peers(self, timeout: float = 5.0) -> int:
         """Re-dial the initial peers this node is no longer connected to and put each one that answers back in

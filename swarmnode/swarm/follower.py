@@ -143,17 +143,24 @@ class WeightFollower:
         self.newest = max(self.newest, version)
 
 
+def with_designated(records: list, designated: list) -> list:
+    """`records` (the shared peers key's) with the designated learners' own records in place of, or beside, theirs."""
+    mine = {r.peer_id for r in designated}
+    return [*designated, *(r for r in records if r.peer_id not in mine)]
+
+
 class LivePeers:
     """The run's live peer records as of the last heartbeat: who the learners are, who may hold weights.
     Re-read from the DHT only when older than `max_age` (each read verifies every peer record)."""
 
-    def __init__(self, dht: SwarmDHT, me: str, max_age: float) -> None:
+    def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = ()) -> None:
         self.dht, self.me, self.max_age = dht, me, max_age
+        self.designated = list(designated)  # trust.learner_keys: read from their own keys too (no flood hides them)
         self._records: list = []
         self._read_at = -float("inf")
 
     async def refresh(self) -> None:
-        self._records = await self.dht.live_peers()
+        self._records = with_designated(await self.dht.live_peers(), await self.dht.designated_learners(self.designated))
         self._read_at = time.monotonic()
 
     async def _current(self) -> list:

@@ -97,10 +97,22 @@ class Membership:
                                  addrs=self._addrs, **fields)
 
     async def publish(self, state: str = "up") -> bool:
-        stored = await self.dht.publish_peer(self.record(state))
+        record = self.record(state)
+        stored = await self.dht.publish_peer(record)
         if not stored:
             logger.warning("peer record was not stored by any DHT peer (will retry on the next heartbeat)")
+        await self._publish_learner(record)
         return stored
+
+    async def _publish_learner(self, record: PeerRecord) -> None:
+        """A learner's record under its own key as well: samplers and `status` read the designated learners
+        there, where a flood of throwaway records under the shared peers key cannot hide them."""
+        if record.role == "learner":
+            await self.dht.publish_learner(record)
+
+    async def designated_learners(self) -> list[PeerRecord]:
+        """The live records of `trust.learner_keys`, each from its own key (empty when none are named)."""
+        return await self.dht.designated_learners(list(self.cfg.trust.learner_keys))
 
     async def _beat(self) -> None:
         while True:

@@ -56,6 +56,20 @@ def _version_schema(owner: str, label: str, payload: bytes) -> None:
         raise InvalidRecord("version announcement does not match its subkey")
 
 
+def learner_key(run_id: str, peer_id: str) -> str:
+    """A learner's own DHT key: only `peer_id` may write it (its record under the subkey `<peer id>`), so a flood
+    of other keys' records, which can fill the run's shared peers key, cannot hide it from whoever asks for it by
+    name (samplers and `status` ask for each of `trust.learner_keys`). Self-certifying: a validator needs no
+    list of learners to accept it."""
+    return f"{run_id}/learner/{peer_id}"
+
+
+def _own_learner_schema(owner: str, label: str, payload: bytes) -> None:
+    _peer_schema(owner, label, payload)
+    if PeerRecord.decode(payload).role != "learner":
+        raise InvalidRecord("a learner key holds its owner's learner record only")
+
+
 def run_keys(run_id: str) -> dict[str, str]:
     """The DHT keys of a run, by short name."""
     return {"peers": f"{run_id}/peers", "versions": f"{run_id}/versions"}
@@ -105,6 +119,7 @@ class SwarmValidator(RecordValidatorBase):
     def __init__(self, run_id: str, identity: Identity, extra_schemas: dict[str, Schema] | None = None,
                  max_ttl: float = DEFAULT_MAX_TTL_S):
         keys = run_keys(run_id)
+        self.run_id = run_id
         schemas: dict[str, Schema] = {keys["peers"]: _peer_schema, keys["versions"]: _version_schema}
         schemas.update({key: _averaging_schema for key in averaging_keys(run_id)})
         schemas.update(extra_schemas or {})
@@ -158,8 +173,18 @@ class SwarmValidator(RecordValidatorBase):
             self._valid.popitem(last=False)
         return True
 
+    def _learner_key_schema(self, record: DHTRecord) -> Schema | None:
+        """`_own_learner_schema` when `record` sits under its subkey owner's own `learner_key`, else None."""
+        subkey = _loads(record.subkey, 512)
+        if not isinstance(subkey, str):
+            return None
+        label, owner = split_subkey(subkey)
+        if label or DHTID.generate(source=learner_key(self.run_id, owner)).to_bytes() != record.key:
+            return None
+        return _own_learner_schema
+
     def _check(self, record: DHTRecord) -> None:
-        schema = self._schemas.get(record.key)
+        schema = self._schemas.get(record.key) or self._learner_key_schema(record)
         if schema is None:
             if record.key in self.foreign_keys or len(self.foreign_keys) < MAX_FOREIGN_KEYS:
                 self.foreign_keys[record.key] += 1

@@ -58,13 +58,16 @@ class WeightFetcher:
 
     Each holder gets a window of requests in flight sized to `PIPELINE_S` of its measured rate (2 to
     `MAX_WINDOW` chunks): a fast holder streams without gaps, a slow one does not sit on chunks others could
-    serve sooner. A holder that does not connect and answer within `request_timeout`, or sends no byte for that
-    long while asked for something, is dropped for the rest of the fetch; a round ends when no holder gained a
+    serve sooner. A holder that does not connect and answer within `request_timeout`, sends no byte for that
+    long while asked for something, or takes longer than `request_timeout` plus the answer's size at
+    `MIN_HOLDER_RATE` (a holder that advertises every chunk and then trickles or stalls mid-chunk), is dropped for
+    the rest of the fetch and its chunks go to the other holders at once; a round ends when no holder gained a
     missing chunk for `timeout`. `layout` is the model the weights are for: a manifest that does not fit it is
     refused before anything is allocated for it (None, only where the caller has no model: tests, benchmarks)."""
 
     PIPELINE_S = 0.1
     MAX_WINDOW = 8
+    MIN_HOLDER_RATE = 256 << 10  # bytes/s below which an answer in progress is given up (a slow-loris holder)
     MAX_HOLDERS = 32  # holders one fetch talks to: the allowed publishers first, then others at random
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
@@ -256,15 +259,22 @@ class WeightFetcher:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _answer(self, answer: asyncio.Future[int], sink: FrameSink) -> int:
-        """The length of an awaited answer frame; TimeoutError once the stream brought no byte for
-        `request_timeout` (a slow holder that keeps sending is waited for)."""
+    async def _answer(self, answer: asyncio.Future[int], sink: FrameSink, size: int) -> int:
+        """The length of an awaited answer frame of up to `size` bytes; TimeoutError once the stream brought no
+        byte for `request_timeout`, or the answer took longer than `request_timeout` + `size` / `MIN_HOLDER_RATE`
+        (a slow holder that keeps sending is waited for that long, not for ever)."""
+        deadline = time.monotonic() + self.request_timeout + size / self.MIN_HOLDER_RATE
         while True:
             try:
-                return await asyncio.wait_for(asyncio.shield(answer), self.request_timeout)
+                wait = min(self.request_timeout, max(0.01, deadline - time.monotonic()))
+                return await asyncio.wait_for(asyncio.shield(answer), wait)
             except asyncio.TimeoutError:
-                if time.monotonic() - sink.last_received >= self.request_timeout:
+                now = time.monotonic()
+                if now - sink.last_received >= self.request_timeout:
                     raise asyncio.TimeoutError(f"no byte in {self.request_timeout:.0f} s") from None
+                if now >= deadline:
+                    raise asyncio.TimeoutError(f"{size} bytes not in after {now - deadline + self.request_timeout:.0f}"
+                                               " s (below the minimum holder rate)") from None
 
     async def _worker(self, holder: PeerID, manifest: WeightManifest, view: memoryview, offsets: list[int],
                       work: ChunkSchedule, stats: FetchStats, on_chunk: Callable[[int, str], None]) -> None:
@@ -317,7 +327,7 @@ class WeightFetcher:
                         await asyncio.wait_for(changed.wait(), ChunkSchedule.HAVE_REFRESH_S)
                     continue
                 i, answer = outstanding[0]
-                n = await self._answer(answer, sink)
+                n = await self._answer(answer, sink, len(have_buf) if i == _HAVE else manifest.chunks[i].size)
                 outstanding.popleft()
                 if i == _HAVE:
                     if n not in (0, len(have_buf)):
