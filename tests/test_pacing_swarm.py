@@ -42,7 +42,8 @@ def test_paced_samplers_twice_as_fast_as_the_learner_waste_at_most_five_percent(
     rows = read_steps(steps_file)
     first = next(r for r in rows if r["step"] >= WARMUP)
     steady = waste_between(first, rows[-1])
-    assert steady["arrived"] >= 8 * (STEPS - WARMUP), steady  # the learner trained on what arrived
+    # the window saw real traffic: 8 groups drawn per step, give or take what the buffer held at its ends
+    assert steady["arrived"] >= 8 * (STEPS - WARMUP) - 64, steady
     assert steady["waste"] <= MAX_WASTE, (steady, rows[-1]["buffer_counters"])
     logs = [(tmp_path / f"sampler{i}.log").read_text(errors="replace") for i in range(1, SAMPLERS + 1)]
     waited = [float(m) for log in logs for m in re.findall(r"([\d.]+) s of [\d.]+ s waiting for credit", log)]
