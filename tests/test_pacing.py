@@ -42,7 +42,7 @@ def test_the_credit_cap_is_half_what_the_bound_lets_the_learner_train_in_time_un
     assert credit_target(8, 1, 0) == 8 and credit_target(8, 1, 16, high_water=2) == 8  # at least one step
 
 
-def test_the_target_grows_while_the_learner_waits_for_groups_and_halves_when_held_groups_age():
+def test_the_target_grows_while_the_learner_waits_for_groups_and_falls_to_one_step_when_held_groups_age():
     held, behind = [0], [0]
     policy = CreditPolicy(8, 32, lambda: held[0], lambda: behind[0], aging=4)
     assert policy.target == 8
@@ -62,16 +62,10 @@ def test_the_target_grows_while_the_learner_waits_for_groups_and_halves_when_hel
     assert policy.target == 32  # the cap
     behind[0] = 5  # a held group 5 versions behind (> 4): the newest-first draw is passing it over
     policy.ready()
-    policy.ready()  # the same episode: halved once
+    assert policy.target == 8 and policy.full()  # one step's draw: nothing new until the old ones are drawn
+    behind[0], held[0] = 2, 0
+    policy.ready()
     assert policy.target == 16
-    behind[0] = 2
-    policy.ready()
-    behind[0] = 6
-    policy.ready()  # a new episode
-    assert policy.target == 8
-    behind[0], held[0] = 7, 9
-    policy.ready()
-    assert policy.target == 8 and policy.full()  # never below one step's draw
 
 
 def test_credits_share_the_room_below_the_target_among_the_senders_heard_recently():
@@ -117,12 +111,13 @@ def test_with_credits_a_sampler_generates_what_is_invited_up_to_a_batch_or_a_one
 
 def test_a_sampler_fetches_first_when_its_batch_would_arrive_beyond_the_bound():
     pacer = Pacer(batch=16)
-    assert not pacer.stale_on_arrival(lag=8, max_staleness=8)  # at the bound, nothing moves during a batch
+    assert not pacer.stale_on_arrival(lag=8, max_staleness=16)  # half the bound, nothing moves during a batch
+    assert pacer.stale_on_arrival(lag=9, max_staleness=16)
     pacer.batch_took(6)
     pacer.batch_took(6)  # the learners moved on ~4.5 versions per batch
     assert pacer.batch_versions == 4.5
-    assert pacer.stale_on_arrival(lag=5, max_staleness=8)  # 5 + ~4 > 8: its groups would be refused
-    assert not pacer.stale_on_arrival(lag=4, max_staleness=8)
+    assert pacer.stale_on_arrival(lag=5, max_staleness=16)  # 5 + ~4 > 8: half the bound gone on arrival
+    assert not pacer.stale_on_arrival(lag=4, max_staleness=16)
     assert not pacer.stale_on_arrival(lag=0, max_staleness=2)  # nothing newer to fetch: generate
     assert not Pacer(batch=16, credits=False, batch_versions=9.0).stale_on_arrival(lag=5, max_staleness=8)
 

@@ -110,13 +110,16 @@ def main() -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], help="config override for every arm")
     parser.add_argument("--minutes", type=float, default=15.0, help="an arm stops after this long regardless")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--workdir", type=Path, default=None, help="keep each arm's nodes' files in <workdir>/<arm>")
     args = parser.parse_args()
     results = {"config": args.config, "samplers": args.samplers, "sets": args.sets, "arms": {},
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for arm in args.arms.split(","):
         before = load()
         with tempfile.TemporaryDirectory(prefix=f"pacing-{arm}-") as tmp:
-            rows, samplers = run_arm(Path(tmp), args.config, args.samplers, args.steps,
+            root = args.workdir / arm if args.workdir else Path(tmp)
+            root.mkdir(parents=True, exist_ok=True)
+            rows, samplers = run_arm(root, args.config, args.samplers, args.steps,
                                      [*args.sets, f"sync.pacing={arm}"], args.minutes)
         results["arms"][arm] = {**summarize(rows, args.warmup), "samplers": samplers,
                                 "load_before": before, "load_after": load()}

@@ -26,9 +26,10 @@ class Pacer:
     groups wait. `waits` counts the 0's, `probes` the one-group probes.
 
     `stale_on_arrival(lag, bound)` (with `credits`): whether a batch started `lag` versions behind would be
-    beyond the bound by the time it is sent, the learners moving on by as many versions as during the last
-    batches (`batch_took`, a moving average): then the sampler fetches newer weights first, rather than make
-    groups the learners will refuse."""
+    more than half the bound behind by the time it is sent, the learners moving on by as many versions as
+    during the last batches (`batch_took`, a moving average): then the sampler fetches newer weights first.
+    The other half is the learner's: a group arriving old is drawn after every newer one (newest first), and
+    its credit target falls to one step once a held group is half the bound behind (`swarm.gossip.credit`)."""
 
     batch: int
     credits: bool = True
@@ -61,4 +62,4 @@ class Pacer:
 
     def stale_on_arrival(self, lag: int, max_staleness: int) -> bool:
         """See the class docstring; never when `lag` is 0 (newer weights do not exist: generate)."""
-        return self.credits and lag > 0 and too_stale(lag + round(self.batch_versions), max_staleness)
+        return self.credits and lag > 0 and too_stale(lag + round(self.batch_versions), max_staleness // 2)

@@ -13,7 +13,7 @@ door is "full" (a push is held by its sender and resent shortly). The target ada
 `learner.buffer_high_water`). Before each step (`ready`) the learner looks at what it holds: too few groups for
 a step (its samplers are slow or far away: more must be in flight to keep it busy) raises the target by a
 step's draw, once per wait; a held group more than `aging` versions behind (a surplus the newest-first draw
-keeps passing over, on its way to aging out) halves it, once per such episode, so no new groups come in until
+keeps passing over, on its way to aging out) sets it back to one step's draw, so no new groups come in until
 the learner has drawn the old ones.
 
 Sender side (`RolloutSender`): each destination's last told credit minus the groups still waiting for its ack
@@ -60,8 +60,8 @@ class CreditPolicy:
         starving, aging = self.held() < self.floor, self.oldest_behind() > self.aging
         if starving and not self._starving:
             self.target = min(self.cap, self.target + self.floor)
-        elif aging and not self._aging:
-            self.target = max(self.floor, self.target // 2)
+        elif aging:
+            self.target = self.floor
         self._starving, self._aging = starving, aging
 
     def full(self) -> bool:
