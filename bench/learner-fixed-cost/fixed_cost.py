@@ -260,7 +260,7 @@ def export_tree(ref: str) -> Path:
 
 
 def run_tree(tree: Path, argv: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-P", __file__, *argv, "--inner"], env=env, cwd=tree,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
