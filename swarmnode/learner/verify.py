@@ -24,7 +24,7 @@ bf16 sampler (per-token |d log p| between the learner's fp32-output chunked log-
 0.02-0.03 nats but reaches 0.16-0.29 on a few tokens, measured on a GPU), while a sampler that shifts every
 token by 0.3 nats has a median of 0.3. Above `trust.verify_tolerance` (0.1) the group is refused (counted
 `logprob_mismatch`) and its sender struck. The false-positive rate, detection and delay are measured in
-bench/verify_tolerance/ (docs/trust.md). Each sampler's score is an exponential moving average of its mismatches
+bench/verify-tolerance/ (docs/trust.md). Each sampler's score is an exponential moving average of its mismatches
 (`scores`), shown in the learner's health record (`verified_peers` / `verified_mismatch`) and in /metrics.
 """
 

@@ -13,8 +13,8 @@ check: the larger of the median |d| and |mean signed d|, `group_mismatch`), of t
 delay follows from the check rate (`SpotChecker.rate`): printed for a liar that lies from its first group and for
 one that first earns trust with honest groups.
 
-    python bench/verify_tolerance/run.py --preset tiny-cpu --groups 64
-    python bench/verify_tolerance/run.py --preset smollm2-135m --groups 24
+    python bench/verify-tolerance/run.py --preset tiny-cpu --groups 64
+    python bench/verify-tolerance/run.py --preset smollm2-135m --groups 24
 """
 
 from __future__ import annotations
