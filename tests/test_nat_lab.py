@@ -1,4 +1,4 @@
-"""Volunteers behind NAT routers, for real: network namespaces on this machine (bench/nat_lab.py) with an
+"""Volunteers behind NAT routers, for real: network namespaces on this machine (bench/benchlib/nat_lab.py) with an
 "internet" holding the bootstrap and a public learner, one sampler behind a NAT router with a 5 Mbit/s uplink and
 one behind a double NAT; real `swarmnode` processes and p2pd. The run trains on both samplers' groups, both load
 new versions, `status` tells each node's reachability; then the learner moves behind a NAT and the run goes on
@@ -22,7 +22,7 @@ from swarmnode.local_swarm import DemoRun, node_args, prepare_swarm, start_boots
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
+from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 
 LAB_LACKS = missing_for_nat_lab()
 FAST = ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=4", "learner.prompts_per_step=4",

@@ -9,6 +9,7 @@ A study's script starts with
 Importing benchlib puts this checkout's package first on `sys.path` (not an installed swarmnode). Modules:
 - `neighbour_load`  a sampler's load without a swarm, pinned to a core (the busy neighbour of a timed core)
 - `netns_hosts`     separate "machines" on this one: network namespaces with a capped upload (needs root)
+- `nat_lab`         home routers in namespaces: MASQUERADE NATs, double NAT, capped uplinks (needs root, iptables)
 - `profile_node`    run a node under cProfile (a bench's `--profile`)
 """
 

@@ -1,6 +1,6 @@
 """What a circuit relay costs: a version-sized transfer and a stream of rollout-group-sized pushes from a public
 peer to a node dialled directly, against the same to a node behind a NAT reached through the bootstrap's relay;
-and the relay's bytes and CPU on the bootstrap. In a NAT lab (bench/nat_lab.py: namespaces, every host's uplink
+and the relay's bytes and CPU on the bootstrap. In a NAT lab (bench/benchlib/nat_lab.py: namespaces, every host's uplink
 capped with tc tbf); the bootstrap is a real `swarmnode bootstrap` (relay service on by default), the two
 receivers and the sender are p2pd hosts started the way a node starts (`swarmnode.swarm.p2p.start_p2p`, the NATed
 one with its relay reservation). Both arms run in one lab, one after the other, per uplink rate.
@@ -174,7 +174,7 @@ def _line(proc: subprocess.Popen, prefix: str, timeout: float = 120) -> str:
 
 def one_rate(mbit: float, args) -> dict:
     """Both arms at one uplink rate, in one lab."""
-    from nat_lab import NatLab
+    from benchlib.nat_lab import NatLab
 
     procs: list[subprocess.Popen] = []
     me = [sys.executable, str(Path(__file__).resolve())]
@@ -242,7 +242,7 @@ def main() -> None:
         asyncio.run(sender(args.ip, args.boot, json.loads(args.targets), args.sizes_mb, args.group_kb,
                            args.push_seconds, args.boot_ns, args.boot_p2pd))
         return
-    from nat_lab import missing_for_nat_lab
+    from benchlib.nat_lab import missing_for_nat_lab
 
     if (why := missing_for_nat_lab()) is not None:
         raise SystemExit(f"relay_cost: {why}")

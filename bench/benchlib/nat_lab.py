@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from netns_hosts import in_namespace, missing_for_namespaces
+from benchlib.netns_hosts import in_namespace, missing_for_namespaces
 
 INTERNET = "11.232.0"  # public-looking addresses (libp2p drops private relay addresses); they exist only inside the lab
 HOME = "10.233"  # router k's home network: HOME.k.0/24, the router at .1, its host at .2
