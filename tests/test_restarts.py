@@ -24,8 +24,10 @@ def free_port() -> int:
 
 def test_a_sigkilled_learner_resumes_above_its_versions_and_replays_what_it_acknowledged(tmp_path):
     data = tmp_path / "learner"
-    # the kill finds no checkpoint at all (and the journal is never compacted: its soft limit is 4x the buffer)
-    no_checkpoint = ["--set", "learner.checkpoint_every=100000", "--set", "learner.buffer_size=4096"]
+    # the kill finds no checkpoint at all: the journal never asks for one either (its soft limit is what a restart
+    # can train within half the staleness window: 8 x 1 x 1000 / 2 groups here)
+    no_checkpoint = ["--set", "learner.checkpoint_every=100000", "--set", "learner.buffer_size=4096",
+                     "--set", "sync.max_staleness=1000"]
     steps_file = data / "learner_steps.jsonl"
     with LocalSwarm(tmp_path) as swarm:
         first = start_learner_and_sampler(swarm, tmp_path, *no_checkpoint)

@@ -91,7 +91,7 @@ def test_a_liar_claiming_an_old_version_is_caught_and_its_buffered_groups_droppe
     liar = Identity.generate()
     lies = [shifted(g, liar) for g in old[:6]]
     caught: list[str] = []
-    loop.on_poisoned = lambda g, reason: caught.append(g.sampler_id)
+    loop.hooks.on_poisoned = lambda g, reason: caught.append(g.sampler_id)
     for g in lies:
         assert loop.buffer.add(g) == "ok"
     assert not loop._verified(lies[0])  # probation: the first group is checked against version 0's weights

@@ -18,7 +18,7 @@ def bf16_logprobs(model, prompt_tokens: list[int], completions: list[list[int]],
     model's logits; `whole_forward` runs the claims' forward in `bf16_model` (default: a bf16 copy of `model`)."""
     net = (bf16_model or copy.deepcopy(model).to(torch.bfloat16)) if whole_forward else model
     prompts = [prompt_tokens] * len(completions)
-    ids, attn, position_ids, mask, T, temps = _prepare(model, prompts, completions, temperature, pad_id)
+    ids, attn, position_ids, mask, T, temps, _ = _prepare(model, prompts, completions, temperature, pad_id)
     with torch.no_grad():
         ref = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits
         low = net(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits

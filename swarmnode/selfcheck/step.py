@@ -8,8 +8,9 @@ compared with the estimator's first-step figure; tokens/s is taken from a second
 
 from __future__ import annotations
 
+import contextlib
 import math
-import resource
+import threading
 import time
 
 import torch
@@ -29,8 +30,34 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+class _PeakRss:
+    """The process's peak resident memory while in the block, sampled every `interval` s on a thread (ru_maxrss
+    cannot be reset, and the imports' high-water mark may already exceed a small model's step)."""
+
+    def __init__(self, interval: float = 0.002):
+        import psutil
+
+        self.process, self.interval = psutil.Process(), interval
+        self.before = self.peak = self.process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def __enter__(self) -> "_PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.process.memory_info().rss)
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.before
 
 
 def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
@@ -42,32 +69,31 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-        before = 0
-    else:
-        before = _rss_bytes()
-    model = random_model(cfg, device)
-    if cfg.learner.lora.enabled:
-        from swarmnode.learner.lora import apply_lora
+    rss = _PeakRss() if device.type != "cuda" else None
+    with rss or contextlib.nullcontext():
+        model = random_model(cfg, device)
+        if cfg.learner.lora.enabled:
+            from swarmnode.learner.lora import apply_lora
 
-        model = apply_lora(model, cfg.learner.lora, seed=0)
-    precision = Precision.from_config(cfg, device)
-    precision.prepare(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(params, cfg.learner)
-    prompts, completions = random_rows(rows, cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length,
-                                       vocab_size(model))
-    group = torch.arange(rows) // max(1, cfg.sampler.num_generations)
-    seconds = []
-    for _ in range(2):
-        _synchronize(device)
-        start = time.perf_counter()
-        _one_step(model, precision, optimizer, params, prompts, completions, group.to(device), cfg)
-        _synchronize(device)
-        seconds.append(time.perf_counter() - start)
-    if device.type == "cuda":
+            model = apply_lora(model, cfg.learner.lora, seed=0)
+        precision = Precision.from_config(cfg, device)
+        precision.prepare(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = build_optimizer(params, cfg.learner)
+        prompts, completions = random_rows(rows, cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length,
+                                           vocab_size(model))
+        group = torch.arange(rows) // max(1, cfg.sampler.num_generations)
+        seconds = []
+        for _ in range(2):
+            _synchronize(device)
+            start = time.perf_counter()
+            _one_step(model, precision, optimizer, params, prompts, completions, group.to(device), cfg)
+            _synchronize(device)
+            seconds.append(time.perf_counter() - start)
+    if rss is None:
         peak, how = int(torch.cuda.max_memory_allocated(device)), "torch.cuda.max_memory_allocated"
     else:
-        peak, how = max(0, _rss_bytes() - before), "peak RSS growth"
+        peak, how = max(0, rss.growth), "peak RSS growth"
     del model, optimizer, params
     return {
         "rows": rows,
