@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from swarmnode.config import load_config
 from swarmnode.config.files import preset_names
+from swarmnode.errors import SwarmnodeError
 from swarmnode.hardware import GPU_RESERVED_BYTES, HardwareProbe, _fits, estimate_memory
 from swarmnode.models import KNOWN_ARCHITECTURES
 
@@ -22,7 +23,7 @@ def gpu_presets() -> list[str]:
         try:
             if load_config(name).model.name in KNOWN_ARCHITECTURES:
                 names.append(name)
-        except Exception:  # a broken user file in ./configs must not break `hardware`
+        except SwarmnodeError:  # a broken user file in ./configs must not break `hardware`
             continue
     return names
 

@@ -102,3 +102,13 @@ def test_packaged_model_alias_passes_preflight_with_hf_hub_offline(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     check_model(load_config("smollm2-135m"))  # raised "not in the Hugging Face cache" before
+
+
+@pytest.mark.parametrize("device,says", [("gpu0", "expected auto, cpu, cuda or cuda:N"), ("cuda", "no CUDA GPU")])
+def test_a_bad_self_check_device_is_a_usage_error(device, says):
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    done = subprocess.run([sys.executable, "-m", "swarmnode", "hardware", "--measure", "--device", device],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]

@@ -9,6 +9,7 @@ check's statistic reads: `learner.verify`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -33,7 +34,7 @@ def bf16_floor(model, device: torch.device, learner_autocast: bool, seed: int = 
                                num_return_sequences=GENERATIONS, pad_token_id=0)
         completions = out[:, PROMPT_TOKENS:].tolist()
         prompts = [row for row in prompt_ids.tolist() for _ in range(GENERATIONS)]
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16) if learner_autocast else _null()
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16) if learner_autocast else contextlib.nullcontext()
         with autocast:
             learner = completion_scores(model, prompts, completions, 1.0, 0)
         behaviour = full_logits_scores(sampler, prompts, completions, 1.0, 0)
@@ -52,12 +53,6 @@ def bf16_floor(model, device: torch.device, learner_autocast: bool, seed: int = 
         "group_median_max": float(per_group.max()),
         "learner": "bf16 autocast, fp32 log-probs" if learner_autocast else "fp32",
     }
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def floor_for(cfg: NodeConfig, device: torch.device) -> dict:

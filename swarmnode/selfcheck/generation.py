@@ -4,7 +4,6 @@ else on random weights of its shape with plain `generate` (no tokenizer needed).
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 from pathlib import Path
 
@@ -101,5 +100,3 @@ def _random_generate(cfg: NodeConfig, device: torch.device, prompts: int, new_to
     del model
     return {"tokens": produced, "seconds": seconds, "tokens_per_s": produced / seconds}
 
-
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -8,6 +8,7 @@ from typing import Callable
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.models import pick_device
 
 GiB = 1024**3
@@ -35,7 +36,7 @@ def run_selfcheck(cfg: NodeConfig, device: str = "auto", parts: tuple[str, ...] 
     from swarmnode.selfcheck.generation import generation_batches
     from swarmnode.selfcheck.step import learner_step
 
-    dev = pick_device(device)
+    dev = _device(device)
     report: dict = {"model": cfg.model.name, "dtype": cfg.model.dtype, "device": _device_name(dev),
                     "torch": torch.__version__, "python": platform.python_version()}
     run = {"step": lambda: learner_step(cfg, dev), "generation": lambda: generation_batches(cfg, dev),
@@ -43,6 +44,17 @@ def run_selfcheck(cfg: NodeConfig, device: str = "auto", parts: tuple[str, ...] 
     for name in parts:
         report[name] = _guarded(name, run[name], progress)
     return report
+
+
+def _device(spec: str) -> torch.device:
+    """The device `spec` names, or a usage error saying why not (never a traceback)."""
+    try:
+        dev = pick_device(spec)
+    except RuntimeError:
+        raise SwarmnodeError(f"--device {spec!r}: expected auto, cpu, cuda or cuda:N", exit_code=ExitCode.USAGE) from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SwarmnodeError(f"--device {spec}: this torch sees no CUDA GPU (use --device cpu)", exit_code=ExitCode.USAGE)
+    return dev
 
 
 def _device_name(dev: torch.device) -> str:
@@ -55,51 +67,54 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
+def _step_rows(step: dict) -> list[tuple[str, str]]:
+    return [
+        ("learner step", f"{step['training']}, {step['rows']} rows x {step['tokens'] // step['rows']} tokens, "
+                         f"{step['precision']}"),
+        ("  peak memory", f"{_gib(step['peak_bytes'])} ({step['peak_measured_by']}); estimate "
+                          f"{_gib(step['estimate_first_step_bytes'])} = {step['estimate_ratio']:.2f}x measured"),
+        ("  speed", f"{step['tokens_per_s']:,.0f} tokens/s ({step['step_s']:.3f} s a step; first "
+                    f"{step['first_step_s']:.3f} s)"),
+    ]
+
+
+def _generation_rows(engines: list[dict]) -> list[tuple[str, str]]:
+    return [(f"generation ({g['engine']})", f"skipped: {g['skipped']}" if "skipped" in g else
+             f"{g['tokens_per_s']:,.0f} tokens/s ({g['prompts']} prompts x {g['generations']} x "
+             f"{g['max_new_tokens']} tokens, {g['weights']} weights)") for g in engines]
+
+
+def _floor_rows(floor: dict) -> list[tuple[str, str]]:
+    return [("bf16 log-prob floor", f"|d log p| per token mean {floor['token_mean']:.4f}, p99 "
+             f"{floor['token_p99']:.3f}, max {floor['token_max']:.3f}; worst group median "
+             f"{floor['group_median_max']:.4f} nats ({floor['weights']} weights; learner {floor['learner']})")]
+
+
+def _fp16_rows(fp16: dict) -> list[tuple[str, str]]:
+    rows = []
+    for kind, label in (("scaled", "with the loss scaler"), ("unscaled", "without a scaler")):
+        c = fp16[kind]
+        rows.append((f"fp16 gradients, {label}", f"cosine {c['cosine']:.4f} to fp32, "
+                     f"{100 * c['zeroed_fraction']:.2f} % entries zeroed, {c['tensors_without_gradient']} of "
+                     f"{c['tensors']} tensors without gradient"))
+    return rows
+
+
+PARTS = (("step", "learner step", _step_rows), ("generation", "generation", _generation_rows),
+         ("floor", "bf16 log-prob floor", _floor_rows), ("fp16", "fp16 gradients", _fp16_rows))
+
+
 def table_rows(report: dict) -> list[tuple[str, str]]:
-    """(check, result) rows of the one table."""
+    """(check, result) rows of the one table; a part that failed is one `failed: ...` row."""
     rows: list[tuple[str, str]] = []
-    step = report.get("step")
-    if step:
-        if "error" in step:
-            rows.append(("learner step", f"failed: {step['error']}"))
+    for part, label, render in PARTS:
+        result = report.get(part)
+        if not result:
+            continue
+        if isinstance(result, dict) and "error" in result:
+            rows.append((label, f"failed: {result['error']}"))
         else:
-            rows.append(("learner step", f"{step['training']}, {step['rows']} rows x {step['tokens'] // step['rows']}"
-                         f" tokens, {step['precision']}"))
-            rows.append(("  peak memory", f"{_gib(step['peak_bytes'])} ({step['peak_measured_by']}); estimate "
-                         f"{_gib(step['estimate_first_step_bytes'])} = {step['estimate_ratio']:.2f}x measured"))
-            rows.append(("  speed", f"{step['tokens_per_s']:,.0f} tokens/s ({step['step_s']:.3f} s a step; first "
-                         f"{step['first_step_s']:.3f} s)"))
-    for gen in report.get("generation") or []:
-        if isinstance(gen, dict) and "engine" in gen:
-            what = f"generation ({gen['engine']})"
-            if "skipped" in gen:
-                rows.append((what, f"skipped: {gen['skipped']}"))
-            else:
-                rows.append((what, f"{gen['tokens_per_s']:,.0f} tokens/s ({gen['prompts']} prompts x "
-                             f"{gen['generations']} x {gen['max_new_tokens']} tokens, {gen['weights']} weights)"))
-    gen = report.get("generation")
-    if isinstance(gen, dict) and "error" in gen:
-        rows.append(("generation", f"failed: {gen['error']}"))
-    floor = report.get("floor")
-    if floor:
-        if "error" in floor:
-            rows.append(("bf16 log-prob floor", f"failed: {floor['error']}"))
-        else:
-            rows.append(("bf16 log-prob floor", f"|d log p| per token mean {floor['token_mean']:.4f}, p99 "
-                         f"{floor['token_p99']:.3f}, max {floor['token_max']:.3f}; worst group median "
-                         f"{floor['group_median_max']:.4f} nats ({floor['weights']} weights; learner "
-                         f"{floor['learner']})"))
-    fp16 = report.get("fp16")
-    if fp16:
-        if "error" in fp16:
-            rows.append(("fp16 gradients", f"failed: {fp16['error']}"))
-        else:
-            for kind in ("scaled", "unscaled"):
-                c = fp16[kind]
-                label = "with the loss scaler" if kind == "scaled" else "without a scaler"
-                rows.append((f"fp16 gradients, {label}", f"cosine {c['cosine']:.4f} to fp32, "
-                             f"{100 * c['zeroed_fraction']:.2f} % entries zeroed, {c['tensors_without_gradient']} of "
-                             f"{c['tensors']} tensors without gradient"))
+            rows += render(result)
     return rows
 
 
