@@ -25,17 +25,61 @@ class DemoError(SwarmnodeError, RuntimeError):
 
 @dataclass
 class Proc:
-    """A node subprocess with its log file."""
+    """A node subprocess with its log file (stdout, and stderr too unless `err` holds it apart)."""
 
     name: str
     popen: subprocess.Popen
     log: Path
+    err: Path | None = None
 
     def tail(self, lines: int = 15) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def signal_and_wait(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Send `sig` to the node (once: a second signal makes a node exit at once), then `wait_or_kill`."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        return self.wait_or_kill(timeout)
+
+    def wait_or_kill(self, timeout: float) -> int:
+        """Wait up to `timeout` s for the node to exit, then SIGKILL its process group; its exit code."""
+        try:
+            return self.popen.wait(timeout=max(0.1, timeout))
+        except subprocess.TimeoutExpired:
+            kill_group(self.popen)
+            return self.popen.wait(timeout=10)
+
+
+def kill_group(popen: subprocess.Popen) -> None:
+    """SIGKILL a node's process group (the node and its p2pd), if it is still there."""
+    try:
+        os.killpg(popen.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def spawn_node(workdir: Path, name: str, args: list[str], *, separate_stderr: bool = False,
+               env: dict[str, str] | None = None, prefix: list[str] | None = None,
+               python_args: list[str] | None = None) -> Proc:
+    """Start `swarmnode <args>` as node `name`, its output in `<workdir>/<name>.log` (stderr in `<name>.err` with
+    `separate_stderr`): the one launcher of the demo, the tests and the benches. The node runs in its own session
+    (Ctrl-C reaches the caller only, which stops its nodes) and is sent SIGTERM if the caller dies."""
+    log = Path(workdir) / f"{name}.log"
+    err = Path(workdir) / f"{name}.err" if separate_stderr else None
+    popen = subprocess.Popen(
+        # -P: a swarmnode/ in the cwd must not shadow us
+        [*(prefix or []), sys.executable, "-P", *(python_args or []), "-m", "swarmnode", *args],
+        stdout=log.open("wb"),
+        stderr=err.open("wb") if err else subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+        env={**_node_env(), **(env or {})},
+    )
+    return Proc(name, popen, log, err)
 
 
 LEARNER_STOP_GRACE_S = 300.0  # the learner's final checkpoint write, on a loaded 2-core machine
@@ -72,25 +116,14 @@ class DemoRun:
         return ["--host-maddrs", f"/ip4/{address}/tcp/0"] if address else []
 
     def start(self, name: str, args: list[str]) -> Proc:
-        log = self.workdir / f"{name}.log"
-        popen = subprocess.Popen(
-            # -P: a swarmnode/ in the cwd must not shadow us
-            [*self.prefix(name), sys.executable, "-P", *self.python_args(name), "-m", "swarmnode", *args],
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C reaches the demo only; it stops the nodes itself
-            preexec_fn=_die_with_parent,
-            env=_node_env(),
-        )
-        proc = Proc(name, popen, log)
+        proc = spawn_node(self.workdir, name, args, prefix=self.prefix(name), python_args=self.python_args(name))
         self.procs.append(proc)
         return proc
 
     def kill(self, name: str) -> None:
         """SIGKILL the node `name` and its process group (its p2pd's watchdog then stops the daemon)."""
         proc = next(p for p in self.procs if p.name == name)
-        os.killpg(proc.popen.pid, signal.SIGKILL)
+        kill_group(proc.popen)
         proc.popen.wait(timeout=30)
         self.procs.remove(proc)
         self.killed.append(proc)
@@ -111,11 +144,7 @@ class DemoRun:
         start = time.monotonic()
         for proc in self.procs:
             allowed = learner_grace if proc.name.startswith("learner") else grace
-            try:
-                proc.popen.wait(timeout=max(0.1, start + allowed - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=10)
+            proc.wait_or_kill(start + allowed - time.monotonic())
 
 
 def _node_env() -> dict[str, str]:

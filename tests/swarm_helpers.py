@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarmnode.identity import Identity
+from swarmnode.local_swarm import Proc, spawn_node
 
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"
 FAST_NET = [
@@ -64,13 +65,9 @@ def p2pd_children(pid: int) -> list[int]:
 
 
 @dataclass
-class NodeProc:
-    """A swarmnode subprocess with its output in files."""
+class NodeProc(Proc):
+    """A swarmnode subprocess started by the package's launcher (`spawn_node`), stderr apart from stdout."""
 
-    name: str
-    popen: subprocess.Popen
-    out: Path
-    err: Path
     p2pd: list[int] = field(default_factory=list)
 
     @property
@@ -78,10 +75,10 @@ class NodeProc:
         return self.popen.pid
 
     def stdout(self) -> str:
-        return self.out.read_text(errors="replace") if self.out.exists() else ""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def stderr(self) -> str:
-        return self.err.read_text(errors="replace") if self.err.exists() else ""
+        return self.err.read_text(errors="replace") if self.err and self.err.exists() else ""
 
     def wait_line(self, prefix: str, timeout: float = 60.0) -> str:
         """The rest of the first stdout line starting with `prefix`; AssertionError if it never comes."""
@@ -102,21 +99,15 @@ class NodeProc:
         return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
-        """Signal the node, wait; SIGKILL it (and its daemons, by pid) if it does not exit."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        """Signal the node, wait; SIGKILL it and its daemons if it does not exit (a SIGKILLed node's p2pd too)."""
+        code = self.signal_and_wait(sig, timeout)
         for pid in self.p2pd:
             if pid_alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        return self.popen.returncode
+        return code
 
 
 class LocalSwarm:
@@ -135,10 +126,8 @@ class LocalSwarm:
         return [a for s in self.sets for a in ("--set", s)]
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> NodeProc:
-        out, err = self.root / f"{name}.out", self.root / f"{name}.err"
-        popen = subprocess.Popen(swarmnode_cmd(*args), stdout=out.open("wb"), stderr=err.open("wb"),
-                                 stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
-        proc = NodeProc(name, popen, out, err)
+        started = spawn_node(self.root, name, args, separate_stderr=True, env=env)
+        proc = NodeProc(started.name, started.popen, started.log, started.err)
         self.procs.append(proc)
         return proc
 
