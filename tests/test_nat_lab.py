@@ -4,12 +4,14 @@ one behind a double NAT; real `swarmnode` processes and p2pd. The run trains on 
 new versions, `status` tells each node's reachability; then the learner moves behind a NAT and the run goes on
 training through the bootstrap's relay; a learner behind a NAT with relaying off is refused before `ready`. In
 SAPO mode, a node behind a NAT with no relay (client-only) pulls its peers' text and one behind a double NAT gets
-it pushed through the relay: both train on a public node's groups, and it on theirs.
+it pushed through the relay: both train on a public node's groups, and it on theirs. Two learners, one public and
+one relayed, average their parameters to identical weights through the relay.
 Needs root, iproute2 and iptables (skipped, saying which, elsewhere); opt-in (`--runslow`), run by .ci/run."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -192,5 +194,47 @@ def test_sapo_nodes_behind_nat_train_on_their_peers_text(tmp_path):
                 ["public", "client-only", "relayed"], doc["peers"]
         finally:
             run.stop(grace=20, learner_grace=20)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lab.tag not in listed
+
+
+def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
+    run = DemoRun(tmp_path)
+    script = str(Path(__file__).with_name("averaging_peer.py"))
+    procs: list[subprocess.Popen] = []
+    with NatLab() as lab:
+        hosts = {"bootstrap": lab.public("boot"), "public": lab.public("a"), "relayed": lab.behind_nat("b")}
+        run.host = lambda name: hosts[name].ip
+        run.prefix = lambda name: lab.prefix(hosts[name])
+        try:
+            peers = start_bootstrap(run, "tiny-cpu", ["run_id=nat-avg", "network.use_relay=true"], lambda _msg: None)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                                os.environ.get("PYTHONPATH", "")])}
+            outs = {}
+            for seed, name in enumerate(("public", "relayed")):
+                outs[name] = (tmp_path / f"{name}.out").open("w+")
+                procs.append(subprocess.Popen([*lab.prefix(hosts[name]), sys.executable, script, "--initial-peers",
+                                               peers, "--host", hosts[name].ip, "--seed", str(seed), "--version",
+                                               str(3 + 4 * seed)], stdout=outs[name], stderr=subprocess.STDOUT,
+                                              env=env))
+            for proc in procs:
+                proc.wait(timeout=400)
+            found = {}
+            for name, out in outs.items():
+                out.seek(0)
+                text = out.read()
+                lines = [line for line in text.splitlines() if line.startswith("{")]
+                assert lines, f"{name} printed no result:\n{text[-3000:]}"
+                found[name] = json.loads(lines[-1])
+            assert found["public"]["reachability"] == "public" and found["relayed"]["reachability"] == "relayed"
+            last = {name: doc["rounds"][-1] for name, doc in found.items()}
+            assert all(r["version"] == 8 and r["group_size"] == 2 for r in last.values()), found  # max(3, 7) + 1
+            assert found["public"]["params"] == found["relayed"]["params"], found  # identical weights at both
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+            run.stop(grace=10, learner_grace=10)
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert lab.tag not in listed
