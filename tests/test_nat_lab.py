@@ -4,8 +4,9 @@ one behind a double NAT; real `swarmnode` processes and p2pd. The run trains on 
 new versions, `status` tells each node's reachability; then the learner moves behind a NAT and the run goes on
 training through the bootstrap's relay; a learner behind a NAT with relaying off is refused before `ready`. In
 SAPO mode, a node behind a NAT with no relay (client-only) pulls its peers' text and one behind a double NAT gets
-it pushed through the relay: both train on a public node's groups, and it on theirs. Two learners, one public and
-one relayed, average their parameters to identical weights through the relay.
+it pushed through the relay: both train on a public node's groups, and it on theirs. Two learners average their
+parameters to identical weights when one of them is relayed, and when both are (behind two NAT routers, every
+byte between them crosses the bootstrap's relay).
 Needs root, iproute2 and iptables (skipped, saying which, elsewhere); opt-in (`--runslow`), run by .ci/run."""
 
 from __future__ import annotations
@@ -198,12 +199,14 @@ def test_sapo_nodes_behind_nat_train_on_their_peers_text(tmp_path):
     assert lab.tag not in listed
 
 
-def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
+@pytest.mark.parametrize("first", ["public", "relayed"])
+def test_a_relayed_learner_averages_with_another_learner(tmp_path, first):
     run = DemoRun(tmp_path)
     script = str(Path(__file__).with_name("averaging_peer.py"))
     procs: list[subprocess.Popen] = []
     with NatLab() as lab:
-        hosts = {"bootstrap": lab.public("boot"), "public": lab.public("a"), "relayed": lab.behind_nat("b")}
+        hosts = {"bootstrap": lab.public("boot"), "first": lab.public("a") if first == "public" else
+                 lab.behind_nat("a"), "second": lab.behind_nat("b")}
         run.host = lambda name: hosts[name].ip
         run.prefix = lambda name: lab.prefix(hosts[name])
         try:
@@ -211,7 +214,7 @@ def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                                 os.environ.get("PYTHONPATH", "")])}
             outs = {}
-            for seed, name in enumerate(("public", "relayed")):
+            for seed, name in enumerate(("first", "second")):
                 outs[name] = (tmp_path / f"{name}.out").open("w+")
                 procs.append(subprocess.Popen([*lab.prefix(hosts[name]), sys.executable, script, "--initial-peers",
                                                peers, "--host", hosts[name].ip, "--seed", str(seed), "--version",
@@ -226,10 +229,10 @@ def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
                 lines = [line for line in text.splitlines() if line.startswith("{")]
                 assert lines, f"{name} printed no result:\n{text[-3000:]}"
                 found[name] = json.loads(lines[-1])
-            assert found["public"]["reachability"] == "public" and found["relayed"]["reachability"] == "relayed"
+            assert [found[n]["reachability"] for n in ("first", "second")] == [first, "relayed"], found
             last = {name: doc["rounds"][-1] for name, doc in found.items()}
             assert all(r["version"] == 8 and r["group_size"] == 2 for r in last.values()), found  # max(3, 7) + 1
-            assert found["public"]["params"] == found["relayed"]["params"], found  # identical weights at both
+            assert found["first"]["params"] == found["second"]["params"], found  # identical weights at both
         finally:
             for proc in procs:
                 if proc.poll() is None:
