@@ -2,12 +2,16 @@
 "internet" holding the bootstrap and a public learner, one sampler behind a NAT router with a 5 Mbit/s uplink and
 one behind a double NAT; real `swarmnode` processes and p2pd. The run trains on both samplers' groups, both load
 new versions, `status` tells each node's reachability; then the learner moves behind a NAT and the run goes on
-training through the bootstrap's relay; a learner behind a NAT with relaying off is refused before `ready`.
+training through the bootstrap's relay; a learner behind a NAT with relaying off is refused before `ready`. In
+SAPO mode, a node behind a NAT with no relay (client-only) pulls its peers' text and one behind a double NAT gets
+it pushed through the relay: both train on a public node's groups, and it on theirs. A public and a relayed
+learner average their parameters to identical weights.
 Needs root, iproute2 and iptables (skipped, saying which, elsewhere); opt-in (`--runslow`), run by .ci/run."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -139,5 +143,100 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
             run.procs.remove(refused)
         finally:
             run.stop(grace=10, learner_grace=60)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lab.tag not in listed
+
+
+SAPO = ["mode=sapo", "sapo.local_groups=2", "sapo.external_groups=4", "sapo.max_groups_per_peer=2",
+        "sapo.external_wait=2", "sampler.max_groups_per_second=4"]
+
+
+def _external_senders(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {peer for row in rows for peer in row.get("step_external_peers", {})}
+
+
+def test_sapo_nodes_behind_nat_train_on_their_peers_text(tmp_path):
+    run = DemoRun(tmp_path)
+    with NatLab() as lab:
+        hosts = {"bootstrap": lab.public("boot"), "public": lab.public("a"), "client": lab.behind_nat("b"),
+                 "relayed": lab.behind_nat("c", routers=2)}
+        run.host = lambda name: hosts[name].ip
+        run.prefix = lambda name: lab.prefix(hosts[name])
+        try:
+            sets = prepare_swarm(tmp_path, "tiny-cpu", [*FAST, *SAPO], say=lambda _msg: None)
+            peers = start_bootstrap(run, "tiny-cpu", sets, lambda _msg: None)
+            args = node_args("tiny-cpu", sets, peers)
+            extra = {"client": ["--set", "network.use_relay=false"]}
+            nodes = {name: run.start(name, [*args, "--set", f"data_dir={tmp_path / name}", "--identity-path",
+                                            str(tmp_path / f"{name}.key"), *run.host_args(name),
+                                            *extra.get(name, [])])
+                     for name in ("public", "client", "relayed")}
+            lines = {name: wait_for_line(proc, "reachability:", 90) for name, proc in nodes.items()}
+            assert lines["public"].startswith("public at"), lines
+            assert lines["client"].startswith("not reachable and no relay"), lines
+            assert "relayed through" in lines["relayed"], lines
+            ids = {name: wait_for_line(proc, "ready peer_id=", 120).split()[0] for name, proc in nodes.items()}
+            wait_for_line(nodes["client"], "sapo: peers cannot dial this node", 120)
+
+            # the public node gets both NATed nodes' text (they push over their own connections); the client-only
+            # one pulls the public node's; the relayed one gets it pushed through the bootstrap's relay
+            wanted = {"public": {ids["client"], ids["relayed"]}, "client": {ids["public"]},
+                      "relayed": {ids["public"]}}
+            _wait("every SAPO node training on the text it can get",
+                  lambda: all(want <= _external_senders(tmp_path / name / "sapo_steps.jsonl")
+                              for name, want in wanted.items()), 300, run)
+            doc = _status(lab, hosts["bootstrap"], run, sets, peers)
+            reach = {p["peer_id"]: p["reachability"] for p in doc["peers"]}
+            assert [reach.get(ids[n]) for n in ("public", "client", "relayed")] == \
+                ["public", "client-only", "relayed"], doc["peers"]
+        finally:
+            run.stop(grace=20, learner_grace=20)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lab.tag not in listed
+
+
+def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
+    run = DemoRun(tmp_path)
+    script = str(Path(__file__).with_name("averaging_peer.py"))
+    procs: list[subprocess.Popen] = []
+    outs = {}
+    with NatLab() as lab:
+        hosts = {"bootstrap": lab.public("boot"), "public": lab.public("a"), "relayed": lab.behind_nat("b")}
+        run.host = lambda name: hosts[name].ip
+        run.prefix = lambda name: lab.prefix(hosts[name])
+        try:
+            peers = start_bootstrap(run, "tiny-cpu", ["run_id=nat-avg", "network.use_relay=true"], lambda _msg: None)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                                os.environ.get("PYTHONPATH", "")])}
+            for seed, name in enumerate(("public", "relayed")):
+                outs[name] = (tmp_path / f"{name}.out").open("w+")
+                procs.append(subprocess.Popen([*lab.prefix(hosts[name]), sys.executable, script, "--initial-peers",
+                                               peers, "--host", hosts[name].ip, "--seed", str(seed), "--version",
+                                               str(3 + 4 * seed)], stdout=outs[name], stderr=subprocess.STDOUT,
+                                              env=env))
+            for proc in procs:
+                proc.wait(timeout=400)
+            found = {}
+            for name, out in outs.items():
+                out.seek(0)
+                text = out.read()
+                lines = [line for line in text.splitlines() if line.startswith("{")]
+                assert lines, f"{name} printed no result:\n{text[-3000:]}"
+                found[name] = json.loads(lines[-1])
+            assert [found[n]["reachability"] for n in ("public", "relayed")] == ["public", "relayed"], found
+            last = {name: doc["rounds"][-1] for name, doc in found.items()}
+            assert all(r["version"] == 8 and r["group_size"] == 2 for r in last.values()), found  # max(3, 7) + 1
+            assert found["public"]["params"] == found["relayed"]["params"], found  # identical weights at both
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+            for out in outs.values():
+                out.close()
+            run.stop(grace=10, learner_grace=10)
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert lab.tag not in listed

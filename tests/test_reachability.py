@@ -1,6 +1,7 @@
 """The reachability decision at join and what follows from it: the dial-back verdict, which addresses a helper
 dials, the one line a node prints, the daemon flags for relaying, which peers are weight holders and send
-targets when some cannot be dialled; dial-backs between real p2pd hosts on 127.0.0.1; `status` against a
+targets when some cannot be dialled; the recheck after join (what one look shows, when the status changes); dial-backs
+between real p2pd hosts on 127.0.0.1, and a recheck through them; `status` against a
 bootstrap that refuses the connection; a node given a dead and a live bootstrap."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from swarmnode.swarm.membership import network_part
 from swarmnode.swarm.p2p import relay_flags
 from swarmnode.swarm.reachability import (DIALBACK, DialbackAnswer, DialbackService, Reachability, ask_dialback,
                                           decide, dial_candidates)
+from swarmnode.swarm.recheck import ReachabilityWatch, Transition, observed
 from swarm_helpers import LocalSwarm, swarmnode_cmd
 
 KW = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False)
@@ -106,6 +108,21 @@ def test_metrics_show_the_nodes_reachability_as_a_label():
     assert sample.labels == {"reachability": RELAYED} and sample.value == 1.0
 
 
+def test_a_look_shows_public_relayed_or_client_only_and_the_status_changes_when_two_looks_agree():
+    relay = "/ip4/11.0.0.1/tcp/4001/p2p/QmRelay"
+    assert observed(CLIENT_ONLY, True, None) == PUBLIC and observed(RELAYED, True, relay) == PUBLIC
+    assert observed(PUBLIC, False, None) == CLIENT_ONLY and observed(PUBLIC, False, relay) == RELAYED
+    assert observed(RELAYED, None, None) == CLIENT_ONLY  # the reservation lost, nobody asked
+    assert observed(CLIENT_ONLY, None, relay) == RELAYED  # p2pd holds a reservation again
+    assert observed(PUBLIC, None, None) == PUBLIC and observed(UNKNOWN, None, None) == UNKNOWN  # not asked: no news
+    t = Transition(PUBLIC)
+    assert t.observe(CLIENT_ONLY) is None and t.status == PUBLIC and t.pending == CLIENT_ONLY
+    assert t.observe(PUBLIC) is None and t.pending is None  # one lost dial-back flips nothing
+    assert t.observe(CLIENT_ONLY) is None and t.observe(RELAYED) is None  # two different news: still pending
+    assert t.observe(RELAYED) == RELAYED and t.status == RELAYED and t.pending is None
+    assert t.observe(RELAYED) is None
+
+
 async def _hosts(n: int) -> list[P2P]:
     first = await P2P.create(**KW)
     rest = [await P2P.create(initial_peers=await first.get_visible_maddrs(), **KW) for _ in range(n - 1)]
@@ -139,6 +156,35 @@ def test_a_bootstrap_dials_a_loopback_node_back_and_not_an_address_where_nobody_
             await boot.shutdown()
 
     asyncio.run(main())
+
+
+def test_a_node_judged_unreachable_at_join_is_public_after_two_rechecks_that_dial_it_back(caplog):
+    """As when a volunteer forwards the port after joining: two dial-backs that reach it make it public, in one
+    log line; then with the helper gone nobody answers and the status stays."""
+    async def main():
+        boot, node = await _hosts(2)
+        service = await DialbackService(boot, relay=False).start()
+        try:
+            addr = str((await boot.get_visible_maddrs())[0])
+            cfg = load_config(None, [f"network.initial_peers=[{addr}]", "network.reachability_recheck=0.001"])
+            reach = Reachability(CLIENT_ONLY, "0 of 1 bootstraps dialled back", port=1)
+            watch = ReachabilityWatch(node, cfg, reach)
+            assert await watch.look() is None and reach.status == CLIENT_ONLY  # one look: pending
+            assert await watch.look() == PUBLIC and reach.status == PUBLIC and watch.changes == 1
+            assert reach.how == "rechecked: 1 of 1 bootstraps dialled back"
+            await service.close()
+            await boot.remove_protobuf_handler(DIALBACK)
+            assert await watch.look() is None and reach.status == PUBLIC  # no helper answers: no news
+        finally:
+            await service.close()
+            await node.shutdown()
+            await boot.shutdown()
+
+    with caplog.at_level("WARNING", logger="swarmnode.swarm.recheck"):
+        asyncio.run(main())
+    changed = [r.getMessage() for r in caplog.records if "reachability changed" in r.getMessage()]
+    assert changed == ["reachability changed from client-only: reachability: public (rechecked: 1 of 1 bootstraps "
+                       "dialled back)"], changed
 
 
 def test_status_against_a_bootstrap_that_refuses_the_connection_fails_at_once(tmp_path):

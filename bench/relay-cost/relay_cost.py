@@ -1,15 +1,18 @@
-"""What a circuit relay costs: a version-sized transfer and a stream of rollout-group-sized pushes from a public
-peer to a node dialled directly, against the same to a node behind a NAT reached through the bootstrap's relay;
-and the relay's bytes and CPU on the bootstrap. In a NAT lab (bench/benchlib/nat_lab.py: namespaces, every host's uplink
-capped with tc tbf); the bootstrap is a real `swarmnode bootstrap` (relay service on by default), the two
-receivers and the sender are p2pd hosts started the way a node starts (`swarmnode.swarm.p2p.start_p2p`, the NATed
-one with its relay reservation). Both arms run in one lab, one after the other, per uplink rate.
+"""What a circuit relay costs: weight fetches of versions of three sizes and a stream of rollout-group-sized
+pushes from a public peer to a node dialled directly, against the same to a node behind a NAT reached through the
+bootstrap's relay; and the relay's bytes and CPU on the bootstrap. In a NAT lab (bench/benchlib/nat_lab.py:
+namespaces, every host's uplink capped with tc tbf); the bootstrap is a real `swarmnode bootstrap` (relay service
+on by default), the two holders and the fetcher are p2pd hosts started the way a node starts
+(`swarmnode.swarm.p2p.start_p2p`, the NATed one with its relay reservation). Both arms run in one lab, one after
+the other, per uplink rate; every rate in one run, and the ratios printed together at the end.
 
     python bench/relay-cost/relay_cost.py [--mbit 20 100] [--sizes-mb 1.4 20 270] [--group-kb 32]
                                           [--push-seconds 8] [--json FILE]
 
-Needs root, iproute2 and iptables. The transfer is a raw p2pd stream of the version's size (what a weight
-fetch moves; not the chunked WeightFetcher with its manifest and hashing).
+Needs root, iproute2 and iptables. A version is synthetic: random tensors of the size (fp32 under 5 MB, else
+bf16), published in a real WeightStore, served by the real WeightServer and fetched by the real WeightFetcher
+(manifest, have-map, chunks verified and written). A push is a raw frame of the group's size, acked, 8 in flight
+(the RolloutSender's window; no decoding or validation on the receiving end).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,8 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path[:0] = [str(ROOT), str(HERE.parent)]
 
-BLOB, PUSH = "bench/blob", "bench/push"
-PIECE = 1 << 20
+PUSH, RUN = "bench/push", "relay-cost"
 
 
 def _sets(ip: str, boot: str | None) -> list[str]:
@@ -50,18 +53,34 @@ async def _host(ip: str, boot: str, relayed: bool):
     return p2p
 
 
-async def receiver(ip: str, boot: str, relayed: bool) -> None:
-    """A node serving `BLOB` (n bytes on request) and acking `PUSH` frames; prints its address and waits."""
-    p2p = await _host(ip, boot, relayed)
+def synthetic_state(nbytes: int, dtype) -> dict:
+    """Random tensors of `nbytes` in all (a few tensors of `dtype`): a version of that size that shares no chunk
+    with any other."""
+    import torch
 
-    async def blob(_info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        left = int.from_bytes(await reader.readexactly(8), "big")
-        piece = os.urandom(PIECE)
-        while left > 0:
-            writer.write(piece[:min(PIECE, left)])
-            left -= PIECE
-            await writer.drain()
-        writer.close()
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    n = max(1, nbytes // itemsize)
+    parts = [n // 4, n // 4, n // 4, n - 3 * (n // 4)]
+    return {f"layer.{i}.weight": torch.frombuffer(bytearray(os.urandom(k * itemsize)), dtype=torch.uint8)
+            .view(dtype) for i, k in enumerate(parts) if k}
+
+
+async def receiver(ip: str, boot: str, relayed: bool, sizes_mb: list[float], store_dir: str) -> None:
+    """A node holding one synthetic version per size (version k+1 for the k-th size: fp32 for the tiny model,
+    bf16 for the others) in a real WeightStore served by the real WeightServer, and acking `PUSH` frames; prints
+    its address and waits."""
+    import torch
+
+    from swarmnode.identity import Identity
+    from swarmnode.swarm.weights import WeightServer, WeightStore
+
+    p2p = await _host(ip, boot, relayed)
+    identity = Identity.generate()
+    store = WeightStore(store_dir, RUN, keep_versions=len(sizes_mb) + 1)
+    for k, mb in enumerate(sizes_mb):
+        dtype = torch.float32 if mb < 5 else torch.bfloat16
+        store.publish(k + 1, synthetic_state(int(mb * 1e6), dtype), identity, model_id=f"synthetic-{mb:g}MB")
+    await WeightServer(store).start(p2p)
 
     async def push(_info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         size = int.from_bytes(await reader.readexactly(4), "big")
@@ -73,26 +92,22 @@ async def receiver(ip: str, boot: str, relayed: bool) -> None:
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
-    await p2p.add_binary_stream_handler(BLOB, blob)
     await p2p.add_binary_stream_handler(PUSH, push)
     addrs = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
     circuit = [a for a in addrs if "p2p-circuit" in a]
-    print(json.dumps({"addr": (circuit if relayed else [a for a in addrs if f"/{ip}/" in a])[0]}), flush=True)
+    print(json.dumps({"addr": (circuit if relayed else [a for a in addrs if f"/{ip}/" in a])[0],
+                      "publisher": identity.peer_id}), flush=True)
     await asyncio.Event().wait()
 
 
-async def _fetch(p2p, peer, nbytes: int) -> float:
+async def _fetch(p2p, peer, publisher: str, version: int, store_dir: Path) -> float:
+    """Seconds the real WeightFetcher takes to fetch `version` from `peer` into an empty store (manifest,
+    have-map, every chunk verified and written)."""
+    from swarmnode.swarm.weights import WeightFetcher, WeightStore
+
+    fetcher = WeightFetcher(p2p, WeightStore(store_dir, RUN), [publisher], layout=None, timeout=60.0)
     start = time.perf_counter()
-    _, reader, writer = await p2p.call_binary_stream_handler(peer, BLOB)
-    writer.write(nbytes.to_bytes(8, "big"))
-    await writer.drain()
-    got = 0
-    while got < nbytes:
-        chunk = await reader.read(PIECE)
-        if not chunk:
-            raise RuntimeError(f"{peer}: stream ended after {got} of {nbytes} bytes")
-        got += len(chunk)
-    writer.close()
+    await fetcher.fetch([peer], version)
     return time.perf_counter() - start
 
 
@@ -124,8 +139,8 @@ def _relay_counters(boot_ns: str, boot_p2pd: int) -> tuple[int, float]:
     return int(out[0]) + int(out[1]), cpu
 
 
-async def sender(ip: str, boot: str, targets: dict[str, str], sizes_mb: list[float], group_kb: int,
-                 push_seconds: float, boot_ns: str, boot_p2pd: int) -> None:
+async def sender(ip: str, boot: str, targets: dict[str, dict], sizes_mb: list[float], group_kb: int,
+                 push_seconds: float, boot_ns: str, boot_p2pd: int, store_dir: str) -> None:
     """From a public host: each size fetched from each receiver, then pushes; JSON on stdout."""
     from hivemind.p2p import PeerID
     from hivemind.utils.multiaddr import Multiaddr
@@ -134,15 +149,17 @@ async def sender(ip: str, boot: str, targets: dict[str, str], sizes_mb: list[flo
 
     p2p = await _host(ip, boot, relayed=False)
     results: dict[str, dict] = {}
-    for arm, addr in targets.items():
+    for arm, target in targets.items():
+        addr = target["addr"]
         peer = PeerID.from_base58(addr.rsplit("/p2p/", 1)[1])
         if "p2p-circuit" not in addr:  # a relayed peer is found through the bootstrap (p2pd's routing)
             await connect(p2p, peer, [Multiaddr(addr.rsplit("/p2p/", 1)[0])])
         row: dict = {"fetch_s": {}}
         bytes0, cpu0 = _relay_counters(boot_ns, boot_p2pd)
-        for mb in sizes_mb:
+        for k, mb in enumerate(sizes_mb):
             try:
-                row["fetch_s"][str(mb)] = round(await _fetch(p2p, peer, int(mb * 1e6)), 3)
+                row["fetch_s"][str(mb)] = round(await _fetch(p2p, peer, target["publisher"], k + 1,
+                                                             Path(store_dir) / arm / str(k + 1)), 3)
             except Exception as exc:  # e.g. a relay that cuts connections at its data limit
                 row["fetch_s"][str(mb)] = None
                 row.setdefault("errors", []).append(f"{mb:g} MB: {exc}")
@@ -179,11 +196,11 @@ def one_rate(mbit: float, args) -> dict:
     procs: list[subprocess.Popen] = []
     me = [sys.executable, str(Path(__file__).resolve())]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"relay-cost-{os.getpid()}"  # weight stores: GBs at 270 MB
     with NatLab() as lab:
         boot_host = lab.public("boot")  # its link is not capped: the relay forwards both directions
         direct, natted, src = lab.public("direct", mbit), lab.behind_nat("natted", mbit=mbit), lab.public("src", mbit)
         try:
-            tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"relay-cost-{os.getpid()}"
             tmp.mkdir(exist_ok=True)
             boot = subprocess.Popen([*lab.prefix(boot_host), sys.executable, "-m", "swarmnode", "bootstrap",
                                      "--host-maddrs", f"/ip4/{boot_host.ip}/tcp/31337", "--identity-path",
@@ -196,15 +213,16 @@ def one_rate(mbit: float, args) -> dict:
                              if "p2pd" in Path(f"/proc/{c}/cmdline").read_text(errors="replace"))
             addrs = {}
             for arm, host in (("direct", direct), ("relayed", natted)):
-                proc = subprocess.Popen([*lab.prefix(host), *me, "receiver", host.ip, peers]
+                proc = subprocess.Popen([*lab.prefix(host), *me, "receiver", host.ip, peers, "--sizes-mb",
+                                         *map(str, args.sizes_mb), "--store", str(tmp / f"held-{arm}")]
                                         + (["--relayed"] if arm == "relayed" else []),
                                         stdout=subprocess.PIPE, text=True, env=env)
                 procs.append(proc)
-                addrs[arm] = json.loads(_line(proc, "{"))["addr"]
+                addrs[arm] = json.loads(_line(proc, "{", timeout=300))
             done = subprocess.run([*lab.prefix(src), *me, "sender", src.ip, peers, json.dumps(addrs),
                                    "--sizes-mb", *map(str, args.sizes_mb), "--group-kb", str(args.group_kb),
                                    "--push-seconds", str(args.push_seconds), "--boot-ns", boot_host.ns,
-                                   "--boot-p2pd", str(boot_p2pd)],
+                                   "--boot-p2pd", str(boot_p2pd), "--store", str(tmp / "fetched")],
                                   capture_output=True, text=True, env=env, timeout=3600)
             if done.returncode != 0:
                 raise RuntimeError(f"sender failed:\n{done.stderr[-3000:]}")
@@ -217,6 +235,30 @@ def one_rate(mbit: float, args) -> dict:
                     proc.wait(20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ratio(direct: float | None, relayed: float | None) -> str:
+    return f"{relayed / direct:.2f}x" if direct and relayed else "failed"
+
+
+def summary_table(rates: dict[str, dict], sizes_mb: list[float], group_kb: int) -> str:
+    """Every rate's direct and relayed figures and their ratio, as one markdown table."""
+    rows = ["| uplinks | what | direct | relayed | relayed / direct |", "|---|---|---|---|---|"]
+    for mbit, res in rates.items():
+        d, r = res["direct"], res["relayed"]
+        for mb in sizes_mb:
+            a, b = d["fetch_s"][str(mb)], r["fetch_s"][str(mb)]
+            rows.append(f"| {float(mbit):g} Mbit/s | fetch of a {mb:g} MB version | {a} s | {b} s | {_ratio(a, b)} |")
+        a, b = d["groups_per_s"], r["groups_per_s"]
+        rows.append(f"| {float(mbit):g} Mbit/s | {group_kb} KB groups pushed | {a}/s | {b}/s | {_ratio(a, b)} |")
+    rows += ["", "| uplinks | bootstrap: MB over its link, direct / relayed arm | p2pd CPU s, direct / relayed arm |",
+             "|---|---|---|"]
+    for mbit, res in rates.items():
+        d, r = res["direct"], res["relayed"]
+        rows.append(f"| {float(mbit):g} Mbit/s | {d['bootstrap_mb']} / {r['bootstrap_mb']} | "
+                    f"{d['bootstrap_cpu_s']} / {r['bootstrap_cpu_s']} |")
+    return "\n".join(rows)
 
 
 def main() -> None:
@@ -233,14 +275,15 @@ def main() -> None:
     ap.add_argument("--push-seconds", type=float, default=8.0)
     ap.add_argument("--boot-ns")
     ap.add_argument("--boot-p2pd", type=int)
+    ap.add_argument("--store", help="(receiver, sender) the weight store's directory")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     if args.part == "receiver":
-        asyncio.run(receiver(args.ip, args.boot, args.relayed))
+        asyncio.run(receiver(args.ip, args.boot, args.relayed, args.sizes_mb, args.store))
         return
     if args.part == "sender":
         asyncio.run(sender(args.ip, args.boot, json.loads(args.targets), args.sizes_mb, args.group_kb,
-                           args.push_seconds, args.boot_ns, args.boot_p2pd))
+                           args.push_seconds, args.boot_ns, args.boot_p2pd, args.store))
         return
     from benchlib.nat_lab import missing_for_nat_lab
 
@@ -265,6 +308,7 @@ def main() -> None:
               f"{r['bootstrap_mb']:.1f} MB / {r['bootstrap_cpu_s']:.2f} CPU s")
     out["load_after"] = os.getloadavg()[0]
     print(f"load average before {out['load_before']:.1f}, after {out['load_after']:.1f}")
+    print(summary_table(out["rates"], args.sizes_mb, args.group_kb))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

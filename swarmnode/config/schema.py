@@ -49,6 +49,8 @@ class NetworkConfig(_Section):
         "auto", description="auto: at join, ask the bootstraps to dial this node back; public / private: skip the "
         "check (private: join as a DHT client and take a relay reservation)")
     reachability_timeout: float = Field(8.0, gt=0, le=120, description="seconds the join's dial-back check may take")
+    reachability_recheck: float = Field(300.0, ge=0, le=86400, description="seconds between dial-back rechecks "
+                                        "after join (0: none); a relay reservation is looked at every heartbeat")
     relay_wait: float = Field(10.0, gt=0, le=300, description="seconds an unreachable node waits for a relay "
                               "reservation before it joins client-only")
     relay_service: bool | None = Field(None, description="relay for nodes that cannot be dialled (circuit relay "

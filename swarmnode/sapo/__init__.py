@@ -3,5 +3,6 @@
 - `pool`     ExternalPool: peers' text groups waiting to be used, bounded per peer, deduplicated, counted
 - `rescore`  Rescorer: a peer's text -> a training group in this node's own tokens, rewards and behaviour log-probs
 - `policy`   SapoPolicy: one node's policy, network-free: generate I groups, train on I local + J external
+- `pull`     TextPuller: a node nobody can dial (NAT, no relay) fetches its peers' text over its own connections
 - `role`     SapoRole: the node's run loop in this mode (shares text over hivemind P2P streams)
 """

@@ -4,10 +4,12 @@ Every node samples and trains its own policy; nobody fetches weights. Each round
 sends them as signed text to every live peer of the run over hivemind P2P streams (the rollout gossip's
 machinery on its own stream name, `swarmnode/<run>/text-rollouts/1`: acks, retries, per-peer rate limits,
 strikes and bans, dedup), waits up to `sapo.external_wait` seconds for J external groups, and takes one step
-on I local + up to J external groups. It advertises itself as a learner (it trains) with `mode: sapo` in its
-health record (`SapoHealth`), plus its own reward, the groups it trained on by origin (external ones per peer)
-and the reward lies it caught; `/metrics` and `status --json` show the same fields. Its checkpoints, steps file
-and dedup journal live in its own directory (`identity.node_data_dir`: `<run>/<peer id>` unless `data_dir`).
+on I local + up to J external groups. A node that nobody can dial (client-only) gets no pushes: it pulls its
+peers' text over its own connections instead (`sapo.pull`), for as long as its reachability says so. It
+advertises itself as a learner (it trains) with `mode: sapo` in its health record (`SapoHealth`), plus its own
+reward, the groups it trained on by origin (external ones per peer) and the reward lies it caught; `/metrics`
+and `status --json` show the same fields. Its checkpoints, steps file and dedup journal live in its own
+directory (`identity.node_data_dir`: `<run>/<peer id>` unless `data_dir`).
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from typing import Any, Callable
 import torch
 from hivemind.p2p import PeerID
 
-from swarmnode.protocol.reachability import dialable
+from swarmnode.protocol.reachability import CLIENT_ONLY, dialable
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.health import MAX_INVALID_PEERS, record_health
 from swarmnode.health_record import SapoHealth
 from swarmnode.identity import Identity, node_data_dir
 from swarmnode.sapo.policy import SapoPolicy
+from swarmnode.sapo.pull import TextPuller
 from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender
 from swarmnode.swarm.membership import Membership
 from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
@@ -58,6 +61,7 @@ class SapoRole:
         torch.manual_seed(seed)
         self.policy = SapoPolicy(cfg, identity, seed=seed, checkpoint_dir=self.data_dir / "checkpoints")
         self.compute = ComputeThread("sapo-compute")  # generation, steps and saving, all on one thread
+        self.peers: list[PeerID] = []  # the run's other nodes that can be dialled
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg, policy = self.cfg, self.policy
@@ -66,12 +70,15 @@ class SapoRole:
 
         def admit(group: TextRolloutGroup) -> str:
             status = policy.receive(group)
+            self.puller.saw(group.sampler_id, group.created_at)
             arrived.set()
             return status
 
         self.receiver = RolloutReceiver(cfg.run_id, admit, limits, stream=STREAM,
                                         decode=lambda body: TextRolloutGroup.decode(body, limits),
                                         journal=self.data_dir / "seen_text_groups")
+        self.puller = TextPuller(self.p2p, self.receiver, limit=cfg.sapo.pool_per_peer,
+                                 max_age=cfg.sapo.max_external_age)
         await self.receiver.start(self.p2p)
         self.sender = RolloutSender(self.p2p, cfg.run_id, stream=STREAM, window=cfg.network.push_window)
         await self.sender.start()
@@ -80,6 +87,10 @@ class SapoRole:
                   f"groups per step, external weighting {cfg.sapo.external_weighting}, model {policy.model_id}")
         self._publish(step=policy.learner.step_count)
         refresher = asyncio.create_task(self._refresher(stop))
+        pulling = asyncio.create_task(self.puller.run(self._pull_from, stop))
+        if self.member.reachability == CLIENT_ONLY:
+            self.emit(f"sapo: peers cannot dial this node; it pulls their text every {self.puller.every:.0f} s "
+                      "over its own connections")
         steps_file = (self.data_dir / STEPS_FILE).open("a")
         try:
             while not stop.is_set():
@@ -98,6 +109,7 @@ class SapoRole:
                     await _sleep_or_stop(stop, floor - (time.monotonic() - began))
         finally:
             refresher.cancel()
+            pulling.cancel()
             steps_file.close()
             await self.compute.run(policy.learner.save)
             self.compute.close()
@@ -116,8 +128,14 @@ class SapoRole:
     async def _refresh_peers(self) -> None:
         """Every live peer of the run but this node gets our text."""
         peers = await self.member.dht.live_peers("learner")  # sapo nodes advertise as learners
-        self.sender.set_destinations(
-            [PeerID.from_base58(p.peer_id) for p in peers if p.peer_id != self.identity.peer_id and dialable(p)])
+        self.peers = [PeerID.from_base58(p.peer_id) for p in peers
+                      if p.peer_id != self.identity.peer_id and dialable(p)]
+        self.sender.set_destinations(self.peers)
+
+    def _pull_from(self) -> list[PeerID]:
+        """The peers to pull text from now: all dialable ones while nobody can dial this node, else none (they
+        push)."""
+        return self.peers if self.member.reachability == CLIENT_ONLY else []
 
     async def _refresher(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -6,6 +6,7 @@
 - `dht_storage` a DHT node's local storage, bounded per key
 - `validator` which DHT records are accepted
 - `reachability` can others dial this node: the bootstraps' dial-back, relay reservation, client mode
+- `recheck`   reachability after join: the relay reservation each heartbeat, the dial-back now and then
 - `relay`     a bootstrap's circuit relay (v2) service and its limits, checked at start
 - `membership` being a member of a run: join the DHT, a PeerRecord on a heartbeat, leave cleanly
 - `frames`    length-prefixed frames on binary streams

@@ -22,6 +22,7 @@ from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import PUBLIC, with_reachability
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.p2p import IdentityLock, SwarmStartError, p2pd_alive, while_p2pd_alive
+from swarmnode.swarm.recheck import ReachabilityWatch
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Membership:
         self.ready_s: float | None = None  # seconds from start() to the first published record
         self._lock = IdentityLock(identity.peer_id)
         self._heartbeat: asyncio.Task | None = None
+        self._watch: asyncio.Task | None = None  # rechecks reachability after join (`recheck`)
         self._addrs: list[str] = []
 
     async def start(self) -> "Membership":
@@ -69,6 +71,9 @@ class Membership:
                 await self._refuse_duplicate_identity()
                 await self.publish()
                 self._heartbeat = asyncio.create_task(self._beat())
+                reach = self.dht.reachability
+                if reach is not None and self.cfg.network.reachability == "auto":
+                    self._watch = asyncio.create_task(ReachabilityWatch(self.dht.p2p, self.cfg, reach).run())
         except BaseException:
             await self._close()
             raise
@@ -85,7 +90,8 @@ class Membership:
 
     @property
     def reachability(self) -> str | None:
-        """This node's reachability as decided at join (a bootstrap is public; None: not checked)."""
+        """This node's reachability as decided at join and rechecked since (a bootstrap is public; None: not
+        checked)."""
         if self.dht is not None and self.dht.reachability is not None:
             return self.dht.reachability.status
         return PUBLIC if self.role == "bootstrap" else None
@@ -151,8 +157,9 @@ class Membership:
 
     async def stop(self) -> None:
         """Mark our record as leaving (peers drop us at once), leave the DHT, stop p2pd."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
+        for task in (self._heartbeat, self._watch):
+            if task is not None:
+                task.cancel()
         if self.dht is not None and not self.client_mode and p2pd_alive(self.dht.p2p):
             try:
                 await while_p2pd_alive(self.dht.p2p, self.publish("leaving"), timeout=5)

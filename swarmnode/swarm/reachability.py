@@ -224,24 +224,39 @@ async def helpers_reached(p2p: P2P, cfg: NodeConfig) -> list[tuple[PeerID, str]]
     return [(p.peer_id, p.text) for p in peers if str(p.peer_id) in connected]
 
 
+async def ask_helpers(p2p: P2P, cfg: NodeConfig, helpers: list[tuple[PeerID, str]] | None = None
+                      ) -> list[tuple[str, DialbackAnswer]]:
+    """Ask every initial peer this daemon is connected to (or `helpers`) to dial it back, all at once, bounded by
+    `network.reachability_timeout`: (its `--initial-peers` text, its answer) for each that answered."""
+    own = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
+    helpers = await helpers_reached(p2p, cfg) if helpers is None else helpers
+    found = await asyncio.gather(*(ask_dialback(p2p, peer, own, cfg.network.reachability_timeout)
+                                   for peer, _ in helpers))
+    return [(text, a) for (_, text), a in zip(helpers, found) if a is not None]
+
+
+def how_many(answers: list[DialbackAnswer]) -> str:
+    """E.g. "1 of 2 bootstraps dialled back"."""
+    return f"{sum(a.reachable for a in answers)} of {len(answers)} bootstraps dialled back"
+
+
 async def check(p2p: P2P, cfg: NodeConfig) -> tuple[Reachability, list[str]]:
     """Decide whether others can dial this daemon (see the module docstring); and the helpers that relay."""
     net = cfg.network
-    own = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
-    port = _listen_port(own)
+    port = _listen_port([str(a) for a in await p2p.get_visible_maddrs(latest=True)])
     helpers = await helpers_reached(p2p, cfg)
     if net.reachability != "auto":
         status = PUBLIC if net.reachability == "public" else CLIENT_ONLY
         return Reachability(status, f"network.reachability={net.reachability}", port=port), [t for _, t in helpers]
-    found = await asyncio.gather(*(ask_dialback(p2p, peer, own, net.reachability_timeout) for peer, _ in helpers))
-    answers = [a for a in found if a is not None]
-    relays = [text for (_, text), a in zip(helpers, found) if a is not None and a.relay]
+    answered = await ask_helpers(p2p, cfg, helpers)
+    answers = [a for _, a in answered]
+    relays = [text for text, a in answered if a.relay]
     verdict = decide(answers)
     observed = next((a.observed for a in answers if a.observed), None)
     if verdict is None:
         how = "no initial peer could check" if helpers else "no initial peers to ask"
         return Reachability(UNKNOWN, how, port=port), relays
-    how = f"{sum(a.reachable for a in answers)} of {len(answers)} bootstraps dialled back"
+    how = how_many(answers)
     addr = next((a.addr for a in answers if a.addr), None)
     return Reachability(PUBLIC if verdict else CLIENT_ONLY, how, addr=addr, observed=observed, port=port,
                         relays_offered=relays), relays
