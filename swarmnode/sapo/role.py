@@ -5,8 +5,8 @@ sends them as signed text to every live peer of the run over hivemind P2P stream
 machinery on its own stream name, `swarmnode/<run>/text-rollouts/1`: acks, retries, per-peer rate limits,
 strikes and bans, dedup), waits up to `sapo.external_wait` seconds for J external groups, and takes one step
 on I local + up to J external groups. It advertises itself as a learner (it trains) with `mode: sapo` in its
-health record (`SapoHealth`), plus its own reward, the groups it trained on by origin (external ones per peer)
-and the reward lies it caught; `/metrics` and `status --json` show the same fields. Its checkpoints, steps file
+health record (`SapoHealth`), plus its own reward, the groups it trained on by origin (external ones per peer),
+the reward lies it caught and the groups its plausibility check refused (per peer, with the floor); `/metrics` and `status --json` show the same fields. Its checkpoints, steps file
 and dedup journal live in its own directory (`identity.node_data_dir`: `<run>/<peer id>` unless `data_dir`).
 """
 
@@ -144,6 +144,8 @@ class SapoRole:
             "external_peers": [peer for peer, _ in top],
             "external_counts": [n for _, n in top],
             "reward_lies": sum(counts["reward_lies"].values()),
+            "implausible_by_peer": counts["implausible_by_peer"],
+            "plausibility_floor": counts["plausibility_floor"],
             "pool": counts["pool"],
             "refused": counts["rejected"],
             "groups_received": self.receiver.accepted,
@@ -161,7 +163,12 @@ class SapoRole:
             if count:
                 rejected[reason] = rejected.get(reason, 0) + int(count)
         values = {k: v for k, v in fields.items() if k in HEALTH_FIELDS}
+        implausible = sorted(counts["implausible_by_peer"].items(), key=lambda kv: -kv[1])[:TOP_PEERS]
+        if counts["plausibility_floor"] is not None:
+            values["plausibility_floor"] = round(counts["plausibility_floor"], 4)
         values.update(
+            implausible_groups=sum(counts["implausible_by_peer"].values()),
+            implausible_peers=[peer[-12:] for peer, _ in implausible], implausible_counts=[n for _, n in implausible],
             uptime=round(time.monotonic() - self.started, 1),
             reward_mean=self.policy.last_own_reward if self.policy.last_own_reward is not None else 0.0,
             external_peers=[peer[-12:] for peer, _ in top], external_counts=[n for _, n in top],
