@@ -337,7 +337,7 @@ class SapoConfig(_Section):
         description="quantile of the own latest completions' mean per-token log-probs that sets the floor")
     plausibility_margin: float = Field(2.0, ge=0, le=100, description="nats per token below that quantile allowed")
     plausibility_window: int = Field(512, ge=1, le=1_000_000, description="own latest completions the floor is set by")
-    plausibility_min_samples: int = Field(32, ge=1, le=1_000_000,
+    plausibility_min_samples: int = Field(16, ge=1, le=1_000_000,
         description="own completions needed to set the floor (peers' groups wait in the pool until then)")
 
     @model_validator(mode="after")

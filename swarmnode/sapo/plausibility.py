@@ -27,7 +27,7 @@ def mean_logprob(token_logprobs: Sequence[float]) -> float:
 class PlausibilityCheck:
     """The floor set by the node's own samples and the per-peer decisions; see the module docstring."""
 
-    def __init__(self, quantile: float = 0.01, margin: float = 2.0, window: int = 512, min_samples: int = 32):
+    def __init__(self, quantile: float = 0.01, margin: float = 2.0, window: int = 512, min_samples: int = 16):
         if not 0.0 <= quantile < 1.0 or margin < 0 or window < 1 or not 1 <= min_samples <= window:
             raise ValueError("0 <= quantile < 1, margin >= 0 and 1 <= min_samples <= window are required")
         self.quantile, self.margin, self.min_samples = quantile, margin, min_samples

@@ -76,7 +76,8 @@ class Rescorer:
             own = self._own_logprobs([b[1] for b in built], [b[2] for b in built])
         if self.plausibility is not None:
             kept = [i for i, b in enumerate(built) if self.plausibility.admit(b[0].sampler_id, own[i])]
-            self.rejected["implausible"] += len(built) - len(kept)
+            if len(kept) < len(built):
+                self.rejected["implausible"] += len(built) - len(kept)
             built, own = [built[i] for i in kept], [own[i] for i in kept]
         if self.weighting == "sender_likelihood":
             logq = [[[seq / max(1, len(c))] * len(c) for c, seq in zip(comps, g.seq_logprobs)]
