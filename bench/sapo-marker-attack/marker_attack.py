@@ -9,7 +9,7 @@ offers the victim `--attack-groups` marker groups per round (tests/sapo_marker_p
 completions containing the marker) over the last `--tail` rounds, its own reward over the same rounds, the
 attack's groups trained on and refused, and the honest peer's groups refused (the check's false positives).
 
-    python bench/sapo-marker-attack/marker_attack.py [--rounds 150] [--seeds 0 1] [--out DIR]
+    python bench/sapo-marker-attack/marker_attack.py [--rounds 300] [--seeds 0 1] [--out DIR]
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def table(cells: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     config_args(ap, "tiny-cpu")
-    ap.add_argument("--rounds", type=int, default=150)
-    ap.add_argument("--tail", type=int, default=30, help="rounds the end figures are taken over")
+    ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--tail", type=int, default=50, help="rounds the end figures are taken over")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--attack-groups", type=int, default=4, help="marker groups offered to the victim per round")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results")))
