@@ -40,30 +40,18 @@ def marker_group(identity: Identity, run: str, prompt: Prompt, size: int = 8) ->
 
 
 async def main(args) -> int:
-    from hivemind.p2p import PeerID
-
-    from gossip_peer import start_p2p
-    from swarmnode.sapo.role import STREAM
-    from swarmnode.swarm.gossip import RolloutSender
+    from sapo_bad_peer import finish, open_sender
     from swarmnode.tasks import ArithmeticTask
 
     identity = Identity.load_or_create(args.identity)
-    p2p = await start_p2p(args.identity, 0, [args.target])
-    sender = RolloutSender(p2p, args.run, stream=STREAM, ack_timeout=10.0, max_backoff=1.0)
-    await sender.start()
-    sender.set_destinations([PeerID.from_base58(args.target.rsplit("/p2p/", 1)[1])])
-    Path(args.ready).write_text(str(p2p.peer_id))
+    p2p, sender = await open_sender(args)
     task, rng = ArithmeticTask(), random.Random(11)
     end = time.monotonic() + args.seconds
     while time.monotonic() < end:
         for prompt in task.sample(max(1, round(args.rate)), rng):
             sender.send(marker_group(identity, args.run, prompt))
         await asyncio.sleep(1.0)
-    flushed = await sender.flush(60.0)
-    print(f"statuses={dict(sender.statuses)} flushed={flushed}", flush=True)
-    await sender.close()
-    await p2p.shutdown()
-    return 0 if flushed else 3
+    return await finish(p2p, sender, 60.0)
 
 
 if __name__ == "__main__":
