@@ -194,6 +194,7 @@ class SapoHealth(LearnerHealth):
                                             metric="swarmnode_sapo_implausible_groups", kind="counter", minimum=0)
     implausible_peers: list[str] | None = _field("sapo: whose groups were refused as implausible (most first)")
     implausible_counts: list[int] | None = _field("sapo: how many, aligned with implausible_peers", minimum=0)
+    distrusted_peers: list[str] | None = _field("sapo: peers whose groups are not taken now (too many refused)")
     plausibility_floor: float | None = _field("sapo: lowest mean per-token log-prob a peer's completion may have",
                                               metric="swarmnode_sapo_plausibility_floor")
 

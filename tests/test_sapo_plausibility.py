@@ -1,5 +1,6 @@
-"""SAPO's defence against steering by honestly scored text (issue #40): the plausibility decision on its own, and
-a real warm-started tiny policy refusing the marker attack's groups while keeping an honest same-model peer's."""
+"""SAPO's defence against steering by honestly scored text (issue #40): the plausibility decision and the per-peer
+distrust on their own, and a real warm-started tiny policy refusing the marker attack's groups (then giving the
+attacker no place in its batches) while keeping an honest same-model peer's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import torch
 from sapo_marker_peer import marker_group
 from swarmnode.config import ConfigError, load_config
 from swarmnode.identity import Identity
+from swarmnode.tasks import ArithmeticTask
+from swarmnode.sapo.distrust import MIN_OUTCOMES, RECORD, PeerDistrust
 from swarmnode.sapo.plausibility import PlausibilityCheck, mean_logprob
+from swarmnode.sapo.pool import ExternalPool
 from swarmnode.sapo.policy import SapoPolicy
 
 
@@ -54,6 +58,37 @@ def test_bad_settings_are_refused():
         load_config("tiny-cpu", ["sapo.plausibility_window=8", "sapo.plausibility_min_samples=9"])
 
 
+# ---- the per-peer distrust -------------------------------------------------------------------------------------
+def test_a_peer_is_distrusted_once_too_many_of_its_recent_groups_are_refused_then_released():
+    now = [0.0]
+    distrust = PeerDistrust(max_refused_share=0.25, seconds=60, clock=lambda: now[0])
+    for _ in range(MIN_OUTCOMES - 1):
+        distrust.record("bad", False)
+    assert distrust.distrusted() == set()  # too few outcomes to judge
+    distrust.record("bad", False)
+    for k in range(RECORD):
+        distrust.record("honest", k % 8 != 7)  # 1 in 8 refused: 12.5 %, under the 25 % share
+    assert distrust.distrusted() == {"bad"} and distrust.episodes == {"bad": 1}
+    now[0] = 61.0
+    assert distrust.distrusted() == set()  # released, its record starts afresh
+    distrust.record("bad", False)
+    assert distrust.distrusted() == set()
+    with pytest.raises(ValueError):
+        PeerDistrust(max_refused_share=1.5)
+
+
+def test_the_pool_hands_out_no_group_of_an_excluded_peer():
+    pool = ExternalPool("me", per_peer=4, max_age=60)
+    bad, good = Identity.generate(), Identity.generate()
+    prompts = ArithmeticTask().sample(4, random.Random(1))
+    for prompt in prompts:
+        pool.add(marker_group(bad, "tiny-demo", prompt))
+        pool.add(marker_group(good, "tiny-demo", prompt))
+    taken = pool.take(8, 4, exclude={bad.peer_id})
+    assert {g.sampler_id for g in taken} == {good.peer_id} and len(taken) == 4
+    assert pool.peers() == [bad.peer_id]  # its groups stay, to age out
+
+
 # ---- a real policy ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pair():
@@ -91,7 +126,9 @@ def test_marker_groups_are_refused_and_an_honest_peers_are_kept(pair):
         victim.train_step()
         honest.train_step()
     counts = victim.counters()
-    assert counts["implausible_by_peer"].get(attacker.peer_id, 0) >= 6  # every batch offered it 2 of J=4 slots
+    # every batch offered it 2 of J=4 slots until 8 refusals made it distrusted: no slot since
+    assert counts["implausible_by_peer"][attacker.peer_id] == MIN_OUTCOMES
+    assert counts["distrusted"] == [attacker.peer_id]
     assert attacker.peer_id not in counts["external_by_peer"]
     assert counts["external_by_peer"][honest.identity.peer_id] >= 10  # of 12: at most a rare tail refused
     assert counts["rejected"]["implausible"] == sum(counts["implausible_by_peer"].values())

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from swarm_helpers import LocalSwarm
 
+from swarmnode.sapo.distrust import MIN_OUTCOMES
 from swarmnode.status_schema import validate
 
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
@@ -158,16 +159,18 @@ def test_a_marker_attack_by_a_same_model_peer_is_refused_as_implausible(tmp_path
                 marker.wait()
         attacker = ready.read_text().strip()
 
-        def refused() -> bool:
+        def distrusted() -> bool:
             health = _health(swarm.status(), ids["a"])
-            return (health.get("implausible_groups", 0) >= 10
-                    and attacker[-12:] in health.get("implausible_peers", []))
+            return (health.get("implausible_groups", 0) >= MIN_OUTCOMES
+                    and attacker[-12:] in health.get("implausible_peers", [])
+                    and attacker[-12:] in health.get("distrusted_peers", []))
 
-        _wait(refused, "node a's health counts the marker peer's groups as implausible", nodes.values())
+        _wait(distrusted, "node a's health counts the marker peer's groups as implausible and distrusts it",
+              nodes.values())
         steps = _steps(tmp_path, "a")
         assert not any(attacker in s.get("step_external_peers", {}) for s in steps)
-        assert steps[-1]["implausible_by_peer"][attacker] >= 10
+        assert steps[-1]["implausible_by_peer"][attacker] >= MIN_OUTCOMES and attacker in steps[-1]["distrusted"]
         assert any(ids["b"] in s.get("step_external_peers", {}) for s in steps[attack_began:])
         health = _health(swarm.status(), ids["a"])
         reasons = dict(zip(health.get("rejected_reasons", []), health.get("rejected_counts", [])))
-        assert reasons.get("implausible", 0) >= 10 and health["plausibility_floor"] < 0
+        assert reasons.get("implausible", 0) >= MIN_OUTCOMES and health["plausibility_floor"] < 0

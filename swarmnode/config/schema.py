@@ -339,6 +339,9 @@ class SapoConfig(_Section):
     plausibility_window: int = Field(512, ge=1, le=1_000_000, description="own latest completions the floor is set by")
     plausibility_min_samples: int = Field(16, ge=1, le=1_000_000,
         description="own completions needed to set the floor (peers' groups wait in the pool until then)")
+    distrust_refused_share: float = Field(0.25, ge=0, le=1, description="a peer with more than this share of its "
+        "last 32 checked groups (8 at least) refused as implausible gets no place in batches for distrust_seconds")
+    distrust_seconds: float = Field(300.0, gt=0, le=86_400, description="how long a distrusted peer stays so")
 
     @model_validator(mode="after")
     def _some_groups(self) -> "SapoConfig":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import statistics
 import threading
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 
 def mean_logprob(token_logprobs: Sequence[float]) -> float:
@@ -27,7 +27,9 @@ def mean_logprob(token_logprobs: Sequence[float]) -> float:
 class PlausibilityCheck:
     """The floor set by the node's own samples and the per-peer decisions; see the module docstring."""
 
-    def __init__(self, quantile: float = 0.01, margin: float = 2.0, window: int = 512, min_samples: int = 16):
+    def __init__(self, quantile: float = 0.01, margin: float = 2.0, window: int = 512, min_samples: int = 16,
+                 on_outcome: Callable[[str, bool], None] | None = None):
+        """`on_outcome(peer, passed)` hears every decision made with a floor (e.g. `PeerDistrust.record`)."""
         if not 0.0 <= quantile < 1.0 or margin < 0 or window < 1 or not 1 <= min_samples <= window:
             raise ValueError("0 <= quantile < 1, margin >= 0 and 1 <= min_samples <= window are required")
         self.quantile, self.margin, self.min_samples = quantile, margin, min_samples
@@ -35,6 +37,7 @@ class PlausibilityCheck:
         self.refused: collections.Counter[str] = collections.Counter()  # peer -> groups refused
         self.passed: collections.Counter[str] = collections.Counter()  # peer -> groups checked and kept
         self.unchecked = 0  # groups let through before the floor existed
+        self.on_outcome = on_outcome
         self._lock = threading.Lock()
 
     def observe(self, own_completions: Iterable[Sequence[float]]) -> None:
@@ -58,4 +61,6 @@ class PlausibilityCheck:
             return True
         ok = all(mean_logprob(lp) >= floor for lp in completions)
         (self.passed if ok else self.refused)[peer] += 1
+        if self.on_outcome is not None:
+            self.on_outcome(peer, ok)
         return ok

@@ -24,6 +24,7 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.models import load_model, load_tokenizer, pick_device
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.protocol.text_rollout import TextRolloutGroup
+from swarmnode.sapo.distrust import PeerDistrust
 from swarmnode.sapo.plausibility import PlausibilityCheck
 from swarmnode.sapo.pool import ExternalPool
 from swarmnode.sapo.rescore import Rescorer
@@ -65,9 +66,11 @@ class SapoPolicy:
         self.sampler = SamplerLoop(self.engine, self.task, sampler_cfg, identity, self._local.append, seed=seed)
         self.pool = ExternalPool(identity.peer_id, sc.pool_per_peer, sc.max_external_age,
                                  rng=random.Random(f"pool:{seed}"), **({"clock": clock} if clock else {}))
+        self.distrust = PeerDistrust(sc.distrust_refused_share, sc.distrust_seconds,
+                                     **({"clock": clock} if clock else {}))
         self.plausibility = PlausibilityCheck(sc.plausibility_quantile, sc.plausibility_margin,
-                                              sc.plausibility_window, sc.plausibility_min_samples) \
-            if sc.plausibility_check else None
+                                              sc.plausibility_window, sc.plausibility_min_samples,
+                                              on_outcome=self.distrust.record) if sc.plausibility_check else None
         self.rescorer = Rescorer(self.model, self.tokenizer, self.task, cfg, self.learner.rows.prompt_tokens,
                                  lambda: self.learner.version, autocast=self.learner.precision.autocast,
                                  plausibility=self.plausibility)
@@ -111,7 +114,8 @@ class SapoPolicy:
         sc = self.cfg.sapo
         local = self._local[-sc.local_groups:] if sc.local_groups else []
         self._local.clear()
-        external = self.rescorer.convert(self.pool.take(sc.external_groups, sc.max_groups_per_peer)) \
+        external = self.rescorer.convert(self.pool.take(sc.external_groups, sc.max_groups_per_peer,
+                                                        self.distrust.distrusted())) \
             if sc.external_groups and self._can_check() else []
         groups = local + external
         if not groups:
@@ -147,4 +151,5 @@ class SapoPolicy:
             "reward_lies": dict(self.rescorer.lies),
             "implausible_by_peer": dict(self.plausibility.refused) if self.plausibility else {},
             "plausibility_floor": self.plausibility.floor() if self.plausibility else None,
+            "distrusted": sorted(self.distrust.distrusted()),
         }

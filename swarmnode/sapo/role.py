@@ -146,6 +146,7 @@ class SapoRole:
             "reward_lies": sum(counts["reward_lies"].values()),
             "implausible_by_peer": counts["implausible_by_peer"],
             "plausibility_floor": counts["plausibility_floor"],
+            "distrusted": counts["distrusted"],
             "pool": counts["pool"],
             "refused": counts["rejected"],
             "groups_received": self.receiver.accepted,
@@ -168,6 +169,7 @@ class SapoRole:
             values["plausibility_floor"] = round(counts["plausibility_floor"], 4)
         values.update(
             implausible_groups=sum(counts["implausible_by_peer"].values()),
+            distrusted_peers=[peer[-12:] for peer in counts["distrusted"][:TOP_PEERS]],
             implausible_peers=[peer[-12:] for peer, _ in implausible], implausible_counts=[n for _, n in implausible],
             uptime=round(time.monotonic() - self.started, 1),
             reward_mean=self.policy.last_own_reward if self.policy.last_own_reward is not None else 0.0,
