@@ -5,7 +5,7 @@ of the same model each train their own policy on I local + J external groups; in
 offers the victim `--attack-groups` marker groups per round (tests/sapo_marker_peer.py `marker_group`: completions
 "<sum>zz" with partial credit above the group mean, "x" below, every reward true), of which the pool lets at most
 `sapo.max_groups_per_peer` into a batch. Four arms, same seeds: no attack and attack, each with
-`sapo.plausibility_check` off and on. Reported per arm: the victim's marker rate (share of its own sampled
+`sapo.plausibility_check` off and on (with it, the per-peer distrust that follows repeated refusals). Reported per arm: the victim's marker rate (share of its own sampled
 completions containing the marker) over the last `--tail` rounds, its own reward over the same rounds, the
 attack's groups trained on and refused, and the honest peer's groups refused (the check's false positives).
 
@@ -74,6 +74,7 @@ def run_arm(attack: bool, defence: bool, seed: int, args) -> dict:
         "honest_trained": victim.external_by_peer.get(honest.identity.peer_id, 0),
         "honest_refused": refused.get(honest.identity.peer_id, 0),
         "unchecked": victim.plausibility.unchecked if victim.plausibility else None,
+        "attacker_distrusted": victim.distrust.episodes.get(attacker.peer_id, 0),
         "curve": [round(x, 4) for x in marked],
         "load": round(os.getloadavg()[0], 2),
     }
@@ -81,7 +82,7 @@ def run_arm(attack: bool, defence: bool, seed: int, args) -> dict:
 
 def table(cells: list[dict]) -> str:
     rows = ["| arm | marker rate, last rounds (max) | own reward first → last rounds | attack groups trained / "
-            "refused | honest peer's groups trained / refused |", "|---|---|---|---|---|"]
+            "refused (times distrusted) | honest peer's groups trained / refused |", "|---|---|---|---|---|"]
     for arm in dict.fromkeys(c["arm"] for c in cells):
         mine = [c for c in cells if c["arm"] == arm]
         mean = lambda key: statistics.fmean(c[key] for c in mine)  # noqa: E731
@@ -89,6 +90,7 @@ def table(cells: list[dict]) -> str:
             f"| {arm} | {100 * mean('marker_rate_tail'):.1f} % ({100 * max(c['marker_rate_max'] for c in mine):.1f} %) "
             f"| {mean('own_reward_first'):.3f} → {mean('own_reward_tail'):.3f} "
             f"| {sum(c['attack_trained'] for c in mine)} / {sum(c['attack_refused'] for c in mine)} "
+            f"({sum(c['attacker_distrusted'] for c in mine)}) "
             f"| {sum(c['honest_trained'] for c in mine)} / {sum(c['honest_refused'] for c in mine)} |")
     return "\n".join(rows) + "\n"
 
