@@ -63,7 +63,7 @@ def run_arm(attack: bool, defence: bool, seed: int, args) -> dict:
     tail = slice(-args.tail, None)
     refused = victim.plausibility.refused if victim.plausibility else {}
     return {
-        "arm": f"{'attack' if attack else 'no attack'}, check {'on' if defence else 'off'}", "seed": seed,
+        "arm": f"{'attack' if attack else 'no attack'}, defence {'on' if defence else 'off'}", "seed": seed,
         "rounds": args.rounds, "seconds": round(time.monotonic() - began, 1),
         "marker_rate_tail": round(statistics.fmean(marked[tail]), 4),
         "marker_rate_max": round(max(marked), 4),
