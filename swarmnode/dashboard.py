@@ -188,6 +188,10 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
         grid.add_row("reward lies", _fmt(h.get("reward_lies"), "d"))
         peers = zip(h.get("external_peers") or [], h.get("external_counts") or [])
         grid.add_row("external from", ", ".join(f"{str(peer)[-8:]} {n}" for peer, n in peers) or "nobody yet")
+        implausible = zip(h.get("implausible_peers") or [], h.get("implausible_counts") or [])
+        grid.add_row("implausible", ", ".join(f"{str(peer)[-8:]} {n}" for peer, n in implausible) or "none")
+        if h.get("distrusted_peers"):
+            grid.add_row("distrusted", ", ".join(str(peer)[-8:] for peer in h["distrusted_peers"]))
     title = "sapo node" if h.get("mode") == "sapo" else "learner"
     if p.get("designated") is False:
         title = "self-declared learner (not in trust.learner_keys)"

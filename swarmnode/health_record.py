@@ -190,6 +190,13 @@ class SapoHealth(LearnerHealth):
                                      metric="swarmnode_sapo_reward_lies", kind="counter", minimum=0)
     external_peers: list[str] | None = _field("sapo: whose groups the node trained on (most first)")
     external_counts: list[int] | None = _field("sapo: how many, aligned with external_peers", minimum=0)
+    implausible_groups: int | None = _field("sapo: peers' groups refused as implausible under the own policy",
+                                            metric="swarmnode_sapo_implausible_groups", kind="counter", minimum=0)
+    implausible_peers: list[str] | None = _field("sapo: whose groups were refused as implausible (most first)")
+    implausible_counts: list[int] | None = _field("sapo: how many, aligned with implausible_peers", minimum=0)
+    distrusted_peers: list[str] | None = _field("sapo: peers whose groups are not taken now (too many refused)")
+    plausibility_floor: float | None = _field("sapo: lowest mean per-token log-prob a peer's completion may have",
+                                              metric="swarmnode_sapo_plausibility_floor")
 
 
 RECORDS: tuple[type[NodeHealth], ...] = (SamplerHealth, LearnerHealth, SapoHealth, BootstrapHealth)

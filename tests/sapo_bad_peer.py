@@ -38,13 +38,28 @@ def lying_group(identity: Identity, run: str, prompt) -> TextRolloutGroup:
     )
 
 
-async def main(args) -> int:
-    identity = Identity.load_or_create(args.identity)
+async def open_sender(args) -> tuple:
+    """This peer's p2pd and a SAPO-stream sender aimed at `args.target`; its peer id written to `args.ready`."""
     p2p = await start_p2p(args.identity, 0, [args.target])
     sender = RolloutSender(p2p, args.run, stream=STREAM, ack_timeout=10.0, max_backoff=1.0)
     await sender.start()
     sender.set_destinations([PeerID.from_base58(args.target.rsplit("/p2p/", 1)[1])])
     Path(args.ready).write_text(str(p2p.peer_id))
+    return p2p, sender
+
+
+async def finish(p2p, sender, timeout: float) -> int:
+    """Flush the outbox, print the outcome, close; the exit status (0 once flushed)."""
+    flushed = await sender.flush(timeout)
+    print(f"statuses={dict(sender.statuses)} flushed={flushed}", flush=True)
+    await sender.close()
+    await p2p.shutdown()
+    return 0 if flushed else 3
+
+
+async def main(args) -> int:
+    identity = Identity.load_or_create(args.identity)
+    p2p, sender = await open_sender(args)
     prompts = ArithmeticTask().sample(args.count, random.Random(7))
     for prompt in prompts:
         sender.send(lying_group(identity, args.run, prompt))
@@ -52,11 +67,7 @@ async def main(args) -> int:
     wire = {**forged._content(), "group_id": forged.group_id, "signature": forged.signature}
     wire["completions"] = [prompts[0].reference] * 8  # edited after signing
     sender.send_encoded(forged.group_id, pack(wire))
-    flushed = await sender.flush(120.0)
-    print(f"statuses={dict(sender.statuses)} flushed={flushed}", flush=True)
-    await sender.close()
-    await p2p.shutdown()
-    return 0 if flushed else 3
+    return await finish(p2p, sender, 120.0)
 
 
 if __name__ == "__main__":

@@ -263,11 +263,14 @@ def test_dashboard_shows_a_sapo_nodes_own_policy():
     doc = simulated_status(6, learners=2)
     learner = next(p for p in doc["peers"] if p["role"] == "learner")
     learner["health"].update(mode="sapo", local_groups=40, external_groups=36, reward_lies=3,
-                             external_peers=["a1b2c3d4e5f6", "0f9e8d7c6b5a"], external_counts=[20, 16])
+                             external_peers=["a1b2c3d4e5f6", "0f9e8d7c6b5a"], external_counts=[20, 16],
+                             implausible_groups=8, implausible_peers=["99aa88bb77cc"], implausible_counts=[8],
+                             distrusted_peers=["99aa88bb77cc"], plausibility_floor=-3.5)
     validate(as_json(doc))
     text = render(doc)
     assert "sapo node" in text and "40 own + 36 external" in text
     assert "e5f6 20" in text and "6b5a 16" in text
+    assert "88bb77cc 8" in text and "distrusted" in text
 
 
 def test_status_reads_the_designated_learners_first_and_marks_a_self_declared_one():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from swarm_helpers import LocalSwarm
 
+from swarmnode.sapo.distrust import MIN_OUTCOMES
 from swarmnode.status_schema import validate
 
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
@@ -59,6 +60,12 @@ def _trained_on_all_others(root: Path, nodes: dict, ids: dict) -> bool:
     return True
 
 
+def _dial_addr(doc: dict, peer_id: str) -> str:
+    """A loopback multiaddr of a peer in `status --json`, with its /p2p/ part."""
+    addr = next(a for a in next(p for p in doc["peers"] if p["peer_id"] == peer_id)["addrs"] if "127.0.0.1" in a)
+    return addr if "/p2p/" in addr else f"{addr}/p2p/{peer_id}"
+
+
 def _health(doc: dict, peer_id: str) -> dict:
     return next(p for p in doc["peers"] if p["peer_id"] == peer_id)["health"]
 
@@ -76,8 +83,7 @@ def test_two_sizes_train_on_each_others_text_and_a_liar_stays_bounded(tmp_path):
               nodes.values())
         doc = swarm.status()
         validate(doc)
-        addr = next(a for a in next(p for p in doc["peers"] if p["peer_id"] == ids["a"])["addrs"] if "127.0.0.1" in a)
-        target = addr if "/p2p/" in addr else f"{addr}/p2p/{ids['a']}"
+        target = _dial_addr(doc, ids["a"])
         ready = tmp_path / "bad.ready"
         bad = subprocess.run(
             [sys.executable, str(Path(__file__).with_name("sapo_bad_peer.py")), "--identity",
@@ -121,3 +127,50 @@ def test_three_nodes_of_two_sizes_each_train_on_both_others(tmp_path):
         for name in nodes:
             peers = set(_health(doc, ids[name])["external_peers"])
             assert peers >= {ids[o][-12:] for o in nodes if o != name}
+
+
+@pytest.mark.timeout(900)  # ~1-2 min on a quiet machine
+def test_a_marker_attack_by_a_same_model_peer_is_refused_as_implausible(tmp_path):
+    """Two warm-started nodes of one model; a third peer sends node a the marker attack (true rewards, chosen text:
+    tests/sapo_marker_peer.py) at its per-peer bound. Node a's plausibility check refuses every one of its groups
+    (counted per peer in its health record) and a keeps training on b's. bench/sapo-marker-attack measures what the
+    attack does to the marker rate with the check off and on."""
+    with LocalSwarm(tmp_path, run_id="sapo-test") as swarm:
+        swarm.bootstrap()
+        nodes, ids = _start(swarm, tmp_path, {"a": ["model.tiny.warm_start_steps=300"],
+                                              "b": ["model.tiny.warm_start_steps=300"]})
+        _wait(lambda: _trained_on_all_others(tmp_path, nodes, ids), "a and b trained on each other's groups",
+              nodes.values())
+        _wait(lambda: ids["a"] in {p["peer_id"] for p in swarm.status()["peers"]}, "node a in status",
+              nodes.values())
+        attack_began = len(_steps(tmp_path, "a"))
+        ready = tmp_path / "marker.ready"
+        marker = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("sapo_marker_peer.py")), "--identity",
+             str(tmp_path / "marker.key"), "--target", _dial_addr(swarm.status(), ids["a"]), "--run", "sapo-test",
+             "--ready", str(ready), "--seconds", "10", "--rate", "4"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = marker.communicate(timeout=WAIT_S)
+            assert marker.returncode == 0, out + err[-3000:]
+        finally:
+            if marker.poll() is None:
+                marker.kill()
+                marker.wait()
+        attacker = ready.read_text().strip()
+
+        def distrusted() -> bool:
+            health = _health(swarm.status(), ids["a"])
+            return (health.get("implausible_groups", 0) >= MIN_OUTCOMES
+                    and attacker[-12:] in health.get("implausible_peers", [])
+                    and attacker[-12:] in health.get("distrusted_peers", []))
+
+        _wait(distrusted, "node a's health counts the marker peer's groups as implausible and distrusts it",
+              nodes.values())
+        steps = _steps(tmp_path, "a")
+        assert not any(attacker in s.get("step_external_peers", {}) for s in steps)
+        assert steps[-1]["implausible_by_peer"][attacker] >= MIN_OUTCOMES and attacker in steps[-1]["distrusted"]
+        assert any(ids["b"] in s.get("step_external_peers", {}) for s in steps[attack_began:])
+        health = _health(swarm.status(), ids["a"])
+        reasons = dict(zip(health.get("rejected_reasons", []), health.get("rejected_counts", [])))
+        assert reasons.get("implausible", 0) >= MIN_OUTCOMES and health["plausibility_floor"] < 0

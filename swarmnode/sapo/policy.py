@@ -24,6 +24,8 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.models import load_model, load_tokenizer, pick_device
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.protocol.text_rollout import TextRolloutGroup
+from swarmnode.sapo.distrust import PeerDistrust
+from swarmnode.sapo.plausibility import PlausibilityCheck
 from swarmnode.sapo.pool import ExternalPool
 from swarmnode.sapo.rescore import Rescorer
 from swarmnode.sampler.engines import HFEngine
@@ -64,8 +66,14 @@ class SapoPolicy:
         self.sampler = SamplerLoop(self.engine, self.task, sampler_cfg, identity, self._local.append, seed=seed)
         self.pool = ExternalPool(identity.peer_id, sc.pool_per_peer, sc.max_external_age,
                                  rng=random.Random(f"pool:{seed}"), **({"clock": clock} if clock else {}))
+        self.distrust = PeerDistrust(sc.distrust_refused_share, sc.distrust_seconds,
+                                     **({"clock": clock} if clock else {}))
+        self.plausibility = PlausibilityCheck(sc.plausibility_quantile, sc.plausibility_margin,
+                                              sc.plausibility_window, sc.plausibility_min_samples,
+                                              on_outcome=self.distrust.record) if sc.plausibility_check else None
         self.rescorer = Rescorer(self.model, self.tokenizer, self.task, cfg, self.learner.rows.prompt_tokens,
-                                 lambda: self.learner.version, autocast=self.learner.precision.autocast)
+                                 lambda: self.learner.version, autocast=self.learner.precision.autocast,
+                                 plausibility=self.plausibility)
         self.external_by_peer: collections.Counter[str] = collections.Counter()  # groups trained on, per sender
         self.external_total = 0
         self.local_total = 0
@@ -79,6 +87,8 @@ class SapoPolicy:
         self._local.clear()
         self.engine.version = self.learner.version
         self.sampler.step()
+        if self.plausibility is not None:
+            self.plausibility.observe(lp for g in self._local for lp in g.logprobs)
         rewards = [r for g in self._local for r in g.rewards]
         self.last_own_reward = statistics.fmean(rewards) if rewards else None
         return [self.to_text(g) for g in self._local]
@@ -104,8 +114,9 @@ class SapoPolicy:
         sc = self.cfg.sapo
         local = self._local[-sc.local_groups:] if sc.local_groups else []
         self._local.clear()
-        external = self.rescorer.convert(self.pool.take(sc.external_groups, sc.max_groups_per_peer)) \
-            if sc.external_groups else []
+        external = self.rescorer.convert(self.pool.take(sc.external_groups, sc.max_groups_per_peer,
+                                                        self.distrust.distrusted())) \
+            if sc.external_groups and self._can_check() else []
         groups = local + external
         if not groups:
             return None
@@ -124,6 +135,11 @@ class SapoPolicy:
                     step_external_peers=dict(senders), own_reward=self.last_own_reward)
         return diag
 
+    def _can_check(self) -> bool:
+        """Whether peers' groups may be taken now: not before the plausibility check has its floor (unless this
+        node samples nothing of its own, so never will)."""
+        return self.plausibility is None or not self.cfg.sapo.local_groups or self.plausibility.floor() is not None
+
     def counters(self) -> dict:
         """What the health record shows: groups trained on by origin, pool outcomes, refusals and lies."""
         return {
@@ -133,4 +149,7 @@ class SapoPolicy:
             "pool": dict(self.pool.counters),
             "rejected": dict(self.rescorer.rejected),
             "reward_lies": dict(self.rescorer.lies),
+            "implausible_by_peer": dict(self.plausibility.refused) if self.plausibility else {},
+            "plausibility_floor": self.plausibility.floor() if self.plausibility else None,
+            "distrusted": sorted(self.distrust.distrusted()),
         }

@@ -60,11 +60,13 @@ class ExternalPool:
             self._count(peer, status)
             return status
 
-    def take(self, n: int, max_per_peer: int) -> list[TextRolloutGroup]:
-        """Remove and return up to `n` groups, at most `max_per_peer` from any peer, newest first per peer."""
+    def take(self, n: int, max_per_peer: int, exclude: frozenset[str] | set[str] = frozenset()
+             ) -> list[TextRolloutGroup]:
+        """Remove and return up to `n` groups, at most `max_per_peer` from any peer, newest first per peer; the
+        groups of peers in `exclude` stay (and age out)."""
         with self._lock:
             self._expire()
-            peers = [p for p, q in self._queues.items() if q]
+            peers = [p for p, q in self._queues.items() if q and p not in exclude]
             self.rng.shuffle(peers)
             taken: collections.Counter[str] = collections.Counter()
             out: list[TextRolloutGroup] = []

@@ -18,7 +18,9 @@ Nothing about the sender's model is trusted or assumed (it may be another size, 
   expectation under the sender's likelihoods. The group carries the sender's temperature (q was taken at it,
   so p is too). Only for the sequence-level losses (the config refuses it with token-level weights), and a
   group with a completion longer than this node's `max_completion_length` is refused (counted
-  `truncated_likelihood`): the sender's likelihood is of the whole text, not of the part kept.
+  `truncated_likelihood`): the sender's likelihood is of the whole text, not of the part kept;
+- with a `PlausibilityCheck` (`sapo.plausibility_check`), a group whose text this node's own policy would not
+  have written is refused (counted `implausible`, and per peer by the check), whatever the weighting.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.logprobs import completion_logprobs
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.protocol.text_rollout import TextRolloutGroup
+from swarmnode.sapo.plausibility import PlausibilityCheck
 from swarmnode.tasks import Task
 
 REWARD_TOLERANCE = 1e-6
@@ -43,10 +46,13 @@ class Rescorer:
 
     def __init__(self, model, tokenizer, task: Task, cfg: NodeConfig,
                  prompt_tokens: Callable[[str], list[int]], version: Callable[[], int],
-                 autocast: Callable[[], ContextManager] = contextlib.nullcontext):
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+                 plausibility: PlausibilityCheck | None = None):
         """`autocast`: the learner's precision context (`Precision.autocast`), so that on-policy behaviour
-        log-probs are computed exactly as the learner computes its own."""
+        log-probs are computed exactly as the learner computes its own; `plausibility`: the check external
+        text must pass (None: none)."""
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self.plausibility = plausibility
         self.autocast = autocast
         self.prompt_tokens, self.version = prompt_tokens, version
         self.weighting = cfg.sapo.external_weighting
@@ -65,7 +71,19 @@ class Rescorer:
                 built.append((group, *rows))
         if not built:
             return []
-        logq = self._behaviour([b[1] for b in built], [b[2] for b in built], [b[0] for b in built])
+        own = None
+        if self.weighting == "on_policy" or self.plausibility is not None:
+            own = self._own_logprobs([b[1] for b in built], [b[2] for b in built])
+        if self.plausibility is not None:
+            kept = [i for i, b in enumerate(built) if self.plausibility.admit(b[0].sampler_id, own[i])]
+            if len(kept) < len(built):
+                self.rejected["implausible"] += len(built) - len(kept)
+            built, own = [built[i] for i in kept], [own[i] for i in kept]
+        if self.weighting == "sender_likelihood":
+            logq = [[[seq / max(1, len(c))] * len(c) for c, seq in zip(comps, g.seq_logprobs)]
+                    for g, _, comps, _ in built]
+        else:
+            logq = own
         out = []
         for (group, prompt_tokens, completions, rewards), lq in zip(built, logq):
             out.append(RolloutGroup(
@@ -110,12 +128,9 @@ class Rescorer:
         """The temperature the group's behaviour log-probs were taken at (the learner computes p at it too)."""
         return float(group.temperature) if self.weighting == "sender_likelihood" else self.cfg.sampler.temperature
 
-    def _behaviour(self, prompts: list[list[int]], completions: list[list[list[int]]],
-                   groups: list[TextRolloutGroup]) -> list[list[list[float]]]:
-        """Per-token behaviour log-probs of every completion of every group, per `external_weighting`."""
-        if self.weighting == "sender_likelihood":
-            return [[[seq / max(1, len(c))] * len(c) for c, seq in zip(comps, g.seq_logprobs)]
-                    for comps, g in zip(completions, groups)]
+    def _own_logprobs(self, prompts: list[list[int]], completions: list[list[list[int]]]) -> list[list[list[float]]]:
+        """Per-token log-probs of every completion of every group under this node's current policy, at the
+        sampling temperature and in the learner's precision."""
         rows_p = [p for p, comps in zip(prompts, completions) for _ in comps]
         rows_c = [c for comps in completions for c in comps]
         was_training = self.model.training

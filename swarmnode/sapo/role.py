@@ -7,9 +7,10 @@ strikes and bans, dedup), waits up to `sapo.external_wait` seconds for J externa
 on I local + up to J external groups. A node that nobody can dial (client-only) gets no pushes: it pulls its
 peers' text over its own connections instead (`sapo.pull`), for as long as its reachability says so. It
 advertises itself as a learner (it trains) with `mode: sapo` in its health record (`SapoHealth`), plus its own
-reward, the groups it trained on by origin (external ones per peer) and the reward lies it caught; `/metrics`
-and `status --json` show the same fields. Its checkpoints, steps file and dedup journal live in its own
-directory (`identity.node_data_dir`: `<run>/<peer id>` unless `data_dir`).
+reward, the groups it trained on by origin (external ones per peer), the reward lies it caught and the groups its
+plausibility check refused (per peer, with the floor); `/metrics` and `status --json` show the same fields. Its
+checkpoints, steps file and dedup journal live in its own directory (`identity.node_data_dir`: `<run>/<peer id>`
+unless `data_dir`).
 """
 
 from __future__ import annotations
@@ -162,6 +163,9 @@ class SapoRole:
             "external_peers": [peer for peer, _ in top],
             "external_counts": [n for _, n in top],
             "reward_lies": sum(counts["reward_lies"].values()),
+            "implausible_by_peer": counts["implausible_by_peer"],
+            "plausibility_floor": counts["plausibility_floor"],
+            "distrusted": counts["distrusted"],
             "pool": counts["pool"],
             "refused": counts["rejected"],
             "groups_received": self.receiver.accepted,
@@ -179,7 +183,13 @@ class SapoRole:
             if count:
                 rejected[reason] = rejected.get(reason, 0) + int(count)
         values = {k: v for k, v in fields.items() if k in HEALTH_FIELDS}
+        implausible = sorted(counts["implausible_by_peer"].items(), key=lambda kv: -kv[1])[:TOP_PEERS]
+        if counts["plausibility_floor"] is not None:
+            values["plausibility_floor"] = round(counts["plausibility_floor"], 4)
         values.update(
+            implausible_groups=sum(counts["implausible_by_peer"].values()),
+            distrusted_peers=[peer[-12:] for peer in counts["distrusted"][:TOP_PEERS]],
+            implausible_peers=[peer[-12:] for peer, _ in implausible], implausible_counts=[n for _, n in implausible],
             uptime=round(time.monotonic() - self.started, 1),
             reward_mean=self.policy.last_own_reward if self.policy.last_own_reward is not None else 0.0,
             external_peers=[peer[-12:] for peer, _ in top], external_counts=[n for _, n in top],
