@@ -79,6 +79,7 @@ def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
     assert_no_node_left(doc)
 
 
+@pytest.mark.slow  # ~1 min quiet: CI's long-scenario step runs it (.ci/run)
 @pytest.mark.timeout(600)
 def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
     kill_at = 40

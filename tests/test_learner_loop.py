@@ -185,7 +185,8 @@ def _run_until_kill(cmd, sig, min_steps: int, timeout: float = 120) -> str:
     return "".join(lines)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="sigterm", marks=pytest.mark.slow),  # CI: .ci/run
+                                 pytest.param(signal.SIGKILL, id="sigkill")])
 def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
     ckpt = tmp_path / "ckpt"
     args = ["--steps", "400", "--checkpoint-dir", str(ckpt), "--staleness", "1",

@@ -8,6 +8,8 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from swarm_helpers import LocalSwarm
 
 NODE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -48,6 +50,7 @@ def start_learner_and_sampler(swarm: LocalSwarm, tmp_path: Path, *sets: str):
     return learner
 
 
+@pytest.mark.slow  # ~30 s quiet: CI's long-scenario step runs it (.ci/run)
 def test_a_restarted_learner_resumes_its_checkpoint_and_version_numbering(tmp_path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     with LocalSwarm(tmp_path) as swarm:

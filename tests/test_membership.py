@@ -292,6 +292,7 @@ def test_swarm_status_roles_expiry_and_no_orphans(tmp_path):
         assert '"event": "health"' in boot.stdout()
 
 
+@pytest.mark.slow  # ~30 s quiet: CI's long-scenario step runs it (.ci/run)
 def test_restart_keeps_peer_id_and_duplicate_identity_is_refused(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()

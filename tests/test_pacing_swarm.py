@@ -25,6 +25,7 @@ WARMUP, STEPS = 20, 80  # the window: 60 steps x 8 groups drawn, after the start
 MAX_WASTE = 0.05
 
 
+@pytest.mark.slow  # ~40 s quiet: CI's long-scenario step runs it (.ci/run)
 @pytest.mark.timeout(900)
 def test_paced_samplers_twice_as_fast_as_the_learner_waste_at_most_five_percent(tmp_path, swarmnode_home):
     sets = prepare_swarm(tmp_path, CONFIG, [*FAST_SAMPLERS, "sync.pacing=credits"], say=lambda _msg: None)

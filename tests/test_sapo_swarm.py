@@ -129,7 +129,8 @@ def test_three_nodes_of_two_sizes_each_train_on_both_others(tmp_path):
             assert peers >= {ids[o][-12:] for o in nodes if o != name}
 
 
-@pytest.mark.timeout(900)  # ~1-2 min on a quiet machine
+@pytest.mark.slow  # ~1-2 min quiet: CI's long-scenario step runs it (.ci/run)
+@pytest.mark.timeout(900)
 def test_a_marker_attack_by_a_same_model_peer_is_refused_as_implausible(tmp_path):
     """Two warm-started nodes of one model; a third peer sends node a the marker attack (true rewards, chosen text:
     tests/sapo_marker_peer.py) at its per-peer bound. Node a's plausibility check refuses every one of its groups
