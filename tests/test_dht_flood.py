@@ -4,27 +4,19 @@ swarm (real bootstrap, learner and sampler processes on 127.0.0.1, the flooder a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 
 import pytest
-from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
-from hivemind.dht.validation import DHTRecord
-from hivemind.p2p import P2P, PeerID
 from hivemind.utils import get_dht_time
-from hivemind.utils.serializer import MSGPackSerializer
 
+from flood_helpers import fake_peer_records, record_lifetime, store_records
 from swarm_helpers import LocalSwarm
-from swarmnode.identity import Identity
-from swarmnode.protocol.peer import PeerRecord
 from swarmnode.swarm.dht_storage import MAX_BYTES_PER_KEY, CappedStorage
-from swarmnode.swarm.validator import SwarmValidator, run_keys
 from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows
 
 FAKES = 2000  # ~2.3 KB each: ~4.6 MB under one key, over p2pd's 4 MiB cap on one reply
-BATCH = 50  # records per store request (one request must stay under the cap too)
 
 
 def test_capped_storage_refuses_new_subkeys_of_a_full_key_but_keeps_its_members():
@@ -42,45 +34,11 @@ def test_capped_storage_refuses_new_subkeys_of_a_full_key_but_keeps_its_members(
     assert set(dict(storage.get(key).value.items())) == {"m0", "m1", "m2", "s0", "s1"}
 
 
-def _fake_peer_records(run_id: str, count: int, expiration: float) -> list[tuple[str, bytes]]:
-    """(subkey, signed DHT value) of `count` learner records from throwaway keys, each padded to ~2.3 KB (the
-    signature covers the expiration time)."""
-    key = DHTID.generate(source=run_keys(run_id)["peers"]).to_bytes()
-    out = []
-    for i in range(count):
-        fake = Identity.generate()
-        record = PeerRecord.create(fake, role="learner", version=10**6,
-                                   addrs=[f"/ip4/127.0.0.1/tcp/{i % 60000}/{'x' * 230}"] * 8)
-        unsigned = DHTRecord(key, MSGPackSerializer.dumps(fake.peer_id), MSGPackSerializer.dumps(record.encode()),
-                             expiration)
-        out.append((fake.peer_id, SwarmValidator(run_id, fake).sign_value(unsigned)))
-    return out
-
-
 async def flood(run_id: str, targets: dict[str, str]) -> tuple[int, int]:
     """Store `FAKES` fake learner records at every target (peer id -> multiaddr); (records accepted, bytes of one)."""
-    expiration = get_dht_time() + 250  # within the validator's lifetime cap
-    records = _fake_peer_records(run_id, FAKES, expiration)
-    p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False,
-                           initial_peers=[f"{addr}/p2p/{pid}" for pid, addr in targets.items()])
-    node = await DHTNode.create(p2p=p2p, client_mode=True, ensure_bootstrap_success=False, wait_timeout=60)
-    key = DHTID.generate(source=run_keys(run_id)["peers"])
-    accepted = 0
-    try:
-        for target in targets:
-            for start in range(0, len(records), BATCH):
-                batch = records[start : start + BATCH]
-                ok = await node.protocol.call_store(PeerID.from_base58(target), [key] * len(batch),
-                                                    [v for _, v in batch], expiration,
-                                                    subkeys=[s for s, _ in batch])
-                assert ok is not None, "a target did not answer the store"
-                accepted += sum(ok)
-    finally:
-        with contextlib.suppress(Exception):
-            await node.shutdown()
-        with contextlib.suppress(Exception):
-            await p2p.shutdown()
-    return accepted, min(len(v) for _, v in records)
+    expiration = record_lifetime()
+    records = fake_peer_records(run_id, FAKES, expiration)
+    return await store_records(run_id, targets, records, expiration), min(len(v) for _, v in records)
 
 
 @pytest.mark.slow  # a bootstrap, a learner and a sampler: ~1-2 min on 2 cores

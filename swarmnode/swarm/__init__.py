@@ -7,6 +7,7 @@
 - `validator` which DHT records are accepted
 - `reachability` can others dial this node: the bootstraps' dial-back, relay reservation, client mode
 - `relay`     a bootstrap's circuit relay (v2) service and its limits, checked at start
+- `liveness`  which peers proved alive (answered us, or hold a connection): holders and send targets
 - `membership` being a member of a run: join the DHT, a PeerRecord on a heartbeat, leave cleanly
 - `frames`    length-prefixed frames on binary streams
 - `gossip`    rollout groups between peers (RolloutSender, RolloutReceiver)

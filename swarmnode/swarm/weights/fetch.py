@@ -35,6 +35,19 @@ ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total): how 
 _HAVE = -1  # an outstanding have-map request, in a worker's queue of answers
 
 
+async def ping_holder(p2p: P2P, run_id: str, peer: str) -> bool:
+    """Whether `peer` serves the run's weights now: its daemon opened our stream under the run's protocol (the
+    cheapest proof that a peer record has a live holder behind it; a full server may close the stream at once)."""
+    _, _, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer), protocol_name(run_id))
+    try:
+        await write_frame(writer, pack({"op": "bye"}))
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+    return True
+
+
 @dataclass
 class FetchStats:
     """What one fetch did."""
