@@ -115,7 +115,6 @@ def test_a_flood_of_2000_fake_learner_records_neither_pauses_a_sampler_nor_hides
     assert (before["newest_version"], after["newest_version"]) == (4, 5)
 
 
-@pytest.mark.slow  # a bootstrap, a working tiny-cpu learner and sampler: ~2 min on 2 cores
 def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_path: Path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     # records live 8 s (the defaults: 15 s): a DHT read that returns a few hundred records takes ~1 s on a busy
