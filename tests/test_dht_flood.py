@@ -7,7 +7,6 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
 from hivemind.dht.routing import DHTID
 from hivemind.utils import get_dht_time
 
