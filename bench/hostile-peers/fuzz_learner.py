@@ -279,7 +279,6 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--pin", default=None, help="SWARM:ATTACK cpu lists, e.g. 0:1 (see the module docstring)")
     args = ap.parse_args()
-    load_before = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="fuzz-learner-"))
     # records live 8 heartbeats: with a flood's records under the peers key a DHT read takes ~1 s here
     with LocalSwarm(root, extra_sets=["network.missed_beats_to_expire=8"]) as swarm:
@@ -301,13 +300,14 @@ def main() -> int:
         honest = asyncio.run(honest_sample(sampler["peer_id"], sampler["addrs"][0], swarm.run_id))
         offline_result = asyncio.run(offline(args.offline, swarm.run_id, learner_id, honest)) if args.offline else {}
         before = steps_per_second(steps_file, args.window)
+        load_before = os.getloadavg()
         began = time.monotonic()
         result: dict = {}
         learner_addr = peers[learner_id]["addrs"][0]
         targets = {p["peer_id"]: p["addrs"][0] for p in peers.values() if p["addrs"]}
         bootstrap_addr, _, bootstrap_id = swarm.initial_peers.rpartition("/p2p/")
         targets[bootstrap_id] = bootstrap_addr
-        plane_seconds = min(args.minutes * 60, args.window + 20)
+        plane_seconds = min(args.minutes * 60, args.window + 60)  # past the `during` window and a status read
 
         async def all_attacks() -> None:
             flood = plane_attacks.slot_flood(swarm.run_id, f"{learner_addr}/p2p/{learner_id}", root)
@@ -334,8 +334,11 @@ def main() -> int:
         thread.start()
         time.sleep(min(10.0, args.window / 3))  # the attack is under way
         during = steps_per_second(steps_file, args.window)
+        load_during = os.getloadavg()
+        status_during = swarm.status(timeout=120, sets=keys)  # the self-declared learner still heartbeats
         thread.join()
         attack_seconds = time.monotonic() - began
+        after = steps_per_second(steps_file, args.window)  # the baseline again: the load of others drifts
         alive = learner.popen.poll() is None
         status = swarm.status(timeout=120, sets=keys)
         alerts = [a["kind"] for a in status["alerts"]]
@@ -346,12 +349,16 @@ def main() -> int:
     caught = re.findall(rf"caught sampler {liar['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
                         r"passed to training so far", out)
     fake = result["plane"]["self_declared_learner"]["peer_id"]
-    membership = {
-        "learner_first_and_designated": bool(status["peers"]) and status["peers"][0]["peer_id"] == learner_id
-        and status["peers"][0].get("designated") is True,
+    membership = {  # `status` read during the attack
+        "learner_first_and_designated": bool(status_during["peers"]) and status_during["peers"][0]["peer_id"] ==
+        learner_id and status_during["peers"][0].get("designated") is True,
+        "newest_version_during": status_during["newest_version"],
         "newest_version_after": status["newest_version"],
-        "self_declared_marked": any(p["peer_id"] == fake and p.get("designated") is False for p in status["peers"]),
-        "alerts_naming_honest_sampler": sum(a.get("peer_id") == sampler["peer_id"] for a in status["alerts"]),
+        "self_declared_marked": any(p["peer_id"] == fake and p.get("designated") is False
+                                    for p in status_during["peers"]),
+        "alerts_during": [a["kind"] for a in status_during["alerts"]],
+        "alerts_naming_honest_sampler": sum(a.get("peer_id") == sampler["peer_id"]
+                                            for a in status_during["alerts"] + status["alerts"]),
         "sampler_paused_for_no_learner": sampler_out.count("no learner of the run is live"),
         "sampler_failed_fetches": sampler_out.count("fetching version"),
     }
@@ -384,9 +391,12 @@ def main() -> int:
         "statuses": result["statuses"],
         "learner_steps_per_s_before": round(before, 3),
         "learner_steps_per_s_during": round(during, 3),
-        "honest_throughput_ratio": round(during / before, 3) if before else None,
+        "learner_steps_per_s_after": round(after, 3),
+        # against the mean of the windows before and after the attack (the other agents' load drifts meanwhile)
+        "honest_throughput_ratio": round(2 * during / (before + after), 3) if before + after else None,
         "alerts_after": alerts,
         "load_avg_before": load_before,
+        "load_avg_during": load_during,
         "load_avg": os.getloadavg(),
         "pinned": args.pin,
         "command": " ".join(sys.argv),
