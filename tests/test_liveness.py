@@ -56,6 +56,22 @@ def test_a_peer_is_alive_within_its_window_and_a_failed_probe_waits_longer_each_
     assert alive.probes == 5 and alive.probe_failures == 4
 
 
+def test_a_holder_that_failed_a_fetch_is_not_alive_until_its_wait_is_over_even_when_connected():
+    async def scenario():
+        alive = ProvenAlive(10.0, None, retry_after=0.2)
+        alive.mark(["staller"])
+        alive.fail(["staller"])  # it stalled a fetch: dropped at once
+        alive.mark(["staller"])  # its live connection is no proof meanwhile
+        assert not alive.alive("staller")
+        await asyncio.sleep(0.25)
+        alive.mark(["staller"])
+        assert alive.alive("staller")
+        alive.fail(["staller"])
+        assert alive._failed["staller"][1] == 0.2  # a proof in between starts the wait over
+
+    asyncio.run(scenario())
+
+
 async def _choice_scenario(tmp_path):
     reader_id, live_id, designated_dead = Identity.generate(), Identity.generate(), Identity.generate()
     reader = await SwarmDHT.create(cfg_with(), reader_id)

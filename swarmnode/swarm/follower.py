@@ -172,8 +172,14 @@ class LivePeers:
         self._read_at = -float("inf")
 
     async def refresh(self) -> None:
-        """Re-read the records; peers connected to us now are proven, unproven candidates are probed."""
-        self._records = with_designated(await self.dht.live_peers(), await self.dht.designated_learners(self.designated))
+        """Re-read the records; peers connected to us now are proven, unproven candidates are probed. A designated
+        learner that this read missed (a DHT read that timed out under a flood) keeps its last record while that
+        is younger than the live window: one missed read does not pause a sampler."""
+        designated = await self.dht.designated_learners(self.designated)
+        found = {r.peer_id for r in designated}
+        designated += [r for r in self._records if r.peer_id in self.designated and r.peer_id not in found
+                       and r.role == "learner" and r.age() <= self.alive.window]
+        self._records = with_designated(await self.dht.live_peers(), designated)
         self._read_at = time.monotonic()
         candidates = {r.peer_id for r in self._records if r.peer_id != self.me and r.role in ("learner", "sampler")}
         connected = {str(info.peer_id) for info in await self.dht.p2p.list_peers()}
@@ -183,6 +189,11 @@ class LivePeers:
     def proven(self, peers: Iterable[object]) -> None:
         """`peers` (ids or PeerIDs) just answered us: a fetch's holders, learners that told their version."""
         self.alive.mark(str(p) for p in peers)
+
+    def failed(self, peers: Iterable[object]) -> None:
+        """`peers` failed us in a fetch (stalled, broke the protocol): not holders until their wait is over
+        (`ProvenAlive.fail`); the designated learners stay eligible."""
+        self.alive.fail(str(p) for p in peers)
 
     def eligible(self, records: list) -> list:
         """The records of designated learners and of peers proven alive."""
@@ -295,6 +306,7 @@ class WeightPuller:
         if (stats := fetcher.last_stats) is not None and stats.version == version:
             self.last_stats = stats
             self.peers.proven(stats.chunks_by_holder or ())  # they served chunks: alive
+            self.peers.failed(stats.lost_holders)  # a stalling holder is not picked again for a while
             if stats.seconds >= 2.0:  # worth a line (a small model's fetches take milliseconds)
                 self.emit(f"fetched weights v{version}: {stats.fetched_bytes / 1e6:,.0f} MB in {stats.seconds:.1f} s "
                           f"({stats.bytes_per_second / 1e6:,.0f} MB/s), {stats.reused_bytes / 1e6:,.0f} MB reused, "

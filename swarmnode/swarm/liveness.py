@@ -5,7 +5,8 @@ alive within a recent window: it answered us (a chunk, a manifest, a probe), or 
 `ProvenAlive` keeps those proofs and probes unproven candidates in the background, a bounded number per refresh
 (`probes_per_refresh`, each within `probe_timeout`), and waits `retry_after` (doubling, capped) before probing a
 peer that did not answer again: a flood of dead records costs a bounded number of dials per heartbeat, never a
-pause.
+pause. A peer that failed us in an exchange (`fail`: a holder that stalled or broke a fetch) is treated like one
+that did not answer a probe: no proof counts for it until its wait is over, even a live connection.
 """
 
 from __future__ import annotations
@@ -40,11 +41,20 @@ class ProvenAlive:
         self.probe_failures = 0
 
     def mark(self, peers: Iterable[str]) -> None:
-        """`peers` answered us (or hold a live connection) now."""
+        """`peers` answered us (or hold a live connection) now; ignored for a peer still waiting out a failure."""
         now = time.monotonic()
-        for peer in peers:
-            self._seen[str(peer)] = now
-            self._failed.pop(str(peer), None)
+        for peer in map(str, peers):
+            if self._failed.get(peer, (0.0, 0.0))[0] <= now:
+                self._seen[peer] = now
+                self._failed.pop(peer, None)
+
+    def fail(self, peers: Iterable[str]) -> None:
+        """`peers` failed us (no answer, a stall): not alive until `retry_after` passes, twice that the next time."""
+        now = time.monotonic()
+        for peer in map(str, peers):
+            self._seen.pop(peer, None)
+            wait = min(self.max_retry_after, 2 * self._failed[peer][1]) if peer in self._failed else self.retry_after
+            self._failed[peer] = (now + wait, wait)
 
     def alive(self, peer: str) -> bool:
         """Whether `peer` proved alive within the window."""
@@ -81,13 +91,8 @@ class ProvenAlive:
         answered = await asyncio.gather(*(self._probe_one(p) for p in peers))
         self.probes += len(peers)
         self.probe_failures += answered.count(False)
-        now = time.monotonic()
-        for peer, ok in zip(peers, answered):
-            if ok:
-                self.mark([peer])
-            else:
-                wait = min(self.max_retry_after, 2 * self._failed[peer][1]) if peer in self._failed else self.retry_after
-                self._failed[peer] = (now + wait, wait)
+        self.mark(p for p, ok in zip(peers, answered) if ok)
+        self.fail(p for p, ok in zip(peers, answered) if not ok)
         if len(self._failed) > 16 * 1024:  # forget the oldest failures of a long flood (bounded memory)
             for peer in sorted(self._failed, key=lambda p: self._failed[p][0])[: len(self._failed) // 2]:
                 del self._failed[peer]

@@ -60,6 +60,7 @@ class FetchStats:
     missing_chunks: int = 0
     seconds: float = 0.0
     chunks_by_holder: collections.Counter | None = None
+    lost_holders: frozenset[str] = frozenset()  # holders dropped (stalled, timed out, broke the protocol)
 
     @property
     def bytes_per_second(self) -> float:
@@ -244,6 +245,7 @@ class WeightFetcher:
                                for h in live for _ in range(self.streams_per_holder)], work)
         if writes:
             await asyncio.gather(*writes)
+        stats.lost_holders = frozenset(work.lost)
         missing = len(work.pending) + len(work.failed)
         if missing:
             if not stats.fetched_bytes and not stats.reused_bytes:
