@@ -154,7 +154,9 @@ def with_designated(records: list, designated: list) -> list:
 
 class LivePeers:
     """The run's live peer records as of the last heartbeat: who the learners are, who may hold weights.
-    Re-read from the DHT only when older than `max_age` (each read verifies every peer record).
+    Re-read from the DHT only when older than `max_age` (each read verifies every peer record). With designated
+    learners (read from their own small keys on every refresh), the shared peers key, which a flood can fill with
+    a megabyte of records, is read only every `SHARED_EVERY` refreshes: it only adds holders.
 
     A record alone makes no peer a holder or a send target (a throwaway key signs as many as it likes): a peer is
     picked only once proven alive (`alive`: it answered us, or our p2pd holds a connection to it, within
@@ -169,7 +171,11 @@ class LivePeers:
         self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
                                           probe=lambda peer: ping_holder(dht.p2p, run_id, peer))
         self._records: list = []
+        self._shared: list = []  # the shared peers key's records as of its last read
         self._read_at = -float("inf")
+        self._refreshes = 0
+
+    SHARED_EVERY = 5
 
     async def refresh(self) -> None:
         """Re-read the records; peers connected to us now are proven, unproven candidates are probed. A designated
@@ -179,7 +185,10 @@ class LivePeers:
         found = {r.peer_id for r in designated}
         designated += [r for r in self._records if r.peer_id in self.designated and r.peer_id not in found
                        and r.role == "learner" and r.age() <= self.alive.window]
-        self._records = with_designated(await self.dht.live_peers(), designated)
+        if not self.designated or self._refreshes % self.SHARED_EVERY == 0:
+            self._shared = await self.dht.live_peers()
+        self._refreshes += 1
+        self._records = with_designated([r for r in self._shared if r.state == "up"], designated)
         self._read_at = time.monotonic()
         candidates = {r.peer_id for r in self._records if r.peer_id != self.me and r.role in ("learner", "sampler")}
         connected = {str(info.peer_id) for info in await self.dht.p2p.list_peers()}
