@@ -59,7 +59,7 @@ from swarmnode.protocol.codec import pack  # noqa: E402
 from swarmnode.protocol.rollout import RolloutGroup  # noqa: E402
 from swarmnode.swarm.frames import read_control, write_frame  # noqa: E402
 from swarmnode.swarm.gossip import push_protocol  # noqa: E402
-from test_learner_restart import start_learner_and_sampler, steps, wait_rows  # noqa: E402
+from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows  # noqa: E402
 
 OWN_GROUPS = 4  # distinct groups an attacker replays: each may be accepted once, never again
 # 8 M empty arrays in an 8 MiB frame, and 4 M arrays nested two deep (built once: packing them takes a while)
@@ -282,7 +282,9 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="fuzz-learner-"))
     # records live 8 heartbeats: with a flood's records under the peers key a DHT read takes ~1 s here
     with LocalSwarm(root, extra_sets=["network.missed_beats_to_expire=8"]) as swarm:
-        learner = start_learner_and_sampler(swarm, root)
+        swarm.bootstrap(log_interval=30.0)  # as deployed (the tests' 1 s reads the flooded peers key every second)
+        learner = swarm.join("learner", "learner", **learner_args(root))
+        swarm.join("sampler", "sampler", work=True, env=NODE_ENV, extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
         sampler_proc = next(p for p in swarm.procs if p.name == "sampler")
         learner_id = learner.ready_fields()["peer_id"]
         keys = [f"trust.learner_keys=[{learner_id}]"]  # how an operator reads the run
@@ -301,7 +303,6 @@ def main() -> int:
         offline_result = asyncio.run(offline(args.offline, swarm.run_id, learner_id, honest)) if args.offline else {}
         before = steps_per_second(steps_file, args.window)
         load_before = os.getloadavg()
-        began = time.monotonic()
         result: dict = {}
         learner_addr = peers[learner_id]["addrs"][0]
         targets = {p["peer_id"]: p["addrs"][0] for p in peers.values() if p["addrs"]}
@@ -309,8 +310,12 @@ def main() -> int:
         targets[bootstrap_id] = bootstrap_addr
         plane_seconds = min(args.minutes * 60, args.window + 60)  # past the `during` window and a status read
 
+        # the slot flood holds its streams before the other attacks start (33 daemons take a while to start)
+        flood = plane_attacks.slot_flood(swarm.run_id, f"{learner_addr}/p2p/{learner_id}", root)
+        plane_attacks.wait_ready(*flood, timeout=300)
+        began = time.monotonic()
+
         async def all_attacks() -> None:
-            flood = plane_attacks.slot_flood(swarm.run_id, f"{learner_addr}/p2p/{learner_id}", root)
             try:
                 push, *plane = await asyncio.gather(
                     attack(args, swarm.run_id, learner_id, learner_addr, honest),

@@ -57,6 +57,15 @@ def slot_flood(run_id: str, learner_maddr: str, tmp: Path, keys: int = 33, strea
     return proc, ready
 
 
+def wait_ready(proc: subprocess.Popen, ready: Path, timeout: float) -> None:
+    """Until the flooder has tried every stream (RuntimeError if it exits or takes longer than `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while not (ready.exists() and ready.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the slot flooder did not start its streams (exit {proc.poll()})")
+        time.sleep(0.5)
+
+
 def stop_slot_flood(proc: subprocess.Popen, ready: Path) -> dict:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
