@@ -248,8 +248,9 @@ async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
 
 
 def pin(swarm_pids: list[int], swarm_cpus: set[int], attack_cpus: set[int]) -> None:
-    """Swarm processes and their children onto `swarm_cpus`; this process (and daemons it starts) onto
-    `attack_cpus`."""
+    """Swarm processes, their children and every thread of each onto `swarm_cpus` (an affinity is per thread:
+    setting a process's pins its main thread alone); this process's calling thread (and the threads and daemons
+    it starts later) onto `attack_cpus`."""
     import psutil
 
     for pid in swarm_pids:
@@ -257,7 +258,9 @@ def pin(swarm_pids: list[int], swarm_cpus: set[int], attack_cpus: set[int]) -> N
             proc = psutil.Process(pid)
             for p in [proc, *proc.children(recursive=True)]:
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    p.cpu_affinity(sorted(swarm_cpus))
+                    for thread in p.threads():
+                        with contextlib.suppress(OSError):
+                            os.sched_setaffinity(thread.id, swarm_cpus)
     os.sched_setaffinity(0, attack_cpus)
 
 
