@@ -1,8 +1,8 @@
 """A slot flood against a learner's weight server: throwaway keys (33 keys x 8 streams, a valid `have` every 8 s,
 each in a real p2pd of its own process) try to hold every stream, and an honest sampler, a stranger to the
-learner, fetches a version. Its speed under the flood (best of 7 fetches) is measured against its speed without, in the same test: the
-learner's store is served by two daemons, the flood aims at one, and the honest fetches alternate between the two
-(the other agents' load on a shared machine hits both alike)."""
+learner, fetches a version. Its speed under the flood (best of 7 fetches) is measured against its speed without,
+in the same test: the learner's store is served by two daemons, the flood aims at one, and the honest fetches
+alternate between the two (the other agents' load on a shared machine hits both alike)."""
 
 from __future__ import annotations
 
