@@ -287,8 +287,8 @@ def main() -> int:
     with LocalSwarm(root, extra_sets=["network.missed_beats_to_expire=8"]) as swarm:
         swarm.bootstrap(log_interval=30.0)  # as deployed (the tests' 1 s reads the flooded peers key every second)
         learner = swarm.join("learner", "learner", **learner_args(root))
-        swarm.join("sampler", "sampler", work=True, env=NODE_ENV, extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
-        sampler_proc = next(p for p in swarm.procs if p.name == "sampler")
+        sampler_proc = swarm.join("sampler", "sampler", work=True, env=NODE_ENV,
+                                  extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
         learner_id = learner.ready_fields()["peer_id"]
         keys = [f"trust.learner_keys=[{learner_id}]"]  # how an operator reads the run
         steps_file = root / "learner" / "learner_steps.jsonl"

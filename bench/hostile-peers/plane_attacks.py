@@ -47,7 +47,8 @@ def member_cfg(run_id: str, initial_peer: str):
                               "network.missed_beats_to_expire=8", f"network.initial_peers=[{initial_peer}]"])
 
 
-def slot_flood(run_id: str, learner_maddr: str, tmp: Path, keys: int = 33, streams: int = 8) -> tuple[subprocess.Popen, Path]:
+def slot_flood(run_id: str, learner_maddr: str, tmp: Path, keys: int = 33,
+               streams: int = 8) -> tuple[subprocess.Popen, Path]:
     """Start the flooder (it inherits this process's CPU affinity); stop it with `stop_slot_flood`."""
     ready = tmp / "slot-flood.jsonl"
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "slot_flood_peer.py"), "--target", learner_maddr,

@@ -77,8 +77,8 @@ class WeightFetcher:
     `MIN_HOLDER_RATE` (a holder that advertises every chunk and then trickles or stalls mid-chunk), is dropped for
     the rest of the fetch and its chunks go to the other holders at once; a holder other than the allowed
     publishers goes silent mid-answer for only `STALL_S` while an allowed publisher (which holds every chunk) is
-    still among the holders. A round ends when no holder gained a missing chunk for `timeout`. `layout` is the model the weights are for: a manifest that does not fit it is
-    refused before anything is allocated for it (None, only where the caller has no model: tests, benchmarks)."""
+    still among the holders. A round ends when no holder gained a missing chunk for `timeout`. `layout` is the
+    model the weights are for: a manifest that does not fit it is refused before anything is allocated for it (None, only where the caller has no model: tests, benchmarks)."""
 
     PIPELINE_S = 0.1
     MAX_WINDOW = 8
