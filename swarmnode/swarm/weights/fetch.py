@@ -78,7 +78,8 @@ class WeightFetcher:
     the rest of the fetch and its chunks go to the other holders at once; a holder other than the allowed
     publishers goes silent mid-answer for only `STALL_S` while an allowed publisher (which holds every chunk) is
     still among the holders. A round ends when no holder gained a missing chunk for `timeout`. `layout` is the
-    model the weights are for: a manifest that does not fit it is refused before anything is allocated for it (None, only where the caller has no model: tests, benchmarks)."""
+    model the weights are for: a manifest that does not fit it is refused before anything is allocated for it
+    (None, only where the caller has no model: tests, benchmarks)."""
 
     PIPELINE_S = 0.1
     MAX_WINDOW = 8
