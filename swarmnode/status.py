@@ -50,11 +50,20 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
     }
 
 
+MAX_SELF_DECLARED_ALERTS = 3  # beyond this many self-declared learners (a flood), one alert counts them
+
+
 def self_declared_alerts(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One warning per learner record that is not one of `trust.learner_keys` (`designated` false)."""
-    return [{"kind": "self_declared_learner", "severity": "warning", "peer_id": p["peer_id"],
-             "message": f"{p['peer_id']} says it is a learner but is not one of trust.learner_keys: its figures "
-                        "and reports are left out"} for p in peers if p.get("designated") is False]
+    """One warning per learner record that is not one of `trust.learner_keys` (`designated` false); past
+    `MAX_SELF_DECLARED_ALERTS` of them, one warning that counts them all (a flood of records, not a list)."""
+    rogue = [p["peer_id"] for p in peers if p.get("designated") is False]
+    if len(rogue) > MAX_SELF_DECLARED_ALERTS:
+        return [{"kind": "self_declared_learner", "severity": "warning", "peer_id": None,
+                 "message": f"{len(rogue)} peers say they are learners but are not trust.learner_keys (a flood of "
+                            "throwaway records?): their figures and reports are left out"}]
+    return [{"kind": "self_declared_learner", "severity": "warning", "peer_id": peer,
+             "message": f"{peer} says it is a learner but is not one of trust.learner_keys: its figures "
+                        "and reports are left out"} for peer in rogue]
 
 
 NODE_ROLES = ("sampler", "learner", "auto")

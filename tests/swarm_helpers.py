@@ -162,10 +162,11 @@ class LocalSwarm:
             proc.ready_fields()
         return proc
 
-    def status(self, timeout: float = 60.0) -> dict:
-        """`swarmnode status --json` from a separate client-mode process."""
+    def status(self, timeout: float = 60.0, sets: list[str] | None = None) -> dict:
+        """`swarmnode status --json` from a separate client-mode process (`sets`: more `--set` values)."""
+        extra = [a for s in sets or [] for a in ("--set", s)]
         result = subprocess.run(
-            swarmnode_cmd("status", *self._set_args(), "--json", "--initial-peers", self.initial_peers),
+            swarmnode_cmd("status", *self._set_args(), *extra, "--json", "--initial-peers", self.initial_peers),
             capture_output=True, text=True, timeout=timeout,
         )
         assert result.returncode == 0, f"status failed ({result.returncode}):\n{result.stderr[-3000:]}"

@@ -4,27 +4,25 @@ swarm (real bootstrap, learner and sampler processes on 127.0.0.1, the flooder a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 
-import pytest
-from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
-from hivemind.dht.validation import DHTRecord
-from hivemind.p2p import P2P, PeerID
 from hivemind.utils import get_dht_time
-from hivemind.utils.serializer import MSGPackSerializer
 
-from swarm_helpers import LocalSwarm
+from flood_helpers import fake_peer_records, record_lifetime, store_records
+from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm
+from swarmnode.config import load_config
 from swarmnode.identity import Identity
-from swarmnode.protocol.peer import PeerRecord
+from swarmnode.status import client_member, read_status
+from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.follower import LivePeers
+from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.dht_storage import MAX_BYTES_PER_KEY, CappedStorage
-from swarmnode.swarm.validator import SwarmValidator, run_keys
 from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows
 
+RUN = "test-run"
 FAKES = 2000  # ~2.3 KB each: ~4.6 MB under one key, over p2pd's 4 MiB cap on one reply
-BATCH = 50  # records per store request (one request must stay under the cap too)
 
 
 def test_capped_storage_refuses_new_subkeys_of_a_full_key_but_keeps_its_members():
@@ -42,48 +40,80 @@ def test_capped_storage_refuses_new_subkeys_of_a_full_key_but_keeps_its_members(
     assert set(dict(storage.get(key).value.items())) == {"m0", "m1", "m2", "s0", "s1"}
 
 
-def _fake_peer_records(run_id: str, count: int, expiration: float) -> list[tuple[str, bytes]]:
-    """(subkey, signed DHT value) of `count` learner records from throwaway keys, each padded to ~2.3 KB (the
-    signature covers the expiration time)."""
-    key = DHTID.generate(source=run_keys(run_id)["peers"]).to_bytes()
-    out = []
-    for i in range(count):
-        fake = Identity.generate()
-        record = PeerRecord.create(fake, role="learner", version=10**6,
-                                   addrs=[f"/ip4/127.0.0.1/tcp/{i % 60000}/{'x' * 230}"] * 8)
-        unsigned = DHTRecord(key, MSGPackSerializer.dumps(fake.peer_id), MSGPackSerializer.dumps(record.encode()),
-                             expiration)
-        out.append((fake.peer_id, SwarmValidator(run_id, fake).sign_value(unsigned)))
-    return out
-
-
 async def flood(run_id: str, targets: dict[str, str]) -> tuple[int, int]:
     """Store `FAKES` fake learner records at every target (peer id -> multiaddr); (records accepted, bytes of one)."""
-    expiration = get_dht_time() + 250  # within the validator's lifetime cap
-    records = _fake_peer_records(run_id, FAKES, expiration)
-    p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False,
-                           initial_peers=[f"{addr}/p2p/{pid}" for pid, addr in targets.items()])
-    node = await DHTNode.create(p2p=p2p, client_mode=True, ensure_bootstrap_success=False, wait_timeout=60)
-    key = DHTID.generate(source=run_keys(run_id)["peers"])
-    accepted = 0
+    expiration = record_lifetime()
+    records = fake_peer_records(run_id, FAKES, expiration)
+    return await store_records(run_id, targets, records, expiration), min(len(v) for _, v in records)
+
+
+PAUSED = "no learner of the run is live"  # what a sampler prints when it has nobody to send to
+
+
+def learner_shown(doc: dict, learner_id: str) -> bool:
+    """`status` lists `learner_id` first, as a designated learner (not one of the fakes' self-declared ones)."""
+    first = doc["peers"][0] if doc["peers"] else {}
+    return first.get("peer_id") == learner_id and first.get("designated") is True
+
+
+async def _in_process_flood(tmp_path: Path):
+    """A bootstrap DHT node, a learner member and a sampler's DHT node in this process (real p2pd each); 2,000
+    fake learner records stored at all three. What a sampler and `status` then see."""
+    boot_id, learner_key, sampler_id = Identity.generate(), Identity.generate(), Identity.generate()
+    boot = await SwarmDHT.create(cfg_with(), boot_id)
+    nodes: list = []
     try:
-        for target in targets:
-            for start in range(0, len(records), BATCH):
-                batch = records[start : start + BATCH]
-                ok = await node.protocol.call_store(PeerID.from_base58(target), [key] * len(batch),
-                                                    [v for _, v in batch], expiration,
-                                                    subkeys=[s for s, _ in batch])
-                assert ok is not None, "a target did not answer the store"
-                accepted += sum(ok)
+        boot_addr = str((await boot.p2p.get_visible_maddrs())[0])  # with its /p2p/ part
+        joined = cfg_with(f"network.initial_peers=[{boot_addr}]",
+                          f"trust.learner_keys=[{learner_key.peer_id}]")
+        learner = Membership(joined, learner_key, "learner")
+        nodes.append(learner)
+        learner.update(version=4)
+        await learner.start()
+        sampler = await SwarmDHT.create(joined, sampler_id)
+        nodes.append(sampler)
+        targets = {}
+        for p2p in (boot.p2p, learner.dht.p2p, sampler.p2p):
+            addr, _, peer_id = str((await p2p.get_visible_maddrs())[0]).rpartition("/p2p/")
+            targets[peer_id] = addr
+        accepted, fake_bytes = await flood(RUN, targets)
+        peers = LivePeers(sampler, sampler_id.peer_id, max_age=0.0, designated=[learner_key.peer_id])
+        learners = [str(p) for p in await peers.learners()]  # what the sampler sends to: empty would pause it
+        await peers.alive.settle()  # its probes of the unproven fakes end (all fail)
+        holders = {str(p) for p in await peers.holders()}
+        await peers.close()
+        member = client_member(joined)
+        nodes.append(member)
+        await member.start()
+        before = await read_status(member)
+        learner.update(version=5)
+        await learner.publish()
+        after = await read_status(member)
+        return accepted, fake_bytes, learners, holders, before, after, learner_key.peer_id, len(targets)
     finally:
-        with contextlib.suppress(Exception):
-            await node.shutdown()
-        with contextlib.suppress(Exception):
-            await p2p.shutdown()
-    return accepted, min(len(v) for _, v in records)
+        for node in reversed(nodes):
+            await (node.stop() if isinstance(node, Membership) else node.shutdown())
+        await boot.shutdown()
 
 
-@pytest.mark.slow  # a bootstrap, a learner and a sampler: ~1-2 min on 2 cores
+def cfg_with(*sets: str):
+    return load_config(None, [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]",
+                              "network.missed_beats_to_expire=30", *sets])
+
+
+def test_a_flood_of_2000_fake_learner_records_neither_pauses_a_sampler_nor_hides_the_learner(tmp_path: Path):
+    accepted, fake_bytes, learners, holders, before, after, learner, n_targets = asyncio.run(
+        _in_process_flood(tmp_path))
+    assert 0 < accepted <= n_targets * MAX_BYTES_PER_KEY // fake_bytes, (accepted, fake_bytes)
+    assert learners == [learner]  # the sampler's send targets: the designated learner alone, so no pause
+    assert holders == {learner}  # no fake record is a weight holder (none proved alive)
+    for doc in (before, after):
+        assert learner_shown(doc, learner), doc["peers"][:2]
+        assert doc["roles"].get("learner", 0) > 1  # the fakes are read too, and marked self-declared
+    # newest_version is the designated learner's (the fakes claim 1,000,000), and it rises with it
+    assert (before["newest_version"], after["newest_version"]) == (4, 5)
+
+
 def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_path: Path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     # records live 8 s (the defaults: 15 s): a DHT read that returns a few hundred records takes ~1 s on a busy
@@ -92,11 +122,12 @@ def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path))
         learner_id = learner.ready_fields(timeout=300)["peer_id"]  # generous: the machine may be busy
-        sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV, wait=False,
+        sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV, wait=False,  # names the learner's key
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
         sampler.ready_fields(timeout=300)
         wait_rows(steps_file, lambda rows: len(rows) >= 3, 240, "3 learner steps")
-        doc = swarm.status()
+        keys = [f"trust.learner_keys=[{learner_id}]"]  # how an operator reads a run: its designated learner
+        doc = swarm.status(sets=keys)
         members = {p["peer_id"]: p["role"] for p in doc["peers"]}
         assert members.get(learner_id) == "learner" and "sampler" in members.values(), members
         targets = {p["peer_id"]: p["addrs"][0] for p in doc["peers"] if p["addrs"]}
@@ -106,15 +137,13 @@ def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_
         # each storing node kept at most its byte cap's worth of fakes (without the cap: all 2,000, ~4.6 MB)
         assert 0 < accepted <= len(targets) * MAX_BYTES_PER_KEY // fake_bytes, (accepted, fake_bytes)
         seen = len(steps(steps_file))
-        # `status` during the flood still lists the real learner (without the cap every node's reply for the peers
-        # key is over p2pd's cap and no read shows anyone). Read a few times: on a busy machine one node may
-        # briefly miss a member whose heartbeat came late
-        shown = []
-        for _ in range(5):
-            peers = {p["peer_id"]: p["role"] for p in swarm.status(timeout=120)["peers"]}
-            shown.append(peers.get(learner_id) == "learner")
-            if shown[-1]:
-                break
-        assert any(shown), shown
-        # the sampler keeps sending to the real learner (fakes claiming "learner" are not trusted targets)
+        # `status` during the flood shows the designated learner first, read from its own key, and a newest
+        # version that keeps rising (the fakes claim 1,000,000 and are left out)
+        during = [swarm.status(timeout=120, sets=keys)]
         wait_rows(steps_file, lambda rows: len(rows) >= seen + 5, 180, "5 learner steps during the flood")
+        during.append(swarm.status(timeout=120, sets=keys))
+        assert all(learner_shown(d, learner_id) for d in during), [d["peers"][:1] for d in during]
+        newest = [d["newest_version"] for d in during]
+        assert doc["newest_version"] <= newest[0] < newest[1] < 10**6, (doc["newest_version"], newest)
+        # the sampler kept sending to the real learner throughout: never paused for want of one
+        assert PAUSED not in sampler.stdout(), sampler.stdout()[-2000:]

@@ -293,3 +293,14 @@ def test_status_reads_the_designated_learners_first_and_marks_a_self_declared_on
     assert ("self_declared_learner", rogue.peer_id) in kinds
     assert not any(k == "invalid_data" for k, _ in kinds), doc["alerts"]
     assert "learner?" in format_status(doc)
+
+
+def test_a_flood_of_self_declared_learners_makes_one_alert_that_counts_them():
+    records = simulated_records(4, learners=1, newest=12)
+    fakes = [PeerRecord.create(Identity.generate(), role="learner", version=10**6) for _ in range(50)]
+    cfg = load_config("tiny-cpu", ["run_id=sim-run", f"trust.learner_keys=[{records[1].peer_id}]"])
+    doc = status_document(cfg, [*fakes, *records])
+    validate(as_json(doc), builtin=True)
+    flagged = [a for a in doc["alerts"] if a["kind"] == "self_declared_learner"]
+    assert len(flagged) == 1 and flagged[0]["peer_id"] is None and "50 peers" in flagged[0]["message"]
+    assert doc["newest_version"] == 12 and doc["peers"][0]["peer_id"] == records[1].peer_id

@@ -236,6 +236,7 @@ async def _loading_learner_scenario():
     node = await SwarmDHT.create(cfg_with(), learner)
     try:
         peers = LivePeers(node, "someone-else", max_age=0.0)
+        peers.proven([learner.peer_id])  # it answered us (else its record alone would make no send target)
         await node.publish_peer(PeerRecord.create(learner, role="learner"))  # announced, still loading (-1)
         loading = await peers.learners()
         await node.publish_peer(PeerRecord.create(learner, role="learner", version=0))  # inbox open

@@ -331,6 +331,9 @@ def test_pull_mode_asks_learners_for_their_newest_version_directly(tmp_path, cap
         async def holders(self):
             return []
 
+        def proven(self, peers):
+            pass
+
     async def scenario():
         async with daemons(4) as (lp, evil, hung, sp):
             ls, es = store(tmp_path, "l"), store(tmp_path, "e")

@@ -145,6 +145,39 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
     asyncio.run(scenario())
 
 
+def test_a_stalling_sampler_loses_its_chunks_to_the_publisher_within_a_second_of_silence(tmp_path):
+    """A holder that is not a publisher, advertises every chunk and stalls mid-chunk is dropped after `STALL_S` of
+    silence while the publisher (which holds every chunk) can serve: with `request_timeout` at 10 minutes, only
+    that rule lets the fetch end within the minute, every chunk from the publisher."""
+    learner = Identity.generate()
+
+    async def scenario():
+        async with daemons(3) as (lp, staller, sp):
+            ls = store(tmp_path, "l")
+            await WeightServer(ls).start(lp)
+            m = ls.publish(1, make_state(), learner)
+            nb = (len(m.chunks) + 7) // 8
+
+            async def half_a_chunk_then_silence(info, reader, writer):
+                while (req := await read_control(reader)) is not None:
+                    if req.get("op") == "have":
+                        await write_frame(writer, b"\xff" * nb + bytes(nb))
+                    elif req.get("op") == "chunks":
+                        writer.write(m.chunks[0].size.to_bytes(8, "big") + b"x" * 100)
+                        await writer.drain()
+                        await asyncio.sleep(3600)
+
+            await staller.add_binary_stream_handler(protocol_name(RUN), half_a_chunk_then_silence)
+            f = WeightFetcher(sp, store(tmp_path, "s"), [learner.peer_id, str(lp.peer_id)], layout=None,
+                              timeout=600, request_timeout=600)  # lp's host is the learner's here, as in a node
+            await asyncio.wait_for(f.fetch([staller.peer_id, lp.peer_id], 1, manifest=m), 60)
+            assert_same(store(tmp_path, "s").state_dict(1), make_state())
+            assert f.last_stats.chunks_by_holder == {str(lp.peer_id): len(m.chunks)}
+            assert f.last_stats.lost_holders == {str(staller.peer_id)}
+
+    asyncio.run(scenario())
+
+
 def test_chunk_server_caps_streams_per_peer_and_in_total(tmp_path):
     learner = Identity.generate()
 

@@ -11,8 +11,16 @@ frames (captured from its pull ring) and of the attacker's own groups (each may 
 valid groups with unknown prompts (every group the attacker makes names an unknown prompt: the door may accept
 them, the learner's step refuses them, counted `unknown_prompt`).
 
+At the same time, the weight-plane and membership attacks of issue #40 (`plane_attacks`): a slot flood of the
+learner's weight server (33 keys x 8 streams), 2,000 throwaway-key learner records stored at every member, a
+stalling holder, a self-declared learner naming the honest sampler, and an old-version liar (+0.3 nats, claiming
+the newest version - 6).
+
 Reports: crashes (the learner process exited or logged a traceback), wrongly accepted (an "ok" answer to a frame
-that must be refused), statuses by category, honest steps/s during the attack / before it. Writes JSON to --out.
+that must be refused), fabricated groups trained (the liar's groups that passed to training; its key is on
+probation, every group checked, so the bound is 0), statuses by category, hostile messages per attack, honest
+steps/s during the attack / before it, whether the honest sampler ever paused for want of a learner, and what
+`status` (naming the designated learner) shows afterwards. Writes JSON to --out.
 
     python bench/hostile-peers/fuzz_learner.py --messages 10000 --out bench/hostile-peers/results/fuzz_learner.json
 
@@ -31,6 +39,7 @@ import json
 import logging
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -40,15 +49,17 @@ import msgpack
 from hivemind.p2p import P2P, PeerID
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # plane_attacks
 from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
 sys.path.insert(0, str(ROOT / "tests"))
+import plane_attacks  # noqa: E402
 from swarm_helpers import LocalSwarm  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.protocol.codec import pack  # noqa: E402
 from swarmnode.protocol.rollout import RolloutGroup  # noqa: E402
 from swarmnode.swarm.frames import read_control, write_frame  # noqa: E402
 from swarmnode.swarm.gossip import push_protocol  # noqa: E402
-from test_learner_restart import start_learner_and_sampler, steps, wait_rows  # noqa: E402
+from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows  # noqa: E402
 
 OWN_GROUPS = 4  # distinct groups an attacker replays: each may be accepted once, never again
 # 8 M empty arrays in an 8 MiB frame, and 4 M arrays nested two deep (built once: packing them takes a while)
@@ -237,8 +248,9 @@ async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
 
 
 def pin(swarm_pids: list[int], swarm_cpus: set[int], attack_cpus: set[int]) -> None:
-    """Swarm processes and their children onto `swarm_cpus`; this process (and daemons it starts) onto
-    `attack_cpus`."""
+    """Swarm processes, their children and every thread of each onto `swarm_cpus` (an affinity is per thread:
+    setting a process's pins its main thread alone); this process's calling thread (and the threads and daemons
+    it starts later) onto `attack_cpus`."""
     import psutil
 
     for pid in swarm_pids:
@@ -246,7 +258,9 @@ def pin(swarm_pids: list[int], swarm_cpus: set[int], attack_cpus: set[int]) -> N
             proc = psutil.Process(pid)
             for p in [proc, *proc.children(recursive=True)]:
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    p.cpu_affinity(sorted(swarm_cpus))
+                    for thread in p.threads():
+                        with contextlib.suppress(OSError):
+                            os.sched_setaffinity(thread.id, swarm_cpus)
     os.sched_setaffinity(0, attack_cpus)
 
 
@@ -269,13 +283,18 @@ def main() -> int:
     ap.add_argument("--pin", default=None, help="SWARM:ATTACK cpu lists, e.g. 0:1 (see the module docstring)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fuzz-learner-"))
-    with LocalSwarm(root) as swarm:
-        learner = start_learner_and_sampler(swarm, root)
+    # records live 8 heartbeats: with a flood's records under the peers key a DHT read takes ~1 s here
+    with LocalSwarm(root, extra_sets=["network.missed_beats_to_expire=8"]) as swarm:
+        swarm.bootstrap(log_interval=30.0)  # as deployed (the tests' 1 s reads the flooded peers key every second)
+        learner = swarm.join("learner", "learner", **learner_args(root))
+        sampler_proc = swarm.join("sampler", "sampler", work=True, env=NODE_ENV,
+                                  extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
         learner_id = learner.ready_fields()["peer_id"]
+        keys = [f"trust.learner_keys=[{learner_id}]"]  # how an operator reads the run
         steps_file = root / "learner" / "learner_steps.jsonl"
         wait_rows(steps_file, lambda rows: len(rows) >= 5, 300, "5 learner steps")
-        for _ in range(10):  # a read may miss a record whose heartbeat came late (2 s lifetime here)
-            peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
+        for _ in range(10):  # a read may miss a record whose heartbeat came late
+            peers = {p["peer_id"]: p for p in swarm.status(sets=keys)["peers"]}
             if learner_id in peers and any(p["role"] == "sampler" for p in peers.values()):
                 break
             time.sleep(1)
@@ -286,11 +305,36 @@ def main() -> int:
         honest = asyncio.run(honest_sample(sampler["peer_id"], sampler["addrs"][0], swarm.run_id))
         offline_result = asyncio.run(offline(args.offline, swarm.run_id, learner_id, honest)) if args.offline else {}
         before = steps_per_second(steps_file, args.window)
-        began = time.monotonic()
+        load_before = os.getloadavg()
         result: dict = {}
+        learner_addr = peers[learner_id]["addrs"][0]
+        targets = {p["peer_id"]: p["addrs"][0] for p in peers.values() if p["addrs"]}
+        bootstrap_addr, _, bootstrap_id = swarm.initial_peers.rpartition("/p2p/")
+        targets[bootstrap_id] = bootstrap_addr
+        plane_seconds = min(args.minutes * 60, args.window + 60)  # past the `during` window and a status read
+
+        # the slot flood holds its streams before the other attacks start (33 daemons take a while to start)
+        flood = plane_attacks.slot_flood(swarm.run_id, f"{learner_addr}/p2p/{learner_id}", root)
+        plane_attacks.wait_ready(*flood, timeout=300)
+        began = time.monotonic()
+
+        async def all_attacks() -> None:
+            try:
+                push, *plane = await asyncio.gather(
+                    attack(args, swarm.run_id, learner_id, learner_addr, honest),
+                    plane_attacks.dht_flood(swarm.run_id, targets),
+                    plane_attacks.stalling_holder(swarm.run_id, swarm.initial_peers, learner_id, plane_seconds),
+                    plane_attacks.self_declared_learner(swarm.run_id, swarm.initial_peers, sampler["peer_id"],
+                                                        plane_seconds),
+                    plane_attacks.old_version_liar(swarm.run_id, learner_id, learner_addr, root))
+            finally:
+                slots = await asyncio.to_thread(plane_attacks.stop_slot_flood, *flood)
+            result.update(push)
+            result["plane"] = dict(zip(["dht_flood", "stalling_holder", "self_declared_learner", "old_version_liar"],
+                                       plane), slot_flood=slots)
 
         def run_attack() -> None:
-            result.update(asyncio.run(attack(args, swarm.run_id, learner_id, peers[learner_id]["addrs"][0], honest)))
+            asyncio.run(all_attacks())
 
         import threading
 
@@ -298,12 +342,34 @@ def main() -> int:
         thread.start()
         time.sleep(min(10.0, args.window / 3))  # the attack is under way
         during = steps_per_second(steps_file, args.window)
+        load_during = os.getloadavg()
+        status_during = swarm.status(timeout=120, sets=keys)  # the self-declared learner still heartbeats
         thread.join()
         attack_seconds = time.monotonic() - began
+        after = steps_per_second(steps_file, args.window)  # the baseline again: the load of others drifts
         alive = learner.popen.poll() is None
-        status = swarm.status()
+        status = swarm.status(timeout=120, sets=keys)
         alerts = [a["kind"] for a in status["alerts"]]
         err = learner.stderr()
+        out = learner.stdout()
+        sampler_out = sampler_proc.stdout() + sampler_proc.stderr()
+    liar = result["plane"]["old_version_liar"]
+    caught = re.findall(rf"caught sampler {liar['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
+                        r"passed to training so far", out)
+    fake = result["plane"]["self_declared_learner"]["peer_id"]
+    membership = {  # `status` read during the attack
+        "learner_first_and_designated": bool(status_during["peers"]) and status_during["peers"][0]["peer_id"] ==
+        learner_id and status_during["peers"][0].get("designated") is True,
+        "newest_version_during": status_during["newest_version"],
+        "newest_version_after": status["newest_version"],
+        "self_declared_marked": any(p["peer_id"] == fake and p.get("designated") is False
+                                    for p in status_during["peers"]),
+        "alerts_during": [a["kind"] for a in status_during["alerts"]],
+        "alerts_naming_honest_sampler": sum(a.get("peer_id") == sampler["peer_id"]
+                                            for a in status_during["alerts"] + status["alerts"]),
+        "sampler_paused_for_no_learner": sampler_out.count("no learner of the run is live"),
+        "sampler_failed_fetches": sampler_out.count("fetching version"),
+    }
     allowed = {name: 0 for name in result["statuses"]}
     allowed.update({"flood": 10**9, "replayed own group": OWN_GROUPS * args.identities})
     wrongly = {name: counts.get("ok", 0) - allowed[name] for name, counts in result["statuses"].items()
@@ -320,6 +386,11 @@ def main() -> int:
         "offline": {**offline_result, "wrongly_accepted": sum(offline_wrongly.values()),
                     "wrongly_accepted_by_category": offline_wrongly},
         "messages_sent": result["sent"],
+        "hostile_messages": result["sent"] + sum(a["messages"] for a in result["plane"].values()),
+        "plane_attacks": result["plane"],
+        "liar_caught": len(caught),
+        "fabricated_groups_trained": max((int(n) for n in caught), default=None),
+        "membership_after": membership,
         "attackers": args.attackers,
         "attack_seconds": round(attack_seconds, 1),
         "crashes": int(not alive) + err.count("Traceback"),
@@ -328,8 +399,12 @@ def main() -> int:
         "statuses": result["statuses"],
         "learner_steps_per_s_before": round(before, 3),
         "learner_steps_per_s_during": round(during, 3),
-        "honest_throughput_ratio": round(during / before, 3) if before else None,
+        "learner_steps_per_s_after": round(after, 3),
+        # against the mean of the windows before and after the attack (the other agents' load drifts meanwhile)
+        "honest_throughput_ratio": round(2 * during / (before + after), 3) if before + after else None,
         "alerts_after": alerts,
+        "load_avg_before": load_before,
+        "load_avg_during": load_during,
         "load_avg": os.getloadavg(),
         "pinned": args.pin,
         "command": " ".join(sys.argv),
@@ -338,7 +413,8 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-    clean = report["crashes"] == 0 and report["wrongly_accepted"] == 0 and not offline_wrongly
+    clean = (report["crashes"] == 0 and report["wrongly_accepted"] == 0 and not offline_wrongly
+             and report["fabricated_groups_trained"] == 0)
     return 0 if clean else 1
 
 

@@ -159,6 +159,7 @@ class SamplerRole(NodeRole):
         finally:
             heartbeat.cancel()
             await self.follower.close()
+            await self.peers.close()
             if self.delayed is not None:
                 self.delayed.close()
             await self.sender.close(flush_timeout=5.0)

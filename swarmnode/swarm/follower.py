@@ -28,7 +28,9 @@ from swarmnode.protocol.reachability import by_dial_cost, dialable
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
 from swarmnode.swarm.dht import SwarmDHT
-from swarmnode.swarm.weights import FetchError, FetchStats, ModelLayout, ProgressCallback, WeightFetcher, WeightStore
+from swarmnode.swarm.liveness import ProvenAlive
+from swarmnode.swarm.weights import (FetchError, FetchStats, ModelLayout, ProgressCallback, WeightFetcher, WeightStore,
+                                     ping_holder)
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ Pointer = dict[str, Any]
 NewestVersion = Callable[[], Awaitable["tuple[int, Pointer] | None"]]
 Fetch = Callable[[int, Pointer], Awaitable[None]]
 ProgressDisplay = Callable[[str], ContextManager[ProgressCallback]]  # description -> a (done, total) callback
+LIVE_WINDOW_S = 30.0  # a peer's proof of life counts this long (at least 4 heartbeats)
 
 
 @contextlib.contextmanager
@@ -151,17 +154,63 @@ def with_designated(records: list, designated: list) -> list:
 
 class LivePeers:
     """The run's live peer records as of the last heartbeat: who the learners are, who may hold weights.
-    Re-read from the DHT only when older than `max_age` (each read verifies every peer record)."""
+    Re-read from the DHT only when older than `max_age` (each read verifies every peer record). With designated
+    learners (read from their own small keys on every refresh), the shared peers key, which a flood can fill with
+    a megabyte of records, is read only every `SHARED_EVERY` refreshes: it only adds holders.
 
-    def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = ()) -> None:
+    A record alone makes no peer a holder or a send target (a throwaway key signs as many as it likes): a peer is
+    picked only once proven alive (`alive`: it answered us, or our p2pd holds a connection to it, within
+    `live_window` seconds; unproven candidates are probed in the background). The run's designated learners
+    (`designated`, read from their own keys) are always eligible: they are the trust root."""
+
+    def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = (), *,
+                 live_window: float | None = None, alive: ProvenAlive | None = None) -> None:
         self.dht, self.me, self.max_age = dht, me, max_age
         self.designated = list(designated)  # trust.learner_keys: read from their own keys too (no flood hides them)
+        run_id = dht.cfg.run_id
+        self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
+                                          probe=lambda peer: ping_holder(dht.p2p, run_id, peer))
         self._records: list = []
+        self._shared: list = []  # the shared peers key's records as of its last read
         self._read_at = -float("inf")
+        self._refreshes = 0
+
+    SHARED_EVERY = 5
 
     async def refresh(self) -> None:
-        self._records = with_designated(await self.dht.live_peers(), await self.dht.designated_learners(self.designated))
+        """Re-read the records; peers connected to us now are proven, unproven candidates are probed. A designated
+        learner that this read missed (a DHT read that timed out under a flood) keeps its last record while that
+        is younger than the live window: one missed read does not pause a sampler."""
+        designated = await self.dht.designated_learners(self.designated)
+        found = {r.peer_id for r in designated}
+        designated += [r for r in self._records if r.peer_id in self.designated and r.peer_id not in found
+                       and r.role == "learner" and r.age() <= self.alive.window]
+        if not self.designated or self._refreshes % self.SHARED_EVERY == 0:
+            self._shared = await self.dht.live_peers()
+        self._refreshes += 1
+        self._records = with_designated([r for r in self._shared if r.state == "up"], designated)
         self._read_at = time.monotonic()
+        candidates = {r.peer_id for r in self._records if r.peer_id != self.me and r.role in ("learner", "sampler")}
+        connected = {str(info.peer_id) for info in await self.dht.p2p.list_peers()}
+        self.alive.mark(candidates & connected)
+        self.alive.refresh(candidates)
+
+    def proven(self, peers: Iterable[object]) -> None:
+        """`peers` (ids or PeerIDs) just answered us: a fetch's holders, learners that told their version."""
+        self.alive.mark(str(p) for p in peers)
+
+    def failed(self, peers: Iterable[object]) -> None:
+        """`peers` failed us in a fetch (stalled, broke the protocol): not holders until their wait is over
+        (`ProvenAlive.fail`); the designated learners stay eligible."""
+        self.alive.fail(str(p) for p in peers)
+
+    def eligible(self, records: list) -> list:
+        """The records of designated learners and of peers proven alive."""
+        return [r for r in records if r.peer_id in self.designated or self.alive.alive(r.peer_id)]
+
+    async def close(self) -> None:
+        """Stop a running probe round."""
+        await self.alive.close()
 
     async def _current(self) -> list:
         if time.monotonic() - self._read_at > self.max_age:
@@ -170,14 +219,15 @@ class LivePeers:
 
     async def learners(self) -> list[PeerID]:
         """Learners that accept groups: their record holds a version (-1 while a learner loads its model and
-        opens its inbox, when a push would only fail and back off) and someone can dial them (not client-only)."""
-        return [PeerID.from_base58(r.peer_id) for r in send_targets(await self._current())]
+        opens its inbox, when a push would only fail and back off), someone can dial them (not client-only), and
+        they are designated or proven alive."""
+        return [PeerID.from_base58(r.peer_id) for r in send_targets(self.eligible(await self._current()))]
 
     async def holders(self) -> list[PeerID]:
-        """Live learners and samplers but us: a peer fetching the same version right now serves the chunks it
-        already has (holders answer `have` with their chunk maps), so samplers help each other. Peers nobody can
-        dial are left out, relayed ones come last (`weight_holders`)."""
-        return [PeerID.from_base58(r.peer_id) for r in weight_holders(await self._current(), self.me)]
+        """Live learners and samplers but us, designated or proven alive: a peer fetching the same version right
+        now serves the chunks it already has (holders answer `have` with their chunk maps), so samplers help each
+        other. Peers nobody can dial are left out, relayed ones come last (`weight_holders`)."""
+        return [PeerID.from_base58(r.peer_id) for r in weight_holders(self.eligible(await self._current()), self.me)]
 
 
 def send_targets(records: list) -> list:
@@ -214,10 +264,14 @@ class WeightPuller:
         answered with a valid one within `timeout`. Once one has answered, the others get `grace` seconds more (a
         learner that died does not hold up every batch). Each learner vouches only for versions it signed, unless
         the run names its learner keys."""
+        answered: list[PeerID] = []
+
         async def ask(learner: PeerID) -> WeightManifest | None:
             fetcher = WeightFetcher(self.p2p, self.store, self.trusted or [str(learner)], layout=self.layout,
                                     request_timeout=timeout)
-            return await fetcher.newest_manifest(learner)
+            manifest = await fetcher.newest_manifest(learner)
+            answered.append(learner)
+            return manifest
 
         pending = {asyncio.ensure_future(ask(learner)) for learner in learners}
         loop = asyncio.get_running_loop()
@@ -236,6 +290,7 @@ class WeightPuller:
         finally:
             for task in pending:
                 task.cancel()
+        self.peers.proven(answered)
         if not manifests:
             return None
         newest = max(manifests, key=lambda m: m.version)
@@ -259,6 +314,8 @@ class WeightPuller:
                                 manifest=known if isinstance(known, WeightManifest) else None)
         if (stats := fetcher.last_stats) is not None and stats.version == version:
             self.last_stats = stats
+            self.peers.proven(stats.chunks_by_holder or ())  # they served chunks: alive
+            self.peers.failed(stats.lost_holders)  # a stalling holder is not picked again for a while
             if stats.seconds >= 2.0:  # worth a line (a small model's fetches take milliseconds)
                 self.emit(f"fetched weights v{version}: {stats.fetched_bytes / 1e6:,.0f} MB in {stats.seconds:.1f} s "
                           f"({stats.bytes_per_second / 1e6:,.0f} MB/s), {stats.reused_bytes / 1e6:,.0f} MB reused, "

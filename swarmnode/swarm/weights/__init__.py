@@ -10,7 +10,7 @@ Modules, one concept each:
 - `fetch`    `WeightFetcher`: pull a version from many holders in parallel, verifying every chunk
 """
 
-from swarmnode.swarm.weights.fetch import FetchStats, ProgressCallback, WeightFetcher
+from swarmnode.swarm.weights.fetch import FetchStats, ProgressCallback, WeightFetcher, ping_holder
 from swarmnode.swarm.weights.layout import (CHUNK_BYTES, ModelLayout, aligned_buffer, chunk_size_for, cut_chunks,
                                             flatten_into, plan_layout, tensors_from_buffer)
 from swarmnode.swarm.weights.schedule import ChunkSchedule
@@ -20,5 +20,5 @@ from swarmnode.swarm.weights.store import FetchError, WeightStore
 __all__ = [
     "CHUNK_BYTES", "ChunkSchedule", "FetchError", "FetchStats", "ModelLayout", "ProgressCallback", "WeightFetcher",
     "WeightServer", "WeightStore", "aligned_buffer", "chunk_size_for", "cut_chunks", "flatten_into", "plan_layout",
-    "protocol_name", "tensors_from_buffer",
+    "ping_holder", "protocol_name", "tensors_from_buffer",
 ]

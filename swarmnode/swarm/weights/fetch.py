@@ -35,6 +35,19 @@ ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes total): how 
 _HAVE = -1  # an outstanding have-map request, in a worker's queue of answers
 
 
+async def ping_holder(p2p: P2P, run_id: str, peer: str) -> bool:
+    """Whether `peer` serves the run's weights now: its daemon opened our stream under the run's protocol (the
+    cheapest proof that a peer record has a live holder behind it; a full server may close the stream at once)."""
+    _, _, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer), protocol_name(run_id))
+    try:
+        await write_frame(writer, pack({"op": "bye"}))
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+    return True
+
+
 @dataclass
 class FetchStats:
     """What one fetch did."""
@@ -47,6 +60,7 @@ class FetchStats:
     missing_chunks: int = 0
     seconds: float = 0.0
     chunks_by_holder: collections.Counter | None = None
+    lost_holders: frozenset[str] = frozenset()  # holders dropped (stalled, timed out, broke the protocol)
 
     @property
     def bytes_per_second(self) -> float:
@@ -61,14 +75,17 @@ class WeightFetcher:
     serve sooner. A holder that does not connect and answer within `request_timeout`, sends no byte for that
     long while asked for something, or takes longer than `request_timeout` plus the answer's size at
     `MIN_HOLDER_RATE` (a holder that advertises every chunk and then trickles or stalls mid-chunk), is dropped for
-    the rest of the fetch and its chunks go to the other holders at once; a round ends when no holder gained a
-    missing chunk for `timeout`. `layout` is the model the weights are for: a manifest that does not fit it is
-    refused before anything is allocated for it (None, only where the caller has no model: tests, benchmarks)."""
+    the rest of the fetch and its chunks go to the other holders at once; a holder other than the allowed
+    publishers goes silent mid-answer for only `STALL_S` while an allowed publisher (which holds every chunk) is
+    still among the holders. A round ends when no holder gained a missing chunk for `timeout`. `layout` is the
+    model the weights are for: a manifest that does not fit it is refused before anything is allocated for it
+    (None, only where the caller has no model: tests, benchmarks)."""
 
     PIPELINE_S = 0.1
     MAX_WINDOW = 8
     MIN_HOLDER_RATE = 256 << 10  # bytes/s below which an answer in progress is given up (a slow-loris holder)
     MAX_HOLDERS = 32  # holders one fetch talks to: the allowed publishers first, then others at random
+    STALL_S = 1.0  # silence mid-answer after which a non-publisher holder is dropped while a publisher can serve
 
     def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
                  layout: ModelLayout | None, streams_per_holder: int = 1, chunks_per_request: int = 1,
@@ -231,6 +248,7 @@ class WeightFetcher:
                                for h in live for _ in range(self.streams_per_holder)], work)
         if writes:
             await asyncio.gather(*writes)
+        stats.lost_holders = frozenset(work.lost)
         missing = len(work.pending) + len(work.failed)
         if missing:
             if not stats.fetched_bytes and not stats.reused_bytes:
@@ -259,19 +277,20 @@ class WeightFetcher:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _answer(self, answer: asyncio.Future[int], sink: FrameSink, size: int) -> int:
+    async def _answer(self, answer: asyncio.Future[int], sink: FrameSink, size: int,
+                      silence_s: Callable[[], float]) -> int:
         """The length of an awaited answer frame of up to `size` bytes; TimeoutError once the stream brought no
-        byte for `request_timeout`, or the answer took longer than `request_timeout` + `size` / `MIN_HOLDER_RATE`
-        (a slow holder that keeps sending is waited for that long, not for ever)."""
+        byte for `silence_s()` (at most `request_timeout`), or the answer took longer than `request_timeout` +
+        `size` / `MIN_HOLDER_RATE` (a slow holder that keeps sending is waited for that long, not for ever)."""
         deadline = time.monotonic() + self.request_timeout + size / self.MIN_HOLDER_RATE
         while True:
             try:
-                wait = min(self.request_timeout, max(0.01, deadline - time.monotonic()))
+                wait = min(silence_s(), max(0.01, deadline - time.monotonic()))
                 return await asyncio.wait_for(asyncio.shield(answer), wait)
             except asyncio.TimeoutError:
                 now = time.monotonic()
-                if now - sink.last_received >= self.request_timeout:
-                    raise asyncio.TimeoutError(f"no byte in {self.request_timeout:.0f} s") from None
+                if now - sink.last_received >= (silent := silence_s()):
+                    raise asyncio.TimeoutError(f"no byte in {silent:.1f} s") from None
                 if now >= deadline:
                     raise asyncio.TimeoutError(f"{size} bytes not in after {now - deadline + self.request_timeout:.0f}"
                                                " s (below the minimum holder rate)") from None
@@ -299,6 +318,12 @@ class WeightFetcher:
                 on_chunk(i, name)
 
         have_buf, have_asked = bytearray(2 * ((len(manifest.chunks) + 7) // 8)), False
+
+        def silence_s() -> float:  # how long this holder may go silent mid-answer (see the class docstring)
+            backup = name not in self.allowed_publishers and any(
+                h in self.allowed_publishers and h not in work.lost for h in work.holders)
+            return min(self.request_timeout, self.STALL_S) if backup else self.request_timeout
+
         rate, last_arrival, window = 0.0, 0.0, self.window or 2  # this holder's bytes/s, measured
         try:
             _, reader, writer = await asyncio.wait_for(
@@ -327,7 +352,8 @@ class WeightFetcher:
                         await asyncio.wait_for(changed.wait(), ChunkSchedule.HAVE_REFRESH_S)
                     continue
                 i, answer = outstanding[0]
-                n = await self._answer(answer, sink, len(have_buf) if i == _HAVE else manifest.chunks[i].size)
+                n = await self._answer(answer, sink, len(have_buf) if i == _HAVE else manifest.chunks[i].size,
+                                       silence_s)
                 outstanding.popleft()
                 if i == _HAVE:
                     if n not in (0, len(have_buf)):

@@ -82,6 +82,11 @@ class WeightServer:
         await p2p.add_binary_stream_handler(protocol_name(self.store.run_id), self._handle)
         return self
 
+    @property
+    def stranger_streams(self) -> int:
+        """Streams open now of peers not trusted (strangers)."""
+        return sum(1 for s in self._slots if not s.trusted)
+
     def _admit(self, peer: str, writer: asyncio.StreamWriter) -> _Slot | None:
         """A slot for a new stream of `peer` (evicting a stranger's idle stream if that is what it takes), or None."""
         trusted = bool(self.trusted(peer))

@@ -1,0 +1,170 @@
+"""The weight-plane and membership attacks of issue #40, for fuzz_learner.py: each runs against the live swarm for
+`seconds` (or until its work is done) and returns its counts; each counts the hostile messages it sent.
+
+- `slot_flood`: throwaway keys hold the learner's weight-server streams (tests/slot_flood_peer.py, its own process).
+- `dht_flood`: 2,000 throwaway-key learner records stored at every member (claiming version 1,000,000).
+- `stalling_holder`: a live peer advertising a sampler record with the learner's versions, answering `have` with
+  every chunk and stalling on every chunk request (the honest sampler may pick it: it is alive).
+- `self_declared_learner`: a throwaway key publishing a learner record (version 1,000,000) whose health names the
+  honest sampler as a sender of invalid data, on every heartbeat.
+- `old_version_liar`: real groups of the run's model with log-probs shifted +0.3 nats, claiming the newest
+  version - 6 (tests/liar_peer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hivemind.p2p import PeerID
+
+from benchlib import ROOT
+from swarmnode.config import load_config
+from swarmnode.identity import Identity
+from swarmnode.protocol.codec import unpack
+from swarmnode.protocol.peer import PeerRecord
+from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.frames import read_frame, write_frame
+from swarmnode.swarm.weights import WeightFetcher, WeightStore, protocol_name
+from swarmnode.swarm.weights.havemap import bitmap
+
+sys.path.insert(0, str(ROOT / "tests"))
+from flood_helpers import fake_peer_records, record_lifetime, store_records  # noqa: E402
+from swarm_helpers import FAST_NET, LOOPBACK  # noqa: E402
+
+FAKE_VERSION = 10**6
+
+
+def member_cfg(run_id: str, initial_peer: str):
+    return load_config(None, [*FAST_NET, f"run_id={run_id}", f"network.host_maddrs=[{LOOPBACK}]",
+                              "network.missed_beats_to_expire=8", f"network.initial_peers=[{initial_peer}]"])
+
+
+def slot_flood(run_id: str, learner_maddr: str, tmp: Path, keys: int = 33,
+               streams: int = 8) -> tuple[subprocess.Popen, Path]:
+    """Start the flooder (it inherits this process's CPU affinity); stop it with `stop_slot_flood`."""
+    ready = tmp / "slot-flood.jsonl"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "slot_flood_peer.py"), "--target", learner_maddr,
+                             "--run", run_id, "--keys", str(keys), "--streams", str(streams), "--every", "8",
+                             "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    return proc, ready
+
+
+def wait_ready(proc: subprocess.Popen, ready: Path, timeout: float) -> None:
+    """Until the flooder has tried every stream (RuntimeError if it exits or takes longer than `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while not (ready.exists() and ready.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the slot flooder did not start its streams (exit {proc.poll()})")
+        time.sleep(0.5)
+
+
+def stop_slot_flood(proc: subprocess.Popen, ready: Path) -> dict:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            import os
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    lines = ready.read_text().splitlines() if ready.exists() else []
+    counts = json.loads(lines[-1]) if lines else {}
+    counts["messages"] = counts.get("opened", 0) + counts.get("refused", 0) + counts.get("haves", 0)
+    return counts
+
+
+async def dht_flood(run_id: str, targets: dict[str, str], count: int = 2000) -> dict:
+    """`count` fake learner records stored at every target (peer id -> multiaddr)."""
+    expiration = record_lifetime()
+    records = fake_peer_records(run_id, count, expiration, version=FAKE_VERSION)
+    accepted = await store_records(run_id, targets, records, expiration)
+    return {"messages": count * len(targets), "records": count, "targets": len(targets), "accepted": accepted}
+
+
+async def stalling_holder(run_id: str, initial_peer: str, learner_id: str, seconds: float) -> dict:
+    """A live peer that advertises the learner's versions and stalls every chunk request (see the module doc)."""
+    me = Identity.generate()
+    dht = await SwarmDHT.create(member_cfg(run_id, initial_peer), me)
+    counts = collections.Counter()
+    chunks_of: dict[int, int] = {}
+    probe = WeightFetcher(dht.p2p, WeightStore(Path(f"/tmp/stall-{me.peer_id[-8:]}"), run_id), [learner_id],
+                          layout=None, request_timeout=5)
+
+    async def handle(info, reader, writer) -> None:
+        try:
+            while (req := await read_frame(reader, 1 << 16)) is not None:
+                req = unpack(req, 1 << 16)
+                counts["requests"] += 1
+                if req.get("op") == "have" and isinstance(req.get("version"), int) and req["version"] >= 0:
+                    v = req["version"]
+                    if v not in chunks_of:
+                        with contextlib.suppress(Exception):
+                            chunks_of[v] = len((await probe.fetch_manifest([PeerID.from_base58(learner_id)], v)).chunks)
+                    n = chunks_of.get(v, 0)
+                    await write_frame(writer, bitmap(range(n), n) + bytes((n + 7) // 8) if n else b"")
+                    counts["haves_claimed"] += 1
+                elif req.get("op") == "chunks":
+                    counts["chunks_stalled"] += 1
+                    await asyncio.sleep(3600)  # mid-answer: the fetcher must give up on us, not wait
+                elif req.get("op") == "bye":
+                    break
+                else:
+                    await write_frame(writer, b"")
+        except (Exception, asyncio.CancelledError):  # a stalled answer is cancelled when the holder leaves
+            pass
+        finally:
+            writer.close()
+
+    await dht.p2p.add_binary_stream_handler(protocol_name(run_id), handle)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            newest = await dht.newest_version()
+            version = newest[0] if newest else 0
+            await dht.publish_peer(PeerRecord.create(me, role="sampler", version=version,
+                                                     versions=list(range(max(0, version - 8), version + 1))))
+            counts["records"] += 1
+            await asyncio.sleep(1.0)
+    finally:
+        await dht.shutdown()
+    return {"messages": counts["requests"] + counts["records"], **counts}
+
+
+async def self_declared_learner(run_id: str, initial_peer: str, honest_sampler: str, seconds: float) -> dict:
+    """A throwaway key's learner record, under the peers key and its own learner key, every second."""
+    me = Identity.generate()
+    dht = await SwarmDHT.create(member_cfg(run_id, initial_peer), me)
+    sent = 0
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            record = PeerRecord.create(me, role="learner", version=FAKE_VERSION, versions=[FAKE_VERSION],
+                                       health={"invalid_peers": [honest_sampler]})
+            await dht.publish_peer(record)
+            await dht.publish_learner(record)
+            sent += 2
+            await asyncio.sleep(1.0)
+    finally:
+        await dht.shutdown()
+    return {"messages": sent, "peer_id": me.peer_id}
+
+
+async def old_version_liar(run_id: str, learner_id: str, learner_addr: str, tmp: Path, lies: int = 40,
+                           behind: int = 6) -> dict:
+    """`lies` groups shifted +0.3 nats per token claiming (newest - `behind`); the acks' statuses."""
+    from liar_peer import lie, lying_groups
+
+    cfg = load_config("tiny-cpu", ["model.tiny.warm_start_steps=20"])
+    liar = Identity.generate()
+    groups = await asyncio.to_thread(lying_groups, cfg, run_id, liar, learner_id, lies, 0.3)
+    statuses = await lie(tmp, run_id, learner_id, learner_addr, groups, liar, behind)
+    return {"messages": lies, "peer_id": liar.peer_id, "statuses": dict(statuses)}

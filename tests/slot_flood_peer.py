@@ -1,0 +1,99 @@
+"""Throwaway keys holding a weight server's streams, in their own process (one real p2pd per key), for
+tests/test_slot_flood.py and bench/hostile-peers/fuzz_learner.py.
+
+    python tests/slot_flood_peer.py --target MADDR/p2p/ID --run RUN --keys 33 --streams 8 --every 8 --ready FILE
+
+Each key opens `streams` streams to the target's weight server and sends a valid `have` on each every `every`
+seconds; a stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried
+all its streams, FILE gets one JSON line; on SIGTERM the process writes its counts to FILE and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+from pathlib import Path
+
+from hivemind.p2p import P2P, PeerID
+
+from swarmnode.protocol.codec import pack
+from swarmnode.swarm.frames import read_frame, write_frame
+from swarmnode.swarm.weights import protocol_name
+
+counts = {"opened": 0, "refused": 0, "closed": 0, "haves": 0}
+
+
+async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float, tried: asyncio.Event) -> None:
+    """One stream slot, held for as long as the server lets it, then taken again."""
+    while True:
+        try:
+            _, reader, writer = await asyncio.wait_for(p2p.call_binary_stream_handler(target, proto), 10)
+        except Exception:
+            counts["refused"] += 1
+            tried.set()
+            await asyncio.sleep(reopen)
+            continue
+        counts["opened"] += 1
+        tried.set()
+        try:
+            while True:
+                await write_frame(writer, pack({"op": "have", "version": 1}))
+                if await asyncio.wait_for(read_frame(reader, 1 << 20), 30) is None:
+                    break
+                counts["haves"] += 1
+                await asyncio.sleep(every)
+        except Exception:
+            pass
+        finally:
+            writer.close()
+        counts["closed"] += 1
+        await asyncio.sleep(reopen)
+
+
+async def main(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    addr, _, target = args.target.rpartition("/p2p/")
+    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=[args.target], nat_port_map=False,
+              auto_nat=False, startup_timeout=60)
+    daemons: list[P2P] = []
+    tasks: list[asyncio.Task] = []
+    try:
+        for start in range(0, args.keys, 8):  # a few at a time: a loaded machine starts 33 daemons slowly
+            daemons += await asyncio.gather(*(P2P.create(**kw) for _ in range(min(8, args.keys - start))))
+        events = []
+        for p2p in daemons:
+            for _ in range(args.streams):
+                events.append(asyncio.Event())
+                tasks.append(asyncio.create_task(hold(p2p, PeerID.from_base58(target), protocol_name(args.run),
+                                                      args.every, args.reopen, events[-1])))
+        await asyncio.gather(*(e.wait() for e in events))
+        Path(args.ready).write_text(json.dumps({"keys": len(daemons), **counts}) + "\n")
+        await stop.wait()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p2p in daemons:
+            with contextlib.suppress(Exception):
+                await p2p.shutdown()
+        with contextlib.suppress(OSError):
+            with open(args.ready, "a") as f:
+                f.write(json.dumps({"keys": len(daemons), **counts}) + "\n")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", required=True, help="the weight server's multiaddr with /p2p/ID")
+    parser.add_argument("--run", required=True, help="run id (the weights protocol name)")
+    parser.add_argument("--keys", type=int, default=33)
+    parser.add_argument("--streams", type=int, default=8, help="streams per key")
+    parser.add_argument("--every", type=float, default=8.0, help="seconds between `have` requests on a stream")
+    parser.add_argument("--reopen", type=float, default=1.0, help="seconds before a closed stream is opened again")
+    parser.add_argument("--ready", required=True, help="file that gets a JSON line once every stream was tried")
+    asyncio.run(main(parser.parse_args()))

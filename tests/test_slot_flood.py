@@ -1,0 +1,103 @@
+"""A slot flood against a learner's weight server: throwaway keys (33 keys x 8 streams, a valid `have` every 8 s,
+each in a real p2pd of its own process) try to hold every stream, and an honest sampler, a stranger to the
+learner, fetches a version. Its speed under the flood (best of 7 fetches) is measured against its speed without,
+in the same test: the learner's store is served by two daemons, the flood aims at one, and the honest fetches
+alternate between the two (the other agents' load on a shared machine hits both alike)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from swarmnode.identity import Identity
+from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
+from weights_helpers import RUN, daemons
+
+KEYS, STREAMS, EVERY = 33, 8, 8.0  # the attack of issue 40: 264 streams, more than the server's 256
+TRIALS = 7  # each side's fastest fetch is compared: the other agents' load spikes hit single trials
+MIN_RATIO = 0.8
+
+
+def big_state() -> dict[str, torch.Tensor]:
+    """32 MiB: a fetch long enough to time (32 chunks of 1 MiB)."""
+    return {"w": torch.randn(8 << 20, generator=torch.Generator().manual_seed(1))}
+
+
+async def fetch_seconds(honest, tmp_path: Path, learner: Identity, server_id, trial: str) -> float:
+    """One full fetch of version 1 into an empty store; its seconds."""
+    fetcher = WeightFetcher(honest, WeightStore(tmp_path / trial, RUN, chunk_bytes=1 << 20), [learner.peer_id],
+                            layout=None)
+    await asyncio.wait_for(fetcher.fetch([server_id], 1), 120)
+    return fetcher.last_stats.seconds
+
+
+def start_flood(tmp_path: Path, target: str) -> tuple[subprocess.Popen, Path]:
+    ready = tmp_path / "flood.jsonl"
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slot_flood_peer.py")), "--target", target,
+                             "--run", RUN, "--keys", str(KEYS), "--streams", str(STREAMS), "--every", str(EVERY),
+                             "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    return proc, ready
+
+
+def stop_flood(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the flooder and its p2pd daemons
+            proc.wait(10)
+
+
+def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
+    learner = Identity.generate()
+    proc = None
+
+    async def scenario():
+        nonlocal proc
+        async with daemons(3) as (lp, calm, honest):
+            ls = WeightStore(tmp_path / "learner", RUN, chunk_bytes=1 << 20)
+            # the learner's server as its role runs it (default caps); only the learner's own key is trusted
+            server = await WeightServer(ls, trusted=lambda peer: peer == learner.peer_id).start(lp)
+            await WeightServer(ls, trusted=lambda peer: peer == learner.peer_id).start(calm)  # no flood here
+            ls.publish(1, big_state(), learner)
+            proc, ready = start_flood(tmp_path, f"{(await lp.get_visible_maddrs())[0]}/p2p/{lp.peer_id}")
+            while not ready.exists() or not ready.read_text().strip():
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(server.evict_after + 1)  # every flood stream idle long enough to be evictable
+            held = server.stranger_streams
+            for target in (lp, calm):  # connections and page cache warm on both
+                await fetch_seconds(honest, tmp_path, learner, target.peer_id, f"warm-{target.peer_id}")
+            quiet, flooded = [], []
+            for i in range(TRIALS):
+                quiet.append(await fetch_seconds(honest, tmp_path, learner, calm.peer_id, f"q{i}"))
+                flooded.append(await fetch_seconds(honest, tmp_path, learner, lp.peer_id, f"f{i}"))
+                held = min(held, server.stranger_streams)
+            return quiet, flooded, held, server
+
+    try:
+        quiet, flooded, held, server = asyncio.run(scenario())
+    finally:
+        if proc is not None:
+            stop_flood(proc)
+    counts = json.loads((tmp_path / "flood.jsonl").read_text().splitlines()[-1])
+    ratio = min(quiet) / min(flooded)
+    print(f"slot flood: honest fetch {ratio:.2f}x its quiet speed (best of {TRIALS}: {min(quiet):.3f} s quiet, "
+          f"{min(flooded):.3f} s flooded; medians {statistics.median(quiet):.3f} and {statistics.median(flooded):.3f}"
+          f" s); the flood held {held} streams, {counts}, "
+          f"server refused {server.streams_refused}, evicted {server.streams_evicted}")
+    assert counts["keys"] == KEYS and counts["haves"] > 0
+    # the flood held the whole strangers' share all along: the honest fetches got in by eviction, not by luck
+    assert held >= server.max_stranger_streams - KEYS, (held, server.max_stranger_streams)
+    assert ratio >= MIN_RATIO, (quiet, flooded)
