@@ -7,42 +7,76 @@ The command line
 - `cli_runtime`         logging to stderr, running until Ctrl-C or SIGTERM
 - `errors`              `SwarmnodeError` and the exit codes
 
-A node in a swarm
-- `node`                `join`: identity, membership, the role decision, the role's lifecycle
-- `bootstrap`, `idle`   `swarmnode bootstrap`; `join --idle` (advertise only: a network check)
-- `preflight`           what is checked before a node announces itself (task data, packages, model, ports)
-- `hardware`            probe the machine, estimate the model's memory needs, pick a role
-- `preset_fit`          which shipped GPU presets fit this machine (`swarmnode hardware`)
-- `selfcheck`           `swarmnode hardware --measure`: a learner step, generation, bf16 floor, fp16 check (package)
-- `roles`               the sampler's and the learner's wiring (package)
-- `sapo`                own-policy mode, every node samples and trains (package)
-- `compute_thread`      the one thread a role runs its model work on
-- `allocator`           keep freed heap memory in the process (fewer page faults while generating)
-- `identity`            the node's Ed25519 key: peer id and signatures
-
-Watching a swarm
-- `status`, `status_schema`   `swarmnode status` and its JSON schema
-- `dashboard`           the live terminal view
-- `health`, `health_record`   the swarm's health from peer records; one typed record per role
-- `metrics`, `progress` Prometheus on every node; transfer progress for a person
-
-Models and prompts
-- `models`, `packaged_models`, `warmstart`   building models (hub, directory, packaged GGUF, built-in tiny) and the
-                        tiny model's warm start
-- `prompting`, `logprobs`, `adapters`   prompt encoding; chunked log-probs; LoRA adapter versions
-- `transfers`           host-device copies through pinned memory and read-backs in one transfer
-
-On one machine
-- `demo`, `local_swarm` `swarmnode demo`; a swarm of real processes on 127.0.0.1 (the demo's and the benches')
-- `local_trainer`, `evaluation`   `swarmnode train-local` (single-process RL); held-out evaluation
-- `delay`               simulated weight and rollout delays for latency experiments
+The commands
+- `node`                a node in a swarm: join, bootstrap, idle, preflight, hardware, the roles, SAPO (package)
+- `local`               on one machine: the demo, a local swarm of processes, single-process RL (package)
+- `observe`             watching a swarm: health records, status, the dashboard, metrics (package)
 
 The parts underneath
-- `swarm`               the network: p2pd, the DHT, rollout gossip, weight versions, averaging (package)
+- `swarm`               the network: p2pd, the DHT, rollout push, weight versions, averaging (package)
 - `sampler`, `learner`  the network-free sampler and learner cores (packages)
+- `model`               building models, prompts, log-probs, adapter versions, host-device transfers (package)
 - `protocol`            every record that crosses the network (package)
 - `tasks`, `config`     prompts and rewards; the configuration and its presets (packages)
+- `identity`            the node's Ed25519 key: peer id and signatures
+- `compute_thread`      the one thread a role runs its model work on
+- `allocator`           keep freed heap memory in the process (fewer page faults while generating)
 - `delivery`, `staleness`, `backoff`   the rollout sink interface; staleness buckets; backoff with jitter
+- `delay`               simulated weight and rollout delays for latency experiments
+
+The public names below are importable from `swarmnode` itself (`from swarmnode import LearnerLoop`); each is
+imported on first use, so `import swarmnode` stays light (the CLI answers before torch is loaded).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "NodeConfig": "swarmnode.config",
+    "load_config": "swarmnode.config",
+    "ConfigError": "swarmnode.config",
+    "SwarmnodeError": "swarmnode.errors",
+    "ExitCode": "swarmnode.errors",
+    "Identity": "swarmnode.identity",
+    "RolloutGroup": "swarmnode.protocol.rollout",
+    "RolloutLimits": "swarmnode.protocol.rollout",
+    "PeerRecord": "swarmnode.protocol.peer",
+    "Task": "swarmnode.tasks",
+    "build_task": "swarmnode.tasks",
+    "SamplerLoop": "swarmnode.sampler.loop",
+    "LearnerLoop": "swarmnode.learner.loop",
+    "RolloutSender": "swarmnode.swarm.rollout_push",
+    "RolloutReceiver": "swarmnode.swarm.rollout_push",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from swarmnode.config import ConfigError, NodeConfig, load_config
+    from swarmnode.errors import ExitCode, SwarmnodeError
+    from swarmnode.identity import Identity
+    from swarmnode.learner.loop import LearnerLoop
+    from swarmnode.protocol.peer import PeerRecord
+    from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
+    from swarmnode.sampler.loop import SamplerLoop
+    from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
+    from swarmnode.tasks import Task, build_task
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'swarmnode' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

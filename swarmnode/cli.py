@@ -22,10 +22,10 @@ from swarmnode.allocator import keep_freed_memory
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
 from swarmnode.config.addresses import check_initial_peers
 from swarmnode.delay import DelaySpecError, parse_delay
-from swarmnode.local_swarm import MAX_DEMO_LEARNERS
+from swarmnode.local.swarm import MAX_DEMO_LEARNERS
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 
-# The command modules that start a node (node, idle, bootstrap, status, dashboard, local_trainer, and identity and
+# The command modules that start a node (join, idle, bootstrap, status, dashboard, local.trainer, and identity and
 # preflight, which they share) import hivemind and torch: seconds before anything prints. Each command imports
 # them itself, after its arguments and config are checked, so `--help`, `hardware`, a bad `--config` or `--set`
 # and a malformed `--initial-peers` answer at once.
@@ -85,14 +85,14 @@ def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetO
     """Probe this machine and show the role it would take for the configured model (`--measure`: self-check)."""
     cfg = config_from_cli(config, set_, role=role)
     if measure:
-        from swarmnode.selfcheck import format_selfcheck, run_selfcheck
+        from swarmnode.node.selfcheck import format_selfcheck, run_selfcheck
 
         with contextlib.redirect_stdout(sys.stderr):  # model builds print progress; stdout is the result's
             result = run_selfcheck(cfg, device, progress=lambda m: typer.echo(m, err=True))
         print_json(result) if as_json else typer.echo(format_selfcheck(result))
         return
-    from swarmnode.hardware import format_report, hardware_report, probe_hardware
-    from swarmnode.preset_fit import format_fit, preset_fit
+    from swarmnode.node.hardware import format_report, hardware_report, probe_hardware
+    from swarmnode.node.preset_fit import format_fit, preset_fit
 
     probe = probe_hardware()
     report = hardware_report(cfg, probe=probe)
@@ -163,7 +163,7 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
     from swarmnode.config.trust import check_trust_root
-    from swarmnode.preflight import check_node, check_peer_addresses, check_ports
+    from swarmnode.node.preflight import check_node, check_peer_addresses, check_ports
 
     check_ports(cfg.network.host_maddrs)
     if not idle:
@@ -172,8 +172,8 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
     if not idle:
         check_trust_root(cfg)
     from swarmnode.identity import identity_for
-    from swarmnode.idle import run_idle
-    from swarmnode.node import run_node
+    from swarmnode.node.idle import run_idle
+    from swarmnode.node.join import run_node
 
     identity = identity_for(cfg, "identity.key")
     if idle:
@@ -203,11 +203,11 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
     cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
                           **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
                                            announce_maddrs, identity_path, startup_timeout))
-    from swarmnode.preflight import check_peer_addresses, check_ports
+    from swarmnode.node.preflight import check_peer_addresses, check_ports
 
     check_peer_addresses(cfg)
     check_ports(cfg.network.host_maddrs)
-    from swarmnode.bootstrap import run_bootstrap
+    from swarmnode.node.bootstrap import run_bootstrap
     from swarmnode.identity import identity_for
 
     identity = identity_for(cfg, "bootstrap.key")
@@ -226,7 +226,7 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
                                                          None, None, startup_timeout))
     if not cfg.network.initial_peers:
         fail(f"{command} needs --initial-peers (the address `swarmnode bootstrap` prints)")
-    from swarmnode.preflight import check_peer_addresses
+    from swarmnode.node.preflight import check_peer_addresses
 
     check_peer_addresses(cfg)
     return cfg
@@ -238,7 +238,7 @@ def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt
            host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v1."""
     cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
-    from swarmnode.status import format_status, query_status
+    from swarmnode.observe.status import format_status, query_status
 
     doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)
     if as_json:
@@ -255,7 +255,7 @@ def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
     """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
     cfg = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout)
-    from swarmnode.dashboard import run_dashboard
+    from swarmnode.observe.dashboard import run_dashboard
 
     try:
         _run_swarm_command(lambda stop: run_dashboard(cfg, stop, refresh=refresh, once=once))
@@ -282,7 +282,7 @@ def demo(
     if not 1 <= learners <= MAX_DEMO_LEARNERS:
         fail(f"--learners {learners}: expected 1 to {MAX_DEMO_LEARNERS} (each learner is a process on this machine)")
     config_from_cli(config, set_)  # a bad --config or --set fails here, before any process starts
-    from swarmnode.demo import format_summary, run_demo
+    from swarmnode.local.demo import format_summary, run_demo
 
     summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
                        kill_sampler_at=kill_sampler_at, keep=keep, config=config, learners=learners)
@@ -321,7 +321,7 @@ def train_local(
     if algorithm is not None and algorithm not in LEVEL_OF_ALGORITHM:
         fail(f"{flag} {algorithm!r}: expected gepo, gspo or grpo")
     cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(algorithm)})
-    from swarmnode.local_trainer import train_local as run_local
+    from swarmnode.local.trainer import train_local as run_local
 
     try:
         delay_model = parse_delay(delay)

@@ -1,6 +1,6 @@
 """Rollout delivery's one interface: a `RolloutSink` takes a group and never blocks.
 
-Both ways groups travel implement it: the swarm (`swarm.gossip.RolloutSender.send` pushes to the learners) and
+Both ways groups travel implement it: the swarm (`swarm.rollout_push.RolloutSender.send` pushes to the learners) and
 one process (`learner.buffer.RolloutInbox.send` puts into the learner's buffer), so `SamplerLoop` and
 `LearnerLoop` are driven the same way in a swarm and in `train-local`. `DelayedSink` holds groups back for
 latency experiments (`--simulate-delay` on rollouts).

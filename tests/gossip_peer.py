@@ -22,7 +22,7 @@ from hivemind.p2p import P2P, PeerID
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
-from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender
+from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
 
 RUN = "gossip-test"
 LIMITS = RolloutLimits(vocab_size=128, max_generations=8, max_completion_tokens=64, max_prompt_tokens=64)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 
 from swarmnode.config import load_config
-from swarmnode.health import HISTORY_LEN, StalenessHistogram, VersionSeries, record_health
+from swarmnode.observe.health import HISTORY_LEN, StalenessHistogram, VersionSeries, record_health
 from swarmnode.identity import Identity
-from swarmnode.status import status_document
+from swarmnode.observe.status import status_document
 from swarmnode.protocol.peer import PeerRecord
 
 HARDWARE = {"gpu": None, "gpu_count": 0, "gpu_mem_gb": 0.0, "cpus": 2, "ram_gb": 7.8}

@@ -18,7 +18,7 @@ from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.gossip import push_protocol
+from swarmnode.swarm.rollout_push import push_protocol
 from swarmnode.tasks import build_task
 
 

@@ -24,8 +24,8 @@ from gossip_peer import start_p2p  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.protocol.codec import pack  # noqa: E402
 from swarmnode.protocol.text_rollout import TextRolloutGroup  # noqa: E402
-from swarmnode.sapo.role import STREAM  # noqa: E402
-from swarmnode.swarm.gossip import RolloutSender  # noqa: E402
+from swarmnode.node.sapo.role import STREAM  # noqa: E402
+from swarmnode.swarm.rollout_push import RolloutSender  # noqa: E402
 from swarmnode.tasks import ArithmeticTask  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarmnode.identity import Identity
-from swarmnode.local_swarm import Proc, spawn_node
+from swarmnode.local.swarm import Proc, spawn_node
 
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"
 FAST_NET = [

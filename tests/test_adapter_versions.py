@@ -14,10 +14,10 @@ import torch
 from test_learner_loop import sampled_groups
 from test_lora import _loop, _train, cfg, parts  # noqa: F401  (fixtures: the tiny model at lr 1e-2)
 
-from swarmnode.adapters import weights_hash
+from swarmnode.model.adapters import weights_hash
 from swarmnode.identity import Identity
-from swarmnode.logprobs import behaviour_mismatch
-from swarmnode.models import load_model, meta_state_dict
+from swarmnode.model.logprobs import behaviour_mismatch
+from swarmnode.model.models import load_model, meta_state_dict
 from swarmnode.protocol.codec import InvalidRecord, unpack
 from swarmnode.protocol.manifest import WeightManifest
 from swarmnode.sampler.engines import EngineError, HFEngine

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from swarmnode.demo import format_summary
+from swarmnode.local.demo import format_summary
 from swarmnode.errors import ExitCode
 
 HEAVY = ("torch", "transformers", "hivemind")

@@ -12,7 +12,7 @@ import pytest
 
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
-from swarmnode.preflight import has_package
+from swarmnode.node.preflight import has_package
 from swarm_helpers import FAST_NET, LocalSwarm, swarmnode_cmd
 
 GHOST = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"  # well-formed; nothing is dialled before the error

@@ -13,7 +13,7 @@ CUDA = torch.device("cuda") if torch.cuda.is_available() else None
 
 
 def test_self_check_runs_every_part_on_the_gpu():
-    from swarmnode.selfcheck import format_selfcheck, run_selfcheck
+    from swarmnode.node.selfcheck import format_selfcheck, run_selfcheck
 
     report = run_selfcheck(load_config("tiny-cpu"), "cuda")
     assert report["device"].startswith("cuda")
@@ -23,7 +23,7 @@ def test_self_check_runs_every_part_on_the_gpu():
 
 
 def test_fp16_lora_gradients_with_the_scaler_have_no_silent_zeros_on_the_gpu():
-    from swarmnode.selfcheck.fp16 import fp16_gradients
+    from swarmnode.node.selfcheck.fp16 import fp16_gradients
 
     cfg = load_config("tiny-cpu", ["learner.lora.enabled=true", "learner.learning_rate=1e-4"])
     scaled = fp16_gradients(cfg, CUDA)["scaled"]

@@ -17,8 +17,8 @@ import pytest
 
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
-from swarmnode.metrics import HEALTH_METRICS
-from swarmnode.status_schema import validate
+from swarmnode.observe.metrics import HEALTH_METRICS
+from swarmnode.observe.status_schema import validate
 from swarm_helpers import LocalSwarm, pid_alive, swarmnode_cmd
 
 pytestmark = pytest.mark.timeout(240)
@@ -256,7 +256,7 @@ def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
 
 
 def test_the_learner_panel_names_the_averaging_rounds_and_an_outer_step():
-    from swarmnode.dashboard import _averaging
+    from swarmnode.observe.dashboard import _averaging
     h = {"averaging_rounds": 5, "averaging_failures": 1, "averaging_group": 2, "averaging_seconds": 0.25,
          "averaging_mb": 5.5, "averaging_outer_lr": 1.0}
     assert _averaging(h) == "5 rounds, 1 failed; last: 2 learners, 0.25 s, 5.5 MB"  # the plain mean: not named

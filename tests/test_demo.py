@@ -40,7 +40,7 @@ def test_reward_trend_tells_a_rise_from_noise():
     """The fitted line's gain and t: a rise under noise is found, flat noise is not, a fall is negative."""
     import random
 
-    from swarmnode.demo import reward_trend
+    from swarmnode.local.demo import reward_trend
 
     rng = random.Random(0)
     noise = [rng.gauss(0.0, 0.06) for _ in range(200)]  # the tiny task's per-step sd
@@ -108,7 +108,7 @@ def test_demo_learns_with_simulated_weight_delay(tmp_path):
 def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_path):
     """On stop, a learner still writing its checkpoint after the samplers' grace is left to finish; a sampler that
     ignores SIGTERM is killed after its grace."""
-    from swarmnode.local_swarm import DemoRun, Proc
+    from swarmnode.local.swarm import DemoRun, Proc
 
     run = DemoRun(tmp_path)
     slow_checkpoint = ("import signal, sys, time\n"

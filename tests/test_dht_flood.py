@@ -14,7 +14,7 @@ from flood_helpers import fake_peer_records, record_lifetime, store_records
 from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
-from swarmnode.status import client_member, read_status
+from swarmnode.observe.status import client_member, read_status
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.membership import Membership

@@ -16,7 +16,7 @@ from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CHECKPOINT_NAME, read_published
 from swarmnode.learner.journal import GroupJournal
 from swarmnode.learner.loop import LearnerLoop
-from swarmnode.models import load_model, load_tokenizer
+from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.tasks import build_task
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from swarmnode.config import NodeConfig
-from swarmnode.logprobs import behaviour_mismatch
-from swarmnode.models import load_model, load_tokenizer, resolve_model_path
+from swarmnode.model.logprobs import behaviour_mismatch
+from swarmnode.model.models import load_model, load_tokenizer, resolve_model_path
 from swarmnode.sampler.engines import EngineError, HFEngine, build_engine, cut_at_eos
 
 PROMPTS = ["3+5=", "12+13=", "7+0="]

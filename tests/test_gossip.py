@@ -22,7 +22,7 @@ from hivemind.p2p import P2P, PeerID
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender, push_protocol
+from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender, push_protocol
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gossip_peer import LIMITS, RUN, make_group  # noqa: E402
@@ -167,7 +167,7 @@ def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
 
 # --------------------------------------------------------------------------------------------- rejections
 def test_bad_traffic_rejected_with_reasons_while_good_traffic_continues(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="swarmnode.swarm.gossip")
+    caplog.set_level(logging.INFO, logger="swarmnode.swarm.rollout_push")
     good_id, flood_id, junk_id = Identity.generate(), Identity.generate(), Identity.generate()
     got = Collector()
 
@@ -370,7 +370,7 @@ def test_acks_tell_the_learners_version_and_senders_keep_the_highest(tmp_path):
 
 
 def test_seen_journal_survives_restart_and_compacts(tmp_path):
-    from swarmnode.swarm.gossip import SeenIds
+    from swarmnode.swarm.rollout_push import SeenIds
 
     journal = tmp_path / "seen"
     seen = SeenIds(capacity=4, journal=journal)

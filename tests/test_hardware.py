@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmnode.config import load_config
-from swarmnode.hardware import (
+from swarmnode.node.hardware import (
     GiB,
     GPUInfo,
     HardwareProbe,
@@ -200,7 +200,7 @@ def test_cli_hardware_role_override_and_text():
 
 
 def test_cpu_pinned_config_ignores_gpus(estimates):
-    from swarmnode.hardware import hardware_report
+    from swarmnode.node.hardware import hardware_report
 
     gpu = gpu_machine(24)
     assert gpu.for_config(load_config("tiny-cpu")).gpus == ()  # tiny-cpu pins both roles to the CPU

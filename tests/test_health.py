@@ -13,17 +13,17 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 
-from swarmnode.dashboard import History, build_view, sparkline
-from swarmnode.health import (HISTORY_LEN, MAX_BUCKETS, bucket_label, bucket_of, record_health, reward_collapse,
+from swarmnode.observe.dashboard import History, build_view, sparkline
+from swarmnode.observe.health import (HISTORY_LEN, MAX_BUCKETS, bucket_label, bucket_of, record_health, reward_collapse,
                               swarm_summary)
-from swarmnode.health_record import UnknownHealthKey
+from swarmnode.observe.health_record import UnknownHealthKey
 from swarmnode.identity import Identity
-from swarmnode.metrics import HEALTH_METRICS, HealthCollector
+from swarmnode.observe.metrics import HEALTH_METRICS, HealthCollector
 from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
-from swarmnode.status_schema import SchemaError, validate
+from swarmnode.observe.status_schema import SchemaError, validate
 from health_fixtures import HARDWARE, learner_health, simulated_records, simulated_status
 from swarmnode.config import load_config
-from swarmnode.status import format_status, status_document
+from swarmnode.observe.status import format_status, status_document
 
 
 def as_json(doc: dict) -> dict:
@@ -209,7 +209,7 @@ def test_view_has_a_line_for_every_learner_beyond_the_two_panels():
 def test_log_lines_go_into_the_view_not_onto_the_terminal(capsys):
     import logging
 
-    from swarmnode.dashboard import logs_into
+    from swarmnode.observe.dashboard import logs_into
 
     noisy = logging.getLogger("hivemind.fake")  # a library logger with its own terminal handler
     handler = logging.StreamHandler(sys.stderr)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from swarmnode.health import record_health
-from swarmnode.health_record import (FIELDS, WIRE_FIELDS, BootstrapHealth, LearnerHealth, SamplerHealth,
+from swarmnode.observe.health import record_health
+from swarmnode.observe.health_record import (FIELDS, WIRE_FIELDS, BootstrapHealth, LearnerHealth, SamplerHealth,
                                      UnknownHealthKey, markdown_tables)
-from swarmnode.metrics import HealthCollector
-from swarmnode.status_schema import HEALTH_SCHEMA
+from swarmnode.observe.metrics import HealthCollector
+from swarmnode.observe.status_schema import HEALTH_SCHEMA
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "status-and-metrics.md"
 
@@ -22,7 +22,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "status-and-metrics.md"
 def test_the_documented_tables_are_the_generated_ones(name):
     table = markdown_tables()[name]
     assert table in DOC.read_text(), (
-        f"docs/status-and-metrics.md's {name} table differs from the health records; paste `python -m swarmnode.health_record`")
+        f"docs/status-and-metrics.md's {name} table differs from the health records; paste `python -m swarmnode.observe.health_record`")
 
 
 def test_an_unknown_key_is_an_error_not_a_silent_drop():

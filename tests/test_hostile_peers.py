@@ -18,7 +18,7 @@ from swarm_helpers import LocalSwarm
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.gossip import push_protocol
+from swarmnode.swarm.rollout_push import push_protocol
 from test_learner_restart import start_learner_and_sampler, steps, wait_rows
 
 MAX_STREAMS = 4  # RolloutReceiver's default per-peer cap

@@ -27,7 +27,7 @@ def one_thread():
 
 
 def _trainer(sets: list[str], **kwargs):
-    from swarmnode.local_trainer import LocalTrainer
+    from swarmnode.local.trainer import LocalTrainer
 
     torch.manual_seed(0)
     return LocalTrainer(load_config("tiny-cpu", FAST + sets), progress=None, **kwargs)

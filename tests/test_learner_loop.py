@@ -23,8 +23,8 @@ from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from swarmnode.learner.loop import LearnerLoop
-from swarmnode.logprobs import completion_logprobs
-from swarmnode.models import load_model, load_tokenizer
+from swarmnode.model.logprobs import completion_logprobs
+from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop
@@ -238,8 +238,8 @@ def test_train_local_raises_reward(algorithm, swarmnode_home, one_torch_thread):
     """An on-policy run on the warm-started tiny model: the least-squares line through the per-step rewards rises
     by more than RISE_MARGIN (seeded, one thread: deterministic on a machine; longer curves: `swarmnode
     train-local --json`)."""
-    from swarmnode.demo import reward_trend
-    from swarmnode.local_trainer import LocalTrainer
+    from swarmnode.local.demo import reward_trend
+    from swarmnode.local.trainer import LocalTrainer
 
     torch.manual_seed(0)
     cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu",

@@ -81,7 +81,7 @@ async def _choice_scenario(tmp_path):
         # a live learner (serving weights, as every holder does) that joined through the reader
         live = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]"), live_id)
         await WeightServer(WeightStore(tmp_path / "live", RUN)).start(live.p2p)
-        assert await live.publish_peer(PeerRecord.create(live_id, role="learner", version=3))
+        assert await live.store_peer(PeerRecord.create(live_id, role="learner", version=3))
         # throwaway keys' records (validly signed, nobody behind them), stored through the reader's store path
         expiration = record_lifetime()
         fakes = [*fake_peer_records(RUN, DEAD // 2, expiration, role="learner", version=10**6, pad=False),

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from swarmnode.config import load_config
-from swarmnode.logprobs import ChunkedLMHeadLogProbs, completion_scores, full_logits_scores
-from swarmnode.models import load_model, load_tokenizer
+from swarmnode.model.logprobs import ChunkedLMHeadLogProbs, completion_scores, full_logits_scores
+from swarmnode.model.models import load_model, load_tokenizer
 
 torch.set_num_threads(1)
 

@@ -14,8 +14,8 @@ from swarmnode.learner.checkpoint import CheckpointError
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.memory import ModelShape, lora_parameters
 from swarmnode.learner.verify import swapped
-from swarmnode.logprobs import completion_scores, full_logits_scores
-from swarmnode.models import KNOWN_ARCHITECTURES, estimate_parameters, load_model, load_tokenizer
+from swarmnode.model.logprobs import completion_scores, full_logits_scores
+from swarmnode.model.models import KNOWN_ARCHITECTURES, estimate_parameters, load_model, load_tokenizer
 from swarmnode.sampler.engines import build_engine
 from swarmnode.tasks import build_task
 

@@ -16,7 +16,7 @@ from test_lora import LORA, _train, cfg, parts  # noqa: F401 (module fixtures)
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
-from swarmnode.models import load_model
+from swarmnode.model.models import load_model
 from swarmnode.swarm.averaging import LearnerAveraging
 from swarmnode.swarm.weights import WeightStore
 

@@ -15,8 +15,8 @@ from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows
 
 from swarmnode.config import load_config
 from swarmnode.learner.checkpoint import load_checkpoint
-from swarmnode.logprobs import completion_scores
-from swarmnode.models import load_model, meta_state_dict
+from swarmnode.model.logprobs import completion_scores
+from swarmnode.model.models import load_model, meta_state_dict
 from swarmnode.sampler.lora import PeftAdapter
 from swarmnode.swarm.weights import ModelLayout, WeightStore
 

@@ -165,7 +165,7 @@ async def _forgery_scenario():
     try:
         bootstrap = f"{(await honest.p2p.get_visible_maddrs())[0]}"
         cfg = cfg_with(f"network.initial_peers=[{bootstrap}]")
-        await honest.publish_peer(PeerRecord.create(honest_id, role="bootstrap"))
+        await honest.store_peer(PeerRecord.create(honest_id, role="bootstrap"))
         # attacker: a hivemind DHT node on its own p2pd, signing with its own key (or junk) and validating nothing
         bad = await SwarmDHT.create(cfg, attacker)
         results = {}
@@ -208,7 +208,7 @@ async def _versions_scenario():
         assert await node.newest_version() is None
         await node.announce_version(3, {"manifest": "abc", "bytes": 10})
         await node.announce_version(4, {"manifest": "def", "bytes": 10})
-        await node.publish_peer(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
+        await node.store_peer(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
         boot = str((await node.p2p.get_visible_maddrs())[0])
         other = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]",
                                                f"trust.learner_keys=[{learner.peer_id}]"), intruder)
@@ -237,9 +237,9 @@ async def _loading_learner_scenario():
     try:
         peers = LivePeers(node, "someone-else", max_age=0.0)
         peers.proven([learner.peer_id])  # it answered us (else its record alone would make no send target)
-        await node.publish_peer(PeerRecord.create(learner, role="learner"))  # announced, still loading (-1)
+        await node.store_peer(PeerRecord.create(learner, role="learner"))  # announced, still loading (-1)
         loading = await peers.learners()
-        await node.publish_peer(PeerRecord.create(learner, role="learner", version=0))  # inbox open
+        await node.store_peer(PeerRecord.create(learner, role="learner", version=0))  # inbox open
         ready = await peers.learners()
         return loading, [str(p) for p in ready], learner.peer_id
     finally:
@@ -397,7 +397,7 @@ async def _designated_scenario():
     node = await SwarmDHT.create(cfg_with(), learner)
     try:
         record = PeerRecord.create(learner, role="learner", version=7, versions=[7])
-        assert await node.publish_learner(record)  # and not under the shared peers key at all
+        assert await node.store_learner(record)  # and not under the shared peers key at all
         boot = str((await node.p2p.get_visible_maddrs())[0])
         reader = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]"), reader_id)
         try:

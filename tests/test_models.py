@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from swarmnode.config import ModelConfig, TaskConfig, TinyModelConfig
-from swarmnode.models import (
+from swarmnode.model.models import (
     BUILTIN_TINY,
     TINY_VOCAB_SIZE,
     ModelLoadError,

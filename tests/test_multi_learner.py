@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.demo import read_steps
+from swarmnode.local.demo import read_steps
 from swarmnode.identity import Identity
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.protocol.manifest import WeightManifest

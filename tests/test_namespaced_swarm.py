@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.demo import read_steps
+from swarmnode.local.demo import read_steps
 from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.local_swarm import (DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners,
+from swarmnode.local.swarm import (DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners,
                                    start_samplers, wait_for_line)
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "bench" / d) for d in ("swarm-speedup", ".")]

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.demo import read_steps
+from swarmnode.local.demo import read_steps
 from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.local_swarm import DemoRun, node_args, prepare_swarm, start_bootstrap, wait_for_line
+from swarmnode.local.swarm import DemoRun, node_args, prepare_swarm, start_bootstrap, wait_for_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
-from swarmnode.node import keeps_learner_role, node_data_dir
+from swarmnode.node.join import keeps_learner_role, node_data_dir
 from swarmnode.protocol.peer import PeerRecord
 from swarm_helpers import LocalSwarm
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from swarmnode.config import load_config
-from swarmnode.demo import read_steps
+from swarmnode.local.demo import read_steps
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.models import load_model, load_tokenizer
-from swarmnode.roles.own_sampling import OwnSampler
+from swarmnode.model.models import load_model, load_tokenizer
+from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 from swarm_helpers import LocalSwarm

@@ -11,14 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from swarmnode.health import find_alerts
+from swarmnode.observe.health import find_alerts
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.waste import MeteredBuffer, waste_between
 from swarmnode.sampler.pacing import OUTBOX_LIMIT, Pacer
 from swarmnode.staleness import too_stale
-from swarmnode.swarm.gossip import RolloutReceiver
-from swarmnode.swarm.gossip.credit import CreditPolicy, credit_target, told_credit
+from swarmnode.swarm.rollout_push import RolloutReceiver
+from swarmnode.swarm.rollout_push.credit import CreditPolicy, credit_target, told_credit
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gossip_peer import LIMITS, RUN, make_group  # noqa: E402
@@ -169,7 +169,7 @@ def test_acks_tell_the_credit_and_the_sender_knows_what_the_learner_invites(tmp_
 
 
 def test_a_sender_with_no_credit_told_invites_none():
-    from swarmnode.swarm.gossip.send import RolloutSender, _Link
+    from swarmnode.swarm.rollout_push.send import RolloutSender, _Link
 
     sender = RolloutSender(SimpleNamespace(), RUN)
     assert sender.invited is None

@@ -11,7 +11,7 @@ from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.loop import LearnerLoop
-from swarmnode.models import load_model
+from swarmnode.model.models import load_model
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.sampler.loop import SamplerLoop
 from test_learner_loop import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)

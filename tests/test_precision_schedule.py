@@ -10,7 +10,7 @@ from test_learner_loop import FAST, sampled_groups
 from swarmnode.config import ConfigError, load_config
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
-from swarmnode.models import load_model, load_tokenizer
+from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.sampler.engines import build_engine
 from swarmnode.tasks import build_task
 

@@ -16,7 +16,7 @@ from hivemind.p2p import P2P
 from swarmnode.config import load_config
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
-from swarmnode.metrics import HealthCollector
+from swarmnode.observe.metrics import HealthCollector
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import CLIENT_ONLY, PUBLIC, RELAYED, UNKNOWN, by_dial_cost, reachability_of
 from swarmnode.swarm.follower import send_targets, weight_holders

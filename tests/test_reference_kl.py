@@ -11,8 +11,8 @@ from test_learner_loop import FAST, make_loop, sampled_groups
 from swarmnode.config import LoraSettings, load_config
 from swarmnode.learner.lora import apply_lora
 from swarmnode.learner.reference import ReferencePolicy
-from swarmnode.logprobs import completion_scores
-from swarmnode.models import load_model, load_tokenizer
+from swarmnode.model.logprobs import completion_scores
+from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.sampler.engines import build_engine
 from swarmnode.tasks import build_task
 

@@ -15,9 +15,9 @@ from test_learner_restart import NODE_ENV, WORK, learner_args
 
 from swarmnode.config import NodeConfig, load_config
 from swarmnode.learner.journal import _records
-from swarmnode.models import load_model, load_tokenizer
+from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
-from swarmnode.roles.learner_role import JOURNAL_FILE
+from swarmnode.node.roles.learner_role import JOURNAL_FILE
 from swarmnode.sampler.engines import HFEngine
 from swarmnode.sampler.loop import sampler_seed
 

@@ -11,8 +11,8 @@ import torch
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.protocol.text_rollout import TextRolloutGroup
-from swarmnode.sapo.pool import ExternalPool
-from swarmnode.sapo.policy import SapoPolicy
+from swarmnode.node.sapo.pool import ExternalPool
+from swarmnode.node.sapo.policy import SapoPolicy
 
 ME, PEER, FLOODER, LIAR = (Identity.generate() for _ in range(4))
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
@@ -97,7 +97,7 @@ def test_external_weighting_choices(small_policy):
     for comp, lq in zip(sender.completions, sender.logprobs):
         assert len(lq) == len(comp) and math.isclose(sum(lq), -1.5, abs_tol=1e-9)
     # on_policy: this node's own current log-probs, so the importance ratio of the loss is exactly 1
-    from swarmnode.logprobs import completion_logprobs
+    from swarmnode.model.logprobs import completion_logprobs
 
     with torch.no_grad():
         logp, _ = completion_logprobs(policy.model, [on_policy.prompt_tokens] * 2, on_policy.completions, 1.0,
@@ -124,8 +124,8 @@ def test_sender_likelihood_keeps_the_senders_temperature_and_refuses_truncated_t
 
 
 def test_on_policy_behaviour_is_computed_in_the_learners_precision(small_policy):
-    from swarmnode.logprobs import completion_logprobs
-    from swarmnode.sapo.rescore import Rescorer
+    from swarmnode.model.logprobs import completion_logprobs
+    from swarmnode.node.sapo.rescore import Rescorer
 
     policy = small_policy
     half = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731  (a learner's autocast)

@@ -13,10 +13,10 @@ from sapo_marker_peer import marker_group
 from swarmnode.config import ConfigError, load_config
 from swarmnode.identity import Identity
 from swarmnode.tasks import ArithmeticTask
-from swarmnode.sapo.distrust import MIN_OUTCOMES, RECORD, PeerDistrust
-from swarmnode.sapo.plausibility import PlausibilityCheck, mean_logprob
-from swarmnode.sapo.pool import ExternalPool
-from swarmnode.sapo.policy import SapoPolicy
+from swarmnode.node.sapo.distrust import MIN_OUTCOMES, RECORD, PeerDistrust
+from swarmnode.node.sapo.plausibility import PlausibilityCheck, mean_logprob
+from swarmnode.node.sapo.pool import ExternalPool
+from swarmnode.node.sapo.policy import SapoPolicy
 
 
 # ---- the decision --------------------------------------------------------------------------------------------

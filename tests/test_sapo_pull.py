@@ -13,9 +13,9 @@ from test_gossip import daemons
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
-from swarmnode.sapo.pull import TextPuller
-from swarmnode.sapo.role import STREAM
-from swarmnode.swarm.gossip import RolloutReceiver, RolloutSender
+from swarmnode.node.sapo.pull import TextPuller
+from swarmnode.node.sapo.role import STREAM
+from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
 
 RUN = "pull-test"
 LIMITS = TextRolloutLimits(max_generations=4, max_completion_chars=32, max_prompt_chars=64, max_bytes=64 * 1024)

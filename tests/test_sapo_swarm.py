@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from swarm_helpers import LocalSwarm
 
-from swarmnode.sapo.distrust import MIN_OUTCOMES
-from swarmnode.status_schema import validate
+from swarmnode.node.sapo.distrust import MIN_OUTCOMES
+from swarmnode.observe.status_schema import validate
 
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
 SAPO = ["mode=sapo", "model.tiny.warm_start_steps=20", "sapo.local_groups=2", "sapo.external_groups=4",

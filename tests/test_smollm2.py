@@ -15,10 +15,10 @@ import torch
 from swarmnode.config import ModelConfig, NodeConfig, TaskConfig
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
-from swarmnode.logprobs import behaviour_mismatch
-from swarmnode.models import ModelLoadError, count_parameters, load_model, load_tokenizer, resolve_model_path
-from swarmnode.packaged_models import SMOLLM2_INSTALL, PackagedModel, PackagedModelError, locate_gguf
-from swarmnode.prompting import encode_prompt
+from swarmnode.model.logprobs import behaviour_mismatch
+from swarmnode.model.models import ModelLoadError, count_parameters, load_model, load_tokenizer, resolve_model_path
+from swarmnode.model.packaged import SMOLLM2_INSTALL, PackagedModel, PackagedModelError, locate_gguf
+from swarmnode.model.prompting import encode_prompt
 from swarmnode.sampler.engines import HFEngine
 from swarmnode.tasks import build_task
 

@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from swarmnode.packaged_models import SMOLLM2_INSTALL
+from swarmnode.model.packaged import SMOLLM2_INSTALL
 from test_demo import assert_no_node_left, run_demo
 
 STEPS = 4

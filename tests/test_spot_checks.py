@@ -18,7 +18,7 @@ from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.verify import SpotChecker, group_mismatch
-from swarmnode.models import load_model, load_tokenizer
+from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.sampler.engines import build_engine
 from swarmnode.tasks import build_task
 

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from swarmnode.demo import read_steps
+from swarmnode.local.demo import read_steps
 from swarmnode.identity import Identity
 from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.roles.sampler_role import NO_LEARNER
+from swarmnode.node.roles.sampler_role import NO_LEARNER
 from swarm_helpers import LocalSwarm
 from test_multi_learner import NODE_ENV, WORK, wait_for
 

@@ -15,8 +15,8 @@ from test_learner_loop import FAST, make_loop, sampled_groups
 from swarmnode.config import LearnerConfig, load_config
 from swarmnode.learner.losses import microbatch_scope, policy_loss
 from swarmnode.learner.step_stats import step_stats
-from swarmnode.logprobs import completion_scores
-from swarmnode.models import load_tokenizer
+from swarmnode.model.logprobs import completion_scores
+from swarmnode.model.models import load_tokenizer
 from swarmnode.sampler.engines import build_engine
 from swarmnode.tasks import build_task
 

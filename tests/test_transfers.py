@@ -1,11 +1,11 @@
-"""swarmnode.transfers and the learner's per-row tensors: the values are exactly those of the plain calls."""
+"""swarmnode.model.transfers and the learner's per-row tensors: the values are exactly those of the plain calls."""
 
 from __future__ import annotations
 
 import torch
 
 from swarmnode.learner.row_tensors import padded
-from swarmnode.transfers import host_copies, readback, to_device
+from swarmnode.model.transfers import host_copies, readback, to_device
 
 
 def test_readback_gives_exactly_float_of_each_tensor():

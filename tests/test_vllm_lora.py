@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from swarmnode.adapters import PEFT_PREFIX, weights_hash
+from swarmnode.model.adapters import PEFT_PREFIX, weights_hash
 from swarmnode.config import NodeConfig
-from swarmnode.logprobs import behaviour_mismatch
-from swarmnode.models import load_model, load_tokenizer, resolve_model_path
+from swarmnode.model.logprobs import behaviour_mismatch
+from swarmnode.model.models import load_model, load_tokenizer, resolve_model_path
 from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.sampler.engines import EngineError
 

@@ -11,7 +11,7 @@ import torch
 from hivemind.p2p import P2P
 
 from swarmnode.identity import Identity
-from swarmnode.progress import fetch_progress
+from swarmnode.observe.progress import fetch_progress
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import read_control, write_frame

@@ -8,7 +8,7 @@ import copy
 
 import torch
 
-from swarmnode.logprobs import _prepare
+from swarmnode.model.logprobs import _prepare
 
 
 def bf16_logprobs(model, prompt_tokens: list[int], completions: list[list[int]], temperature: float, pad_id: int,

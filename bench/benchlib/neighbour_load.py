@@ -49,7 +49,7 @@ def main() -> None:
 
     from swarmnode.allocator import keep_freed_memory
     from swarmnode.config import load_config
-    from swarmnode.models import load_model, load_tokenizer
+    from swarmnode.model.models import load_model, load_tokenizer
     from swarmnode.sampler.engines import HFEngine
     from swarmnode.tasks import build_task
 

@@ -39,7 +39,7 @@ def trial(way: str, config: str, rounds: int) -> dict:
     from swarmnode.allocator import keep_freed_memory
     from swarmnode.compute_thread import ComputeThread
     from swarmnode.config import load_config
-    from swarmnode.local_trainer import LocalTrainer
+    from swarmnode.local.trainer import LocalTrainer
 
     keep_freed_memory()  # as every swarmnode command does
     torch.set_num_threads(1)

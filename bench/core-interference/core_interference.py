@@ -41,7 +41,7 @@ def main() -> None:
 
     from swarmnode.allocator import keep_freed_memory
     from swarmnode.config import load_config
-    from swarmnode.local_trainer import LocalTrainer
+    from swarmnode.local.trainer import LocalTrainer
 
     keep_freed_memory()  # as every swarmnode command does
     torch.set_num_threads(1)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benc
 from benchlib import ROOT, config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 
 from swarmnode.config import load_config  # noqa: E402
-from swarmnode.local_trainer import LocalTrainer  # noqa: E402
+from swarmnode.local.trainer import LocalTrainer  # noqa: E402
 
 
 def timed_round(trainer: LocalTrainer) -> tuple[float, float | None]:

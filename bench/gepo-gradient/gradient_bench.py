@@ -36,8 +36,8 @@ from swarmnode.learner.buffer import ReplayBuffer  # noqa: E402
 from swarmnode.learner.loop import LearnerLoop  # noqa: E402
 from swarmnode.learner.losses import policy_loss  # noqa: E402
 from swarmnode.learner.step_stats import step_stats  # noqa: E402
-from swarmnode.logprobs import completion_scores  # noqa: E402
-from swarmnode.models import load_model, load_tokenizer  # noqa: E402
+from swarmnode.model.logprobs import completion_scores  # noqa: E402
+from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
 from swarmnode.sampler.engines import HFEngine  # noqa: E402
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed  # noqa: E402
 from swarmnode.tasks import build_task  # noqa: E402

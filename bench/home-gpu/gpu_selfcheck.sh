@@ -18,5 +18,5 @@ for cell in "${cells[@]}"; do
     echo "== $cell"
     timeout 240 python3 -m swarmnode hardware --measure --device cuda --config "$preset" "${sets[@]}" --json \
         > "$out/$name.json" 2> "$out/$name.err" || echo "exit $? (see $name.err)"
-    python3 -c "import json,sys; from swarmnode.selfcheck import format_selfcheck; print(format_selfcheck(json.load(open(sys.argv[1]))))" "$out/$name.json" | tee -a "$out/tables.txt"
+    python3 -c "import json,sys; from swarmnode.node.selfcheck import format_selfcheck; print(format_selfcheck(json.load(open(sys.argv[1]))))" "$out/$name.json" | tee -a "$out/tables.txt"
 done

@@ -58,7 +58,7 @@ from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.protocol.codec import pack  # noqa: E402
 from swarmnode.protocol.rollout import RolloutGroup  # noqa: E402
 from swarmnode.swarm.frames import read_control, write_frame  # noqa: E402
-from swarmnode.swarm.gossip import push_protocol  # noqa: E402
+from swarmnode.swarm.rollout_push import push_protocol  # noqa: E402
 from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows  # noqa: E402
 
 OWN_GROUPS = 4  # distinct groups an attacker replays: each may be accepted once, never again
@@ -196,9 +196,9 @@ async def offline(count: int, run_id: str, lineage: str, honest_frames: list[byt
     learner's step would refuse (unknown prompt)."""
     from swarmnode.config import load_config
     from swarmnode.learner.buffer import ReplayBuffer
-    from swarmnode.models import load_tokenizer
+    from swarmnode.model.models import load_tokenizer
     from swarmnode.protocol.rollout import RolloutLimits
-    from swarmnode.swarm.gossip import RolloutReceiver
+    from swarmnode.swarm.rollout_push import RolloutReceiver
     from swarmnode.tasks import build_task
 
     cfg = load_config("tiny-cpu", [f"run_id={run_id}"])
@@ -209,7 +209,7 @@ async def offline(count: int, run_id: str, lineage: str, honest_frames: list[byt
     attacker = Identity.generate()
     frames = hostile_frames(attacker, Identity.generate(), run_id, lineage, random.Random(-1))
     statuses: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    logging.getLogger("swarmnode.swarm.gossip").setLevel(logging.ERROR)  # 10,000 rejection lines otherwise
+    logging.getLogger("swarmnode.swarm.rollout_push").setLevel(logging.ERROR)  # 10,000 rejection lines otherwise
     began = time.perf_counter()
     for i in range(count):
         name, frame = ("replayed honest group", honest_frames[i % len(honest_frames)]) if i % 20 == 19 and \
@@ -225,7 +225,7 @@ async def offline(count: int, run_id: str, lineage: str, honest_frames: list[byt
 
 async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
     """A few of the honest sampler's encoded groups, from its pull ring (what a replayer would capture)."""
-    from swarmnode.swarm.gossip import pull_protocol
+    from swarmnode.swarm.rollout_push import pull_protocol
 
     key = Path(tempfile.mkdtemp(prefix="fuzz-")) / "puller.key"
     key.write_bytes(Identity.generate().libp2p_key_bytes())

@@ -130,7 +130,7 @@ async def stalling_holder(run_id: str, initial_peer: str, learner_id: str, secon
         while time.monotonic() < deadline:
             newest = await dht.newest_version()
             version = newest[0] if newest else 0
-            await dht.publish_peer(PeerRecord.create(me, role="sampler", version=version,
+            await dht.store_peer(PeerRecord.create(me, role="sampler", version=version,
                                                      versions=list(range(max(0, version - 8), version + 1))))
             counts["records"] += 1
             await asyncio.sleep(1.0)
@@ -149,8 +149,8 @@ async def self_declared_learner(run_id: str, initial_peer: str, honest_sampler: 
         while time.monotonic() < deadline:
             record = PeerRecord.create(me, role="learner", version=FAKE_VERSION, versions=[FAKE_VERSION],
                                        health={"invalid_peers": [honest_sampler]})
-            await dht.publish_peer(record)
-            await dht.publish_learner(record)
+            await dht.store_peer(record)
+            await dht.store_learner(record)
             sent += 2
             await asyncio.sleep(1.0)
     finally:

@@ -92,7 +92,7 @@ def run_cell(job: dict) -> dict:
     import torch
 
     from swarmnode.config import load_config
-    from swarmnode.local_trainer import LocalTrainer
+    from swarmnode.local.trainer import LocalTrainer
 
     torch.set_num_threads(job["threads"])
     torch.manual_seed(job["seed"])

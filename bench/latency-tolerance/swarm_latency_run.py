@@ -46,9 +46,9 @@ def evaluate_checkpoint(workdir: Path, sets: list[str]) -> dict:
     import torch
 
     from swarmnode.config import load_config
-    from swarmnode.evaluation import evaluate
+    from swarmnode.local.evaluation import evaluate
     from swarmnode.learner.checkpoint import load_checkpoint
-    from swarmnode.models import load_model, load_tokenizer
+    from swarmnode.model.models import load_model, load_tokenizer
     from swarmnode.tasks import build_task
 
     cfg = load_config("tiny-cpu", sets)

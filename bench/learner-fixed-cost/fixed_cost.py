@@ -91,7 +91,7 @@ def readback_counter():
 def build(model_name: str, device: str, dtype: str, prompts: int, sets: list[str]):
     """(cfg, model, tokenizer, task) for the bench."""
     from swarmnode.config import NodeConfig, load_config
-    from swarmnode.models import load_model, load_tokenizer
+    from swarmnode.model.models import load_model, load_tokenizer
     from swarmnode.tasks import build_task
 
     checks = "trust" if "trust" in NodeConfig.model_fields else "learner"  # older trees kept it under learner.

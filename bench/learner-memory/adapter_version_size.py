@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_memory import ARCHS, hf_config  # noqa: E402  (also puts this checkout's swarmnode first)
 
-from swarmnode.adapters import adapter_state, weights_hash  # noqa: E402
+from swarmnode.model.adapters import adapter_state, weights_hash  # noqa: E402
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.learner.lora import adapter_spec, apply_lora  # noqa: E402

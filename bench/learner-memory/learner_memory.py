@@ -65,7 +65,7 @@ def node_config(model: str, completion: int, mode: str, rows: int, device: str, 
 
 def estimate(model: str, completion: int, mode: str, path: str, rows: int, device: str, checkpointing: bool) -> dict:
     from swarmnode.learner.memory import ModelShape, training_memory
-    from swarmnode.models import estimate_parameters
+    from swarmnode.model.models import estimate_parameters
 
     hf = hf_config(model)
     shape = ModelShape.from_hf_config(hf, estimate_parameters(hf))
@@ -98,7 +98,7 @@ def run_step_cell(model_name: str, completion: int, mode: str, path: str, rows: 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     from swarmnode.learner.losses import policy_loss
     from swarmnode.learner.precision import Precision
-    from swarmnode.logprobs import completion_scores, pad_batch
+    from swarmnode.model.logprobs import completion_scores, pad_batch
     from transformers import Qwen3ForCausalLM
 
     cfg = node_config(model_name, completion, mode, rows, device, checkpointing)
@@ -174,7 +174,7 @@ def logits_path_logprobs(path: str, h, w, targets):
         logits = (h @ w.t()).float()
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     if path == "chunked":
-        from swarmnode.logprobs import ChunkedLMHeadLogProbs
+        from swarmnode.model.logprobs import ChunkedLMHeadLogProbs
 
         n = h.shape[1]
         logp, _ = ChunkedLMHeadLogProbs.apply(h[0], w, None, targets[0], torch.ones(n, device=h.device),
@@ -202,7 +202,7 @@ def _trl_without_trainer_deps() -> None:
 
 
 def _chunks() -> tuple[int, int]:
-    from swarmnode.logprobs import TOKEN_CHUNK, VOCAB_CHUNK
+    from swarmnode.model.logprobs import TOKEN_CHUNK, VOCAB_CHUNK
 
     return TOKEN_CHUNK, VOCAB_CHUNK
 

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from swarmnode.logprobs import behaviour_mismatch
+from swarmnode.model.logprobs import behaviour_mismatch
 
 
 def plain_generate_rate(engine, prompts, g, temperature, max_new) -> float:
@@ -65,7 +65,7 @@ def main() -> None:
     import random
 
     from swarmnode.config import NodeConfig, load_config
-    from swarmnode.models import load_model, load_tokenizer, resolve_model_path
+    from swarmnode.model.models import load_model, load_tokenizer, resolve_model_path
     from swarmnode.sampler.engines import HFEngine
     from swarmnode.tasks import build_task
 

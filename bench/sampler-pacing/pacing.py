@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from swarmnode.demo import read_steps
+from swarmnode.local.demo import read_steps
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.learner.waste import waste_between
-from swarmnode.local_swarm import DemoRun, prepare_swarm, start_swarm
+from swarmnode.local.swarm import DemoRun, prepare_swarm, start_swarm
 
 
 def load() -> str:

@@ -38,7 +38,7 @@ def run_arm(attack: bool, defence: bool, seed: int, args) -> dict:
 
     from swarmnode.config import load_config
     from swarmnode.identity import Identity
-    from swarmnode.sapo.policy import SapoPolicy
+    from swarmnode.node.sapo.policy import SapoPolicy
 
     torch.manual_seed(seed)
     cfg = load_config(args.config, [*args.sets, f"sapo.plausibility_check={defence}"])

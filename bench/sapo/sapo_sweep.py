@@ -68,10 +68,10 @@ def run_cell(cell: dict, steps: int, eval_samples: int, config: str, sets: list[
     import torch
 
     from swarmnode.config import load_config
-    from swarmnode.evaluation import evaluate
+    from swarmnode.local.evaluation import evaluate
     from swarmnode.identity import Identity
-    from swarmnode.models import count_parameters
-    from swarmnode.sapo.policy import SapoPolicy
+    from swarmnode.model.models import count_parameters
+    from swarmnode.node.sapo.policy import SapoPolicy
 
     torch.manual_seed(cell["seed"])
     began = time.monotonic()

@@ -4,7 +4,7 @@
     python bench/smollm2/smollm2_heldout.py --checkpoint DEMO/learner/checkpoints/checkpoint.pt
 
 Each evaluation samples `--samples` completions per held-out prompt at the preset's temperature and completion
-length (`swarmnode.evaluation.evaluate`, its own seeded random stream) and reports mean@k and the share that are
+length (`swarmnode.local.evaluation.evaluate`, its own seeded random stream) and reports mean@k and the share that are
 exactly right (0.8 for the number + 0.2 for the box = 1.0). The spread over `--seeds` is the seed-to-seed
 spread a rise must beat.
 """
@@ -25,8 +25,8 @@ from benchlib import config_args  # noqa: E402  (also puts this checkout's packa
 import torch  # noqa: E402
 
 from swarmnode.config import load_config  # noqa: E402
-from swarmnode.evaluation import evaluate  # noqa: E402
-from swarmnode.models import load_model, load_tokenizer  # noqa: E402
+from swarmnode.local.evaluation import evaluate  # noqa: E402
+from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
 from swarmnode.tasks import build_task  # noqa: E402
 
 

@@ -33,7 +33,7 @@ def inner(groups_wanted: int) -> None:
     from swarmnode.identity import Identity
     from swarmnode.learner.buffer import ReplayBuffer
     from swarmnode.learner.loop import LearnerLoop
-    from swarmnode.models import load_model, load_tokenizer
+    from swarmnode.model.models import load_model, load_tokenizer
     from swarmnode.sampler.engines import build_engine
     from swarmnode.sampler.loop import SamplerLoop
     from swarmnode.tasks import build_task

@@ -39,7 +39,7 @@ from swarmnode.learner import loop as loop_module  # noqa: E402
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox  # noqa: E402
 from swarmnode.learner.checkpoint import write_published  # noqa: E402
 from swarmnode.learner.loop import LearnerLoop  # noqa: E402
-from swarmnode.models import load_model, load_tokenizer  # noqa: E402
+from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits  # noqa: E402
 from swarmnode.sampler.engines import build_engine  # noqa: E402
 from swarmnode.sampler.loop import SamplerLoop  # noqa: E402
@@ -165,7 +165,7 @@ async def fetch_costs(cfg, tmp: Path, versions: int) -> dict:
 
 def local_split(cfg, rounds: int = 120) -> dict:
     """The single process's step, split: CPU ms per learner step spent sampling its groups and training."""
-    from swarmnode.local_trainer import LocalTrainer
+    from swarmnode.local.trainer import LocalTrainer
 
     trainer = LocalTrainer(cfg, progress=None)
     sampling = training = 0.0

@@ -8,7 +8,7 @@ Arms, each given the same wall-clock budget from its launch, alternated `--repea
   time (`bench/benchlib/neighbour_load.py`): the machine's other core as busy as the swarm keeps it (on a small VM two
   busy cores slow each other: shared caches, memory bandwidth or one physical core);
 - swarm (and any `swarm-<name>` arm with its own `--arm-set` overrides): the demo swarm
-  (`swarmnode.local_swarm.start_swarm`: bootstrap, learner, `--samplers` samplers as processes, all launched at
+  (`swarmnode.local.swarm.start_swarm`: bootstrap, learner, `--samplers` samplers as processes, all launched at
   the clock's start) with the learner (and its p2pd, a child process, so it inherits the pinning) on core 0 and
   the bootstrap and the samplers (and their p2pds) on core 1. The samplers' throttle is off (`--swarm-set`): they
   have a core of their own.
@@ -19,7 +19,7 @@ Arms, each given the same wall-clock budget from its launch, alternated `--repea
   (tc tbf; bench/benchlib/netns_hosts.py). Needs root and iproute2 (checked before anything runs).
 This process stays on core 1. Both learners checkpoint every `learner.checkpoint_every` steps; the bench copies
 each checkpoint as it appears and after each run evaluates every copy on the task's held-out prompts
-(`swarmnode.evaluation.evaluate`, mean@`--eval-samples`), placed at the wall time of the step it holds. Per arm:
+(`swarmnode.local.evaluation.evaluate`, mean@`--eval-samples`), placed at the wall time of the step it holds. Per arm:
 steps and steps/s, training reward first/last 10 %, held-out reward at four wall-clock marks, the time each repeat
 first reaches a held-out target (the start plus `--target-fraction` of the mean gain of the local arm that gained
 most, the baseline; none if no local arm gained: a target at or below the start means nothing), read three ways
@@ -55,8 +55,8 @@ from benchlib import ROOT, pin, core_pair, write_results  # noqa: E402  (also pu
 
 from benchlib.neighbour_load import start_neighbour  # noqa: E402
 from benchlib.netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
-from swarmnode.demo import read_steps  # noqa: E402
-from swarmnode.local_swarm import (  # noqa: E402
+from swarmnode.local.demo import read_steps  # noqa: E402
+from swarmnode.local.swarm import (  # noqa: E402
     DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners, start_samplers, start_swarm, wait_for_line)
 from swarmnode.learner.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from swarmnode.learner.steps_log import STEPS_FILE  # noqa: E402
@@ -274,7 +274,7 @@ def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t
         snapshots = [snap for i, snap in enumerate(snapshots) if i in picks]
 
     from swarmnode.config import load_config
-    from swarmnode.models import load_model, load_tokenizer
+    from swarmnode.model.models import load_model, load_tokenizer
     from swarmnode.tasks import build_task
 
     torch.set_num_threads(1)  # this process is pinned to one core: more threads there only wait on each other
@@ -298,7 +298,7 @@ def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t
 
 
 def _eval(model, tokenizer, task, sc, cfg, samples: int) -> dict:
-    from swarmnode.evaluation import evaluate
+    from swarmnode.local.evaluation import evaluate
 
     out = evaluate(model, tokenizer, task, samples=samples, temperature=sc.temperature,
                    max_new_tokens=sc.max_completion_length, max_prompt_tokens=sc.max_prompt_length,

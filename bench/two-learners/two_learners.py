@@ -6,7 +6,7 @@ the learners average their parameters through hivemind every `--average-every` s
 `--minutes` from the moment its learners are ready. Reported per arm:
 - the training reward (mean reward of the groups each step drew) per time bucket, all learners together;
 - groups trained (samples), steps, versions;
-- held-out reward (`swarmnode.evaluation`, mean@32 on the task's 12 eval prompts) of the arm's newest published
+- held-out reward (`swarmnode.local.evaluation`, mean@32 on the task's 12 eval prompts) of the arm's newest published
   version, and of version 0 (the start), so "reward per sample" = held-out gain / groups trained;
 - for N = 2: averaging rounds and failures, seconds per round (each round as its learner logged it) and MB per
   round (sent plus received by one learner, from the tensor sizes).
@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import load_config
-from swarmnode.demo import read_steps
-from swarmnode.local_swarm import DemoRun, learner_names, prepare_swarm, start_swarm, wait_for_line
-from swarmnode.evaluation import evaluate
+from swarmnode.local.demo import read_steps
+from swarmnode.local.swarm import DemoRun, learner_names, prepare_swarm, start_swarm, wait_for_line
+from swarmnode.local.evaluation import evaluate
 from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.models import load_model, load_tokenizer, resolve_model_path
+from swarmnode.model.models import load_model, load_tokenizer, resolve_model_path
 from swarmnode.swarm.weights import WeightStore
 from swarmnode.tasks import build_task
 
@@ -48,7 +48,7 @@ def load() -> str:
 
 
 def run_arm(root: Path, learners: int, minutes: float, sets: list[str]) -> dict:
-    """One local swarm with `learners` learners and 2 samplers (`swarmnode.demo`'s, as `swarmnode demo
+    """One local swarm with `learners` learners and 2 samplers (`swarmnode.local.demo`'s, as `swarmnode demo
     --learners N` starts it); the learners' step records and stores."""
     names = learner_names(learners)
     arm_sets = prepare_swarm(root, CONFIG, sets, say=lambda _msg: None, learners=learners)

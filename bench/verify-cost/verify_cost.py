@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
 from swarmnode.config import TrustConfig, load_config  # noqa: E402
-from swarmnode.local_trainer import LocalTrainer  # noqa: E402
+from swarmnode.local.trainer import LocalTrainer  # noqa: E402
 
 
 def run(fraction: float, steps: int, sets: list[str]) -> dict:

@@ -36,7 +36,7 @@ from verify_helpers import bf16_logprobs  # noqa: E402
 from swarmnode.config import TrustConfig, load_config  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.learner.verify import SpotChecker, group_mismatch  # noqa: E402
-from swarmnode.logprobs import completion_scores  # noqa: E402
+from swarmnode.model.logprobs import completion_scores  # noqa: E402
 from swarmnode.sampler.engines import build_engine  # noqa: E402
 from swarmnode.sampler.loop import SamplerLoop  # noqa: E402
 from swarmnode.tasks import build_task  # noqa: E402

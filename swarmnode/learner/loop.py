@@ -58,7 +58,7 @@ from swarmnode.learner.checkpoint import (
     save_checkpoint,
     write_published,
 )
-from swarmnode.adapters import weights_hash
+from swarmnode.model.adapters import weights_hash
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
 from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
 from swarmnode.learner.optimizer import build_optimizer
@@ -71,9 +71,9 @@ from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, step_stats
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
-from swarmnode.logprobs import completion_scores
+from swarmnode.model.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
-from swarmnode.transfers import readback, to_device
+from swarmnode.model.transfers import readback, to_device
 
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
 _FINITE = "_loss_is_finite"  # read back with a micro-batch's diagnostics, then removed

@@ -1,7 +1,7 @@
 """LoRA through peft: wrap the policy so that only low-rank adapters train, and move adapter tensors in and out.
 
 `learner.lora` (rank, alpha, dropout, target modules) becomes a peft `LoraConfig`; the base model's weights are
-frozen. `adapter_state` (from `swarmnode.adapters`) is what the checkpoint and an adapter-only version carry: the
+frozen. `adapter_state` (from `swarmnode.model.adapters`) is what the checkpoint and an adapter-only version carry: the
 adapter tensors alone, peft's own key names; `load_adapter_state` puts them back; `adapter_spec` is what an
 adapter-only version's manifest says about them (base weights' hash, rank, alpha, targets). `merged_state` folds
 the adapters into full weights under the plain model's names, which a plain model loads. The output head is
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from swarmnode.adapters import adapter_state, load_adapter_state
+from swarmnode.model.adapters import adapter_state, load_adapter_state
 from swarmnode.config import LoraSettings
 from swarmnode.protocol.manifest import AdapterSpec
 

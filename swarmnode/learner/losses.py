@@ -48,7 +48,7 @@ import torch
 
 from swarmnode.config import LearnerConfig
 from swarmnode.staleness import bucket_label, bucket_of
-from swarmnode.transfers import readback, to_device
+from swarmnode.model.transfers import readback, to_device
 
 ALGORITHMS = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL

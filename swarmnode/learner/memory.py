@@ -145,7 +145,7 @@ def training_memory(shape: ModelShape, cfg: NodeConfig, device_type: str = "cuda
         activations = per_layer * shape.num_layers
     completion_tokens = rows * cfg.sampler.max_completion_length
     v = shape.vocab_size
-    from swarmnode.logprobs import TOKEN_CHUNK, VOCAB_CHUNK  # imports torch: only when estimating training
+    from swarmnode.model.logprobs import TOKEN_CHUNK, VOCAB_CHUNK  # imports torch: only when estimating training
 
     if logits_path == "full":
         logprobs = completion_tokens * v * 4 * LOGIT_COPIES

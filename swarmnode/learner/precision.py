@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from swarmnode.config import NodeConfig
-from swarmnode.transfers import host_copies
+from swarmnode.model.transfers import host_copies
 
 logger = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -10,7 +10,7 @@ from typing import Callable, ContextManager
 import torch
 
 from swarmnode.learner.lora import is_lora
-from swarmnode.logprobs import completion_scores
+from swarmnode.model.logprobs import completion_scores
 
 
 class ReferencePolicy:

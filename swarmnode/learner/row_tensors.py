@@ -1,5 +1,5 @@
 """A micro-batch's per-row sampler data as tensors on the learner's device, built on the host in one pass and
-copied without the host waiting for the device (`swarmnode.transfers.to_device`)."""
+copied without the host waiting for the device (`swarmnode.model.transfers.to_device`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from swarmnode.learner.rows import Row
-from swarmnode.transfers import to_device
+from swarmnode.model.transfers import to_device
 
 
 def padded(values: list[list[float]], width: int) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-from swarmnode.prompting import encode_prompt
+from swarmnode.model.prompting import encode_prompt
 
 PROMPT_CACHE = 4096  # prompts whose tokenisation the learner remembers
 

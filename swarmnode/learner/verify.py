@@ -41,7 +41,7 @@ import torch
 
 from swarmnode.config import TrustConfig
 from swarmnode.learner.lora import adapter_state, is_lora, load_adapter_state
-from swarmnode.logprobs import completion_scores
+from swarmnode.model.logprobs import completion_scores
 
 logger = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ MAX_TARGET_MODULES = 64
 @dataclass(frozen=True)
 class AdapterSpec:
     """What an adapter-only version needs to be applied: the base weights' content hash (sha256, see
-    `swarmnode.adapters.weights_hash`) and the LoRA configuration (rank, alpha, adapted module names)."""
+    `swarmnode.model.adapters.weights_hash`) and the LoRA configuration (rank, alpha, adapted module names)."""
 
     base_hash: bytes
     r: int

@@ -1,8 +1,8 @@
 """Generation engines: G sampled completions per prompt with the behaviour log-prob of every sampled token.
 
 Log-probs are log_softmax(logits / T) of the sampled token, with no top-k/top-p filtering (top_p=1, top_k off),
-which is exactly what the learner's forward computes (`swarmnode.logprobs.completion_logprobs`). Each
-completion is cut after its first EOS token (the EOS is kept). Prompts are encoded by `swarmnode.prompting`
+which is exactly what the learner's forward computes (`swarmnode.model.logprobs.completion_logprobs`). Each
+completion is cut after its first EOS token (the EOS is kept). Prompts are encoded by `swarmnode.model.prompting`
 (through the chat template for instruct models), as the learner re-encodes them.
 
 - `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU. With a `seed`, each batch samples from
@@ -12,7 +12,7 @@ completion is cut after its first EOS token (the EOS is kept). Prompts are encod
   workers by spawn: a script that builds one needs an `if __name__ == "__main__":` guard.
 
 Adapter-only versions (`load_adapter`, a LoRA learner's) apply to the base weights the engine was built with,
-named by `base_hash` (`swarmnode.adapters.weights_hash`); one for other base weights is refused (EngineError).
+named by `base_hash` (`swarmnode.model.adapters.weights_hash`); one for other base weights is refused (EngineError).
 The transformers engine injects peft's LoRA layers into its model (`sampler.lora.PeftAdapter`); vLLM applies
 them through its own LoRA support (`enable_lora`, a `LoRARequest` per version), started with it only when the
 node's config has `learner.lora.enabled` (rank `learner.lora.r`). After a full-weight version an engine no longer
@@ -33,10 +33,10 @@ from typing import Iterator
 
 import torch
 
-from swarmnode.adapters import weights_hash
+from swarmnode.model.adapters import weights_hash
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
-from swarmnode.prompting import encode_prompts
+from swarmnode.model.prompting import encode_prompts
 from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.sampler.lora import PeftAdapter, VLLMAdapter, vllm_lora_rank
 
@@ -381,7 +381,7 @@ def build_engine(cfg: NodeConfig, version: int = 0, seed: int | None = None) -> 
     """The engine named by `cfg.sampler.engine`, loaded with the configured model at `version`; `seed` seeds its
     sampling (a sampler's `sampler_seed`; None: the transformers engine uses the global torch RNG, vLLM
     `task.seed`)."""
-    from swarmnode.models import load_model, load_tokenizer, pick_device, resolve_model_path
+    from swarmnode.model.models import load_model, load_tokenizer, pick_device, resolve_model_path
 
     tokenizer = load_tokenizer(cfg.model, cfg.task)
     if cfg.sampler.engine == "hf":

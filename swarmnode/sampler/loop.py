@@ -1,6 +1,6 @@
 """The sampler loop's network-free core: prompts -> engine -> rewards -> signed RolloutGroups -> a RolloutSink.
 
-The sink is the swarm (`swarm.gossip.RolloutSender.send`) or, in one process, the learner's inbox
+The sink is the swarm (`swarm.rollout_push.RolloutSender.send`) or, in one process, the learner's inbox
 (`learner.buffer.RolloutInbox.send`); the loop does not know which. Weights handed in with `offer_weights` (from
 any thread: the swarm's `WeightFollower`, or the local trainer) are swapped into the engine between batches,
 never during one, so every group carries the version (and lineage) that really generated it. An adapter-only

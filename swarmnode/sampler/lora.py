@@ -1,4 +1,4 @@
-"""Adapter-only versions in the sampler engines (the tensors and `AdapterSpec` of `swarmnode.adapters`).
+"""Adapter-only versions in the sampler engines (the tensors and `AdapterSpec` of `swarmnode.model.adapters`).
 
 - `PeftAdapter` (transformers engine): peft's LoRA layers injected into the engine's model in place, its base
   weights untouched, and each version's adapter tensors loaded into them; the engine then computes what the
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from swarmnode.adapters import load_adapter_state, peft_config
+from swarmnode.model.adapters import load_adapter_state, peft_config
 from swarmnode.protocol.manifest import AdapterSpec
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts

@@ -1,5 +1,5 @@
 """How many groups a sampler may generate next: no more than the learners take within the staleness bound
-(the credits their acks tell; see `swarm.gossip.credit`).
+(the credits their acks tell; see `swarm.rollout_push.credit`).
 
 Network-free: the sampler role hands in what its sender knows (groups still waiting for an ack, what the
 learners invite beyond them) and gets the number of prompts of its next batch (0: wait for an ack).
@@ -29,7 +29,7 @@ class Pacer:
     more than half the bound behind by the time it is sent, the learners moving on by as many versions as
     during the last batches (`batch_took`, a moving average): then the sampler fetches newer weights first.
     The other half is the learner's: a group arriving old is drawn after every newer one (newest first), and
-    its credit target falls to one step once a held group is half the bound behind (`swarm.gossip.credit`)."""
+    its credit target falls to one step once a held group is half the bound behind (`swarm.rollout_push.credit`)."""
 
     batch: int
     credits: bool = True

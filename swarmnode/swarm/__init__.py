@@ -11,7 +11,7 @@
 - `liveness`  which peers proved alive (answered us, or hold a connection): holders and send targets
 - `membership` being a member of a run: join the DHT, a PeerRecord on a heartbeat, leave cleanly
 - `frames`    length-prefixed frames on binary streams
-- `gossip`    rollout groups between peers (RolloutSender, RolloutReceiver)
+- `rollout_push` rollout groups pushed to the learners (RolloutSender, RolloutReceiver)
 - `weights`   the versioned weight store, its server and the fetcher
 - `follower`  which version a sampler should hold next and getting it (WeightFollower, WeightPuller)
 - `publisher` a learner's versions into the store and the DHT (VersionPublisher)

@@ -115,7 +115,7 @@ class SwarmDHT:
         net = self.cfg.network
         return net.heartbeat_interval * net.missed_beats_to_expire
 
-    async def publish_peer(self, record: PeerRecord) -> bool:
+    async def store_peer(self, record: PeerRecord) -> bool:
         """Store this node's record (must be our own); True if at least one DHT peer (or we) kept it. Initial
         peers we lost are re-dialled first (see `reconnect_initial_peers`): the heartbeat brings them back."""
         if record.peer_id != self.identity.peer_id:
@@ -126,7 +126,7 @@ class SwarmDHT:
             self._keys["peers"], record.encode(), get_dht_time() + self.record_ttl, subkey=record.peer_id
         ))
 
-    async def publish_learner(self, record: PeerRecord) -> bool:
+    async def store_learner(self, record: PeerRecord) -> bool:
         """Store this learner's record under its own key too (`validator.learner_key`), where no flood reaches."""
         if record.peer_id != self.identity.peer_id or record.role != "learner":
             raise ValueError("a node can only publish its own learner record")

@@ -244,7 +244,7 @@ def weight_holders(records: list, me: str) -> list:
 class WeightPuller:
     """One version fetch for a `WeightFollower`: chunks from every live holder into the store, verified, then
     the state handed to `sink`. A manifest that does not fit `layout` (the node's model) is refused. `progress`
-    shows long fetches to a person (the caller's display, e.g. `swarmnode.progress.fetch_progress`); `hold()` gives
+    shows long fetches to a person (the caller's display, e.g. `swarmnode.observe.progress.fetch_progress`); `hold()` gives
     seconds to hold the weights back (`--simulate-delay`)."""
 
     def __init__(self, p2p: P2P, store: WeightStore, peers: LivePeers, sink: WeightSink, *,

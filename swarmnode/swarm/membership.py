@@ -104,17 +104,17 @@ class Membership:
 
     async def publish(self, state: str = "up") -> bool:
         record = self.record(state)
-        stored = await self.dht.publish_peer(record)
+        stored = await self.dht.store_peer(record)
         if not stored:
             logger.warning("peer record was not stored by any DHT peer (will retry on the next heartbeat)")
-        await self._publish_learner(record)
+        await self._store_learner(record)
         return stored
 
-    async def _publish_learner(self, record: PeerRecord) -> None:
+    async def _store_learner(self, record: PeerRecord) -> None:
         """A learner's record under its own key as well: samplers and `status` read the designated learners
         there, where a flood of throwaway records under the shared peers key cannot hide them."""
         if record.role == "learner":
-            await self.dht.publish_learner(record)
+            await self.dht.store_learner(record)
 
     async def designated_learners(self) -> list[PeerRecord]:
         """The live records of `trust.learner_keys`, each from its own key (empty when none are named)."""

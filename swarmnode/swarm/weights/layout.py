@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from swarmnode.adapters import check_adapter_tensors
+from swarmnode.model.adapters import check_adapter_tensors
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import MAX_CHUNKS, ChunkEntry, TensorEntry, WeightManifest
 
@@ -52,7 +52,7 @@ class ModelLayout:
     """What a node's model holds: each tensor's dtype and shape, and the size of its flat buffer. A manifest must
     fit it before anything is allocated for it, so a signed manifest claiming a terabyte costs its reader
     nothing (the protocol's own limits allow 16,384 chunks of 64 MiB). An adapter-only manifest must name this
-    node's base weights (`base_hash`, see `swarmnode.adapters`) and hold LoRA tensors that fit its modules."""
+    node's base weights (`base_hash`, see `swarmnode.model.adapters`) and hold LoRA tensors that fit its modules."""
 
     tensors: dict[str, tuple[str, tuple[int, ...]]]  # name -> (dtype name, shape)
     total_bytes: int

@@ -1,0 +1,10 @@
+"""Models and prompts: building a model, encoding prompts, log-probs, adapter versions.
+
+- `models`      building models: hub, directory, packaged GGUF, the built-in tiny model
+- `packaged`    models shipped in Python wheels (SmolLM2-135M-Instruct's GGUF)
+- `warmstart`   the tiny model's warm start
+- `prompting`   prompt encoding (chat templates)
+- `logprobs`    chunked log-probs of completions
+- `adapters`    LoRA adapter versions
+- `transfers`   host-device copies through pinned memory, read-backs in one transfer
+"""

@@ -1,0 +1,12 @@
+"""A node in a swarm: `swarmnode join`, `swarmnode bootstrap` and what they run.
+
+- `join`        `join`: identity, membership, the role decision, the role's lifecycle
+- `bootstrap`   `swarmnode bootstrap`: a DHT entry point that relays for peers behind NAT
+- `idle`        `join --idle`: advertise only (a network check)
+- `preflight`   what is checked before a node announces itself (task data, packages, model, ports)
+- `hardware`    probe the machine, estimate the model's memory needs, pick a role
+- `preset_fit`  which shipped GPU presets fit this machine (`swarmnode hardware`)
+- `selfcheck`   `swarmnode hardware --measure`: a learner step, generation, bf16 floor, fp16 check (package)
+- `roles`       the sampler's and the learner's wiring (package)
+- `sapo`        own-policy mode: every node samples, shares text and trains (package)
+"""

@@ -1,0 +1,87 @@
+"""`swarmnode bootstrap`: a long-lived DHT peer that prints its addresses and logs the peers it sees."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from swarmnode.config import NodeConfig, known_run_ids
+from swarmnode.observe.health import record_health
+from swarmnode.observe.health_record import BootstrapHealth
+from swarmnode.identity import Identity
+from swarmnode.observe.metrics import serve_metrics
+from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import PUBLIC, reachability_of
+from swarmnode.swarm.membership import Membership
+
+logger = logging.getLogger(__name__)
+
+
+def share_addresses(maddrs: list[str], announce: list[str]) -> list[str]:
+    """Addresses to print for `--initial-peers`: announced first, then public/LAN, loopback last."""
+    def rank(addr: str) -> int:
+        if any(addr.startswith(a) for a in announce):
+            return 0
+        return 2 if addr.startswith(("/ip4/127.", "/ip6/::1")) else 1
+    return sorted(dict.fromkeys(maddrs), key=rank)
+
+
+def bootstrap_health(member: Membership, live: list[PeerRecord], connections: int) -> dict[str, Any]:
+    """The bootstrap's health document (one JSON line per log interval with --json)."""
+    return {
+        "event": "health",
+        "peer_id": member.identity.peer_id,
+        "run_id": member.cfg.run_id,
+        "uptime_s": round(time.monotonic() - member.started_at, 1),
+        "connections": connections,
+        "live_peers": len(live),
+        "roles": dict(Counter(r.role for r in live)),
+        "reachability": dict(Counter(reachability_of(r) for r in live)),
+        "rejected_records": member.dht.validator.rejected if member.dht else 0,
+        "other_runs": member.dht.validator.runs_seen(known_run_ids()) if member.dht else {},
+    }
+
+
+async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, *, as_json: bool,
+                        log_interval: float, emit: Callable[[str], None] = print) -> None:
+    """`swarmnode bootstrap`: a long-lived DHT peer that prints its addresses and logs the peers it sees."""
+    async with Membership(cfg, identity, "bootstrap") as member:
+        addrs = share_addresses([str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)],
+                                cfg.network.announce_maddrs)
+        for addr in addrs:
+            emit(f"initial-peers: {addr}")
+        own = BootstrapHealth(uptime=0.0, peers_seen=0, reachability=PUBLIC)  # what its record and /metrics carry
+        member.update(health=record_health(own))
+        if cfg.metrics.port is not None:
+            port = serve_metrics(cfg.metrics.port, lambda: own, "bootstrap", cfg.metrics.addr)
+            emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
+        emit(f"ready peer_id={identity.peer_id} run={cfg.run_id}")
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=log_interval)
+                break
+            except asyncio.TimeoutError:
+                pass
+            try:
+                live = await member.dht.live_peers()
+                connections = len(await member.dht.p2p.list_peers())
+            except Exception as exc:
+                logger.warning("health query failed: %s", exc)
+                continue
+            doc = bootstrap_health(member, live, connections)
+            own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"], peers_by_reachability=doc["reachability"])
+            member.update(health=record_health(own))
+            if as_json:
+                emit(json.dumps(doc, sort_keys=True))
+            else:
+                roles = ", ".join(f"{k} {v}" for k, v in sorted(doc["roles"].items())) or "none"
+                others = ", ".join(f"{run} {n}" for run, n in sorted(doc["other_runs"].items()))
+                reach = ", ".join(f"{k} {v}" for k, v in sorted(doc["reachability"].items()) if k != PUBLIC)
+                emit(f"peers seen: {doc['live_peers']} ({roles}{'; ' + reach if reach else ''}); "
+                     f"connections {connections}; "
+                     f"uptime {doc['uptime_s']:.0f} s" + (f"; records of other runs refused: {others} (this "
+                                                          f"bootstrap serves run {cfg.run_id})" if others else ""))

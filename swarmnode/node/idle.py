@@ -1,0 +1,27 @@
+"""`swarmnode join --idle`: a node that only advertises its role (no model, no work): a network check."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+from swarmnode.config import NodeConfig
+from swarmnode.identity import Identity
+from swarmnode.observe.metrics import serve_metrics
+from swarmnode.swarm.membership import Membership
+
+
+async def run_idle(cfg: NodeConfig, identity: Identity, role: str, stop: asyncio.Event,
+                         emit: Callable[[str], None] = print) -> None:
+    """`swarmnode join` without role loops: join, advertise `role`, idle until `stop` is set, leave."""
+    async with Membership(cfg, identity, role) as member:
+        if member.dht.reachability is not None:
+            emit(member.dht.reachability.line())
+        if cfg.metrics.port is not None:  # an idle node has only its uptime to report
+            port = serve_metrics(cfg.metrics.port, lambda: {"uptime": round(time.monotonic() - member.started_at, 1),
+                                                             "reachability": member.reachability},
+                                 role, cfg.metrics.addr)
+            emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
+        emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
+        await stop.wait()

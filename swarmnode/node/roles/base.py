@@ -1,0 +1,86 @@
+"""What both working roles share: config, identity, membership, task, tokenizer, the node's data directory, the
+weight store and its server, the one thread their model work runs on (`ComputeThread`: loading, steps, batches,
+saving), and its typed health record (published to /metrics and, shrunk, on every heartbeat)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any, Callable, ClassVar
+
+from swarmnode.compute_thread import ComputeThread
+from swarmnode.config import NodeConfig
+from swarmnode.delay import parse_delay
+from swarmnode.observe.health import RateMeter, record_health
+from swarmnode.observe.health_record import HolderHealth
+from swarmnode.identity import Identity, node_data_dir
+from swarmnode.swarm.membership import Membership
+from swarmnode.model.models import load_tokenizer
+from swarmnode.swarm.weights import WeightServer, WeightStore
+from swarmnode.tasks import build_task
+
+Emit = Callable[[str], None]
+PROGRESS_EVERY_S = 20.0  # a working node prints one progress line this often
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less if `stop` is set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+
+
+class NodeRole:
+    """The shared part of a role. Subclasses build the rest in `create` and work in `run`."""
+
+    HEALTH: ClassVar[type[HolderHealth]] = HolderHealth
+
+    def __init__(self, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> None:
+        """The slow, blocking part of construction (task file, tokenizer): call it in a worker thread."""
+        self.cfg, self.identity, self.member, self.emit = cfg, identity, member, emit
+        self.dht = member.dht
+        self.p2p = member.dht.p2p
+        self.data_dir = node_data_dir(cfg, identity)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.task = build_task(cfg.task)
+        self.tokenizer = load_tokenizer(cfg.model, cfg.task)
+        self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
+        self.server: WeightServer  # serving the store's chunks to peers (started in `_construct`)
+        self.started = time.monotonic()
+        self.health = self.HEALTH()
+        self.serve_rate = RateMeter()
+        self.delay = parse_delay(cfg.sync.simulate_delay)
+        self.delay_rng = random.Random()
+        self.compute = ComputeThread(f"{type(self).__name__.removesuffix('Role').lower()}-compute")
+
+    @classmethod
+    async def _construct(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> Any:
+        role = await asyncio.to_thread(cls, cfg, identity, member, emit)
+        role.server = await WeightServer(role.store, trusted=role.slot_trusted).start(role.p2p)
+        return role
+
+    def slot_trusted(self, peer: str) -> bool:
+        """Whether `peer` may hold a trusted peer's share of the weight server's streams: one of the run's
+        designated learners (everyone, in an insecure run that names none)."""
+        keys = self.cfg.trust.learner_keys
+        return not keys or peer in keys
+
+    def delay_for(self, what: str) -> float:
+        """Seconds to hold back a `what` ('weights' or 'rollouts') delivery, per --simulate-delay."""
+        if self.delay is None or self.cfg.sync.delay_target not in (what, "both"):
+            return 0.0
+        return self.delay.sample(self.delay_rng)
+
+    def report_health(self, **fields: Any) -> None:
+        """Update the health record (what /metrics renders; an unknown field raises) and advertise its small
+        form on the next heartbeat."""
+        served = self.server.served_bytes  # weight chunks this node served to peers
+        self.health.update(**fields, uptime=round(time.monotonic() - self.started, 1),
+                           served_mb=round(served / 1e6, 1),
+                           serve_mb_s=round(self.serve_rate.update(served) / 1e6, 2))
+        self.member.update(health=self._health_record)  # built on the next beat, not at every step
+
+    def _health_record(self) -> dict[str, Any]:
+        return record_health(self.health)
