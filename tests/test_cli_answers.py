@@ -78,3 +78,13 @@ def test_the_demo_summary_reads_as_sentences():
     assert "300 learner steps" in text and "0.360 -> 0.424" in text and "2-3: 1566" in text
     assert "sampler2: its groups trained 0 learner steps (none)" in text
     assert "work dir" not in text  # removed at the end: nothing to point at
+
+
+def test_the_public_names_resolve_and_import_swarmnode_stays_light():
+    import swarmnode
+
+    for name in swarmnode.__all__:
+        assert getattr(swarmnode, name) is not None, name
+    code = "import sys, swarmnode; print(sorted(m for m in ('torch', 'transformers', 'hivemind') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"`import swarmnode` imported {out}"
