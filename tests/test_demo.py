@@ -60,6 +60,7 @@ CLIMB, TREND_T = 0.015, 2.0
 STEPS = 200
 
 
+@pytest.mark.slow  # CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
 @pytest.mark.timeout(600)
 def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
     doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6")

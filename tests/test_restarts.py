@@ -22,6 +22,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
 def test_a_sigkilled_learner_resumes_above_its_versions_and_replays_what_it_acknowledged(tmp_path):
     data = tmp_path / "learner"
     # the kill finds no checkpoint at all: the journal never asks for one either (its soft limit is what a restart

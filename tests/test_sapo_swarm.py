@@ -70,6 +70,7 @@ def _health(doc: dict, peer_id: str) -> dict:
     return next(p for p in doc["peers"] if p["peer_id"] == peer_id)["health"]
 
 
+@pytest.mark.slow  # CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
 @pytest.mark.timeout(900)  # ~1-2 min on a quiet machine; 6 min at load average 24 on 2 cores
 def test_two_sizes_train_on_each_others_text_and_a_liar_stays_bounded(tmp_path):
     """Nodes of hidden 64 and 128 train on each other's groups; a peer flooding node a with lying groups and a
