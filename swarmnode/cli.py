@@ -236,7 +236,7 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
 def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
            host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
-    """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v1."""
+    """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v2 (docs/status-and-metrics.md)."""
     cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
     from swarmnode.observe.status import format_status, query_status
 
