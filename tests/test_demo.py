@@ -4,6 +4,7 @@ p2pd on 127.0.0.1), the learner trains on stale rollouts without collapsing, and
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -130,6 +131,26 @@ def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_pat
         for proc in run.procs:
             if proc.popen.poll() is None:
                 proc.popen.kill()
+
+
+def test_demo_nodes_share_the_cores_instead_of_each_taking_them_all(tmp_path, monkeypatch):
+    """Each learner and sampler of a local swarm runs torch on its share of the cores (2 samplers and a learner
+    each taking every core of a 2-core machine made SmolLM2 generation ~35x slower); an OMP_NUM_THREADS of the
+    caller's own wins."""
+    from swarmnode.local.swarm import DemoRun, threads_per_node
+
+    cores = len(os.sched_getaffinity(0))
+    assert threads_per_node(3) == max(1, cores // 3) and threads_per_node(cores * 4) == 1
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    show = "import os, torch; print(os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())"
+    run = DemoRun(tmp_path, threads=1, python_args=lambda _name: ["-c", show])  # `-c` runs before `-m swarmnode`
+    for name in ("sampler1", "bootstrap"):
+        assert run.start(name, []).popen.wait(timeout=120) == 0
+    assert (tmp_path / "sampler1.log").read_text().split() == ["1", "1"]
+    assert (tmp_path / "bootstrap.log").read_text().split()[0] == "None"  # no torch work there
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert run.start("sampler2", []).popen.wait(timeout=120) == 0
+    assert (tmp_path / "sampler2.log").read_text().split() == ["2", "2"]
 
 
 @pytest.mark.parametrize("count", ["0", "-1", "9"])

@@ -109,6 +109,11 @@ class DemoRun:
     # per node name: the IPv4 address it listens on (None: the config's `network.host_maddrs`, 127.0.0.1 for the
     # bootstrap); a benchmark that runs each node in its own network namespace gives each its own address
     host: Callable[[str], str | None] = lambda _name: None
+    # torch threads of each learner and sampler (OMP_NUM_THREADS, MKL_NUM_THREADS): None leaves torch's default
+    # (every core, for each node: on a small machine the nodes' thread pools then spin against each other and
+    # generation runs ~35x slower); `start_swarm` sets each node's share of the cores. An OMP_NUM_THREADS of the
+    # caller's own wins.
+    threads: int | None = None
 
     def host_args(self, name: str, default: str | None = None) -> list[str]:
         """`--host-maddrs` for node `name` when it has an address of its own (or a `default`), else none."""
@@ -116,7 +121,11 @@ class DemoRun:
         return ["--host-maddrs", f"/ip4/{address}/tcp/0"] if address else []
 
     def start(self, name: str, args: list[str]) -> Proc:
-        proc = spawn_node(self.workdir, name, args, prefix=self.prefix(name), python_args=self.python_args(name))
+        env = {}
+        if self.threads and name != "bootstrap" and "OMP_NUM_THREADS" not in os.environ:
+            env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        proc = spawn_node(self.workdir, name, args, env=env, prefix=self.prefix(name),
+                          python_args=self.python_args(name))
         self.procs.append(proc)
         return proc
 
@@ -196,10 +205,18 @@ def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str],
                 learners: int = 1, samplers: int = 2) -> dict[int, list[str]]:
     """Start a local swarm in `run.workdir` (after `prepare_swarm`, whose `sets` it takes): a bootstrap, then
     `learners` learners (`learner_names`, each with its data in `<workdir>/<name>`) and `samplers` samplers
-    joining it. Returns each sampler's `join` arguments (to start it again)."""
+    joining it, each with its share of the cores (`threads_per_node`) unless `run.threads` is set. Returns each
+    sampler's `join` arguments (to start it again)."""
+    if run.threads is None:
+        run.threads = threads_per_node(learners + samplers)
     args = node_args(config, sets, start_bootstrap(run, config, sets, say))
     start_learners(run, args, learners)
     return start_samplers(run, args, samplers)
+
+
+def threads_per_node(nodes: int) -> int:
+    """Torch threads for each of `nodes` compute nodes sharing this machine's usable cores (at least one)."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, nodes))
 
 
 def start_bootstrap(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print) -> str:
