@@ -22,7 +22,6 @@ from swarmnode.observe.status_schema import validate
 from swarm_helpers import LocalSwarm, pid_alive, swarmnode_cmd
 
 pytestmark = pytest.mark.timeout(240)
-NODE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # 2 shared cores: one thread per node
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20", "--metrics-port", "0"]
 
 
@@ -46,9 +45,9 @@ def swarm(tmp_path_factory):
     root = tmp_path_factory.mktemp("dash-swarm")
     with LocalSwarm(root) as swarm:
         boot = swarm.bootstrap(extra=["--metrics-port", "0"])
-        learner = swarm.join("learner", "learner", work=True, env=NODE_ENV,
+        learner = swarm.join("learner", "learner", work=True,
                              extra=[*WORK, "--set", f"data_dir={root / 'learner'}"])
-        sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV,
+        sampler = swarm.join("sampler", "sampler", work=True,
                              extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
         urls = {name: proc.wait_line("metrics:", 120) for name, proc in
                 (("bootstrap", boot), ("learner", learner), ("sampler", sampler))}

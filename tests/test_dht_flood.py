@@ -19,7 +19,7 @@ from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.dht_storage import MAX_BYTES_PER_KEY, CappedStorage
-from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows
+from test_learner_restart import WORK, learner_args, steps, wait_rows
 
 RUN = "test-run"
 FAKES = 2000  # ~2.3 KB each: ~4.6 MB under one key, over p2pd's 4 MiB cap on one reply
@@ -122,7 +122,7 @@ def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path))
         learner_id = learner.ready_fields(timeout=300)["peer_id"]  # generous: the machine may be busy
-        sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV, wait=False,  # names the learner's key
+        sampler = swarm.join("sampler", "sampler", work=True, wait=False,  # names the learner's key
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
         sampler.ready_fields(timeout=300)
         wait_rows(steps_file, lambda rows: len(rows) >= 3, 240, "3 learner steps")

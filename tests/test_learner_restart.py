@@ -12,7 +12,6 @@ import pytest
 
 from swarm_helpers import LocalSwarm
 
-NODE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 
 
@@ -38,7 +37,7 @@ def wait_rows(path: Path, predicate, timeout: float, what: str) -> list[dict]:
 
 def learner_args(tmp_path: Path, *sets: str) -> dict:
     """`LocalSwarm.join` arguments of a working tiny-cpu learner with its data under tmp_path/learner."""
-    return dict(work=True, env=NODE_ENV, identity=tmp_path / "learner.key",
+    return dict(work=True, identity=tmp_path / "learner.key",
                 extra=[*WORK, *sets, "--set", f"data_dir={tmp_path / 'learner'}"])
 
 
@@ -46,7 +45,7 @@ def start_learner_and_sampler(swarm: LocalSwarm, tmp_path: Path, *sets: str):
     """A bootstrap, a learner (`learner_args`) and a sampler; the learner's process."""
     swarm.bootstrap()
     learner = swarm.join("learner", "learner", **learner_args(tmp_path, *sets))
-    swarm.join("sampler", "sampler", work=True, env=NODE_ENV, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+    swarm.join("sampler", "sampler", work=True, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
     return learner
 
 

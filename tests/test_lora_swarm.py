@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 from swarm_helpers import LocalSwarm
-from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows
+from test_learner_restart import WORK, learner_args, steps, wait_rows
 
 from swarmnode.config import load_config
 from swarmnode.learner.checkpoint import load_checkpoint
@@ -51,7 +51,7 @@ def run_lora_swarm(tmp_path, restart: bool) -> None:
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path, *_sets(*LORA)))
         learner.ready_fields(timeout=180)  # generous: a loaded 2-core machine starts nodes slowly
-        sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV, wait=False,
+        sampler = swarm.join("sampler", "sampler", work=True, wait=False,
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
         sampler.ready_fields(timeout=180)
         before = 8 if restart else 4  # steps before the learner stops (the restart check wants trained adapters)

@@ -16,7 +16,6 @@ from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.protocol.manifest import WeightManifest
 from swarm_helpers import LocalSwarm
 
-NODE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 # peer records that outlive a few late heartbeats: on a loaded machine a learner whose record flickers out would
 # count as alone (and publish on its own) although its peer lives
@@ -61,13 +60,13 @@ def test_two_learners_average_publish_one_version_survive_a_kill_and_rejoin(tmp_
     sets = [a for s in [*AVERAGING, f"trust.learner_keys=[{','.join(ids)}]"] for a in ("--set", s)]
 
     def learner(name: str, swarm: LocalSwarm, proc_name: str | None = None):
-        return swarm.join(proc_name or name, "learner", work=True, env=NODE_ENV, identity=keys[name],
+        return swarm.join(proc_name or name, "learner", work=True, identity=keys[name],
                           extra=[*WORK, *sets, "--set", f"data_dir={dirs[name]}"])
 
     with LocalSwarm(tmp_path, extra_sets=PATIENT_NET) as swarm:
         swarm.bootstrap()
         procs = {name: learner(name, swarm) for name in keys}
-        samplers = [swarm.join(f"s{i}", "sampler", work=True, env=NODE_ENV,
+        samplers = [swarm.join(f"s{i}", "sampler", work=True,
                                extra=[*WORK, "--set", f"data_dir={tmp_path / f's{i}'}"]) for i in (1, 2)]
         logs = lambda: "\n".join(f"--- {p.name}\n{p.stdout()[-1500:]}\n{p.stderr()[-1500:]}"  # noqa: E731
                                  for p in [*procs.values(), *samplers])

@@ -13,7 +13,6 @@ from swarmnode.node.join import keeps_learner_role, node_data_dir
 from swarmnode.protocol.peer import PeerRecord
 from swarm_helpers import LocalSwarm
 
-NODE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 
 
@@ -21,7 +20,7 @@ def test_two_auto_nodes_racing_for_one_learner_slot_end_as_learner_and_sampler(t
     home = Path(os.environ["SWARMNODE_HOME"])
     with LocalSwarm(tmp_path, run_id="race-run") as swarm:
         swarm.bootstrap()
-        nodes = [swarm.join(name, "auto", work=True, wait=False, env=NODE_ENV, extra=WORK) for name in ("a", "b")]
+        nodes = [swarm.join(name, "auto", work=True, wait=False, extra=WORK) for name in ("a", "b")]
         fields = [node.ready_fields(180) for node in nodes]
         assert sorted(f["role"] for f in fields) == ["learner", "sampler"], [n.stdout()[-1500:] for n in nodes]
         for node, f in zip(nodes, fields):

@@ -18,7 +18,7 @@ from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 from swarm_helpers import LocalSwarm
-from test_multi_learner import NODE_ENV, WORK, wait_for
+from test_multi_learner import WORK, wait_for
 
 torch.set_num_threads(1)
 FAST = ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=4", "learner.prompts_per_step=4",
@@ -60,7 +60,7 @@ def test_a_learner_alone_trains_on_its_own_batches(tmp_path):
     learner_dir = tmp_path / "learner"
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        learner = swarm.join("learner", "learner", work=True, env=NODE_ENV,
+        learner = swarm.join("learner", "learner", work=True,
                              extra=[*WORK, "--set", f"data_dir={learner_dir}",
                                     "--set", "learner.sample_when_idle=true"])
         rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 5 and r, 180,

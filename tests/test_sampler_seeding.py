@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 import torch
 from swarm_helpers import LocalSwarm
-from test_learner_restart import NODE_ENV, WORK, learner_args
+from test_learner_restart import WORK, learner_args
 
 from swarmnode.config import NodeConfig, load_config
 from swarmnode.learner.journal import _records
@@ -70,7 +70,7 @@ def test_two_sampler_processes_of_one_run_draw_different_prompts_and_samples(tmp
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path, *hold))
         learner.ready_fields(timeout=180)
-        samplers = [swarm.join(f"s{i}", "sampler", work=True, env=NODE_ENV, wait=False,
+        samplers = [swarm.join(f"s{i}", "sampler", work=True, wait=False,
                                extra=[*WORK, "--set", f"data_dir={tmp_path / f's{i}'}"]) for i in (1, 2)]
         for s in samplers:
             s.ready_fields(timeout=180)

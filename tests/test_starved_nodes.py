@@ -15,7 +15,7 @@ from swarmnode.identity import Identity
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.node.roles.sampler_role import NO_LEARNER
 from swarm_helpers import LocalSwarm
-from test_multi_learner import NODE_ENV, WORK, wait_for
+from test_multi_learner import WORK, wait_for
 
 CLOCKS = 0.02  # the step records mix wall-clock stamps and monotonic durations, each rounded to 1 ms
 
@@ -33,7 +33,7 @@ def test_sampler_waits_for_a_learner_and_learner_idle_time_counts_only_waiting(t
     sampler_id = Identity.load_or_create(sampler_key).peer_id
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        sampler = swarm.join("sampler", "sampler", work=True, env=NODE_ENV, identity=sampler_key,
+        sampler = swarm.join("sampler", "sampler", work=True, identity=sampler_key,
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 's'}",
                                     "--set", f"trust.learner_keys=[{learner_id}]"])
         # alone, the sampler holds generation instead of making groups nobody receives
@@ -46,7 +46,7 @@ def test_sampler_waits_for_a_learner_and_learner_idle_time_counts_only_waiting(t
 
         # a learner joins: the sampler starts and the learner trains on its groups
         learner_dir = tmp_path / "learner"
-        learner = swarm.join("learner", "learner", work=True, env=NODE_ENV, identity=learner_key,
+        learner = swarm.join("learner", "learner", work=True, identity=learner_key,
                              extra=[*WORK, "--set", f"data_dir={learner_dir}"])
         rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 6 and r, 180,
                         "6 learner steps", lambda: learner.stderr()[-2000:] + sampler.stderr()[-2000:])

@@ -13,7 +13,6 @@ from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarm_helpers import LocalSwarm, swarmnode_cmd
 
-NODE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 GHOST = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWSHq2jg4cGP3q2XKjR1HNNDbCwNsNHuS8NTPVdFbmCGsK"
 
@@ -52,11 +51,11 @@ def test_weights_of_a_learner_not_designated_are_never_loaded(tmp_path):
     stranger = Identity.generate().peer_id  # the only learner the second sampler trusts (not running)
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        swarm.join("learner", "learner", work=True, env=NODE_ENV,
+        swarm.join("learner", "learner", work=True,
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 'learner'}"])
-        swarm.join("trusting", "sampler", work=True, env=NODE_ENV,
+        swarm.join("trusting", "sampler", work=True,
                               extra=[*WORK, "--set", f"data_dir={tmp_path / 'trusting'}"])
-        wary = swarm.join("wary", "sampler", work=True, env=NODE_ENV,
+        wary = swarm.join("wary", "sampler", work=True,
                           extra=[*WORK, "--set", f"data_dir={tmp_path / 'wary'}",
                                  "--set", f"trust.learner_keys=[{stranger}]"])
         ids = {name: Identity.load_or_create(tmp_path / f"{name}.key").peer_id for name in ("learner", "trusting",
