@@ -5,7 +5,8 @@ tests/test_slot_flood.py and bench/hostile-peers/fuzz_learner.py.
 
 Each key opens `streams` streams to the target's weight server and sends a valid `have` on each every `every`
 seconds; a stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried
-all its streams, FILE gets one JSON line; on SIGTERM the process writes its counts to FILE and exits.
+all its streams, FILE gets one JSON line; on SIGTERM the process appends its counts to FILE, then stops its
+daemons and exits.
 """
 
 from __future__ import annotations
@@ -79,12 +80,12 @@ async def main(args: argparse.Namespace) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(OSError):  # before the daemons stop: 33 of them may take longer than the caller waits
+            with open(args.ready, "a") as f:
+                f.write(json.dumps({"keys": len(daemons), **counts}) + "\n")
         for p2p in daemons:
             with contextlib.suppress(Exception):
                 await p2p.shutdown()
-        with contextlib.suppress(OSError):
-            with open(args.ready, "a") as f:
-                f.write(json.dumps({"keys": len(daemons), **counts}) + "\n")
 
 
 if __name__ == "__main__":

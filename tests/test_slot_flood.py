@@ -97,7 +97,9 @@ def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
     finally:
         if proc is not None:
             stop_flood(proc)
-    counts = json.loads((tmp_path / "flood.jsonl").read_text().splitlines()[-1])
+    lines = (tmp_path / "flood.jsonl").read_text().splitlines()
+    assert len(lines) == 2, f"the flood did not write its final counts on SIGTERM: {lines}"
+    counts = json.loads(lines[-1])
     ratio = min(quiet) / min(flooded)
     print(f"slot flood: honest fetch {ratio:.2f}x its quiet speed (best of {len(quiet)}: {min(quiet):.3f} s quiet, "
           f"{min(flooded):.3f} s flooded; medians {statistics.median(quiet):.3f} and {statistics.median(flooded):.3f}"
