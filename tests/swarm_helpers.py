@@ -126,10 +126,9 @@ class LocalSwarm:
         return [a for s in self.sets for a in ("--set", s)]
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> NodeProc:
-        """Start node `name`; one torch thread unless `env` or the caller's own OMP_NUM_THREADS says otherwise
-        (the nodes of a test share 2 cores: thread pools of every core each spin against each other)."""
-        one_thread = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        started = spawn_node(self.root, name, args, separate_stderr=True, env={**one_thread, **(env or {})})
+        """Start node `name` with one torch thread (the nodes of a test share 2 cores: thread pools of every core
+        each spin against each other), unless `env` or the caller's own OMP_NUM_THREADS says otherwise."""
+        started = spawn_node(self.root, name, args, separate_stderr=True, env=env, threads=1)
         proc = NodeProc(started.name, started.popen, started.log, started.err)
         self.procs.append(proc)
         return proc

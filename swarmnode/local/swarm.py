@@ -63,10 +63,12 @@ def kill_group(popen: subprocess.Popen) -> None:
 
 def spawn_node(workdir: Path, name: str, args: list[str], *, separate_stderr: bool = False,
                env: dict[str, str] | None = None, prefix: list[str] | None = None,
-               python_args: list[str] | None = None) -> Proc:
+               python_args: list[str] | None = None, threads: int | None = None) -> Proc:
     """Start `swarmnode <args>` as node `name`, its output in `<workdir>/<name>.log` (stderr in `<name>.err` with
     `separate_stderr`): the one launcher of the demo, the tests and the benches. The node runs in its own session
-    (Ctrl-C reaches the caller only, which stops its nodes) and is sent SIGTERM if the caller dies."""
+    (Ctrl-C reaches the caller only, which stops its nodes) and is sent SIGTERM if the caller dies. `threads`: its
+    torch threads (OMP_NUM_THREADS, MKL_NUM_THREADS; None: torch's default, every core), unless the caller's own
+    environment sets OMP_NUM_THREADS; `env` overrides both."""
     log = Path(workdir) / f"{name}.log"
     err = Path(workdir) / f"{name}.err" if separate_stderr else None
     popen = subprocess.Popen(
@@ -77,7 +79,7 @@ def spawn_node(workdir: Path, name: str, args: list[str], *, separate_stderr: bo
         stdin=subprocess.DEVNULL,
         start_new_session=True,
         preexec_fn=_die_with_parent,
-        env={**_node_env(), **(env or {})},
+        env={**_node_env(), **_thread_env(threads), **(env or {})},
     )
     return Proc(name, popen, log, err)
 
@@ -121,11 +123,8 @@ class DemoRun:
         return ["--host-maddrs", f"/ip4/{address}/tcp/0"] if address else []
 
     def start(self, name: str, args: list[str]) -> Proc:
-        env = {}
-        if self.threads and name != "bootstrap" and "OMP_NUM_THREADS" not in os.environ:
-            env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
-        proc = spawn_node(self.workdir, name, args, env=env, prefix=self.prefix(name),
-                          python_args=self.python_args(name))
+        proc = spawn_node(self.workdir, name, args, prefix=self.prefix(name), python_args=self.python_args(name),
+                          threads=None if name == "bootstrap" else self.threads)
         self.procs.append(proc)
         return proc
 
@@ -161,6 +160,12 @@ def _node_env() -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parent.parent)
     path = [package_root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+
+
+def _thread_env(threads: int | None) -> dict[str, str]:
+    if not threads or "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 def _die_with_parent() -> None:
