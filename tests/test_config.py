@@ -53,7 +53,7 @@ def test_gepo_preset_is_the_papers_setup():
 
 
 def test_preset_by_path_equals_preset_by_name():
-    assert load_config(str(REPO / "swarmnode" / "config" / "presets" / "tiny-cpu.yaml")) == load_config("tiny-cpu")
+    assert load_config(str(REPO / "configs" / "tiny-cpu.yaml")) == load_config("tiny-cpu")
 
 
 def test_overrides_apply_with_yaml_types():

@@ -1,5 +1,5 @@
-"""Presets ship inside the package: a wheel carries them, they load from any directory, and a user's own YAML
-file or `./configs/` directory still works beside them."""
+"""Presets live in the top-level `configs/` and ship inside the wheel (the same files): they load from any
+directory, and a user's own YAML file or `./configs/` directory still works beside them."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from importlib.resources import files
 from pathlib import Path
 
+from swarmnode.config.files import shipped_presets
+
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = files("swarmnode.config") / "presets"
+CLONE_PRESETS = sorted(p.name for p in (REPO / "configs").glob("*.yaml"))
 
 
 def _python_in(cwd: Path, code: str) -> str:
@@ -23,18 +24,17 @@ def _python_in(cwd: Path, code: str) -> str:
     return done.stdout.strip()
 
 
-def test_every_preset_lives_inside_the_package():
-    names = sorted(p.name for p in SHIPPED.iterdir() if p.name.endswith(".yaml"))
-    assert "tiny-cpu.yaml" in names and "smollm2-135m.yaml" in names
-    stray = sorted(p.name for p in (REPO / "configs").glob("*.yaml"))
-    assert not stray, f"presets outside the package do not ship in the wheel: move {stray} to swarmnode/config/presets/"
+def test_the_presets_live_in_the_top_level_configs_directory():
+    assert "tiny-cpu.yaml" in CLONE_PRESETS and "smollm2-135m.yaml" in CLONE_PRESETS
+    assert Path(str(shipped_presets())) == REPO / "configs"  # a clone reads them where they are
+    assert not (REPO / "swarmnode" / "config" / "presets").exists(), "one source: the presets are in configs/"
 
 
 def test_presets_load_from_a_directory_outside_the_clone(tmp_path):
     out = _python_in(tmp_path, "from swarmnode.config import load_config, preset_names; "
                                "print(' '.join(preset_names())); print(load_config('tiny-cpu').run_id)")
     names, run_id = out.splitlines()
-    assert "tiny-cpu" in names.split() and run_id == "tiny-demo"
+    assert sorted(f"{n}.yaml" for n in names.split()) == CLONE_PRESETS and run_id == "tiny-demo"
 
 
 def test_a_users_configs_directory_and_own_file_still_work(tmp_path):
@@ -48,17 +48,27 @@ def test_a_users_configs_directory_and_own_file_still_work(tmp_path):
     assert out.split() == ["my-run", "my-tiny", "from-a-path"]
 
 
-def test_the_wheel_carries_the_presets(tmp_path):
-    """Build a wheel from a copy of the package (no network: the build backend installed here) and look inside."""
+def test_the_wheel_carries_the_same_presets(tmp_path):
+    """Build a wheel from a copy of the clone (no network: the build backend installed here), look inside, and
+    list the presets from the installed wheel alone: the same names as the clone's `configs/`."""
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "configs", src / "configs")
     shutil.copytree(REPO / "swarmnode", src / "swarmnode", ignore=shutil.ignore_patterns("__pycache__"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp_path / "dist").glob("swarmnode-*.whl")
-    inside = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"swarmnode/config/presets/{p.name}" for p in SHIPPED.iterdir() if p.name.endswith(".yaml")}
-    assert shipped and shipped <= inside
+    inside = sorted(n.removeprefix("swarmnode/config/presets/") for n in zipfile.ZipFile(wheel).namelist()
+                    if n.startswith("swarmnode/config/presets/"))
+    assert inside == CLONE_PRESETS
+    unpacked = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    env = {**os.environ, "PYTHONPATH": str(unpacked)}
+    listed = subprocess.run([sys.executable, "-c", "from swarmnode.config import preset_names; "
+                             "print(' '.join(preset_names()))"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(f"{n}.yaml" for n in listed.stdout.split()) == CLONE_PRESETS

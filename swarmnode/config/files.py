@@ -1,7 +1,8 @@
 """Where a config comes from: a YAML preset, a YAML file, and `--set a.b=c` overrides.
 
-A preset is a name looked up, in order, in `./configs/` (the current directory's own presets) and in the presets
-shipped inside the package (`swarmnode/config/presets/`, read with importlib.resources, so a wheel carries them).
+A preset is a name looked up, in order, in `./configs/` (the current directory's own presets) and in the project's
+presets: the clone's top-level `configs/`, which a wheel carries as `swarmnode/config/presets/` (setup.py copies
+them; read with importlib.resources), so a clone and a wheel list the same presets.
 
 Every error a user can cause here (unknown key, wrong type, out-of-range value, missing preset) is raised as
 `ConfigError` with one line naming the key and what is allowed; the CLI prints it and exits with code 2.
@@ -20,7 +21,14 @@ from pydantic import ValidationError
 from swarmnode.config.schema import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 
-PRESET_DIRS: tuple[Traversable, ...] = (Path.cwd() / "configs", files("swarmnode.config") / "presets")
+
+def shipped_presets() -> Traversable:
+    """The project's presets: inside an installed wheel, else the clone's top-level `configs/`."""
+    packaged = files("swarmnode.config") / "presets"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "configs"
+
+
+PRESET_DIRS: tuple[Traversable, ...] = (Path.cwd() / "configs", shipped_presets())
 
 
 class ConfigError(SwarmnodeError, ValueError):
