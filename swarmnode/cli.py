@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
@@ -40,6 +41,8 @@ ConfigOpt = typer.Option(None, "--config", "-c", help="preset name (e.g. tiny-cp
 SetOpt = typer.Option(None, "--set", "-s", help="override a config key, e.g. learner.cppo_beta=0.005 (repeatable)")
 JsonOpt = typer.Option(False, "--json", help="print machine-readable JSON")
 PeersOpt = typer.Option(None, "--initial-peers", help="bootstrap multiaddr(s), repeatable")
+InviteArg = typer.Argument(None, help="the run's invite (swarmnode1:..., printed by `swarmnode host`)",
+                           show_default=False)
 
 
 DEBUG_ENV = "SWARMNODE_DEBUG"
@@ -59,14 +62,19 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
 def config_from_cli(config: Optional[str], overrides: Optional[list[str]], **extra: Any) -> NodeConfig:
     """Load the config, then apply `--set` overrides and any command-line flags given (not None); a malformed
     initial peer fails here too, before any heavy import."""
+    cfg = load_config(config, cli_sets(overrides, **extra))
+    check_initial_peers(cfg.network.initial_peers)
+    return cfg
+
+
+def cli_sets(overrides: Optional[list[str]], **extra: Any) -> list[str]:
+    """`--set` overrides plus one `key=value` per command-line flag given (not None)."""
     sets = list(overrides or [])
     for key, value in extra.items():
         if value is None or value == []:
             continue
         sets.append(f"{key}={json.dumps(value)}")
-    cfg = load_config(config, sets)
-    check_initial_peers(cfg.network.initial_peers)
-    return cfg
+    return sets
 
 
 def print_json(obj: Any) -> None:
@@ -143,7 +151,7 @@ def _run_swarm_command(main, timeout: float | None = None) -> Any:
 
 
 @app.command()
-def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
+def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
          initial_peers: Optional[list[str]] = PeersOpt,
          role: Optional[str] = typer.Option(None, "--role", help="auto | sampler | learner"),
          host_maddrs: Optional[list[str]] = HostOpt, announce_maddrs: Optional[list[str]] = AnnounceOpt,
@@ -156,10 +164,17 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
              False, "--insecure-accept-any-learner",
              help="with no trust.learner_keys, load weights from whichever key announces them (local tests only)"),
          ) -> None:
-    """Join a run's swarm and work as a sampler or learner."""
-    cfg = config_from_cli(config, set_, role=role, **{"sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
-                                                     "trust.accept_any_learner": insecure_accept_any_learner or None},
-                          **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout))
+    """Join a run's swarm (by its invite, or every setting by hand) and work as a sampler or learner."""
+    flags = {"role": role, "sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
+             "trust.accept_any_learner": insecure_accept_any_learner or None,
+             **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout)}
+    card = None
+    if invite is not None:
+        from swarmnode.node.invite import config_for_invite
+
+        cfg, card = config_for_invite(invite, config, cli_sets(set_, **flags))
+    else:
+        cfg = config_from_cli(config, set_, **flags)
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
     from swarmnode.config.trust import check_trust_root
@@ -179,7 +194,7 @@ def join(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
     if idle:
         _run_node_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
     else:
-        _run_node_command(lambda stop: run_node(cfg, identity, stop, emit=_emit))
+        _run_node_command(lambda stop: run_node(cfg, identity, stop, emit=_emit, card=card))
 
 
 @app.command()
@@ -198,6 +213,7 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
               initial_peers: Optional[list[str]] = PeersOpt,
               log_interval: float = typer.Option(30.0, "--log-interval", min=0.1, help="seconds between health logs"),
               metrics_port: Optional[int] = MetricsPortOpt,
+              card: Optional[str] = typer.Option(None, "--card", hidden=True, help="keep this run card file in the DHT"),
               ) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
     cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
@@ -212,7 +228,35 @@ def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = Set
 
     identity = identity_for(cfg, "bootstrap.key")
     _run_node_command(lambda stop: run_bootstrap(cfg, identity, stop, as_json=as_json, log_interval=log_interval,
-                                                 emit=_emit))
+                                                 emit=_emit, card=card and Path(card)))
+
+
+@app.command()
+def host(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
+         host_maddrs: Optional[list[str]] = typer.Option(None, "--host-maddrs", help="the bootstrap's listen "
+                                                         "multiaddr(s), repeatable (default: the config's, or port 31337)"),
+         owner_key: Optional[str] = typer.Option(None, "--owner-key", help="the run owner's key file (created if "
+                                                 "missing; default <data dir>/owner.key): it signs the run card"),
+         bootstrap_only: bool = typer.Option(False, "--bootstrap-only", help="start the bootstrap and publish the "
+                                             "card only (the learner joins elsewhere; needs trust.learner_keys)"),
+         update: bool = typer.Option(False, "--update", help="sign the next card version with the --set shared "
+                                     "settings changed; the running nodes take it within two heartbeats"),
+         ) -> None:
+    """Host a run: a bootstrap and a learner, the run's signed card, and one invite line (`swarmnode join ...`)."""
+    cfg = config_from_cli(config, set_)
+    from swarmnode.node.host import default_owner_key, run_host, update_card
+
+    key = Path(owner_key).expanduser() if owner_key else default_owner_key()
+    if update:
+        update_card(config, list(set_ or []), key, _emit)
+        return
+    maddrs = host_maddrs or (cfg.network.host_maddrs if "host_maddrs" in cfg.network.model_fields_set
+                             else BOOTSTRAP_MADDRS)
+    from swarmnode.node.preflight import check_ports
+
+    check_ports(maddrs)
+    run_host(config, list(set_ or []), owner_key=key, bootstrap_only=bootstrap_only, bootstrap_maddrs=maddrs,
+             emit=_emit)
 
 
 def _emit(line: str) -> None:

@@ -134,6 +134,11 @@ def build_config(data: dict) -> NodeConfig:
 
 def load_config(spec: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> NodeConfig:
     """Load a preset name or YAML path (default: built-in defaults), then apply `key=value` overrides."""
+    return build_config(load_config_data(spec, overrides))
+
+
+def load_config_data(spec: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The raw config data (nested dict, not validated) of a preset or YAML path with `key=value` overrides."""
     data: dict = {}
     if spec:
         path = _find_config_file(spec)
@@ -146,4 +151,4 @@ def load_config(spec: str | None = None, overrides: list[str] | tuple[str, ...] 
         data = loaded
     for assignment in overrides:
         apply_override(data, assignment)
-    return build_config(data)
+    return data

@@ -2,6 +2,9 @@
 
 - `join`        `join`: identity, membership, the role decision, the role's lifecycle
 - `bootstrap`   `swarmnode bootstrap`: a DHT entry point that relays for peers behind NAT
+- `host`        `swarmnode host`: the run owner's key, a bootstrap and a learner, the run card and the invite
+- `invite`      `join <invite>`: fetch and check the run card, build the config from it, follow its updates
+- `card_server` the host's bootstrap keeps the run card in the DHT
 - `idle`        `join --idle`: advertise only (a network check)
 - `preflight`   what is checked before a node announces itself (task data, packages, model, ports)
 - `hardware`    probe the machine, estimate the model's memory needs, pick a role

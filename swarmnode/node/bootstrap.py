@@ -7,12 +7,14 @@ import json
 import logging
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable
 
 from swarmnode.config import NodeConfig, known_run_ids
 from swarmnode.observe.health import record_health
 from swarmnode.observe.health_record import BootstrapHealth
 from swarmnode.identity import Identity
+from swarmnode.node.card_server import serve_card
 from swarmnode.observe.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import PUBLIC, reachability_of
@@ -47,9 +49,12 @@ def bootstrap_health(member: Membership, live: list[PeerRecord], connections: in
 
 
 async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, *, as_json: bool,
-                        log_interval: float, emit: Callable[[str], None] = print) -> None:
-    """`swarmnode bootstrap`: a long-lived DHT peer that prints its addresses and logs the peers it sees."""
+                        log_interval: float, emit: Callable[[str], None] = print, card: Path | None = None) -> None:
+    """`swarmnode bootstrap`: a long-lived DHT peer that prints its addresses and logs the peers it sees (and
+    keeps the run's `card` file in the DHT: `swarmnode host`)."""
     async with Membership(cfg, identity, "bootstrap") as member:
+        if card is not None:
+            asyncio.create_task(serve_card(member, card, stop))
         addrs = share_addresses([str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)],
                                 cfg.network.announce_maddrs)
         for addr in addrs:

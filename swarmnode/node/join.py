@@ -14,6 +14,7 @@ import asyncio
 
 from swarmnode.config import NodeConfig
 from swarmnode.node.hardware import decide_role, estimate_memory, probe_hardware
+from swarmnode.node.invite import CardError, CardWatch
 from swarmnode.observe.health import record_health
 from swarmnode.observe.health_record import LearnerHealth
 from swarmnode.identity import Identity, node_data_dir
@@ -21,6 +22,7 @@ from swarmnode.swarm.membership import Membership
 from swarmnode.observe.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import CLIENT_ONLY, with_reachability
+from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.p2p import SwarmStartError
 from swarmnode.node.roles.base import Emit
 from swarmnode.node.roles.learner_role import LearnerRole
@@ -95,9 +97,12 @@ async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, 
     return role
 
 
-async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emit: Emit = print) -> None:
-    """`swarmnode join`: join the run, pick a role, construct it, run it until `stop`, leave cleanly."""
+async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emit: Emit = print,
+                   card: RunCard | None = None) -> None:
+    """`swarmnode join`: join the run, pick a role, construct it, run it until `stop`, leave cleanly. A node that
+    joined by invite follows its run `card` (`swarmnode.node.invite.CardWatch`) and leaves when it cannot."""
     async with Membership(cfg, identity, "auto") as member:
+        watch = CardWatch(cfg, card, member, emit) if card is not None else None
         if member.dht.reachability is not None:
             emit(member.dht.reachability.line())
         role = await _choose_role(cfg, identity, member, emit)
@@ -114,7 +119,17 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
             port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role,
                                  cfg.metrics.addr)
             emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
-        await node.run(stop)
+        if watch is None:
+            await node.run(stop)
+            return
+        watch.on_change = getattr(node, "follow_card", None)
+        following = asyncio.create_task(watch.run(stop))
+        try:
+            await node.run(stop)
+        finally:
+            following.cancel()
+        if watch.left is not None:
+            raise CardError(watch.left)
 
 
 def _with_reachability(health, member: Membership) -> dict:

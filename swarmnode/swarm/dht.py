@@ -4,6 +4,7 @@ Keys (namespaced by run id; every subkey owned and signed, see `swarmnode.swarm.
 - `<run>/peers`     subkey `<peer id>`            -> PeerRecord, expiring after `missed_beats_to_expire` beats
 - `<run>/learner/<peer id>` subkey `<peer id>`   -> that learner's PeerRecord (its own key: no flood hides it)
 - `<run>/versions`  subkey `newest@<peer id>`    -> VersionAnnouncement of that learner's newest version
+- `<run>/card`      subkey `card@<peer id>`      -> a RunCard (signed by the run's owner, stored by anyone)
 What this node stores for others is bounded per key (`swarmnode.swarm.dht_storage.CappedStorage`).
 """
 
@@ -24,6 +25,7 @@ from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED
+from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
 from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
@@ -31,6 +33,7 @@ from swarmnode.swarm.reachability import DialbackService, Reachability, start_ch
 from swarmnode.swarm.relay import start_relay_p2p
 from swarmnode.swarm.validator import (
     ANNOUNCEMENT_LABEL,
+    CARD_LABEL,
     DEFAULT_MAX_TTL_S,
     SwarmValidator,
     learner_key,
@@ -40,6 +43,7 @@ from swarmnode.swarm.validator import (
 
 logger = logging.getLogger(__name__)
 
+CARD_TTL_S = 120.0  # a stored run card lives this long unless stored again
 VERSION_TTL_MIN_S = 10.0  # announcements live max(this, heartbeat x missed beats) unless re-announced
 
 
@@ -241,6 +245,23 @@ class SwarmDHT:
             return None
         newest = max(found, key=lambda a: (a.version, a.timestamp))
         return newest.version, newest.pointer
+
+    async def store_card(self, card: RunCard) -> bool:
+        """Store the run's card (signed by its owner) under this node's subkey of `<run>/card`, for `CARD_TTL_S`
+        seconds: whoever serves the card re-stores it on its heartbeat."""
+        return bool(await self.node.store(self._keys["card"], card.encode(),
+                                          get_dht_time() + min(CARD_TTL_S, max_record_ttl(self.cfg) - 1),
+                                          subkey=owned_subkey(self.identity.peer_id, CARD_LABEL)))
+
+    async def cards(self) -> list[RunCard]:
+        """Every valid run card stored for this run (whoever signed it: the reader picks the owner's)."""
+        out = []
+        for payload in (await self._subkeys(self._keys["card"])).values():
+            try:
+                out.append(RunCard.decode(payload))
+            except InvalidRecord:
+                continue
+        return out
 
     async def shutdown(self) -> None:
         """Leave the DHT; stop the P2P host too if this object started it."""

@@ -30,6 +30,7 @@ from swarmnode.identity import SIGNATURE_BYTES, Identity, verify
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.run_card import RunCard
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,17 @@ def _version_schema(owner: str, label: str, payload: bytes) -> None:
         raise InvalidRecord("version announcement does not match its subkey")
 
 
+CARD_LABEL = "card"  # a run card's subkey: `card@<storer peer id>` (anyone may store the owner-signed card)
+
+
+def _card_schema(run_id: str) -> Schema:
+    def check(owner: str, label: str, payload: bytes) -> None:
+        card = RunCard.decode(payload)  # the owner's signature checked inside
+        if label != CARD_LABEL or card.run_id != run_id:
+            raise InvalidRecord("run card of another run, or under another label")
+    return check
+
+
 def learner_key(run_id: str, peer_id: str) -> str:
     """A learner's own DHT key: only `peer_id` may write it (its record under the subkey `<peer id>`), so a flood
     of other keys' records, which can fill the run's shared peers key, cannot hide it from whoever asks for it by
@@ -72,7 +84,7 @@ def _own_learner_schema(owner: str, label: str, payload: bytes) -> None:
 
 def run_keys(run_id: str) -> dict[str, str]:
     """The DHT keys of a run, by short name."""
-    return {"peers": f"{run_id}/peers", "versions": f"{run_id}/versions"}
+    return {"peers": f"{run_id}/peers", "versions": f"{run_id}/versions", "card": f"{run_id}/card"}
 
 
 def averaging_prefix(run_id: str) -> str:
@@ -120,7 +132,8 @@ class SwarmValidator(RecordValidatorBase):
                  max_ttl: float = DEFAULT_MAX_TTL_S):
         keys = run_keys(run_id)
         self.run_id = run_id
-        schemas: dict[str, Schema] = {keys["peers"]: _peer_schema, keys["versions"]: _version_schema}
+        schemas: dict[str, Schema] = {keys["peers"]: _peer_schema, keys["versions"]: _version_schema,
+                                      keys["card"]: _card_schema(run_id)}
         schemas.update({key: _averaging_schema for key in averaging_keys(run_id)})
         schemas.update(extra_schemas or {})
         self._schemas = {DHTID.generate(source=key).to_bytes(): schema for key, schema in schemas.items()}

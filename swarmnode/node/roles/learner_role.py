@@ -121,6 +121,12 @@ class LearnerRole(NodeRole):
         learner = getattr(self, "learner", None)  # streams may arrive while the model loads
         return peer in self.cfg.trust.learner_keys or (learner is not None and learner.verifier.clean.get(peer, 0) > 0)
 
+    def follow_card(self, changes: list) -> None:
+        """A run card update (already applied to `cfg`): the buffer takes the new staleness bound."""
+        if any(key == "sync.max_staleness" for key, _, _ in changes):
+            self.buffer.max_staleness = self.cfg.sync.max_staleness
+            self.buffer.set_version(self.buffer.version)
+
     async def _replay_done(self) -> None:
         """Every group replayed after a restart was drawn or dropped: say how many of each, and checkpoint now, so
         a second crash does not lose the steps they trained again."""

@@ -82,6 +82,12 @@ class SamplerRole(NodeRole):
         emit(f"sampler ready: version {self.loop.offered_version}")
         return self
 
+    def follow_card(self, changes: list) -> None:
+        """A run card update (already applied to `cfg`): the learner keys are copied into the weight followers."""
+        if any(key == "trust.learner_keys" for key, _, _ in changes):
+            keys = list(self.cfg.trust.learner_keys)
+            self.peers.designated, self.puller.trusted, self.follower.trusted = keys, keys, frozenset(keys)
+
     async def _discover(self) -> None:
         """Re-read the live peers; new groups go to the learners among them that the run trusts (a peer record
         saying "learner" is self-declared: with `trust.learner_keys` set, only those keys are sent to)."""
