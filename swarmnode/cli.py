@@ -34,6 +34,7 @@ from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,  # click's plain help: option text wraps at any width (rich cut it at 80 columns)
     help="swarmnode: decentralized RL post-training of LLMs over a peer-to-peer swarm.",
 )
 
@@ -85,13 +86,16 @@ RoleOpt = typer.Option(None, "--role", help="auto | sampler | learner (overrides
 
 
 @app.command()
-def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt,
+def hardware(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
+             as_json: bool = JsonOpt,
              role: Optional[str] = RoleOpt,
              measure: bool = typer.Option(False, "--measure", help="run the self-check: one learner step, one "
                                           "generation batch per engine, the bf16 log-prob floor, the fp16 check"),
              device: str = typer.Option("auto", "--device", help="self-check device: auto | cpu | cuda")) -> None:
-    """Probe this machine and show the role it would take for the configured model (`--measure`: self-check)."""
-    cfg = config_from_cli(config, set_, role=role)
+    """Probe this machine and show the role it would take for the configured model, or an invite's run (`--measure`:
+    self-check)."""
+    cfg = _invite_config(invite, config, cli_sets(set_, role=role))[0] if invite else config_from_cli(config, set_,
+                                                                                                        role=role)
     if measure:
         from swarmnode.node.selfcheck import format_selfcheck, run_selfcheck
 
@@ -170,9 +174,7 @@ def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, s
              **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout)}
     card = None
     if invite is not None:
-        from swarmnode.node.invite import config_for_invite
-
-        cfg, card = config_for_invite(invite, config, cli_sets(set_, **flags))
+        cfg, card = _invite_config(invite, config, cli_sets(set_, **flags))
     else:
         cfg = config_from_cli(config, set_, **flags)
     if not cfg.network.initial_peers:
@@ -264,41 +266,59 @@ def _emit(line: str) -> None:
     sys.stdout.flush()
 
 
-def _client_config(command: str, config, set_, initial_peers, host_maddrs, startup_timeout) -> NodeConfig:
-    """The config of a read-only client command (status, dashboard): loopback listener unless told otherwise."""
-    cfg = config_from_cli(config, set_, **_network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"],
-                                                         None, None, startup_timeout))
+def _client_config(command: str, config, set_, initial_peers, host_maddrs, startup_timeout, invite=None):
+    """The config of a read-only client command (status, dashboard): loopback listener unless told otherwise; with
+    an invite, the run's card too (config and card; card None without one)."""
+    flags = _network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"], None, None, startup_timeout)
+    card = None
+    if invite is not None:
+        cfg, card = _invite_config(invite, config, cli_sets(set_, **flags))
+    else:
+        cfg = config_from_cli(config, set_, **flags)
     if not cfg.network.initial_peers:
-        fail(f"{command} needs --initial-peers (the address `swarmnode bootstrap` prints)")
+        fail(f"{command} needs an invite or --initial-peers (the address `swarmnode bootstrap` prints)")
     from swarmnode.node.preflight import check_peer_addresses
 
     check_peer_addresses(cfg)
-    return cfg
+    return cfg, card
+
+
+def _invite_config(invite: str, config: Optional[str], sets: list[str]):
+    """The node's config and the run card from an invite (`swarmnode.node.invite.config_for_invite`)."""
+    from swarmnode.node.invite import config_for_invite
+
+    return config_for_invite(invite, config, sets)
 
 
 @app.command()
-def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
+def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
            host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v2 (docs/status-and-metrics.md)."""
-    cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
+    cfg, card = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
     from swarmnode.observe.status import format_status, query_status
 
     doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)
+    if card is not None:
+        from swarmnode.node.invite import format_card, with_card
+
+        doc = with_card(doc, card)
     if as_json:
         print_json(doc)
     else:
-        typer.echo(format_status(doc))
+        typer.echo("\n".join([*([format_card(doc["card"])] if card is not None else []), format_status(doc)]))
+        if any(alert["severity"] == "error" for alert in doc["alerts"]):  # an `error:` line: not a 0 exit
+            raise typer.Exit(int(ExitCode.FAILURE))
 
 
 @app.command()
-def dashboard(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
+def dashboard(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
               initial_peers: Optional[list[str]] = PeersOpt,
               host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt,
               refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
               once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
     """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
-    cfg = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout)
+    cfg, _ = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
     from swarmnode.observe.dashboard import run_dashboard
 
     try:
@@ -388,10 +408,20 @@ def main() -> None:
     """Console-script entry point: run the command; every error ends here as one line and its exit code."""
     signal.signal(signal.SIGINT, _interrupt)  # not KeyboardInterrupt, which click would turn into exit code 1
     keep_freed_memory()  # before any model is loaded: generation's growing buffers stop faulting pages back in
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no loading bars in a node's output (=0: shown)
     try:
-        app()
+        plain_metavars(typer.main.get_command(app))()
     except SwarmnodeError as exc:
         sys.exit(_report(exc))
+
+
+def plain_metavars(command: Any) -> Any:
+    """`--config CONFIG` in --help rather than typer's `--config <str>` (its type tags); the command returned."""
+    for sub in [command, *getattr(command, "commands", {}).values()]:
+        for param in sub.params:
+            if not getattr(param, "is_flag", False) and param.param_type_name in ("option", "argument"):
+                param.metavar = param.name.rstrip("_").upper()
+    return command
 
 
 def _interrupt(signum: int, frame: Any) -> NoReturn:

@@ -107,7 +107,8 @@ def test_a_run_id_mismatch_is_named_by_status_and_the_bootstrap(tmp_path):
         boot = swarm.bootstrap()
         node = swarm.join("sampler", role="sampler", extra=["--set", "run_id=tiny-demo"])
         result = run_cli("status", *[a for s in FAST_NET for a in ("--set", s)], "--initial-peers", swarm.initial_peers)
-        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert result.returncode == ExitCode.FAILURE and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert "error: " in result.stdout  # no learner: an error line, and the exit code says so
         assert "no nodes in run swarmnode-demo" in result.stdout and "tiny-demo (1 live)" in result.stdout, result.stdout
 
         def bootstrap_named_the_run() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.config import load_config, load_config_data
+from swarmnode.config import ConfigError, load_config, load_config_data
 from swarmnode.config.shared import diff, followable, is_shared, shared_settings
 from swarmnode.errors import UsageError
 from swarmnode.identity import Identity
@@ -82,7 +82,8 @@ def test_a_joiner_takes_the_runs_settings_and_may_set_only_local_keys():
 
 def test_followable_updates_and_the_ones_that_make_a_node_leave():
     base = shared_settings(load_config("tiny-cpu"))
-    keys = shared_settings(load_config("tiny-cpu", ["trust.learner_keys=[a,b]", "sync.max_staleness=4"]))
+    a, b = Identity.generate().peer_id, Identity.generate().peer_id
+    keys = shared_settings(load_config("tiny-cpu", [f"trust.learner_keys=[{a},{b}]", "sync.max_staleness=4"]))
     model = shared_settings(load_config("tiny-cpu", ["model.tiny.seed=3"]))
     assert followable(diff(base, keys)) and [k for k, _, _ in diff(base, keys)] == ["sync.max_staleness",
                                                                                     "trust.learner_keys"]
@@ -124,3 +125,10 @@ def test_the_card_file_and_the_invite_file(tmp_path, monkeypatch):
     assert same is card  # nothing changed: the same version
     moved = next_card(load_config("tiny-cpu"), owner, [BOOT, BOOT.replace("31337", "31338")], card)
     assert moved.version == 2 and moved.check()
+
+
+def test_learner_keys_are_checked_when_the_config_is_read():
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny-cpu", ["trust.learner_keys=[notapeerid]"])
+    assert "trust.learner_keys: 'notapeerid' is not a peer id" in str(err.value)
+    assert load_config(None, [f"trust.learner_keys=[{Identity.generate().peer_id}]"]).trust.learner_keys

@@ -24,7 +24,7 @@ def _base58_decode(text: str) -> bytes | None:
     return b"\x00" * (len(text) - len(text.lstrip("1"))) + body
 
 
-def _is_peer_id(text: str) -> bool:
+def is_peer_id(text: str) -> bool:
     """A base58 multihash of the kind libp2p peer ids are: sha2-256 (`Qm...`) or identity (`12D3KooW...`)."""
     raw = _base58_decode(text)
     if raw is None or len(raw) < 3:
@@ -38,7 +38,7 @@ def check_initial_peer(text: str) -> None:
     parts = text.split("/")
     if not text.startswith("/") or len(parts) < 5 or parts[-2] != "p2p" or not all(parts[1:]):
         raise UsageError(f"initial peer {text!r} is not a multiaddr ending in /p2p/<peer id> {_HINT}")
-    if not _is_peer_id(parts[-1]):
+    if not is_peer_id(parts[-1]):
         raise UsageError(f"initial peer {text!r}: {parts[-1]!r} is not a peer id {_HINT}")
 
 

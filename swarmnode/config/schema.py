@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from swarmnode.config.addresses import is_peer_id
 from swarmnode.config.advice import warn_lora_learning_rate
 from swarmnode.config.compat import map_deprecated_learner_keys, move_trust_keys, warn_once
 from swarmnode.delay import parse_delay
@@ -275,6 +276,15 @@ class TrustConfig(_Section):
     """Whom a node trusts and how a learner checks samplers (`swarmnode.learner.verify`; docs/trust.md)."""
 
     learner_keys: list[str] = Field(default_factory=list, description="peer ids allowed to publish weights")
+
+    @field_validator("learner_keys")
+    @classmethod
+    def _peer_ids(cls, value: list[str]) -> list[str]:
+        bad = [key for key in value if not is_peer_id(key)]
+        if bad:  # a typo here would only show as "no learner" much later
+            raise ValueError(f"{bad[0]!r} is not a peer id (`swarmnode identity --identity-path LEARNER_KEY` "
+                             "prints a learner's)")
+        return value
     accept_any_learner: bool = Field(False, description="insecure: with no learner_keys, samplers load weights "
                                      "whichever key announces them (throwaway local runs only)")
     verify_fraction: float = Field(

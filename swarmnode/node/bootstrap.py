@@ -23,11 +23,17 @@ from swarmnode.swarm.membership import Membership
 logger = logging.getLogger(__name__)
 
 
+UNROUTED = ("/ip4/192.0.2.", "/ip4/198.51.100.", "/ip4/203.0.113.", "/ip4/169.254.", "/ip6/fe80:")  # docs, link-local
+
+
 def share_addresses(maddrs: list[str], announce: list[str]) -> list[str]:
-    """Addresses to print for `--initial-peers`: announced first, then public/LAN, loopback last."""
+    """Addresses to print for `--initial-peers`: announced first, then public/LAN, loopback, and last those no
+    other machine routes to (documentation ranges, link-local)."""
     def rank(addr: str) -> int:
         if any(addr.startswith(a) for a in announce):
             return 0
+        if addr.startswith(UNROUTED):
+            return 3
         return 2 if addr.startswith(("/ip4/127.", "/ip6/::1")) else 1
     return sorted(dict.fromkeys(maddrs), key=rank)
 

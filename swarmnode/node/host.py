@@ -96,11 +96,14 @@ def write_card(files: HostFiles, card: RunCard) -> None:
 
 def update_card(spec: str | None, sets: list[str], owner_key: Path, emit: Emit) -> RunCard:
     """`host --update`: the next card version with `sets` applied to the shared settings (local keys refused)."""
-    local = [s.partition("=")[0] for s in sets if not is_shared(s.partition("=")[0].strip())]
+    key_of = lambda item: item.partition("=")[0].strip()  # noqa: E731
+    naming = [item for item in sets if key_of(item) == "run_id"]  # which run: not a change
+    sets = [item for item in sets if key_of(item) != "run_id"]
+    local = [key_of(item) for item in sets if not is_shared(key_of(item))]
     if local or not sets:
         raise UsageError(f"host --update changes the run's shared settings only (--set key=value); "
                          f"{', '.join(local) or 'none given'}: not in the card")
-    cfg = build_config(load_config_data(spec, []))
+    cfg = build_config(load_config_data(spec, naming))
     files = HostFiles.of(cfg.run_id)
     previous = _previous_card(files)
     if previous is None:

@@ -182,3 +182,29 @@ class CardWatch:
 
 
 __all__ = ["CardError", "CardWatch", "config_for_invite", "config_from_card", "fetch_card"]
+
+
+def card_version_of(software: str) -> int | None:
+    """The card version a peer record's `software` field names (`swarmnode/0.1.0 card/3` -> 3; None: not said)."""
+    _, found, tail = software.partition(" card/")
+    return int(tail) if found and tail.isdigit() else None
+
+
+def with_card(doc: dict[str, Any], card: RunCard) -> dict[str, Any]:
+    """A status document with the run's card, and a warning for each node that runs an older card version."""
+    doc["card"] = card.summary()
+    for peer in doc["peers"]:
+        version = card_version_of(peer.get("software", ""))
+        if version is not None and version < card.version:
+            doc["alerts"].append({"kind": "old_card", "severity": "warning", "peer_id": peer["peer_id"],
+                                  "message": f"{peer['peer_id']} ({peer['role']}) runs card v{version}, the run's is "
+                                             f"v{card.version}: it has not taken the update"})
+    return doc
+
+
+def format_card(summary: dict[str, Any]) -> str:
+    """The card's lines above the status table."""
+    learners = ", ".join(summary["learners"]) or "none"
+    return "\n".join([f"card v{summary['version']} of run {summary['run_id']}, owner {summary['owner']}",
+                      f"  model {summary['model']}, task {summary['task']}; learners: {learners}",
+                      f"  bootstraps: {', '.join(summary['bootstraps'])}"])

@@ -58,7 +58,7 @@ ALERT_SCHEMA: dict[str, Any] = {
     "required": ["kind", "severity", "peer_id", "message"],
     "properties": {
         "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed",
-                          "self_declared_learner"]},
+                          "self_declared_learner", "old_card"]},
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},
@@ -88,6 +88,8 @@ STATUS_SCHEMA: dict[str, Any] = {
                          "additionalProperties": _COUNT},
         "peers": {"type": "array", "items": PEER_SCHEMA},
         "alerts": {"type": "array", "items": ALERT_SCHEMA},
+        "card": {"type": "object", "description": "status <invite>: the run card (run_id, version, owner, model, "
+                 "task, learners, bootstraps)"},
         "other_runs": {"type": "object", "additionalProperties": _COUNT,
                        "description": "only when this run has no nodes: other known runs with live nodes here"},
     },

@@ -25,6 +25,7 @@ from swarmnode.swarm.p2p import IdentityLock, SwarmStartError, p2pd_alive, while
 from swarmnode.swarm.recheck import ReachabilityWatch
 
 logger = logging.getLogger(__name__)
+UNSTORED_WARN = 3  # publishes in a row no DHT peer stored before a node that never stored one warns
 
 
 def basic_hardware() -> dict[str, Any]:
@@ -56,6 +57,8 @@ class Membership:
         self._heartbeat: asyncio.Task | None = None
         self._watch: asyncio.Task | None = None  # rechecks reachability after join (`recheck`)
         self._addrs: list[str] = []
+        self._published = False  # a record of ours was stored at least once
+        self._unstored = 0  # publishes in a row no DHT peer stored
 
     async def start(self) -> "Membership":
         """Join the DHT, refuse a duplicate identity, publish our record and start the heartbeat."""
@@ -105,8 +108,14 @@ class Membership:
     async def publish(self, state: str = "up") -> bool:
         record = self.record(state)
         stored = await self.dht.store_peer(record)
-        if not stored:
-            logger.warning("peer record was not stored by any DHT peer (will retry on the next heartbeat)")
+        self._unstored = 0 if stored else self._unstored + 1
+        if not stored:  # news when a record that was stored is not any more, or a node's stays unstored: at its
+            # first publish its DHT neighbours may not be known yet, and a lone bootstrap has none
+            lone = self.role == "bootstrap" and not self._published
+            news = self._published or (self._unstored >= UNSTORED_WARN and not lone)
+            (logger.warning if news else logger.debug)(
+                "peer record was not stored by any DHT peer (will retry on the next heartbeat)")
+        self._published = self._published or stored
         await self._store_learner(record)
         return stored
 

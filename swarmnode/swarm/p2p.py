@@ -105,7 +105,7 @@ def clean_stale_sockets(min_age_s: float = 60.0) -> list[str]:
         except OSError:
             continue
     if removed:
-        logger.info("removed %d stale p2pd sockets", len(removed))
+        logger.debug("removed %d stale p2pd sockets", len(removed))  # housekeeping, not news at every start
     return removed
 
 
