@@ -26,7 +26,7 @@ from tests.swarm_helpers import FAST_NET, NodeProc
 REPO = Path(__file__).resolve().parent.parent
 
 
-def swarmnode(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def swarmnode(*args: str, env: dict | None = None, timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-P", "-m", "swarmnode", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)
 
