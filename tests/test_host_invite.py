@@ -87,7 +87,7 @@ CLIMB, TREND_T = 0.015, 2.0
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_host_and_two_samplers_joined_by_invite_learn_and_follow_card_updates(tmp_path):
     run_id = f"inv-{secrets.token_hex(3)}"
     sets = [f"run_id={run_id}", *FAST_NET]
