@@ -46,3 +46,22 @@ def test_the_bootstrap_prints_a_shareable_address_first_and_unrouted_ones_last()
     found = [f"/ip4/192.0.2.7/tcp/31337{peer}", f"/ip4/127.0.0.1/tcp/31337{peer}", f"/ip4/10.1.2.3/tcp/31337{peer}",
              f"/ip4/169.254.1.1/tcp/31337{peer}"]
     assert share_addresses(found, []) == [found[2], found[1], found[0], found[3]]
+
+
+def test_a_sapo_node_prints_progress_lines_and_a_summary():
+    from swarmnode.node.sapo.role import PROGRESS_EVERY_S, SapoProgress
+
+    lines: list[str] = []
+    progress = SapoProgress(lines.append)
+    record = {"step": 1, "own_reward": 0.25, "step_external_groups": 3, "external_groups": 3, "groups_received": 5,
+              "groups_sent": 4, "local_groups": 4}
+    progress.step(record)
+    assert not lines  # one line per PROGRESS_EVERY_S, not per step
+    progress.since -= PROGRESS_EVERY_S
+    progress.step({**record, "step": 2, "own_reward": 0.75, "external_groups": 6, "local_groups": 8})
+    assert lines[-1].startswith("sapo: step 2, own reward 0.500, 3 external groups in the step (6 in all)")
+    progress.summary()
+    assert lines[-1].startswith("sapo: stopped after 2 steps") and "own reward first 0.250, last 0.750" in lines[-1]
+    quiet: list[str] = []
+    SapoProgress(quiet.append).summary()
+    assert quiet == ["sapo: stopped before its first training step"]
