@@ -65,3 +65,39 @@ def test_a_sapo_node_prints_progress_lines_and_a_summary():
     quiet: list[str] = []
     SapoProgress(quiet.append).summary()
     assert quiet == ["sapo: stopped before its first training step"]
+
+
+def test_status_pointed_at_a_bootstrap_without_the_run_id_names_the_run_it_serves(tmp_path):
+    import secrets
+
+    from swarmnode.errors import ExitCode
+    from tests.swarm_helpers import FAST_NET, LocalSwarm
+
+    run_id = f"own-run-{secrets.token_hex(3)}"  # no preset's: only the bootstrap can say it
+    with LocalSwarm(tmp_path, run_id=run_id) as swarm:
+        swarm.bootstrap()
+        swarm.join("sampler", role="sampler", wait=False).ready_fields(timeout=300)
+        done = run("status", *[a for s in FAST_NET for a in ("--set", s)], "--initial-peers", swarm.initial_peers)
+        assert f"this DHT has nodes in run(s): {run_id} (1 live)" in done.stdout, done.stdout + done.stderr[-2000:]
+        assert "error: no learner" in done.stdout and done.returncode == ExitCode.FAILURE
+
+
+def test_an_unstored_peer_record_is_news_only_after_the_first_publishes():
+    from swarmnode.swarm.membership import UNSTORED_WARN, unstored_is_news
+
+    assert not unstored_is_news("sampler", False, 1)  # the first publish: DHT neighbours not known yet
+    assert unstored_is_news("sampler", False, UNSTORED_WARN)  # never stored at all: said
+    assert not unstored_is_news("bootstrap", False, 100)  # a lone bootstrap
+    assert unstored_is_news("bootstrap", True, 1)  # it had peers and lost them
+
+
+def test_an_automatic_node_of_a_run_that_names_its_learners_samples_unless_it_is_one():
+    from swarmnode.config import load_config
+    from swarmnode.identity import Identity
+    from swarmnode.node.join import not_designated
+
+    me, learner = Identity.generate(), Identity.generate()
+    named = load_config("tiny-cpu", [f"trust.learner_keys=[{learner.peer_id}]"])
+    assert not_designated(named, me) and not not_designated(named, learner)
+    assert not not_designated(load_config("tiny-cpu"), me)  # no keys named: the hardware decides
+    assert not not_designated(named.model_copy(update={"role": "learner"}), me)  # asked for explicitly
