@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str, cwd: Path = REPO, columns: int = 80) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swarmnode", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "swarmnode", *args], capture_output=True, text=True, timeout=400,
                           cwd=cwd, env={**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(REPO)})
 
 
