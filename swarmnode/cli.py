@@ -172,11 +172,7 @@ def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, s
     flags = {"role": role, "sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
              "trust.accept_any_learner": insecure_accept_any_learner or None,
              **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout)}
-    card = None
-    if invite is not None:
-        cfg, card = _invite_config(invite, config, cli_sets(set_, **flags))
-    else:
-        cfg = config_from_cli(config, set_, **flags)
+    cfg, card = _config_and_card(invite, config, set_, flags)
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
     from swarmnode.config.trust import check_trust_root
@@ -270,11 +266,7 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
     """The config of a read-only client command (status, dashboard): loopback listener unless told otherwise; with
     an invite, the run's card too (config and card; card None without one)."""
     flags = _network_flags(initial_peers, host_maddrs or ["/ip4/127.0.0.1/tcp/0"], None, None, startup_timeout)
-    card = None
-    if invite is not None:
-        cfg, card = _invite_config(invite, config, cli_sets(set_, **flags))
-    else:
-        cfg = config_from_cli(config, set_, **flags)
+    cfg, card = _config_and_card(invite, config, set_, flags)
     if not cfg.network.initial_peers:
         fail(f"{command} needs an invite or --initial-peers (the address `swarmnode bootstrap` prints)")
     from swarmnode.node.preflight import check_peer_addresses
@@ -288,6 +280,13 @@ def _invite_config(invite: str, config: Optional[str], sets: list[str]):
     from swarmnode.node.invite import config_for_invite
 
     return config_for_invite(invite, config, sets)
+
+
+def _config_and_card(invite: Optional[str], config: Optional[str], set_: Optional[list[str]], flags: dict):
+    """(config, run card) from an invite, or (config, None) from --config/--set and the flags alone."""
+    if invite is not None:
+        return _invite_config(invite, config, cli_sets(set_, **flags))
+    return config_from_cli(config, set_, **flags), None
 
 
 @app.command()

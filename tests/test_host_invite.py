@@ -26,7 +26,7 @@ from tests.swarm_helpers import FAST_NET, NodeProc
 REPO = Path(__file__).resolve().parent.parent
 
 
-def swarmnode(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def swarmnode(*args: str, env: dict | None = None, timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-P", "-m", "swarmnode", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)
 
@@ -87,7 +87,7 @@ CLIMB, TREND_T = 0.015, 2.0
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_host_and_two_samplers_joined_by_invite_learn_and_follow_card_updates(tmp_path):
     run_id = f"inv-{secrets.token_hex(3)}"
     sets = [f"run_id={run_id}", *FAST_NET]
@@ -151,10 +151,10 @@ def test_host_and_two_samplers_joined_by_invite_learn_and_follow_card_updates(tm
         assert not [a for a in doc["alerts"] if a["kind"] == "old_card"], doc["alerts"]  # all on v3
         shown = swarmnode("status", invite)
         assert shown.stdout.startswith(f"card v3 of run {run_id}") and "model builtin:tiny" in shown.stdout
-        for s in samplers:  # start-up noise is gone
+        for s in samplers:  # start-up noise is gone; nothing but the invite made them samplers
             output = s.stdout() + s.stderr()
-            assert "peer record was not stored" not in output and "Loading weights" not in output, output[-2000:]
-            assert "stale p2pd sockets" not in output
+            assert "Loading weights" not in output and "stale p2pd sockets" not in output, output[-2000:]
+            assert "role=sampler" in s.stdout(), s.stdout()[-2000:]
 
         steps_file = Path(os.environ["SWARMNODE_HOME"]) / run_id / learner_key / "learner_steps.jsonl"
         wait_for(lambda: len(learner_rewards(steps_file)) >= STEPS, 600, f"{STEPS} learner steps",

@@ -19,6 +19,7 @@ from swarmnode.observe.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import PUBLIC, reachability_of
 from swarmnode.swarm.membership import Membership
+from swarmnode.swarm.run_name import serve_run_name
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
     """`swarmnode bootstrap`: a long-lived DHT peer that prints its addresses and logs the peers it sees (and
     keeps the run's `card` file in the DHT: `swarmnode host`)."""
     async with Membership(cfg, identity, "bootstrap") as member:
+        await serve_run_name(member.dht.p2p, cfg.run_id)  # `status` without the run id asks
         if card is not None:
             asyncio.create_task(serve_card(member, card, stop))
         addrs = share_addresses([str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)],

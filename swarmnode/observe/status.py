@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Any
@@ -14,6 +15,8 @@ from swarmnode.protocol.reachability import reachability_of
 from swarmnode.observe.status_schema import STATUS_SCHEMA_VERSION
 from swarmnode.swarm.follower import with_designated
 from swarmnode.swarm.membership import Membership
+from swarmnode.swarm.p2p import parse_initial_peer
+from swarmnode.swarm.run_name import ask_run_name
 
 
 def client_member(cfg: NodeConfig) -> Membership:
@@ -72,12 +75,18 @@ NODE_ROLES = ("sampler", "learner", "auto")
 async def other_runs(member: Membership) -> dict[str, int]:
     """Live peers under the keys of other known runs (`known_run_ids`), by run id, where there are any."""
     found = {}
-    for run_id in known_run_ids():
+    for run_id in dict.fromkeys([*await served_runs(member), *known_run_ids()]):
         if run_id != member.cfg.run_id:
             peers = [r for r in await member.dht.live_peers(run_id=run_id) if r.role in NODE_ROLES]
             if peers:
                 found[run_id] = len(peers)
     return found
+
+
+async def served_runs(member: Membership) -> list[str]:
+    """The runs the initial peers (bootstraps) say they serve."""
+    peers = [parse_initial_peer(text).peer_id for text in member.cfg.network.initial_peers]
+    return [run for run in await asyncio.gather(*(ask_run_name(member.dht.p2p, p) for p in peers)) if run]
 
 
 async def read_status(member: Membership) -> dict[str, Any]:

@@ -6,6 +6,7 @@
 - `manifest` WeightManifest (learner -> everyone)
 - `announce` VersionAnnouncement (a learner's DHT pointer to a version's manifest)
 - `reachability` how a peer can be reached (public / relayed / client-only), as records carry it
+- `run_settings` the generation settings a learner checks a group against, and what its `settings` ack says
 - `run_card` RunCard (a run's shared settings signed by its owner) and the Invite string that finds it
 - `text_rollout` TextRolloutGroup (SAPO: completions shared as text between nodes with their own policies)
 """

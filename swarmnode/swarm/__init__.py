@@ -9,6 +9,7 @@
 - `recheck`   reachability after join: the relay reservation each heartbeat, the dial-back now and then
 - `relay`     a bootstrap's circuit relay (v2) service and its limits, checked at start
 - `liveness`  which peers proved alive (answered us, or hold a connection): holders and send targets
+- `run_name`  which run a bootstrap serves (asked by `status` when its own run has no nodes)
 - `membership` being a member of a run: join the DHT, a PeerRecord on a heartbeat, leave cleanly
 - `frames`    length-prefixed frames on binary streams
 - `rollout_push` rollout groups pushed to the learners (RolloutSender, RolloutReceiver)

@@ -41,6 +41,15 @@ def network_part(cfg: NodeConfig, role: str, client_mode: bool) -> dict[str, boo
     return {"check_reachability": role != "bootstrap" and not client_mode, "relay_service": relay}
 
 
+def unstored_is_news(role: str, stored_before: bool, unstored: int) -> bool:
+    """Whether a peer record no DHT peer stored is worth a warning: when one of ours was stored before (peers were
+    lost), or a node's stays unstored `UNSTORED_WARN` times in a row. Not at a node's first publish (its DHT
+    neighbours may not be known yet), nor for a lone bootstrap (it has none)."""
+    if stored_before:
+        return True
+    return unstored >= UNSTORED_WARN and role != "bootstrap"
+
+
 class Membership:
     """This node's presence in the run: DHT + heartbeat-refreshed PeerRecord. Use `async with` or start/stop."""
 
@@ -109,11 +118,8 @@ class Membership:
         record = self.record(state)
         stored = await self.dht.store_peer(record)
         self._unstored = 0 if stored else self._unstored + 1
-        if not stored:  # news when a record that was stored is not any more, or a node's stays unstored: at its
-            # first publish its DHT neighbours may not be known yet, and a lone bootstrap has none
-            lone = self.role == "bootstrap" and not self._published
-            news = self._published or (self._unstored >= UNSTORED_WARN and not lone)
-            (logger.warning if news else logger.debug)(
+        if not stored:
+            (logger.warning if unstored_is_news(self.role, self._published, self._unstored) else logger.debug)(
                 "peer record was not stored by any DHT peer (will retry on the next heartbeat)")
         self._published = self._published or stored
         await self._store_learner(record)

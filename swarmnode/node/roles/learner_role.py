@@ -27,6 +27,7 @@ from swarmnode.swarm.membership import Membership
 from swarmnode.model.models import load_model, pick_device
 from swarmnode.protocol.rollout import RolloutLimits
 from swarmnode.node.roles.averaging_rounds import AveragingRounds, averaging_enabled
+from swarmnode.protocol.run_settings import SETTINGS_STATUS, group_mismatch, run_values
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
 from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.swarm.averaging import LearnerAveraging
@@ -99,7 +100,9 @@ class LearnerRole(NodeRole):
         self.credits = credits = pacing_credits(cfg, lambda: len(buffer), lambda: oldest_behind(buffer))
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
-        self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
+        run = run_values(cfg)
+        admit = lambda group: SETTINGS_STATUS if group_mismatch(group, run) else self.inbox.admit(group)  # noqa: E731
+        self.receiver = RolloutReceiver(cfg.run_id, admit, limits, journal=self.data_dir / "seen_groups", settings=run,
                                         rate=rate, burst=2 * rate, full=full,
                                         credit=credits.grant if credits is not None else None,
                                         # acks tell the newest version published (training may be ahead)

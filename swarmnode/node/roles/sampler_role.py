@@ -14,6 +14,7 @@ import asyncio
 import functools
 import logging
 import time
+from typing import Any
 
 from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
@@ -23,6 +24,7 @@ from swarmnode.identity import Identity
 from swarmnode.model.models import meta_state_dict
 from swarmnode.config.trust import check_trust_root
 from swarmnode.observe.progress import fetch_progress
+from swarmnode.protocol.run_settings import differences, run_values
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed
@@ -36,6 +38,7 @@ from swarmnode.swarm.weights import ModelLayout
 logger = logging.getLogger(__name__)
 PACE_WAIT_S = 0.25  # a paced sampler waits at most this long for an ack before asking its pacer again
 NO_LEARNER_POLL_S = 0.25  # how often a sampler with no live learner looks for one (else once per heartbeat)
+SETTINGS_SAY_EVERY_S = 60.0  # a sampler whose groups are refused for their settings says so this often at most
 NO_LEARNER = "no learner"  # health `paused`: no live learner (that the run trusts) to send groups to
 
 
@@ -57,6 +60,7 @@ class SamplerRole(NodeRole):
         `network.startup_timeout`)."""
         self: SamplerRole = await cls._construct(cfg, identity, member, emit)
         self.sender = RolloutSender(self.p2p, cfg.run_id, spread=True, window=cfg.network.push_window)  # several learners: each group to one
+        self.sender.on_settings = self._settings_differ
         await self.sender.start()
         emit("loading the model...")
         seed = sampler_seed(cfg.task.seed, identity.peer_id)  # its own prompts and samples (not another sampler's)
@@ -81,6 +85,14 @@ class SamplerRole(NodeRole):
         await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
         emit(f"sampler ready: version {self.loop.offered_version}")
         return self
+
+    def _settings_differ(self, peer: str, run: Any) -> None:
+        """A learner refused a group as made under other settings: say which, once a minute at most."""
+        said = differences(run_values(self.cfg), run)
+        now = time.monotonic()
+        if said is not None and now - getattr(self, "_settings_said", -SETTINGS_SAY_EVERY_S) >= SETTINGS_SAY_EVERY_S:
+            self._settings_said = now
+            self.emit(f"your settings differ from the run's: {said} (learner {peer[-8:]} refuses these groups)")
 
     def follow_card(self, changes: list) -> None:
         """A run card update (already applied to `cfg`): the learner keys are copied into the weight followers."""

@@ -46,6 +46,47 @@ TOP_PEERS = 8  # external senders listed in the health record (most groups first
 HEALTH_FIELDS = frozenset(f.name for f in dataclasses.fields(SapoHealth))  # a step record's other keys stay local
 
 
+PROGRESS_EVERY_S = 20.0  # a working node prints one progress line this often (as the other roles do)
+
+
+class SapoProgress:
+    """A SAPO node's progress line every `PROGRESS_EVERY_S` (step, own reward, external groups, steps/s) and its
+    summary when it stops."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.started = self.since = time.monotonic()
+        self.rewards: list[float] = []
+        self.last: dict | None = None
+        self.first_reward: float | None = None
+
+    def step(self, record: dict) -> None:
+        self.last = record
+        if record.get("own_reward") is not None:
+            self.rewards.append(float(record["own_reward"]))
+            self.first_reward = self.rewards[0] if self.first_reward is None else self.first_reward
+        elapsed = time.monotonic() - self.since
+        if elapsed < PROGRESS_EVERY_S:
+            return
+        reward = f"{sum(self.rewards) / len(self.rewards):.3f}" if self.rewards else "-"
+        self.emit(f"sapo: step {record['step']}, own reward {reward}, {record['step_external_groups']} external "
+                  f"groups in the step ({record['external_groups']} in all), {record['groups_received']} received, "
+                  f"{record['groups_sent']} sent, {len(self.rewards) / elapsed:.2f} steps/s")
+        self.since, self.rewards = time.monotonic(), []
+
+    def summary(self) -> None:
+        if self.last is None:
+            self.emit("sapo: stopped before its first training step")
+            return
+        self.emit(f"sapo: stopped after {self.last['step']} steps in {time.monotonic() - self.started:.0f} s; "
+                  f"{self.last['local_groups']} own and {self.last['external_groups']} external groups trained; "
+                  f"own reward first {_num(self.first_reward)}, last {_num(self.last.get('own_reward'))}")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 class SapoRole:
     """Generate, share as text, train on I local + J external groups; see the module docstring."""
 
@@ -93,6 +134,7 @@ class SapoRole:
             self.emit(f"sapo: peers cannot dial this node; it pulls their text every {self.puller.every:.0f} s "
                       "over its own connections")
         steps_file = (self.data_dir / STEPS_FILE).open("a")
+        progress = SapoProgress(self.emit)
         try:
             while not stop.is_set():
                 began = time.monotonic()
@@ -105,6 +147,7 @@ class SapoRole:
                     steps_file.write(json.dumps(record) + "\n")
                     steps_file.flush()
                     self._publish(**{k: v for k, v in record.items() if not isinstance(v, (dict, list))})
+                    progress.step(record)
                 if cfg.sampler.max_groups_per_second and cfg.sapo.local_groups:
                     floor = cfg.sapo.local_groups / cfg.sampler.max_groups_per_second
                     await _sleep_or_stop(stop, floor - (time.monotonic() - began))
@@ -112,6 +155,7 @@ class SapoRole:
             refresher.cancel()
             pulling.cancel()
             steps_file.close()
+            progress.summary()
             await self.compute.run(policy.learner.save)
             self.compute.close()
             await self.sender.close(flush_timeout=2.0)

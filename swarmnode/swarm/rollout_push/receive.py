@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.codec import InvalidRecord, pack
+from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.swarm.frames import read_header, write_frame, write_frames
 from swarmnode.swarm.hivemind_compat import has_buffered_bytes
@@ -78,11 +79,13 @@ class RolloutReceiver:
                  durable: Callable[[list[tuple[Any, bytes]]], Awaitable[None]] | None = None,
                  max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
                  decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES,
-                 full: Callable[[], bool] | None = None, credit: Callable[[str], int] | None = None):
+                 full: Callable[[], bool] | None = None, credit: Callable[[str], int] | None = None,
+                 settings: dict[str, Any] | None = None):
         self.run_id = run_id
         self.stream = stream
         self.decode = decode or (lambda body: RolloutGroup.decode(body, limits))
         self.on_group = on_group
+        self.settings = settings  # the run's values a "settings" ack carries (`swarmnode.protocol.run_settings`)
         self.durable = durable
         self.full = full  # True while the consumer wants no more groups for now (see the class docstring)
         self.credit = credit  # (sender) -> groups the consumer invites from it now, told in its acks
@@ -327,7 +330,9 @@ class RolloutReceiver:
             told["v"] = int(self.version())
         if self.credit is not None and peer is not None:
             told["c"] = int(self.credit(peer))
-        acks = [{"id": group_id, "status": status, **told} for group_id, status in results]
+        acks = [{"id": group_id, "status": status, **told,
+                 **({"run": self.settings} if status == SETTINGS_STATUS and self.settings else {})}
+                for group_id, status in results]
         await write_frames(writer, [pack(ack) for ack in acks])
 
     def _count(self, status: str, peer: str, reason: str | None = None) -> None:

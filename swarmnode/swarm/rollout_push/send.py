@@ -17,6 +17,7 @@ from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame, write_frames
 from swarmnode.swarm.rollout_push.credit import told_credit
+from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.swarm.rollout_push.streams import CLOSING_STATUSES, FULL, RETRY_STATUSES, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class RolloutSender:
         self.statuses: collections.Counter[str] = collections.Counter()
         self.latencies: collections.deque[float] = collections.deque(maxlen=10_000)  # enqueue -> ack, seconds
         self.on_delivered: Callable[[str, str, str], None] | None = None  # (peer, group id, status)
+        self.on_settings: Callable[[str, Any], None] | None = None  # (peer, the run's values): a "settings" ack
         self.newest_hint = -1  # the highest policy version a destination's ack told
         self.hint_peer: str | None = None  # the destination (stream-authenticated peer id) that told it
         self._links: dict[str, _Link] = {}
@@ -305,6 +307,8 @@ class RolloutSender:
             if (credit := told_credit(ack)) is not None:
                 link.credit = credit
                 self._answered.set()
+            if status == SETTINGS_STATUS and self.on_settings is not None:
+                self.on_settings(str(link.peer), ack.get("run"))
             statuses.append(status)
             if status in CLOSING_STATUSES:
                 return
