@@ -12,6 +12,7 @@ from typing import Any, Callable, ClassVar
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
+from swarmnode.diskspace import SpaceWatch
 from swarmnode.observe.health import RateMeter, record_health
 from swarmnode.observe.health_record import HolderHealth
 from swarmnode.identity import Identity, node_data_dir
@@ -47,6 +48,7 @@ class NodeRole:
         self.task = build_task(cfg.task)
         self.tokenizer = load_tokenizer(cfg.model, cfg.task)
         self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
+        self.store.space = SpaceWatch(self.data_dir, emit)  # a full disk: one line, then on when space is back
         self.server: WeightServer  # serving the store's chunks to peers (started in `_construct`)
         self.started = time.monotonic()
         self.health = self.HEALTH()
@@ -78,6 +80,7 @@ class NodeRole:
         form on the next heartbeat."""
         served = self.server.served_bytes  # weight chunks this node served to peers
         self.health.update(**fields, uptime=round(time.monotonic() - self.started, 1),
+                           disk_full=self.store.space.short or "" if self.store.space else "",
                            served_mb=round(served / 1e6, 1),
                            serve_mb_s=round(self.serve_rate.update(served) / 1e6, 2))
         self.member.update(health=self._health_record)  # built on the next beat, not at every step
