@@ -235,8 +235,15 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
 @app.command()
 def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
-           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
+           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt,
+           self_: bool = typer.Option(False, "--self", help="this machine's node only, from its data directory, "
+                                      "in one line; exit 0 contributing, 1 idle, 2 failing, 3 no node found"),
+           on_alert: Optional[str] = typer.Option(None, "--on-alert", help="with --self: shell command run when "
+                                                  "the node's state changes (SWARMNODE_ALERT_* in its environment)"),
+           watch: Optional[float] = typer.Option(None, "--watch", min=1, help="with --self: check every N s")) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v2 (docs/status-and-metrics.md)."""
+    if self_ or on_alert or watch:
+        _self_status(config, set_, as_json, on_alert, watch)
     cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
     from swarmnode.observe.status import format_status, query_status
 
@@ -245,6 +252,17 @@ def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt
         print_json(doc)
     else:
         typer.echo(format_status(doc))
+
+
+def _self_status(config, set_, as_json: bool, on_alert: Optional[str], watch: Optional[float]) -> NoReturn:
+    """`status --self`: the local node's one-line answer and its exit code (docs/status-and-metrics.md)."""
+    from pathlib import Path
+
+    from swarmnode.observe.self_status import run_self_status
+
+    cfg = config_from_cli(config, set_)
+    raise typer.Exit(run_self_status(Path(cfg.resolved_data_dir()), bool(cfg.data_dir), as_json=as_json,
+                                     on_alert=on_alert, watch=watch, echo=typer.echo))
 
 
 @app.command()
