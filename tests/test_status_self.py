@@ -149,13 +149,15 @@ def test_on_alert_runs_the_command_once_per_change_with_the_alert_in_its_environ
                      "12, 1 behind"], lines
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.slow  # a bootstrap, a learner and a sampler: ~1 min quiet, several at a load of 30
+@pytest.mark.timeout(900)
 def test_a_real_sampler_is_contributing_then_failing_once_killed(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        swarm.join("learner", "learner", **learner_args(tmp_path))
-        sampler = swarm.join("sampler", "sampler", work=True,
+        swarm.join("learner", "learner", wait=False, **learner_args(tmp_path)).ready_fields(300)
+        sampler = swarm.join("sampler", "sampler", work=True, wait=False,
                              extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+        sampler.ready_fields(300)
         deadline = time.monotonic() + 300
         done = None
         while time.monotonic() < deadline:
