@@ -91,16 +91,19 @@ def hardware(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetO
             result = run_selfcheck(cfg, device, progress=lambda m: typer.echo(m, err=True))
         print_json(result) if as_json else typer.echo(format_selfcheck(result))
         return
-    from swarmnode.node.hardware import format_report, hardware_report, probe_hardware
+    from swarmnode.node.hardware import estimate_memory, format_report, hardware_report, probe_hardware
     from swarmnode.node.preset_fit import format_fit, preset_fit
 
     probe = probe_hardware()
     report = hardware_report(cfg, probe=probe)
     report["preset_fit"] = preset_fit(probe)
+    from swarmnode.node.disk_need import disk_need, format_disk
+
+    report["disk"] = disk_need(cfg, estimate_memory(cfg))
     if as_json:
         print_json(report)
     else:
-        typer.echo("\n".join([format_report(report), *format_fit(report["preset_fit"])]))
+        typer.echo("\n".join([format_report(report), format_disk(report["disk"]), *format_fit(report["preset_fit"])]))
 
 
 HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeatable (network.host_maddrs)")
