@@ -23,6 +23,7 @@ The parts underneath
 - `allocator`           keep freed heap memory in the process (fewer page faults while generating)
 - `delivery`, `staleness`, `backoff`   the rollout sink interface; staleness buckets; backoff with jitter
 - `delay`               simulated weight and rollout delays for latency experiments
+- `diskspace`           a full disk as a one-line notice: free space checks before big writes
 
 The public names below are importable from `swarmnode` itself (`from swarmnode import LearnerLoop`); each is
 imported on first use, so `import swarmnode` stays light (the CLI answers before torch is loaded).

@@ -30,6 +30,10 @@ class Backoff:
         self.not_before = self._clock() + delay
         return delay
 
+    def hold(self, seconds: float) -> None:
+        """No attempt for `seconds`, without counting a failure (a wait whose end is known: space, a quota)."""
+        self.not_before = self._clock() + seconds
+
     def success(self) -> None:
         self.failures = 0
         self.not_before = -float("inf")

@@ -103,16 +103,19 @@ def hardware(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOp
             result = run_selfcheck(cfg, device, progress=lambda m: typer.echo(m, err=True))
         print_json(result) if as_json else typer.echo(format_selfcheck(result))
         return
-    from swarmnode.node.hardware import format_report, hardware_report, probe_hardware
+    from swarmnode.node.hardware import estimate_memory, format_report, hardware_report, probe_hardware
     from swarmnode.node.preset_fit import format_fit, preset_fit
 
     probe = probe_hardware()
     report = hardware_report(cfg, probe=probe)
     report["preset_fit"] = preset_fit(probe)
+    from swarmnode.node.disk_need import disk_need, format_disk
+
+    report["disk"] = disk_need(cfg, estimate_memory(cfg))
     if as_json:
         print_json(report)
     else:
-        typer.echo("\n".join([format_report(report), *format_fit(report["preset_fit"])]))
+        typer.echo("\n".join([format_report(report), format_disk(report["disk"]), *format_fit(report["preset_fit"])]))
 
 
 HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeatable (network.host_maddrs)")
@@ -292,8 +295,15 @@ def _config_and_card(invite: Optional[str], config: Optional[str], set_: Optiona
 @app.command()
 def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
-           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
+           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt,
+           self_: bool = typer.Option(False, "--self", help="this machine's node only, from its data directory, "
+                                      "in one line; exit 0 contributing, 1 idle, 2 failing, 3 no node found"),
+           on_alert: Optional[str] = typer.Option(None, "--on-alert", help="with --self: shell command run when "
+                                                  "the node's state changes (SWARMNODE_ALERT_* in its environment)"),
+           watch: Optional[float] = typer.Option(None, "--watch", min=1, help="with --self: check every N s")) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v2 (docs/status-and-metrics.md)."""
+    if self_ or on_alert or watch:
+        _self_status(config, set_, as_json, on_alert, watch)
     cfg, card = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
     from swarmnode.observe.status import format_status, query_status
 
@@ -308,6 +318,17 @@ def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt,
         typer.echo("\n".join([*([format_card(doc["card"])] if card is not None else []), format_status(doc)]))
         if any(alert["severity"] == "error" for alert in doc["alerts"]):  # an `error:` line: not a 0 exit
             raise typer.Exit(int(ExitCode.FAILURE))
+
+
+def _self_status(config, set_, as_json: bool, on_alert: Optional[str], watch: Optional[float]) -> NoReturn:
+    """`status --self`: the local node's one-line answer and its exit code (docs/status-and-metrics.md)."""
+    from pathlib import Path
+
+    from swarmnode.observe.self_status import run_self_status
+
+    cfg = config_from_cli(config, set_)
+    raise typer.Exit(run_self_status(Path(cfg.resolved_data_dir()), bool(cfg.data_dir), as_json=as_json,
+                                     on_alert=on_alert, watch=watch, echo=typer.echo))
 
 
 @app.command()

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.diskspace import MARGIN_BYTES, DiskFullError, free_bytes, full_message, raise_if_full
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.lora import adapter_state, is_lora, load_adapter_state
@@ -50,17 +51,39 @@ class CheckpointError(SwarmnodeError, RuntimeError):
     exit_code = ExitCode.MISSING
 
 
+def state_bytes(state: Any) -> int:
+    """Bytes of the tensors in a (nested) checkpoint state: about what its file takes on disk."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return 0
+
+
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
-    """Write `state` atomically to `directory/checkpoint.pt` and return the path."""
+    """Write `state` atomically to `directory/checkpoint.pt` and return the path. `DiskFullError` (one line,
+    the previous checkpoint intact, no temporary file left) when it does not fit."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / CHECKPOINT_NAME
     tmp = directory / f".{CHECKPOINT_NAME}.tmp{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
+    need = state_bytes(state)
+    if free_bytes(directory) < need + MARGIN_BYTES:
+        raise DiskFullError(full_message(directory, "the checkpoint", need), directory, need)
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except (OSError, RuntimeError) as exc:  # torch.save reports a short write as RuntimeError
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, RuntimeError) and free_bytes(directory) < need + MARGIN_BYTES:
+            raise DiskFullError(full_message(directory, "the checkpoint", need), directory, need) from exc
+        raise_if_full(exc, directory, "the checkpoint", need)
+        raise
     fsync_dir(directory)
     return final
 

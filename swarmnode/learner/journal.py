@@ -22,6 +22,7 @@ spare for claims that were already stale at the crash.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import zlib
@@ -30,6 +31,7 @@ from collections import Counter
 from typing import Callable, Iterable
 
 from swarmnode.config import NodeConfig
+from swarmnode.diskspace import DiskFullError, raise_if_full
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import fsync_dir
 from swarmnode.protocol.codec import InvalidRecord
@@ -61,6 +63,8 @@ class GroupJournal:
         self._file = open(self.path, "ab")
         self._appended = 0  # appends since start (a sequence number for group commit)
         self._synced = 0
+        self._good = (self._file.tell(), self._records)  # size and records as of the last successful sync
+        self._lost: list[tuple[int, int]] = []  # (after, upto] appends a failed sync dropped: never acknowledged
         self._sync_lock: asyncio.Lock | None = None
 
     @property
@@ -84,9 +88,12 @@ class GroupJournal:
         """Write one record (durable once a later `sync` returns)."""
         record = len(data).to_bytes(4, "big") + zlib.crc32(data).to_bytes(4, "big") + data
         with self._lock:
-            self._file.write(record)  # buffered: `sync` flushes and fsyncs every append before it at once
             self._records += 1
             self._appended += 1
+            try:
+                self._file.write(record)  # buffered: `sync` flushes and fsyncs every append before it at once
+            except OSError as exc:  # the buffer spilled onto a full disk
+                self._cut_back(exc)
 
     async def sync(self) -> None:
         """Return once every record appended before this call is on disk (one fsync covers many callers)."""
@@ -94,6 +101,8 @@ class GroupJournal:
         if self._sync_lock is None:
             self._sync_lock = asyncio.Lock()
         async with self._sync_lock:
+            if any(after < target <= upto for after, upto in self._lost):
+                raise DiskFullError(f"the group journal {self.path} lost unsynced records (disk full)", self.path)
             if self._synced >= target:
                 return
             upto = self._appended
@@ -101,10 +110,30 @@ class GroupJournal:
             self._synced = max(self._synced, upto)
 
     def _fsync(self) -> None:
+        """Flush and fsync every append. A full disk cuts the file back to its last synced size (no record is
+        left half written before later ones) and raises `DiskFullError`: the groups of the failed appends are
+        answered "busy", never acknowledged, and the sender sends them again."""
         with self._lock:
-            if not self._file.closed:  # closed: `close` already synced everything appended
+            if self._file.closed:  # closed: `close` already synced everything appended
+                return
+            try:
                 self._file.flush()
                 os.fsync(self._file.fileno())
+            except OSError as exc:
+                self._cut_back(exc)
+            self._good = (self._file.tell(), self._records)
+
+    def _cut_back(self, exc: OSError) -> None:
+        """After a failed write or sync (under the lock): drop every append since the last sync, cut the file back
+        to its synced size, and raise (`DiskFullError` for a full disk)."""
+        self._lost = [*self._lost[-7:], (self._synced, self._appended)]
+        with contextlib.suppress(OSError):
+            self._file.close()  # what it could not write is dropped with the buffer
+        os.truncate(self.path, self._good[0])
+        self._file = open(self.path, "ab")
+        self._records = self._good[1]
+        raise_if_full(exc, self.path.parent, "the group journal", 0)
+        raise exc
 
     def compact(self, keep: Callable[[], Iterable[bytes]]) -> None:
         """Atomically replace the journal with exactly the records `keep()` gives (the buffer's held groups;
@@ -112,18 +141,24 @@ class GroupJournal:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with self._lock:
             count = 0
-            with open(tmp, "wb") as fh:
-                for data in keep():
-                    fh.write(len(data).to_bytes(4, "big") + zlib.crc32(data).to_bytes(4, "big") + data)
-                    count += 1
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                with open(tmp, "wb") as fh:
+                    for data in keep():
+                        fh.write(len(data).to_bytes(4, "big") + zlib.crc32(data).to_bytes(4, "big") + data)
+                        count += 1
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:  # the journal stays as it was (it holds more than needed, never less)
+                tmp.unlink(missing_ok=True)
+                raise_if_full(exc, self.path.parent, "compacting the group journal", 0)
+                raise
             self._file.close()
             os.replace(tmp, self.path)
             fsync_dir(self.path.parent)
             self._file = open(self.path, "ab")
             self._records = count
             self._synced = self._appended  # everything appended so far is either compacted away or rewritten
+            self._good = (self._file.tell(), count)
 
     def replay(self) -> list[bytes]:
         """Every record's bytes, in order (the damaged tail was already cut when the journal was opened)."""

@@ -38,6 +38,7 @@ checkpoints early when it grows past its soft limit.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import statistics
@@ -48,6 +49,7 @@ from typing import Any, Callable
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.diskspace import DiskFullError, SpaceWatch
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.checkpoint import (
@@ -74,6 +76,8 @@ from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
 from swarmnode.model.transfers import readback, to_device
+
+logger = logging.getLogger(__name__)
 
 Publish = Callable[..., None]  # (version, state) for full weights; (version, adapters, AdapterSpec) under LoRA
 _FINITE = "_loss_is_finite"  # read back with a micro-batch's diagnostics, then removed
@@ -107,6 +111,8 @@ class LearnerLoop:
         # with publish_in_background, versions are published by a worker thread (the newest handed in)
         self.publisher = LatestPublisher(publish) if publish and publish_in_background else None
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        # a full disk (`swarmnode.diskspace`): said once here, or on the node's own line when its role sets it
+        self.space = SpaceWatch(self.checkpoint_dir or Path("."), logger.warning)
         self.adapter_spec = None  # under LoRA: the base weights' hash and the adapters' shape, for versions
         self.adapter_versions = adapter_versions
         if self.lc.lora.enabled:
@@ -394,12 +400,20 @@ class LearnerLoop:
         """Write the checkpoint now (no-op without a checkpoint directory)."""
         if self.checkpoint_dir is None:
             return None
-        path = save_checkpoint(self.checkpoint_dir, learner_state(self))
+        try:
+            path = save_checkpoint(self.checkpoint_dir, learner_state(self))
+        except DiskFullError as exc:  # said once; the previous checkpoint and the whole journal stay as they were
+            self.space.full("the checkpoint", exc.need)
+            return None
+        self.space.clear()
         if self.published_path is not None and self.published > self.version:  # nothing above it was announced
             self.published = self.version
             write_published(self.published_path, self.version)  # so a clean restart goes on at this version
         if self.hooks.journal is not None:  # what was trained on is in the checkpoint; the journal keeps the rest
-            self.hooks.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
+            try:
+                self.hooks.journal.compact(lambda: [g.encode() for g in self.buffer.held()])
+            except DiskFullError as exc:  # the journal stays whole (a restart trains a few groups twice)
+                self.space.full("compacting the group journal", exc.need)
         return path
 
     @property

@@ -14,6 +14,8 @@ import logging
 import threading
 from typing import Any, Callable
 
+from swarmnode.diskspace import is_disk_full
+
 logger = logging.getLogger(__name__)
 
 
@@ -68,9 +70,10 @@ class LatestPublisher:
             try:
                 self._publish(version, *payload)
                 self.published += 1
-            except Exception:  # a failed publish must not end publishing: the next version is tried
+            except Exception as exc:  # a failed publish must not end publishing: the next version is tried
                 self.failures += 1
-                logger.exception("publishing version %d failed", version)
+                if not is_disk_full(exc):  # a full disk was said once, in one line, by the store's SpaceWatch
+                    logger.exception("publishing version %d failed", version)
             finally:
                 with self._cond:
                     self._busy = False

@@ -9,6 +9,7 @@
 - `preflight`   what is checked before a node announces itself (task data, packages, model, ports)
 - `hardware`    probe the machine, estimate the model's memory needs, pick a role
 - `preset_fit`  which shipped GPU presets fit this machine (`swarmnode hardware`)
+- `disk_need`   how much disk a run's sampler and learner keep at most (`swarmnode hardware`)
 - `selfcheck`   `swarmnode hardware --measure`: a learner step, generation, bf16 floor, fp16 check (package)
 - `roles`       the sampler's and the learner's wiring (package)
 - `sapo`        own-policy mode: every node samples, shares text and trains (package)

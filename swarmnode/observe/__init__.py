@@ -7,4 +7,6 @@
 - `dashboard`   the live terminal view
 - `metrics`     Prometheus on every node
 - `progress`    transfer progress for a person
+- `self_record`  the node's own health on its own disk (`<data_dir>/health.json`)
+- `self_status`  `swarmnode status --self`: is this machine's node working? one line, an exit code, alerts
 """

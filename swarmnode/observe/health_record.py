@@ -81,6 +81,8 @@ class HolderHealth(NodeHealth):
                                      kind="counter", minimum=0)
     serve_mb_s: float | None = _field("MB/s of weight chunks served, last 30 s",
                                       metric="swarmnode_weight_serve_mb_per_second", minimum=0)
+    disk_full: str | None = _field("why the node writes no new version or checkpoint now: the full directory and "
+                                   "the space it needs (empty: there is room)", wire=False)
 
 
 @dataclasses.dataclass

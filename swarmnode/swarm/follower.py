@@ -24,6 +24,7 @@ import torch
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.backoff import Backoff
+from swarmnode.diskspace import is_disk_full
 from swarmnode.protocol.reachability import by_dial_cost, dialable
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
@@ -38,6 +39,7 @@ Pointer = dict[str, Any]
 NewestVersion = Callable[[], Awaitable["tuple[int, Pointer] | None"]]
 Fetch = Callable[[int, Pointer], Awaitable[None]]
 ProgressDisplay = Callable[[str], ContextManager[ProgressCallback]]  # description -> a (done, total) callback
+DISK_RETRY_S = 5.0  # a full disk: how often a fetch looks for space again (statvfs, no network)
 LIVE_WINDOW_S = 30.0  # a peer's proof of life counts this long (at least 4 heartbeats)
 
 
@@ -136,6 +138,9 @@ class WeightFollower:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # FetchError, or a holder listing / disk failure: all retried after a backoff
+            if is_disk_full(exc):  # said once by the store's SpaceWatch; tried again soon, not after a backoff
+                self.backoff.hold(DISK_RETRY_S)
+                return
             self.failures += 1
             delay = self.backoff.failure()
             why = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"

@@ -12,8 +12,10 @@ from typing import Any, Callable, ClassVar
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
+from swarmnode.diskspace import SpaceWatch
 from swarmnode.observe.health import RateMeter, record_health
 from swarmnode.observe.health_record import HolderHealth
+from swarmnode.observe.self_record import SelfRecord
 from swarmnode.identity import Identity, node_data_dir
 from swarmnode.swarm.membership import Membership
 from swarmnode.model.models import load_tokenizer
@@ -47,6 +49,7 @@ class NodeRole:
         self.task = build_task(cfg.task)
         self.tokenizer = load_tokenizer(cfg.model, cfg.task)
         self.store = WeightStore(self.data_dir / "weights", cfg.run_id, keep_versions=cfg.learner.keep_versions)
+        self.store.space = SpaceWatch(self.data_dir, emit)  # a full disk: one line, then on when space is back
         self.server: WeightServer  # serving the store's chunks to peers (started in `_construct`)
         self.started = time.monotonic()
         self.health = self.HEALTH()
@@ -54,6 +57,9 @@ class NodeRole:
         self.delay = parse_delay(cfg.sync.simulate_delay)
         self.delay_rng = random.Random()
         self.compute = ComputeThread(f"{type(self).__name__.removesuffix('Role').lower()}-compute")
+        # what `swarmnode status --self` reads: <data_dir>/health.json, rewritten every few seconds
+        self.self_record = SelfRecord(self.data_dir, peer_id=identity.peer_id, role=(self.HEALTH.ROLES or ("node",))[0],
+                                      run_id=cfg.run_id, heartbeat=cfg.network.heartbeat_interval)
 
     @classmethod
     async def _construct(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> Any:
@@ -78,9 +84,20 @@ class NodeRole:
         form on the next heartbeat."""
         served = self.server.served_bytes  # weight chunks this node served to peers
         self.health.update(**fields, uptime=round(time.monotonic() - self.started, 1),
+                           disk_full=self.store.space.short or "" if self.store.space else "",
                            served_mb=round(served / 1e6, 1),
                            serve_mb_s=round(self.serve_rate.update(served) / 1e6, 2))
         self.member.update(health=self._health_record)  # built on the next beat, not at every step
+        self._write_self_record()
 
     def _health_record(self) -> dict[str, Any]:
+        self._write_self_record()  # on every beat too: a node waiting for work still shows it is alive
         return record_health(self.health)
+
+    def _write_self_record(self) -> None:
+        """`<data_dir>/health.json` (throttled): the health record and the work counter, groups acknowledged
+        (sampler) or optimiser steps (learner)."""
+        h = self.health
+        sampler = hasattr(h, "groups_acked")
+        self.self_record.update(h.as_dict(), sent=getattr(h, "groups_sent" if sampler else "groups_received", None),
+                                work=getattr(h, "groups_acked" if sampler else "step", None))

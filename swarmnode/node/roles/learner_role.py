@@ -75,6 +75,7 @@ class LearnerRole(NodeRole):
                                    checkpoint_dir=self.data_dir / "checkpoints",
                                    published_path=self.data_dir / PUBLISHED_FILE, publish_in_background=True,
                                    hooks=hooks, local_versions=not averaging)
+        self.learner.space = self.store.space  # a full disk said on the node's own output, once
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
         # every version a group may claim stays checkable: kept on disk for the window, and back in memory now
         if self.learner.verifier.enabled:

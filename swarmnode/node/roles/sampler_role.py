@@ -160,6 +160,7 @@ class SamplerRole(NodeRole):
                 stale_backoff.success()
                 outstanding = self.sender.pending + (self.delayed.waiting if self.delayed is not None else 0)
                 if not (prompts := self.pacer.next_batch(outstanding, self.sender.invited)):  # learners take no more
+                    self.self_record.extra["waiting_for"] = "credit"  # `status --self`: idle, and why
                     waited = time.monotonic()
                     await self.sender.wait_answer(PACE_WAIT_S)
                     credit_wait_s += time.monotonic() - waited
@@ -173,6 +174,7 @@ class SamplerRole(NodeRole):
                     floor = len(batch) / cfg.sampler.max_groups_per_second
                     await sleep_or_stop(stop, max(0.0, floor - (time.monotonic() - began)))
                 groups += len(batch)
+                self.self_record.extra["waiting_for"] = ""
                 self._report_batch(groups / max(1e-6, time.monotonic() - t0))
         finally:
             heartbeat.cancel()

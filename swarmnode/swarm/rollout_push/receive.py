@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from hivemind.p2p import P2P, PeerID
 
+from swarmnode.diskspace import is_disk_full
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
@@ -308,7 +309,10 @@ class RolloutReceiver:
             try:
                 await self.durable([(group, body) for _, group, body in taken])  # journaled and synced
             except Exception as exc:  # the sender retries: the groups are answered "busy"
-                logger.exception("rollouts: journaling %d groups failed", len(taken))
+                if is_disk_full(exc):  # one line (repeats are folded), no traceback
+                    logger.warning("rollouts: groups answered busy: %s", exc)
+                else:
+                    logger.exception("rollouts: journaling %d groups failed", len(taken))
                 for i, group, _ in taken:
                     results[i] = (group.group_id, "busy")
                     self._count("busy", peer, f"consumer error {type(exc).__name__}")

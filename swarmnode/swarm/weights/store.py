@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from swarmnode.diskspace import DiskFullError, SpaceWatch, is_disk_full, raise_if_full
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord
@@ -64,6 +65,8 @@ class WeightStore:
         self._full_maps: dict[int, bytes] = {}  # complete version -> its (all ones) have-map
         self._decoded: collections.OrderedDict[tuple, WeightManifest] = collections.OrderedDict()
         self._incoming: dict[int, set[int]] = {}  # version being fetched -> chunk indices requested, not yet in
+        # the node's notice of a full disk (`swarmnode.diskspace`): a version that does not fit is not begun
+        self.space: SpaceWatch | None = None
         self._remove_orphan_temp_files()
         self._drop_superseded_partials()
 
@@ -146,6 +149,7 @@ class WeightStore:
         """Write `state` as version `version` (new chunks only), sign its manifest, GC old versions. With
         `adapter`, `state` is LoRA adapter tensors for the base that `adapter` names (an adapter-only version)."""
         tensors, total = plan_layout(state)
+        self.check_space(total, f"publishing version {version}")
         buf = aligned_buffer(total)
         flatten_into(state, tensors, buf)
         chunks = cut_chunks(buf, chunk_size_for(total, self.chunk_bytes))
@@ -158,16 +162,29 @@ class WeightStore:
         self.commit(manifest, buf)
         return manifest
 
+    def check_space(self, need: int, what: str) -> None:
+        """Raise `DiskFullError` (said once by `space`) unless `need` bytes fit on the store's disk now."""
+        if self.space is not None and not self.space.wait_for(need, what):
+            raise DiskFullError(self.space.short or what, self.root, need)
+
     def write_chunk(self, hex_digest: str, data: bytes | memoryview) -> None:
-        """Persist one verified chunk atomically (tmp file + rename)."""
+        """Persist one verified chunk atomically (tmp file + rename); a full disk leaves no partial file."""
         path = self.root / "chunks" / hex_digest
         tmp = _temp_path(path)
-        write_file(tmp, data)
-        os.replace(tmp, path)
+        try:
+            write_file(tmp, data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if is_disk_full(exc) and self.space is not None:
+                self.space.full(f"chunk {hex_digest[:12]}", len(data))
+            raise_if_full(exc, self.root, f"chunk {hex_digest[:12]}", len(data))
+            raise
 
     def begin(self, manifest: WeightManifest, buf: Buffer) -> None:
         """Record a version being fetched: its chunks survive GC and a restart resumes from them (an older
-        partial version is dropped)."""
+        partial version is dropped). `DiskFullError` first, writing nothing, when the version does not fit."""
+        self.check_space(manifest.total_bytes, f"version {manifest.version}")
         self._write_manifest(self.root / "partial" / f"{manifest.version}.bin", manifest)
         self._exposed.setdefault(manifest.version, {})
         self._fetching[manifest.version] = manifest
@@ -334,8 +351,13 @@ class WeightStore:
     @staticmethod
     def _atomic_write(path: Path, data: bytes) -> None:
         tmp = _temp_path(path)
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise_if_full(exc, path.parent, path.name, len(data))
+            raise
 
 
 def _temp_path(path: Path) -> Path:

@@ -1,0 +1,46 @@
+"""`swarmnode hardware` says how much disk the run needs: every part of a node's data directory is bounded by its
+config (weight versions, checkpoint, group journal, steps file), and a larger `learner.keep_versions` asks for more."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from swarmnode.config import load_config
+from swarmnode.learner.journal import journal_limits
+from swarmnode.node.disk_need import disk_need, format_disk, group_bytes
+from swarmnode.node.hardware import estimate_memory
+
+
+def test_the_disk_a_node_needs_follows_its_config():
+    cfg = load_config("tiny-cpu", [])
+    estimate = estimate_memory(cfg)
+    disk = disk_need(cfg, estimate)
+    assert disk["version_bytes"] == estimate.weights_bytes > 0
+    assert disk["sampler_bytes"] == (cfg.learner.keep_versions + 1) * disk["version_bytes"]
+    assert disk["journal_bytes"] == journal_limits(cfg)["hard_limit"] * group_bytes(cfg)
+    assert disk["learner_bytes"] > disk["sampler_bytes"] + 2 * disk["checkpoint_bytes"]
+    more = load_config("tiny-cpu", ["learner.keep_versions=40"])
+    assert disk_need(more, estimate_memory(more))["sampler_bytes"] == 41 * disk["version_bytes"]
+    assert format_disk(disk).startswith("disk: sampler ~") and "learner.keep_versions" in format_disk(disk)
+
+
+def test_lora_versions_are_the_adapters():
+    cfg = load_config("tiny-cpu", ["learner.lora.enabled=true", "learner.learning_rate=1e-4"])
+    estimate = estimate_memory(cfg)
+    disk = disk_need(cfg, estimate)
+    assert 0 < disk["version_bytes"] < estimate.weights_bytes
+
+
+def test_hardware_prints_and_reports_the_disk():
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-P", "-m", "swarmnode", "hardware", "--json"], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["disk"]["sampler_bytes"] > 0
+    text = subprocess.run([sys.executable, "-P", "-m", "swarmnode", "hardware"], capture_output=True, text=True,
+                          timeout=300, env=env).stdout
+    assert any(line.startswith("disk: sampler ~") for line in text.splitlines()), text
