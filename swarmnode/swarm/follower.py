@@ -72,6 +72,7 @@ class WeightFollower:
         self.newest = -1  # the newest version seen announced or told in an ack
         self.offered = -1  # the newest version fetched and handed to the sampler
         self.failures = 0  # fetches that failed, in total
+        self.last_error: str | None = None  # why the last fetch failed (None after a success)
         self._task: asyncio.Task | None = None
 
     @property
@@ -139,9 +140,11 @@ class WeightFollower:
             self.failures += 1
             delay = self.backoff.failure()
             why = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"
+            self.last_error = f"fetching version {version} failed ({why})"
             logger.warning("fetching version %d failed (%s); next try in %.1f s", version, why, delay)
             return
         self.backoff.success()
+        self.last_error = None
         self.offered = max(self.offered, version)
         self.newest = max(self.newest, version)
 

@@ -99,6 +99,7 @@ class RolloutSender:
         self.on_delivered: Callable[[str, str, str], None] | None = None  # (peer, group id, status)
         self.newest_hint = -1  # the highest policy version a destination's ack told
         self.hint_peer: str | None = None  # the destination (stream-authenticated peer id) that told it
+        self.last_error: str | None = None  # the last failed push: "<peer>: <error>" (cleared by an ack)
         self._links: dict[str, _Link] = {}
         self._answered = asyncio.Event()  # set by each ack (for `wait_answer`)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -242,6 +243,8 @@ class RolloutSender:
             except Exception as exc:  # unreachable, reset, timeout, protocol error: reconnect and retry
                 link.close_stream()
                 logger.debug("rollouts: push to %s failed: %s %s", str(link.peer)[-8:], type(exc).__name__, exc)
+                first = (str(exc).splitlines() or [""])[0][:160]
+                self.last_error = f"push to {str(link.peer)[-8:]}: {type(exc).__name__} {first}".strip()
             retry = len(statuses) < len(batch)  # the stream failed before every ack came
             full = False
             for item, status in zip(batch, statuses):
@@ -296,6 +299,7 @@ class RolloutSender:
             if ack is None:
                 raise ConnectionError("stream closed before the ack")
             link.last_ack = time.monotonic()
+            self.last_error = None
             status = ack.get("status")
             if not isinstance(status, str):
                 raise InvalidRecord("ack without a status")

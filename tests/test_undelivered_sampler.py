@@ -1,0 +1,56 @@
+"""A sampler whose learner cannot be reached stops generating and says why, as real processes on 127.0.0.1: the
+learner advertises an address nobody listens on (as a learner behind a NAT does when it claims to be public), so
+the sampler loads none of its versions and none of its pushes is acknowledged. After a bounded number of groups
+the sampler prints the reason and what to change, makes no more groups, and its health (`status --json`) shows
+it: `paused`, the `groups_wasted` counter and the run's `sampler_undelivered` alert."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from swarmnode.identity import Identity
+from swarmnode.sampler.undelivered import UNDELIVERED_MIN
+from swarm_helpers import LocalSwarm
+from test_multi_learner import WORK, wait_for
+
+
+@pytest.mark.slow  # a startup timeout, then the sender's 30 s alive window: about a minute and a half
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("pacing", ["credits", "outbox"])
+def test_a_sampler_with_no_reachable_learner_stops_generating_and_says_why(tmp_path, pacing):
+    learner_key, sampler_key = tmp_path / "learner.key", tmp_path / "sampler.key"
+    learner_id = Identity.load_or_create(learner_key).peer_id
+    sampler_id = Identity.load_or_create(sampler_key).peer_id
+    fast = [*WORK, "--set", "network.startup_timeout=10", "--set", f"sync.pacing={pacing}"]
+    with LocalSwarm(tmp_path) as swarm:
+        swarm.bootstrap()
+        learner = swarm.join("learner", "learner", work=True, identity=learner_key, wait=False,
+                             extra=[*fast, "--set", f"data_dir={tmp_path / 'learner'}", "--set",
+                                    "network.reachability=public", "--announce-maddrs", "/ip4/127.0.0.1/tcp/1"])
+        learner.ready_fields(timeout=180)  # nobody listens at the address it announces
+        sampler = swarm.join("sampler", "sampler", work=True, identity=sampler_key,
+                             extra=[*fast, "--set", f"data_dir={tmp_path / 'sampler'}",
+                                    "--set", f"trust.learner_keys=[{learner_id}]"], wait=False)
+        sampler.ready_fields(timeout=180)  # its DHT join also tries the learner's dead address
+
+        def stopped():
+            doc = swarm.status()
+            peer = next((p for p in doc["peers"] if p["peer_id"] == sampler_id), None)
+            health = (peer or {}).get("health", {})
+            return (doc, health) if str(health.get("paused", "")).startswith("undelivered") else None
+
+        doc, health = wait_for(stopped, 240, "the sampler to stop generating", sampler.stderr)
+        out = sampler.stdout()
+        assert "sampler: stopped generating:" in out and "none acknowledged" in out, out[-3000:]
+        line = next(row for row in out.splitlines() if row.startswith("sampler: stopped generating:"))
+        assert "no learner answered" in line or "refused" in line, line
+        assert "next try in" in line, line
+        assert any(a["kind"] == "sampler_undelivered" and a["peer_id"] == sampler_id for a in doc["alerts"])
+        made = health.get("groups_sent", 0)
+        assert UNDELIVERED_MIN <= made <= 2 * UNDELIVERED_MIN, health  # bounded: it stopped near the limit
+        assert health.get("groups_acked", 0) == 0 and health.get("groups_wasted", 0) > 0, health
+        time.sleep(5.0)
+        later = next(p for p in swarm.status()["peers"] if p["peer_id"] == sampler_id)["health"]
+        assert later.get("groups_sent", 0) == made and later["paused"].startswith("undelivered"), later
