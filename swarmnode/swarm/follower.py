@@ -24,7 +24,7 @@ import torch
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.backoff import Backoff
-from swarmnode.protocol.reachability import by_dial_cost, dialable
+from swarmnode.protocol.reachability import RELAYED, by_dial_cost, dialable, reachability_of
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
 from swarmnode.swarm.dht import SwarmDHT
@@ -167,8 +167,10 @@ class LivePeers:
     (`designated`, read from their own keys) are always eligible: they are the trust root."""
 
     def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = (), *,
-                 live_window: float | None = None, alive: ProvenAlive | None = None) -> None:
+                 live_window: float | None = None, alive: ProvenAlive | None = None, use_relay: bool = True) -> None:
         self.dht, self.me, self.max_age = dht, me, max_age
+        self.use_relay = use_relay  # False: this node cannot dial relayed peers (no circuit transport in its p2pd)
+        self.relayed_only: list[str] = []  # learners left out, as of the last `learners()`: reached only by relay
         self.designated = list(designated)  # trust.learner_keys: read from their own keys too (no flood hides them)
         run_id = dht.cfg.run_id
         self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
@@ -222,15 +224,19 @@ class LivePeers:
 
     async def learners(self) -> list[PeerID]:
         """Learners that accept groups: their record holds a version (-1 while a learner loads its model and
-        opens its inbox, when a push would only fail and back off), someone can dial them (not client-only), and
-        they are designated or proven alive."""
-        return [PeerID.from_base58(r.peer_id) for r in send_targets(self.eligible(await self._current()))]
+        opens its inbox, when a push would only fail and back off), someone can dial them (not client-only; not
+        relayed when this node does not use relays: those are in `relayed_only`), and they are designated or
+        proven alive."""
+        targets = send_targets(self.eligible(await self._current()))
+        self.relayed_only = [] if self.use_relay else [r.peer_id for r in targets if reachability_of(r) == RELAYED]
+        return [PeerID.from_base58(r.peer_id) for r in targets if r.peer_id not in self.relayed_only]
 
     async def holders(self) -> list[PeerID]:
         """Live learners and samplers but us, designated or proven alive: a peer fetching the same version right
         now serves the chunks it already has (holders answer `have` with their chunk maps), so samplers help each
         other. Peers nobody can dial are left out, relayed ones come last (`weight_holders`)."""
-        return [PeerID.from_base58(r.peer_id) for r in weight_holders(self.eligible(await self._current()), self.me)]
+        found = weight_holders(self.eligible(await self._current()), self.me)
+        return [PeerID.from_base58(r.peer_id) for r in found if self.use_relay or reachability_of(r) != RELAYED]
 
 
 def send_targets(records: list) -> list:

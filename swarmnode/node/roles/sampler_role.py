@@ -76,7 +76,8 @@ class SamplerRole(NodeRole):
         if not cfg.trust.learner_keys:
             logger.warning("trust.accept_any_learner: trusting weights from whichever learner announces them")
         self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval,
-                               designated=cfg.trust.learner_keys)
+                               designated=cfg.trust.learner_keys, use_relay=cfg.network.use_relay)
+        self._relayed_told: set[str] = set()
         self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.trust.learner_keys,
                                    emit=emit, progress=functools.partial(fetch_progress, emit=emit),
                                    layout=layout, hold=lambda: self.delay_for("weights"))
@@ -94,6 +95,10 @@ class SamplerRole(NodeRole):
         trusted = set(self.cfg.trust.learner_keys)
         self.learners = [p for p in await self.peers.learners() if not trusted or str(p) in trusted]
         self.sender.set_destinations(self.learners)
+        for peer in set(self.peers.relayed_only) - self._relayed_told:  # a path that cannot work: said once
+            self._relayed_told.add(peer)
+            self.emit(f"sampler: learner {peer[-8:]} is reached only through a relay, and this node has "
+                      "network.use_relay=false: it cannot send to it nor fetch from it; set network.use_relay=true")
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         """Learner discovery and a look for a newer version once per heartbeat (every `NO_LEARNER_POLL_S` while no
