@@ -34,7 +34,7 @@ def test_a_sampler_that_cannot_deliver_stops_generating_and_says_why(tmp_path, p
         sampler = swarm.join("sampler", "sampler", work=True, identity=sampler_key,
                              extra=[*fast, "--set", f"data_dir={tmp_path / 'sampler'}",
                                     "--set", f"trust.learner_keys=[{learner_id}]",
-                                    "--set", "model.tiny.hidden_size=64"], wait=False)  # not the learner's model
+                                    "--set", "model.tiny.intermediate_size=192"], wait=False)  # not the learner's model
         sampler.ready_fields(timeout=180)
 
         def stopped():
