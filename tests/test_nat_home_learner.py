@@ -5,7 +5,8 @@ on: the preset turns it off for loopback). The samplers fetch the learner's vers
 relay, version 0 included, and push their groups to it the same way: the learner trains and both samplers load
 its newer versions. The sampler behind the double NAT first followed an earlier run under the same run id (its
 weight store holds that run's versions 50-53, signed by another key), as a volunteer's machine does when a run
-is restarted: it drops them and loads the fresh learner's version 0.
+is restarted: it drops them and loads the fresh learner's version 0. A third sampler with relaying off says in one
+line that it cannot reach the relayed learner and what to change.
 Needs root, iproute2 and iptables (skipped, saying which, elsewhere); opt-in (`--runslow`), run by .ci/run."""
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def _earlier_run(data_dir: Path, run_id: str) -> None:
         store.publish(version, {"w": torch.full((8,), float(version))}, key)
 
 
+@pytest.mark.timeout(1200)  # the preset's 300-step warm start, once per session, and a run through the relay
 def test_a_fresh_run_whose_learner_is_behind_a_nat_from_the_start(tmp_path):
     run = DemoRun(tmp_path)
     with NatLab() as lab:
@@ -79,14 +81,14 @@ def test_a_fresh_run_whose_learner_is_behind_a_nat_from_the_start(tmp_path):
                                         "--identity-path", str(tmp_path / f"{name}.key"), *run.host_args(name)])
 
             learner = start("learner", "learner")
-            line = wait_for_line(learner, "reachability:", 180)
+            line = wait_for_line(learner, "reachability:", 300)
             assert line.startswith("not reachable") and "relayed through" in line, line
-            assert wait_for_line(learner, "learner ready:", 240) == "version 0 (new)"
+            assert wait_for_line(learner, "learner ready:", 300) == "version 0 (new)"
             samplers = [start("sampler1", "sampler"), start("sampler2", "sampler")]
             for sampler in samplers:
-                line = wait_for_line(sampler, "reachability:", 180)
+                line = wait_for_line(sampler, "reachability:", 300)
                 assert line.startswith("not reachable") and "relayed through" in line, line
-                wait_for_line(sampler, "sampler ready:", 240)
+                wait_for_line(sampler, "sampler ready:", 300)
 
             # the learner trains on groups pushed through the relay; both samplers load its newer versions
             _wait("the relayed learner taking 5 steps", lambda: (rows := read_steps(tmp_path / "learner" /
@@ -109,6 +111,15 @@ def test_a_fresh_run_whose_learner_is_behind_a_nat_from_the_start(tmp_path):
             assert "dropping versions 50-53 held here" in logs["sampler2"], logs["sampler2"][-3000:]
             assert all("is not held here" not in text and "stopped generating" not in text
                        for text in logs.values())
+
+            # a sampler with relaying off cannot reach the relayed learner: it says so once, with what to change
+            hosts["sampler3"] = lab.behind_nat("s3")
+            off = run.start("sampler3", [*args, "--role", "sampler", "--set", "network.use_relay=false", "--set",
+                                         f"data_dir={tmp_path / 'sampler3'}", "--identity-path",
+                                         str(tmp_path / "sampler3.key"), *run.host_args("sampler3")])
+            line = wait_for_line(off, "sampler: learner", 300)
+            assert "reached only through a relay" in line and "set network.use_relay=true" in line, line
+            assert "groups made" not in off.log.read_text(errors="replace")
         finally:
             run.stop(grace=10, learner_grace=60)
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

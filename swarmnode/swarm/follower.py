@@ -314,8 +314,8 @@ class WeightPuller:
         except Exception as exc:  # a DHT hiccup: the publisher alone still serves the version
             logger.info("could not list weight holders (%s); fetching from the publisher", exc)
             ids = []
-        if publisher and publisher not in {str(i) for i in ids}:
-            ids.append(PeerID.from_base58(publisher))
+        if publisher and publisher not in {str(i) for i in ids} and publisher not in self.peers.relayed_only:
+            ids.append(PeerID.from_base58(publisher))  # (not one this node cannot dial: relayed, relaying off)
         fetcher = WeightFetcher(self.p2p, self.store, allowed, layout=self.layout)
         known = pointer.get("manifest")  # from `newest_from`: checked again by the fetch, not asked for again
         with self.progress(f"weights v{version}") as progress:

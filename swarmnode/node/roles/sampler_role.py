@@ -130,7 +130,7 @@ class SamplerRole(NodeRole):
                               f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent, "
                               f"{credit_wait_s:.1f} s of {time.monotonic() - t0:.1f} s waiting for credit")
                 if not self.learners:  # nobody would receive what we make: wait for a learner to join
-                    if self.health.paused != NO_LEARNER:
+                    if self.health.paused != NO_LEARNER and not self.peers.relayed_only:  # (else said once)
                         self.emit("sampler: no learner of the run is live; generation paused until one joins")
                     self.report_health(paused=NO_LEARNER)
                     await sleep_or_stop(stop, min(NO_LEARNER_POLL_S, cfg.network.heartbeat_interval))
