@@ -113,7 +113,8 @@ def why_undelivered(e: Evidence) -> tuple[str, str]:
             line += (f"; no version of the learner is loaded here{fetch}; check that this node can fetch from it "
                      "(`swarmnode status`: its version and reachability)")
         elif top == "stale":
-            line += "; this node cannot fetch versions as fast as the learner makes them"
+            fetch = f" ({e.fetch_error})" if e.fetch_error else ""
+            line += f"; this node does not load the learner's versions fast enough{fetch}"
         return line, f"undelivered: refused ({top})"
     if not e.learners:
         return "no learner to send them to", "undelivered: no learner"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections import Counter
 import logging
 import time
+from collections import Counter
 
 from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
