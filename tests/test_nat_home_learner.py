@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from swarmnode.swarm.weights import WeightStore
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
+from test_nat_lab import _wait  # noqa: E402
 
 LAB_LACKS = missing_for_nat_lab()
 HOME_RUN = ["network.use_relay=true"]  # the tiny-cpu preset as it is, relaying on (it is off for loopback)
@@ -44,18 +44,6 @@ def _status(lab: NatLab, host, sets: list[str], peers: str) -> dict | None:
     except subprocess.TimeoutExpired:
         return None  # a status client may fail or time out on a busy machine: asked again
     return json.loads(done.stdout) if done.returncode == 0 else None
-
-
-def _wait(what: str, check, timeout: float, run: DemoRun):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run.check_alive()
-        result = check()
-        if result:
-            return result
-        time.sleep(2.0)
-    raise AssertionError(f"{what} did not happen within {timeout:.0f} s:\n" +
-                         "\n".join(f"--- {p.name}\n{p.tail(15)}" for p in run.procs))
 
 
 def _earlier_run(data_dir: Path, run_id: str) -> None:
