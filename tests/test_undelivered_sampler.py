@@ -19,7 +19,7 @@ from test_multi_learner import WORK, wait_for
 
 
 @pytest.mark.slow  # three working nodes, a 10 s startup timeout and 128 refused groups: about a minute each
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("pacing", ["credits", "outbox"])
 def test_a_sampler_that_cannot_deliver_stops_generating_and_says_why(tmp_path, pacing):
     learner_key, sampler_key = tmp_path / "learner.key", tmp_path / "sampler.key"
@@ -45,7 +45,7 @@ def test_a_sampler_that_cannot_deliver_stops_generating_and_says_why(tmp_path, p
 
         wait_for(lambda: "sampler: stopped generating:" in sampler.stdout(), 300, "the sampler to stop generating",
                  sampler.stderr)
-        doc, health = wait_for(stopped, 240, "the sampler's health to show the stop", sampler.stderr)
+        doc, health = wait_for(stopped, 400, "the sampler's health to show the stop", sampler.stderr)
         out = sampler.stdout()
         assert "sampler: stopped generating:" in out and "none acknowledged" in out, out[-3000:]
         line = next(row for row in out.splitlines() if row.startswith("sampler: stopped generating:"))
