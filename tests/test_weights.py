@@ -40,6 +40,24 @@ def test_publish_roundtrip_delta_and_gc(tmp_path):
     assert on_disk == needed  # v1-only chunks were collected
 
 
+def test_a_fresh_learner_line_replaces_an_earlier_runs_higher_versions(tmp_path, caplog):
+    """A run restarted with a new learner key begins again at version 0: a node whose store still holds the
+    earlier line's higher versions keeps what it writes or fetches now, and forgets the earlier line."""
+    old, new = Identity.generate(), Identity.generate()
+    s = store(tmp_path, "s", keep_versions=2)
+    for v in (40, 41):
+        s.publish(v, make_state(v), old)
+    s.publish(39, make_state(39), old)  # the same line going back: kept beside its newer versions
+    assert s.versions() == [39, 41]
+    with caplog.at_level(logging.WARNING):
+        s.publish(0, make_state(0), new)
+    assert_same(s.state_dict(0), make_state(0))
+    assert s.versions() == [0] and s.latest() == 0
+    assert "dropping versions 39, 41 held here" in caplog.text
+    s.publish(1, make_state(1), new)
+    assert s.versions() == [0, 1]
+
+
 def test_states_beyond_the_chunk_limit_get_bigger_chunks(tmp_path, monkeypatch):
     import swarmnode.swarm.weights.layout as layout
 

@@ -21,9 +21,10 @@ from swarmnode.identity import Identity, node_data_dir
 from swarmnode.swarm.membership import Membership
 from swarmnode.observe.metrics import serve_metrics
 from swarmnode.protocol.peer import PeerRecord
-from swarmnode.protocol.reachability import CLIENT_ONLY, with_reachability
+from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED, with_reachability
 from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.p2p import SwarmStartError
+from swarmnode.swarm.relay import relay_limit_warning
 from swarmnode.node.roles.base import Emit
 from swarmnode.node.roles.learner_role import LearnerRole
 from swarmnode.node.roles.sampler_role import SamplerRole
@@ -120,26 +121,47 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
             emit("this node cannot run the configured model; leaving")
             return
         emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
-        if cfg.mode == "sapo":
-            node = await asyncio.to_thread(SapoRole, cfg, identity, member, emit)
-        else:
-            runner = LearnerRole if role == "learner" else SamplerRole
-            node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow
-        if cfg.metrics.port is not None:
-            port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role,
-                                 cfg.metrics.addr)
-            emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
-        if watch is None:
-            await node.run(stop)
-            return
-        watch.on_change = getattr(node, "follow_card", None)
-        following = asyncio.create_task(watch.run(stop))
+        relay_check: asyncio.Future | None = None
+        reach = member.dht.reachability
+        if role == "learner" and reach is not None and reach.status == RELAYED and reach.relay:
+            relay_check = asyncio.ensure_future(_check_relay(reach.relay, emit))  # beside the model's load
         try:
-            await node.run(stop)
+            await _run_role(cfg, identity, member, role, stop, emit, watch)
         finally:
-            following.cancel()
-        if watch.left is not None:
-            raise CardError(watch.left)
+            if relay_check is not None:
+                relay_check.cancel()
+                await asyncio.gather(relay_check, return_exceptions=True)
+
+
+async def _run_role(cfg: NodeConfig, identity: Identity, member: Membership, role: str, stop: asyncio.Event,
+                    emit: Emit, watch: "CardWatch | None") -> None:
+    """Construct the role, serve /metrics if asked, run it until `stop` (following the run card if `watch`)."""
+    if cfg.mode == "sapo":
+        node = await asyncio.to_thread(SapoRole, cfg, identity, member, emit)
+    else:
+        runner = LearnerRole if role == "learner" else SamplerRole
+        node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow
+    if cfg.metrics.port is not None:
+        port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role,
+                             cfg.metrics.addr)
+        emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
+    if watch is None:
+        await node.run(stop)
+        return
+    watch.on_change = getattr(node, "follow_card", None)
+    following = asyncio.create_task(watch.run(stop))
+    try:
+        await node.run(stop)
+    finally:
+        following.cancel()
+    if watch.left is not None:
+        raise CardError(watch.left)
+
+
+async def _check_relay(relay: str, emit: Emit) -> None:
+    """Say in one line when this relayed learner's relay cannot carry its versions (`relay_limit_warning`)."""
+    if (line := await relay_limit_warning(relay)) is not None:
+        emit(line)
 
 
 def _with_reachability(health, member: Membership) -> dict:

@@ -182,6 +182,10 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
         if lag is not None and too_stale(lag, bound):
             alerts.append(_alert("too_stale", "warning", f"sampler {p['peer_id'][-8:]} is {lag} versions behind "
                                  f"(max_staleness {bound}): its rollouts are dropped", p["peer_id"]))
+        paused = str(p.get("health", {}).get("paused") or "") if p["role"] == "sampler" else ""
+        if paused.startswith("undelivered"):
+            alerts.append(_alert("sampler_undelivered", "warning", f"sampler {p['peer_id'][-8:]} stopped generating: "
+                                 f"{paused} (its log says why and what to change)", p["peer_id"]))
     for learner in learners:
         health = learner.get("health", {})
         for bad in health.get("invalid_peers") or []:

@@ -103,7 +103,10 @@ class SamplerHealth(HolderHealth):
                                       kind="counter", minimum=0)
     groups_dropped: int | None = _field("rollout groups that reached no learner (outbox full, or no learner known)",
                                         metric="swarmnode_groups_dropped", kind="counter", minimum=0)
-    paused: str | None = _field("why generation is paused: 'too stale', 'no learner' (empty: it is not)")
+    groups_wasted: int | None = _field("rollout groups made that no learner took (refused, dropped, or never "
+                                       "acknowledged)", metric="swarmnode_groups_wasted", kind="counter", minimum=0)
+    paused: str | None = _field("why generation is paused: 'too stale', 'no learner', 'undelivered: ...' (groups "
+                                "made and none acknowledged) (empty: it is not)")
     fetch_mb_s: float | None = _field("rate of the last weight fetch (MB/s fetched)",
                                       metric="swarmnode_weight_fetch_mb_per_second", minimum=0)
     fetch_seconds: float | None = _field("wall time of the last weight fetch", metric="swarmnode_weight_fetch_seconds",

@@ -58,7 +58,8 @@ ALERT_SCHEMA: dict[str, Any] = {
     "required": ["kind", "severity", "peer_id", "message"],
     "properties": {
         "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed",
-                          "self_declared_learner", "old_card"]},
+                          "self_declared_learner", "old_card",
+                          "sampler_undelivered"]},
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},

@@ -4,4 +4,5 @@
 - `loop`    SamplerLoop: prompts -> engine -> rewards -> signed RolloutGroups -> a RolloutSink
 - `lora`    adapter-only versions in the engines
 - `pacing`  Pacer: generate only what the learners invite (credits from acks)
+- `undelivered` DeliveryGuard: stop generating when no learner takes the groups, and say why
 """

@@ -25,7 +25,7 @@ from hivemind.p2p import P2P, PeerID
 
 from swarmnode.backoff import Backoff
 from swarmnode.diskspace import is_disk_full
-from swarmnode.protocol.reachability import by_dial_cost, dialable
+from swarmnode.protocol.reachability import RELAYED, by_dial_cost, dialable, reachability_of
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
 from swarmnode.swarm.dht import SwarmDHT
@@ -74,6 +74,7 @@ class WeightFollower:
         self.newest = -1  # the newest version seen announced or told in an ack
         self.offered = -1  # the newest version fetched and handed to the sampler
         self.failures = 0  # fetches that failed, in total
+        self.last_error: str | None = None  # why the last fetch failed (None after a success)
         self._task: asyncio.Task | None = None
 
     @property
@@ -144,9 +145,11 @@ class WeightFollower:
             self.failures += 1
             delay = self.backoff.failure()
             why = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"
+            self.last_error = f"fetching version {version} failed ({why})"
             logger.warning("fetching version %d failed (%s); next try in %.1f s", version, why, delay)
             return
         self.backoff.success()
+        self.last_error = None
         self.offered = max(self.offered, version)
         self.newest = max(self.newest, version)
 
@@ -169,8 +172,10 @@ class LivePeers:
     (`designated`, read from their own keys) are always eligible: they are the trust root."""
 
     def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = (), *,
-                 live_window: float | None = None, alive: ProvenAlive | None = None) -> None:
+                 live_window: float | None = None, alive: ProvenAlive | None = None, use_relay: bool = True) -> None:
         self.dht, self.me, self.max_age = dht, me, max_age
+        self.use_relay = use_relay  # False: this node cannot dial relayed peers (no circuit transport in its p2pd)
+        self.relayed_only: list[str] = []  # learners left out, as of the last `learners()`: reached only by relay
         self.designated = list(designated)  # trust.learner_keys: read from their own keys too (no flood hides them)
         run_id = dht.cfg.run_id
         self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
@@ -224,15 +229,19 @@ class LivePeers:
 
     async def learners(self) -> list[PeerID]:
         """Learners that accept groups: their record holds a version (-1 while a learner loads its model and
-        opens its inbox, when a push would only fail and back off), someone can dial them (not client-only), and
-        they are designated or proven alive."""
-        return [PeerID.from_base58(r.peer_id) for r in send_targets(self.eligible(await self._current()))]
+        opens its inbox, when a push would only fail and back off), someone can dial them (not client-only; not
+        relayed when this node does not use relays: those are in `relayed_only`), and they are designated or
+        proven alive."""
+        targets = send_targets(self.eligible(await self._current()))
+        self.relayed_only = [] if self.use_relay else [r.peer_id for r in targets if reachability_of(r) == RELAYED]
+        return [PeerID.from_base58(r.peer_id) for r in targets if r.peer_id not in self.relayed_only]
 
     async def holders(self) -> list[PeerID]:
         """Live learners and samplers but us, designated or proven alive: a peer fetching the same version right
         now serves the chunks it already has (holders answer `have` with their chunk maps), so samplers help each
         other. Peers nobody can dial are left out, relayed ones come last (`weight_holders`)."""
-        return [PeerID.from_base58(r.peer_id) for r in weight_holders(self.eligible(await self._current()), self.me)]
+        found = weight_holders(self.eligible(await self._current()), self.me)
+        return [PeerID.from_base58(r.peer_id) for r in found if self.use_relay or reachability_of(r) != RELAYED]
 
 
 def send_targets(records: list) -> list:
@@ -310,8 +319,8 @@ class WeightPuller:
         except Exception as exc:  # a DHT hiccup: the publisher alone still serves the version
             logger.info("could not list weight holders (%s); fetching from the publisher", exc)
             ids = []
-        if publisher and publisher not in {str(i) for i in ids}:
-            ids.append(PeerID.from_base58(publisher))
+        if publisher and publisher not in {str(i) for i in ids} and publisher not in self.peers.relayed_only:
+            ids.append(PeerID.from_base58(publisher))  # (not one this node cannot dial: relayed, relaying off)
         fetcher = WeightFetcher(self.p2p, self.store, allowed, layout=self.layout)
         known = pointer.get("manifest")  # from `newest_from`: checked again by the fetch, not asked for again
         with self.progress(f"weights v{version}") as progress:

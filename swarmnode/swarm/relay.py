@@ -108,6 +108,16 @@ async def relay_carries_data(relay_addr: str, nbytes: int = RELAY_CHECK_BYTES, t
                 await daemon.shutdown()
 
 
+async def relay_limit_warning(relay_addr: str) -> str | None:
+    """For a learner reached only through the relay at `relay_addr`: None when the relay carries weights (more
+    than libp2p's default 128 KiB per relayed connection), else the one line that says what to change."""
+    if await relay_carries_data(relay_addr):
+        return None
+    return (f"relay: {relay_addr} did not carry {RELAY_CHECK_BYTES >> 10} KiB over one relayed connection: samplers "
+            "may get this learner's groups but not its versions (p2pd's default relay limits, 128 KiB and 2 min per "
+            "connection); restart that bootstrap (it checks its limits at start) or forward a port to this node")
+
+
 RELAY_START_TRIES = 12
 
 

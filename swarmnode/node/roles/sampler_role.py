@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 from typing import Any
+from collections import Counter
 
 from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
@@ -29,6 +30,7 @@ from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed
 from swarmnode.sampler.pacing import Pacer
+from swarmnode.sampler.undelivered import DeliveryGuard, Evidence, stop_line, undelivered_limit, why_undelivered
 from swarmnode.staleness import too_stale
 from swarmnode.swarm.follower import LivePeers, WeightFollower, WeightPuller
 from swarmnode.swarm.rollout_push import RolloutSender
@@ -71,11 +73,15 @@ class SamplerRole(NodeRole):
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
         self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink, seed=seed)
         self.pacer = Pacer(cfg.sampler.prompts_per_batch, credits=cfg.sync.pacing == "credits")
+        self.guard = DeliveryGuard(undelivered_limit(cfg.sampler.prompts_per_batch))
+        self._guard_seen: tuple = (0, Counter(), -1, frozenset())  # acked, statuses, version, learners at last look
+        self._stops_told = 0
         check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
         if not cfg.trust.learner_keys:
             logger.warning("trust.accept_any_learner: trusting weights from whichever learner announces them")
         self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval,
-                               designated=cfg.trust.learner_keys)
+                               designated=cfg.trust.learner_keys, use_relay=cfg.network.use_relay)
+        self._relayed_told: set[str] = set()
         self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.trust.learner_keys,
                                    emit=emit, progress=functools.partial(fetch_progress, emit=emit),
                                    layout=layout, hold=lambda: self.delay_for("weights"))
@@ -107,6 +113,10 @@ class SamplerRole(NodeRole):
         trusted = set(self.cfg.trust.learner_keys)
         self.learners = [p for p in await self.peers.learners() if not trusted or str(p) in trusted]
         self.sender.set_destinations(self.learners)
+        for peer in set(self.peers.relayed_only) - self._relayed_told:  # a path that cannot work: said once
+            self._relayed_told.add(peer)
+            self.emit(f"sampler: learner {peer[-8:]} is reached only through a relay, and this node has "
+                      "network.use_relay=false: it cannot send to it nor fetch from it; set network.use_relay=true")
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         """Learner discovery and a look for a newer version once per heartbeat (every `NO_LEARNER_POLL_S` while no
@@ -138,7 +148,7 @@ class SamplerRole(NodeRole):
                               f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent, "
                               f"{credit_wait_s:.1f} s of {time.monotonic() - t0:.1f} s waiting for credit")
                 if not self.learners:  # nobody would receive what we make: wait for a learner to join
-                    if self.health.paused != NO_LEARNER:
+                    if self.health.paused != NO_LEARNER and not self.peers.relayed_only:  # (else said once)
                         self.emit("sampler: no learner of the run is live; generation paused until one joins")
                     self.report_health(paused=NO_LEARNER)
                     await sleep_or_stop(stop, min(NO_LEARNER_POLL_S, cfg.network.heartbeat_interval))
@@ -158,6 +168,9 @@ class SamplerRole(NodeRole):
                         await sleep_or_stop(stop, stale_backoff.failure())
                     continue
                 stale_backoff.success()
+                if not self._deliverable(groups):  # nobody took the last groups: stop (see sampler.undelivered)
+                    await sleep_or_stop(stop, min(1.0, max(0.05, self.guard.next_try_s())))
+                    continue
                 outstanding = self.sender.pending + (self.delayed.waiting if self.delayed is not None else 0)
                 if not (prompts := self.pacer.next_batch(outstanding, self.sender.invited)):  # learners take no more
                     self.self_record.extra["waiting_for"] = "credit"  # `status --self`: idle, and why
@@ -185,6 +198,34 @@ class SamplerRole(NodeRole):
             await self.sender.close(flush_timeout=5.0)
             self.compute.close()
 
+    def _deliverable(self, made: int) -> bool:
+        """Whether the next batch may be made (`DeliveryGuard`); prints why and advertises it when it stops."""
+        acked, statuses, version, learners = self._guard_seen
+        now_learners = frozenset(str(p) for p in self.learners)
+        if self.sender.delivered > acked:
+            statuses = Counter(self.sender.statuses)  # answers after the last ack are what counts
+        if self.loop.offered_version != version or now_learners != learners:
+            self.guard.reset(made)  # a new version or other learners: they may take the next groups
+        self._guard_seen = (self.sender.delivered, statuses, self.loop.offered_version, now_learners)
+        was_stopped = self.guard.stopped
+        if self.guard.allow(made, self.sender.delivered):
+            if was_stopped and not self.guard.stopped:
+                self.emit("sampler: groups are acknowledged again (or something changed); generating")
+            return True
+        evidence = Evidence(made=made - self.guard.base, statuses=Counter(self.sender.statuses) - statuses,
+                            learners=len(self.learners), version_loaded=self.follower.offered >= 0,
+                            fetch_error=self.follower.last_error, push_error=self.sender.last_error,
+                            use_relay=self.cfg.network.use_relay)
+        if self.guard.stops != self._stops_told:
+            self._stops_told = self.guard.stops
+            self.emit(stop_line(evidence, self.guard.next_try_s()))
+        self.report_health(paused=why_undelivered(evidence)[1], groups_wasted=self._wasted(made))
+        return False
+
+    def _wasted(self, made: int) -> int:
+        """Groups made that no learner took and none waits for any more (refused, dropped, given up)."""
+        return max(0, made - self.sender.delivered - self.sender.queued)
+
     def _report_batch(self, groups_per_s: float) -> None:
         tokens_per_s = round(self.loop.engine.tokens_per_second, 2)
         self.member.update(version=self.loop.version, versions=self.store.versions(), throughput=tokens_per_s)
@@ -194,4 +235,5 @@ class SamplerRole(NodeRole):
         self.report_health(version=self.loop.version, lag=self.follower.lag(self.loop.version),
                             rollouts_per_s=round(groups_per_s, 3), tokens_per_s=tokens_per_s,
                             groups_sent=self.loop.groups_sent, groups_acked=self.sender.delivered,
-                            groups_dropped=self.sender.dropped + self.sender.unrouted, paused="")
+                            groups_dropped=self.sender.dropped + self.sender.unrouted, paused="",
+                            groups_wasted=self._wasted(self.loop.groups_sent))

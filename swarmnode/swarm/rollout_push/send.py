@@ -101,6 +101,7 @@ class RolloutSender:
         self.on_settings: Callable[[str, Any], None] | None = None  # (peer, the run's values): a "settings" ack
         self.newest_hint = -1  # the highest policy version a destination's ack told
         self.hint_peer: str | None = None  # the destination (stream-authenticated peer id) that told it
+        self.last_error: str | None = None  # the last failed push: "<peer>: <error>" (cleared by an ack)
         self._links: dict[str, _Link] = {}
         self._answered = asyncio.Event()  # set by each ack (for `wait_answer`)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -244,6 +245,8 @@ class RolloutSender:
             except Exception as exc:  # unreachable, reset, timeout, protocol error: reconnect and retry
                 link.close_stream()
                 logger.debug("rollouts: push to %s failed: %s %s", str(link.peer)[-8:], type(exc).__name__, exc)
+                first = (str(exc).splitlines() or [""])[0][:160]
+                self.last_error = f"push to {str(link.peer)[-8:]}: {type(exc).__name__} {first}".strip()
             retry = len(statuses) < len(batch)  # the stream failed before every ack came
             full = False
             for item, status in zip(batch, statuses):
@@ -298,6 +301,7 @@ class RolloutSender:
             if ack is None:
                 raise ConnectionError("stream closed before the ack")
             link.last_ack = time.monotonic()
+            self.last_error = None
             status = ack.get("status")
             if not isinstance(status, str):
                 raise InvalidRecord("ack without a status")

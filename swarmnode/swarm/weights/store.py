@@ -8,9 +8,14 @@ On disk, under the store's root:
 
 A version being fetched exposes the chunks it already has (from memory), so a fetching peer serves them too.
 Disk use is bounded: complete versions beyond `keep_versions` and every chunk no kept manifest needs are
-collected; at most one partial version is kept (the newest: an older one, or one at or below a complete
-version, is dropped with its chunks), and temporary files of writes a dead process left behind are removed
-when the store opens.
+collected, never the version just written; at most one partial version is kept (the newest: an older one, or
+one at or below a complete version, is dropped with its chunks), and temporary files of writes a dead process
+left behind are removed when the store opens.
+
+Versions are numbered per learner line: a run restarted with a fresh learner under the same run id begins again
+at version 0 while a node's store may still hold an earlier line's higher versions. Writing or fetching a
+version therefore first drops the held versions above it that another key signed (`_drop_other_lines`): they
+are not the run's future, and kept they would push the new line's versions out of the window at once.
 """
 
 from __future__ import annotations
@@ -195,6 +200,7 @@ class WeightStore:
         for hex_digest, view in list(self._exposed[manifest.version].items()):  # a fetch resumed in this process
             self.expose_chunk(manifest.version, hex_digest, view)
         self._incoming[manifest.version] = set()
+        self._drop_other_lines(manifest)
         self._drop_superseded_partials()
 
     def expose_chunk(self, version: int, hex_digest: str, view: memoryview) -> None:
@@ -215,8 +221,9 @@ class WeightStore:
         self._positions.pop(manifest.version, None)
         self._incoming.pop(manifest.version, None)
         self._cache(manifest.version, manifest, buf)
+        self._drop_other_lines(manifest)
         self._drop_superseded_partials(gc=False)
-        self.gc()
+        self.gc(keep=manifest.version)
 
     def partial_versions(self) -> list[int]:
         """Versions with a partial manifest on disk, oldest first."""
@@ -258,16 +265,30 @@ class WeightStore:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
 
-    def gc(self) -> list[int]:
-        """Drop complete versions beyond `keep_versions` and every chunk no kept manifest references."""
-        versions = self.versions()
-        dropped = versions[: max(0, len(versions) - self.keep_versions)]
+    def _drop_other_lines(self, manifest: WeightManifest) -> None:
+        """Drop the complete versions above `manifest`'s that another key signed (see the module docstring)."""
+        newer = [v for v in self.versions() if v > manifest.version]
+        other = [v for v in newer if (m := self.manifest(v)) is None or m.publisher != manifest.publisher]
+        if other:
+            logger.warning("weights: dropping versions %s held here: signed by another learner than version %d "
+                           "(%s), an earlier run under run id %r", _span(other), manifest.version,
+                           manifest.publisher[-8:], self.run_id)
+            for v in other:
+                self._drop_version(v)
+
+    def _drop_version(self, version: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / "manifests" / f"{version}.bin").unlink()
+        self._full_maps.pop(version, None)
+        self._buffers.pop(version, None)
+
+    def gc(self, keep: int | None = None) -> list[int]:
+        """Drop complete versions beyond `keep_versions` (never `keep`, a version just written) and every chunk no
+        kept manifest references."""
+        versions = [v for v in self.versions() if v != keep]
+        dropped = versions[: max(0, len(versions) + (keep is not None) - self.keep_versions)]
         for v in dropped:
-            with contextlib.suppress(FileNotFoundError):
-                (self.root / "manifests" / f"{v}.bin").unlink()
-            self._full_maps.pop(v, None)
-            if v in self._buffers:
-                del self._buffers[v]
+            self._drop_version(v)
         keep: set[str] = set()
         for sub in ("manifests", "partial"):
             for path in (self.root / sub).glob("*.bin"):
@@ -358,6 +379,13 @@ class WeightStore:
             tmp.unlink(missing_ok=True)
             raise_if_full(exc, path.parent, path.name, len(data))
             raise
+
+
+def _span(versions: list[int]) -> str:
+    """`[3, 4, 5]` -> "3-5", `[3, 5]` -> "3, 5", `[7]` -> "7" (sorted versions)."""
+    if len(versions) > 2 and versions[-1] - versions[0] == len(versions) - 1:
+        return f"{versions[0]}-{versions[-1]}"
+    return ", ".join(map(str, versions))
 
 
 def _temp_path(path: Path) -> Path:
