@@ -3,8 +3,8 @@ tests/test_slot_flood.py and bench/hostile-peers/fuzz_learner.py.
 
     python tests/slot_flood_peer.py --target MADDR/p2p/ID --run RUN --keys 33 --streams 8 --every 8 --ready FILE
 
-Each key opens `streams` streams to the target's weight server and sends a valid `have` on each every `every`
-seconds; a stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried
+Each key opens `streams` streams to each target's weight server (`--target` may be given more than once) and
+sends a valid request on each every `every` seconds: `have` (default) or, with `--op manifest`, a manifest; a stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried
 all its streams, FILE gets one JSON line; on SIGTERM the process appends its counts to FILE, then stops its
 daemons and exits.
 """
@@ -24,10 +24,11 @@ from swarmnode.protocol.codec import pack
 from swarmnode.swarm.frames import read_frame, write_frame
 from swarmnode.swarm.weights import protocol_name
 
-counts = {"opened": 0, "refused": 0, "closed": 0, "haves": 0}
+counts = {"opened": 0, "refused": 0, "closed": 0, "haves": 0}  # haves: answered requests of either op
 
 
-async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float, tried: asyncio.Event) -> None:
+async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float, tried: asyncio.Event,
+               op: str = "have") -> None:
     """One stream slot, held for as long as the server lets it, then taken again."""
     while True:
         try:
@@ -41,7 +42,7 @@ async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float
         tried.set()
         try:
             while True:
-                await write_frame(writer, pack({"op": "have", "version": 1}))
+                await write_frame(writer, pack({"op": op, "version": 1}))
                 if await asyncio.wait_for(read_frame(reader, 1 << 20), 30) is None:
                     break
                 counts["haves"] += 1
@@ -59,8 +60,8 @@ async def main(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    addr, _, target = args.target.rpartition("/p2p/")
-    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=[args.target], nat_port_map=False,
+    targets = [PeerID.from_base58(t.rpartition("/p2p/")[2]) for t in args.target]
+    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=args.target, nat_port_map=False,
               auto_nat=False, startup_timeout=60)
     daemons: list[P2P] = []
     tasks: list[asyncio.Task] = []
@@ -69,10 +70,11 @@ async def main(args: argparse.Namespace) -> None:
             daemons += await asyncio.gather(*(P2P.create(**kw) for _ in range(min(8, args.keys - start))))
         events = []
         for p2p in daemons:
-            for _ in range(args.streams):
-                events.append(asyncio.Event())
-                tasks.append(asyncio.create_task(hold(p2p, PeerID.from_base58(target), protocol_name(args.run),
-                                                      args.every, args.reopen, events[-1])))
+            for target in targets:
+                for _ in range(args.streams):
+                    events.append(asyncio.Event())
+                    tasks.append(asyncio.create_task(hold(p2p, target, protocol_name(args.run), args.every,
+                                                          args.reopen, events[-1], args.op)))
         await asyncio.gather(*(e.wait() for e in events))
         Path(args.ready).write_text(json.dumps({"keys": len(daemons), **counts}) + "\n")
         await stop.wait()
@@ -90,11 +92,13 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", required=True, help="the weight server's multiaddr with /p2p/ID")
+    parser.add_argument("--target", required=True, action="append",
+                        help="a weight server's multiaddr with /p2p/ID (repeat for several)")
     parser.add_argument("--run", required=True, help="run id (the weights protocol name)")
     parser.add_argument("--keys", type=int, default=33)
     parser.add_argument("--streams", type=int, default=8, help="streams per key")
-    parser.add_argument("--every", type=float, default=8.0, help="seconds between `have` requests on a stream")
+    parser.add_argument("--every", type=float, default=8.0, help="seconds between requests on a stream")
+    parser.add_argument("--op", choices=["have", "manifest"], default="have", help="the request sent every `every` s")
     parser.add_argument("--reopen", type=float, default=1.0, help="seconds before a closed stream is opened again")
     parser.add_argument("--ready", required=True, help="file that gets a JSON line once every stream was tried")
     asyncio.run(main(parser.parse_args()))

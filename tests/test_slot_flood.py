@@ -44,11 +44,15 @@ async def fetch_seconds(honest, tmp_path: Path, learner: Identity, server_id, tr
     return fetcher.last_stats.seconds
 
 
-def start_flood(tmp_path: Path, target: str) -> tuple[subprocess.Popen, Path]:
+def start_flood(tmp_path: Path, target: str, keys: int = KEYS, streams: int = STREAMS, every: float = EVERY,
+                more_targets: tuple[str, ...] | list[str] = (), op: str = "have") -> tuple[subprocess.Popen, Path]:
+    """tests/slot_flood_peer.py in its own session: `keys` keys x `streams` streams on each target, `op` every
+    `every` s; the file it writes its counts to."""
     ready = tmp_path / "flood.jsonl"
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slot_flood_peer.py")), "--target", target,
-                             "--run", RUN, "--keys", str(KEYS), "--streams", str(STREAMS), "--every", str(EVERY),
-                             "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
+    targets = [a for t in (target, *more_targets) for a in ("--target", t)]
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slot_flood_peer.py")), *targets,
+                             "--run", RUN, "--keys", str(keys), "--streams", str(streams), "--every", str(every),
+                             "--op", op, "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     return proc, ready
 
