@@ -55,6 +55,17 @@ async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float
         await asyncio.sleep(reopen)
 
 
+async def create(kw: dict, tries: int = 3) -> P2P:
+    """One daemon connected to the targets; tried again when it did not start (a loaded machine)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return await P2P.create(**kw)
+        except Exception:
+            if attempt == tries:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def main(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -67,7 +78,7 @@ async def main(args: argparse.Namespace) -> None:
     tasks: list[asyncio.Task] = []
     try:
         for start in range(0, args.keys, 8):  # a few at a time: a loaded machine starts 33 daemons slowly
-            daemons += await asyncio.gather(*(P2P.create(**kw) for _ in range(min(8, args.keys - start))))
+            daemons += await asyncio.gather(*(create(kw) for _ in range(min(8, args.keys - start))))
         events = []
         for p2p in daemons:
             for target in targets:
@@ -84,7 +95,7 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         with contextlib.suppress(OSError):  # before the daemons stop: 33 of them may take longer than the caller waits
             with open(args.ready, "a") as f:
-                f.write(json.dumps({"keys": len(daemons), **counts}) + "\n")
+                f.write(json.dumps({"keys": len(daemons), **counts, "final": True}) + "\n")
         for p2p in daemons:
             with contextlib.suppress(Exception):
                 await p2p.shutdown()

@@ -57,6 +57,14 @@ def start_flood(tmp_path: Path, target: str, keys: int = KEYS, streams: int = ST
     return proc, ready
 
 
+async def flood_ready(proc: subprocess.Popen, ready: Path) -> None:
+    """Wait until the flood has tried all its streams; fail with its stderr if it gave up instead."""
+    while not ready.exists() or not ready.read_text().strip():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        await asyncio.sleep(0.5)
+    assert "final" not in ready.read_text(), (ready.read_text(), proc.stderr.read().decode()[-2000:])
+
+
 def stop_flood(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -80,9 +88,7 @@ def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
             await WeightServer(ls, trusted=lambda peer: peer == learner.peer_id).start(calm)  # no flood here
             ls.publish(1, big_state(), learner)
             proc, ready = start_flood(tmp_path, f"{(await lp.get_visible_maddrs())[0]}/p2p/{lp.peer_id}")
-            while not ready.exists() or not ready.read_text().strip():
-                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-                await asyncio.sleep(0.5)
+            await flood_ready(proc, ready)
             await asyncio.sleep(server.evict_after + 1)  # every flood stream idle long enough to be evictable
             held = server.stranger_streams
             for target in (lp, calm):  # connections and page cache warm on both

@@ -24,7 +24,7 @@ from hivemind.p2p import P2P
 from swarmnode.identity import Identity
 from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
 from swarmnode.swarm.weights.slots import SlotTable, address_group
-from test_slot_flood import start_flood, stop_flood
+from test_slot_flood import flood_ready, start_flood, stop_flood
 from weights_helpers import RUN, daemons
 
 
@@ -136,9 +136,7 @@ def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
                 await WeightServer(store, trusted=trusted).start(p2p)
             addrs = [f"{(await p.get_visible_maddrs())[0]}/p2p/{p.peer_id}" for p in (lf, sf, lq, sq)]
             proc, ready = start_flood(tmp_path, addrs[0], KEYS, STREAMS, EVERY, [addrs[1]], "manifest")
-            while not ready.exists() or not ready.read_text().strip():
-                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-                await asyncio.sleep(0.5)
+            await flood_ready(proc, ready)
             for _ in range(60):  # the flood fills every stranger slot on both holders
                 held = min(s.stranger_streams for s in flooded)
                 if held == flooded[0].max_stranger_streams:
