@@ -33,7 +33,7 @@ PEER = str(Path(__file__).with_name("relay_flood_peer.py"))
 PER_ADDRESS, PER_PREFIX, TOTAL = 4, 6, 24
 FLOOD = {"fa": "11.240.1.2", "fb": "11.240.1.3", "fc": "11.241.1.2"}  # fa and fb share a /24
 KEYS = 10  # per flood host: 30 > TOTAL
-PAIRS = 4
+PAIRS = 3
 SETS = ["run_id=tn-relay", "network.use_relay=true", f"network.relay_max_reservations={TOTAL}",
         f"network.relay_conns_per_address={PER_ADDRESS}", f"network.relay_conns_per_prefix={PER_PREFIX}",
         "network.relay_new_conns_per_minute=30"]
@@ -54,6 +54,7 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
+@pytest.mark.timeout(1200)
 def test_a_reservation_flood_from_several_addresses_leaves_honest_nodes_relayed(tmp_path):
     run = DemoRun(tmp_path)
     flooders: list[subprocess.Popen] = []
