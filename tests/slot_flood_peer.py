@@ -4,9 +4,10 @@ tests/test_slot_flood.py and bench/hostile-peers/fuzz_learner.py.
     python tests/slot_flood_peer.py --target MADDR/p2p/ID --run RUN --keys 33 --streams 8 --every 8 --ready FILE
 
 Each key opens `streams` streams to each target's weight server (`--target` may be given more than once) and
-sends a valid request on each every `every` seconds: `have` (default) or, with `--op manifest`, a manifest; a stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried
-all its streams, FILE gets one JSON line; on SIGTERM the process appends its counts to FILE, then stops its
-daemons and exits.
+sends a valid request on each every `every` seconds: `have` (default) or, with `--op manifest`, a manifest; a
+stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried all its
+streams, FILE gets one JSON line; on SIGTERM (or a failure) the process appends its counts to FILE, marked
+"final", then stops its daemons and exits.
 """
 
 from __future__ import annotations

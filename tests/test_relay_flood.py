@@ -68,8 +68,9 @@ def flood_and_reserve(tmp_path: Path, guarded: bool) -> tuple[dict[str, int], di
         run.host = lambda name: hosts[name].ip
         run.prefix = lambda name: lab.prefix(hosts[name])
         try:
-            boots = {name: run.start(name, ["bootstrap", "--config", "tiny-cpu", *[a for x in sets for a in ("--set", x)],
-                                            *run.host_args(name), "--identity-path", str(tmp_path / f"{name}.key")])
+            config = ["--config", "tiny-cpu", *[a for x in sets for a in ("--set", x)]]
+            boots = {name: run.start(name, ["bootstrap", *config, *run.host_args(name),
+                                            "--identity-path", str(tmp_path / f"{name}.key")])
                      for name in ("bootstrap", "calm")}  # both at once: each checks its relay, slowly under load
             flooded, calm = (wait_for_line(boots[name], "initial-peers:", timeout=300) for name in boots)
             for proc in boots.values():

@@ -19,7 +19,8 @@ from swarmnode.swarm.relay_guard import Limits, RelayGuard, guard_rules, tcp_por
 def test_rules_cap_each_address_and_prefix_and_exempt_loopback():
     rules = [" ".join(r) for r in guard_rules("iptables", 31337, Limits(8, 32, 6))]
     assert rules[0] == "-N SWN-RELAY-31337" and "-s 127.0.0.0/8 -j RETURN" in rules[1]
-    assert "--connlimit-above 8 --connlimit-mask 32" in rules[2] and "--connlimit-above 32 --connlimit-mask 24" in rules[3]
+    assert "--connlimit-above 8 --connlimit-mask 32" in rules[2]
+    assert "--connlimit-above 32 --connlimit-mask 24" in rules[3]
     assert "--hashlimit-above 6/minute --hashlimit-burst 8" in rules[4]
     assert rules[-1] == "-I INPUT -p tcp --dport 31337 --syn -j SWN-RELAY-31337"
     six = " ".join(" ".join(r) for r in guard_rules("ip6tables", 1, Limits(8, 0, 0)))

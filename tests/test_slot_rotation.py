@@ -132,7 +132,7 @@ def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
             for store in (ls, ss):  # the honest sampler holds the version it fetched
                 store.publish(1, state(), learner)
             trusted = lambda peer: peer == learner.peer_id  # noqa: E731 (only the learner's key, as on a sampler)
-            flooded = [await WeightServer(ls, trusted=trusted).start(lf), await WeightServer(ss, trusted=trusted).start(sf)]
+            flooded = [await WeightServer(store, trusted=trusted).start(p2p) for store, p2p in ((ls, lf), (ss, sf))]
             for store, p2p in ((ls, lq), (ss, sq)):
                 await WeightServer(store, trusted=trusted).start(p2p)
             addrs = [f"{(await p.get_visible_maddrs())[0]}/p2p/{p.peer_id}" for p in (lf, sf, lq, sq)]

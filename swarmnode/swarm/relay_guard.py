@@ -59,12 +59,13 @@ def guard_rules(tool: str, port: int, limits: Limits) -> list[list[str]]:
     rules = [["-N", chain], ["-A", chain, "-s", LOOPBACK[tool], "-j", "RETURN"]]
     for above, mask in ((limits.per_address, addr_mask), (limits.per_prefix, prefix_mask)):
         if above > 0:
-            rules.append(["-A", chain, "-p", "tcp", "-m", "connlimit", "--connlimit-above", str(above), "--connlimit-mask",
-                          str(mask), *reject])
+            rules.append(["-A", chain, "-p", "tcp", "-m", "connlimit", "--connlimit-above", str(above),
+                          "--connlimit-mask", str(mask), *reject])
     if limits.new_per_minute > 0:
-        rules.append(["-A", chain, "-p", "tcp", "-m", "hashlimit", "--hashlimit-above", f"{limits.new_per_minute}/minute",
-                      "--hashlimit-burst", str(max(1, limits.per_address)), "--hashlimit-mode", "srcip",
-                      "--hashlimit-srcmask", str(addr_mask), "--hashlimit-name", f"swn{port}{tool[:3]}", *reject])
+        rules.append(["-A", chain, "-p", "tcp", "-m", "hashlimit", "--hashlimit-above",
+                      f"{limits.new_per_minute}/minute", "--hashlimit-burst", str(max(1, limits.per_address)),
+                      "--hashlimit-mode", "srcip", "--hashlimit-srcmask", str(addr_mask),
+                      "--hashlimit-name", f"swn{port}{tool[:3]}", *reject])
     rules.append(["-I", "INPUT", "-p", "tcp", "--dport", str(port), "--syn", "-j", chain])
     return rules
 
