@@ -56,7 +56,7 @@ async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float
         await asyncio.sleep(reopen)
 
 
-async def create(kw: dict, tries: int = 3) -> P2P:
+async def create(kw: dict, tries: int = 5) -> P2P:
     """One daemon connected to the targets; tried again when it did not start (a loaded machine)."""
     for attempt in range(1, tries + 1):
         try:
@@ -74,7 +74,7 @@ async def main(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     targets = [PeerID.from_base58(t.rpartition("/p2p/")[2]) for t in args.target]
     kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=args.target, nat_port_map=False,
-              auto_nat=False, startup_timeout=60)
+              auto_nat=False, startup_timeout=120)
     daemons: list[P2P] = []
     tasks: list[asyncio.Task] = []
     try:
