@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Coroutine
 
 import torch
 
@@ -65,6 +66,19 @@ async def flood_ready(proc: subprocess.Popen, ready: Path) -> None:
     assert "final" not in ready.read_text(), (ready.read_text(), proc.stderr.read().decode()[-2000:])
 
 
+def run_flooded(scenario: Coroutine, flood: dict, tmp_path: Path):
+    """Run `scenario` (which puts the flood's process in flood["proc"]), stop the flood however it ends; the
+    scenario's result and the flood's final counts."""
+    try:
+        result = asyncio.run(scenario)
+    finally:
+        if "proc" in flood:
+            stop_flood(flood["proc"])
+    lines = (tmp_path / "flood.jsonl").read_text().splitlines()
+    assert len(lines) == 2, f"the flood did not write its final counts on SIGTERM: {lines}"
+    return result, json.loads(lines[-1])
+
+
 def stop_flood(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -77,18 +91,17 @@ def stop_flood(proc: subprocess.Popen) -> None:
 
 def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
     learner = Identity.generate()
-    proc = None
+    flood: dict = {}
 
     async def scenario():
-        nonlocal proc
         async with daemons(3) as (lp, calm, honest):
             ls = WeightStore(tmp_path / "learner", RUN, chunk_bytes=1 << 20)
             # the learner's server as its role runs it (default caps); only the learner's own key is trusted
             server = await WeightServer(ls, trusted=lambda peer: peer == learner.peer_id).start(lp)
             await WeightServer(ls, trusted=lambda peer: peer == learner.peer_id).start(calm)  # no flood here
             ls.publish(1, big_state(), learner)
-            proc, ready = start_flood(tmp_path, f"{(await lp.get_visible_maddrs())[0]}/p2p/{lp.peer_id}")
-            await flood_ready(proc, ready)
+            flood["proc"], ready = start_flood(tmp_path, f"{(await lp.get_visible_maddrs())[0]}/p2p/{lp.peer_id}")
+            await flood_ready(flood["proc"], ready)
             await asyncio.sleep(server.evict_after + 1)  # every flood stream idle long enough to be evictable
             held = server.stranger_streams
             for target in (lp, calm):  # connections and page cache warm on both
@@ -102,14 +115,7 @@ def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
                     break
             return quiet, flooded, held, server
 
-    try:
-        quiet, flooded, held, server = asyncio.run(scenario())
-    finally:
-        if proc is not None:
-            stop_flood(proc)
-    lines = (tmp_path / "flood.jsonl").read_text().splitlines()
-    assert len(lines) == 2, f"the flood did not write its final counts on SIGTERM: {lines}"
-    counts = json.loads(lines[-1])
+    (quiet, flooded, held, server), counts = run_flooded(scenario(), flood, tmp_path)
     ratio = min(quiet) / min(flooded)
     print(f"slot flood: honest fetch {ratio:.2f}x its quiet speed (best of {len(quiet)}: {min(quiet):.3f} s quiet, "
           f"{min(flooded):.3f} s flooded; medians {statistics.median(quiet):.3f} and {statistics.median(flooded):.3f}"

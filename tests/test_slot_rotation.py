@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
 import statistics
 from pathlib import Path
@@ -24,7 +23,7 @@ from hivemind.p2p import P2P
 from swarmnode.identity import Identity
 from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
 from swarmnode.swarm.weights.slots import SlotTable, address_group
-from test_slot_flood import flood_ready, start_flood, stop_flood
+from test_slot_flood import flood_ready, run_flooded, start_flood
 from weights_helpers import RUN, daemons
 
 
@@ -123,10 +122,9 @@ def best_ratio(quiet: list[float], flooded: list[float]) -> float:
 @pytest.mark.timeout(900)
 def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
     learner = Identity.generate()
-    proc = None
+    flood: dict = {}
 
     async def scenario():
-        nonlocal proc
         async with daemons(5) as (lf, sf, lq, sq, honest):
             ls, ss = (WeightStore(tmp_path / n, RUN, chunk_bytes=1 << 20) for n in ("learner", "sampler"))
             for store in (ls, ss):  # the honest sampler holds the version it fetched
@@ -136,8 +134,8 @@ def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
             for store, p2p in ((ls, lq), (ss, sq)):
                 await WeightServer(store, trusted=trusted).start(p2p)
             addrs = [f"{(await p.get_visible_maddrs())[0]}/p2p/{p.peer_id}" for p in (lf, sf, lq, sq)]
-            proc, ready = start_flood(tmp_path, addrs[0], KEYS, STREAMS, EVERY, [addrs[1]], "manifest")
-            await flood_ready(proc, ready)
+            flood["proc"], ready = start_flood(tmp_path, addrs[0], KEYS, STREAMS, EVERY, [addrs[1]], "manifest")
+            await flood_ready(flood["proc"], ready)
             for _ in range(60):  # the flood fills every stranger slot on both holders
                 held = min(s.stranger_streams for s in flooded)
                 if held == flooded[0].max_stranger_streams:
@@ -157,12 +155,7 @@ def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
                     break
             return new, old, held, flooded
 
-    try:
-        new, old, held, servers = asyncio.run(scenario())
-    finally:
-        if proc is not None:
-            stop_flood(proc)
-    counts = json.loads((tmp_path / "flood.jsonl").read_text().splitlines()[-1])
+    (new, old, held, servers), counts = run_flooded(scenario(), flood, tmp_path)
     print(f"slot rotation: new sampler {best_ratio(**new):.2f}x its unflooded speed (best of {len(new['quiet'])}: "
           f"{min(new['quiet']):.2f} s unflooded, {min(new['flooded']):.2f} s flooded; medians "
           f"{statistics.median(new['quiet']):.2f} and {statistics.median(new['flooded']):.2f} s); honest stranger "
