@@ -3,10 +3,11 @@ tests/test_slot_flood.py and bench/hostile-peers/fuzz_learner.py.
 
     python tests/slot_flood_peer.py --target MADDR/p2p/ID --run RUN --keys 33 --streams 8 --every 8 --ready FILE
 
-Each key opens `streams` streams to the target's weight server and sends a valid `have` on each every `every`
-seconds; a stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried
-all its streams, FILE gets one JSON line; on SIGTERM the process appends its counts to FILE, then stops its
-daemons and exits.
+Each key opens `streams` streams to each target's weight server (`--target` may be given more than once) and
+sends a valid request on each every `every` seconds: `have` (default) or, with `--op manifest`, a manifest; a
+stream the server refuses or closes is opened again `reopen` seconds later. Once every key has tried all its
+streams, FILE gets one JSON line; on SIGTERM (or a failure) the process appends its counts to FILE, marked
+"final", then stops its daemons and exits.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from swarmnode.protocol.codec import pack
 from swarmnode.swarm.frames import read_frame, write_frame
 from swarmnode.swarm.weights import protocol_name
 
-counts = {"opened": 0, "refused": 0, "closed": 0, "haves": 0}
+counts = {"opened": 0, "refused": 0, "closed": 0, "haves": 0}  # haves: answered requests of either op
 
 
-async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float, tried: asyncio.Event) -> None:
+async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float, tried: asyncio.Event,
+               op: str = "have") -> None:
     """One stream slot, held for as long as the server lets it, then taken again."""
     while True:
         try:
@@ -41,7 +43,7 @@ async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float
         tried.set()
         try:
             while True:
-                await write_frame(writer, pack({"op": "have", "version": 1}))
+                await write_frame(writer, pack({"op": op, "version": 1}))
                 if await asyncio.wait_for(read_frame(reader, 1 << 20), 30) is None:
                     break
                 counts["haves"] += 1
@@ -54,25 +56,37 @@ async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float
         await asyncio.sleep(reopen)
 
 
+async def create(kw: dict, tries: int = 5) -> P2P:
+    """One daemon connected to the targets; tried again when it did not start (a loaded machine)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return await P2P.create(**kw)
+        except Exception:
+            if attempt == tries:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def main(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    addr, _, target = args.target.rpartition("/p2p/")
-    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=[args.target], nat_port_map=False,
-              auto_nat=False, startup_timeout=60)
+    targets = [PeerID.from_base58(t.rpartition("/p2p/")[2]) for t in args.target]
+    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=args.target, nat_port_map=False,
+              auto_nat=False, startup_timeout=120)
     daemons: list[P2P] = []
     tasks: list[asyncio.Task] = []
     try:
         for start in range(0, args.keys, 8):  # a few at a time: a loaded machine starts 33 daemons slowly
-            daemons += await asyncio.gather(*(P2P.create(**kw) for _ in range(min(8, args.keys - start))))
+            daemons += await asyncio.gather(*(create(kw) for _ in range(min(8, args.keys - start))))
         events = []
         for p2p in daemons:
-            for _ in range(args.streams):
-                events.append(asyncio.Event())
-                tasks.append(asyncio.create_task(hold(p2p, PeerID.from_base58(target), protocol_name(args.run),
-                                                      args.every, args.reopen, events[-1])))
+            for target in targets:
+                for _ in range(args.streams):
+                    events.append(asyncio.Event())
+                    tasks.append(asyncio.create_task(hold(p2p, target, protocol_name(args.run), args.every,
+                                                          args.reopen, events[-1], args.op)))
         await asyncio.gather(*(e.wait() for e in events))
         Path(args.ready).write_text(json.dumps({"keys": len(daemons), **counts}) + "\n")
         await stop.wait()
@@ -82,7 +96,7 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         with contextlib.suppress(OSError):  # before the daemons stop: 33 of them may take longer than the caller waits
             with open(args.ready, "a") as f:
-                f.write(json.dumps({"keys": len(daemons), **counts}) + "\n")
+                f.write(json.dumps({"keys": len(daemons), **counts, "final": True}) + "\n")
         for p2p in daemons:
             with contextlib.suppress(Exception):
                 await p2p.shutdown()
@@ -90,11 +104,13 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", required=True, help="the weight server's multiaddr with /p2p/ID")
+    parser.add_argument("--target", required=True, action="append",
+                        help="a weight server's multiaddr with /p2p/ID (repeat for several)")
     parser.add_argument("--run", required=True, help="run id (the weights protocol name)")
     parser.add_argument("--keys", type=int, default=33)
     parser.add_argument("--streams", type=int, default=8, help="streams per key")
-    parser.add_argument("--every", type=float, default=8.0, help="seconds between `have` requests on a stream")
+    parser.add_argument("--every", type=float, default=8.0, help="seconds between requests on a stream")
+    parser.add_argument("--op", choices=["have", "manifest"], default="have", help="the request sent every `every` s")
     parser.add_argument("--reopen", type=float, default=1.0, help="seconds before a closed stream is opened again")
     parser.add_argument("--ready", required=True, help="file that gets a JSON line once every stream was tried")
     asyncio.run(main(parser.parse_args()))

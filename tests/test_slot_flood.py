@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Coroutine
 
 import torch
 
@@ -44,20 +45,45 @@ async def fetch_seconds(honest, tmp_path: Path, learner: Identity, server_id, tr
     return fetcher.last_stats.seconds
 
 
-def start_flood(tmp_path: Path, target: str) -> tuple[subprocess.Popen, Path]:
+def start_flood(tmp_path: Path, target: str, keys: int = KEYS, streams: int = STREAMS, every: float = EVERY,
+                more_targets: tuple[str, ...] | list[str] = (), op: str = "have") -> tuple[subprocess.Popen, Path]:
+    """tests/slot_flood_peer.py in its own session: `keys` keys x `streams` streams on each target, `op` every
+    `every` s; the file it writes its counts to."""
     ready = tmp_path / "flood.jsonl"
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slot_flood_peer.py")), "--target", target,
-                             "--run", RUN, "--keys", str(KEYS), "--streams", str(STREAMS), "--every", str(EVERY),
-                             "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
+    targets = [a for t in (target, *more_targets) for a in ("--target", t)]
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slot_flood_peer.py")), *targets,
+                             "--run", RUN, "--keys", str(keys), "--streams", str(streams), "--every", str(every),
+                             "--op", op, "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     return proc, ready
+
+
+async def flood_ready(proc: subprocess.Popen, ready: Path) -> None:
+    """Wait until the flood has tried all its streams; fail with its stderr if it gave up instead."""
+    while not ready.exists() or not ready.read_text().strip():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        await asyncio.sleep(0.5)
+    assert "final" not in ready.read_text(), (ready.read_text(), proc.stderr.read().decode()[-2000:])
+
+
+def run_flooded(scenario: Coroutine, flood: dict, tmp_path: Path):
+    """Run `scenario` (which puts the flood's process in flood["proc"]), stop the flood however it ends; the
+    scenario's result and the flood's final counts."""
+    try:
+        result = asyncio.run(scenario)
+    finally:
+        if "proc" in flood:
+            stop_flood(flood["proc"])
+    lines = (tmp_path / "flood.jsonl").read_text().splitlines()
+    assert len(lines) == 2, f"the flood did not write its final counts on SIGTERM: {lines}"
+    return result, json.loads(lines[-1])
 
 
 def stop_flood(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(30)
+            proc.wait(90)  # cancelling 264 streams and writing its counts takes a while at load 80
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # its own session: the flooder and its p2pd daemons
             proc.wait(10)
@@ -65,20 +91,17 @@ def stop_flood(proc: subprocess.Popen) -> None:
 
 def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
     learner = Identity.generate()
-    proc = None
+    flood: dict = {}
 
     async def scenario():
-        nonlocal proc
         async with daemons(3) as (lp, calm, honest):
             ls = WeightStore(tmp_path / "learner", RUN, chunk_bytes=1 << 20)
             # the learner's server as its role runs it (default caps); only the learner's own key is trusted
             server = await WeightServer(ls, trusted=lambda peer: peer == learner.peer_id).start(lp)
             await WeightServer(ls, trusted=lambda peer: peer == learner.peer_id).start(calm)  # no flood here
             ls.publish(1, big_state(), learner)
-            proc, ready = start_flood(tmp_path, f"{(await lp.get_visible_maddrs())[0]}/p2p/{lp.peer_id}")
-            while not ready.exists() or not ready.read_text().strip():
-                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-                await asyncio.sleep(0.5)
+            flood["proc"], ready = start_flood(tmp_path, f"{(await lp.get_visible_maddrs())[0]}/p2p/{lp.peer_id}")
+            await flood_ready(flood["proc"], ready)
             await asyncio.sleep(server.evict_after + 1)  # every flood stream idle long enough to be evictable
             held = server.stranger_streams
             for target in (lp, calm):  # connections and page cache warm on both
@@ -92,14 +115,7 @@ def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
                     break
             return quiet, flooded, held, server
 
-    try:
-        quiet, flooded, held, server = asyncio.run(scenario())
-    finally:
-        if proc is not None:
-            stop_flood(proc)
-    lines = (tmp_path / "flood.jsonl").read_text().splitlines()
-    assert len(lines) == 2, f"the flood did not write its final counts on SIGTERM: {lines}"
-    counts = json.loads(lines[-1])
+    (quiet, flooded, held, server), counts = run_flooded(scenario(), flood, tmp_path)
     ratio = min(quiet) / min(flooded)
     print(f"slot flood: honest fetch {ratio:.2f}x its quiet speed (best of {len(quiet)}: {min(quiet):.3f} s quiet, "
           f"{min(flooded):.3f} s flooded; medians {statistics.median(quiet):.3f} and {statistics.median(flooded):.3f}"

@@ -52,8 +52,9 @@ def missing_for_nat_lab() -> str | None:
 class NatLab:
     """The namespaces, links and routers of one lab; `close()` (or leaving the `with`) removes them all."""
 
-    def __init__(self) -> None:
-        self.tag = f"swl{os.getpid() % 100000}"
+    def __init__(self, prefix: str = "swl") -> None:
+        """`prefix`: the start of every namespace and link name (labs of different prefixes never clash)."""
+        self.tag = f"{prefix}{os.getpid() % 100000}"
         self.namespaces: list[str] = []
         self.links: list[str] = []
         self.hosts: dict[str, Host] = {}
@@ -87,7 +88,7 @@ class NatLab:
         self.links.append(veth)
         self._sh("ip", "link", "set", veth, "master", self.bridge)
         self._sh("ip", "link", "set", veth, "up")
-        self._ns(ns, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
+        self._ns(ns, "ip", "addr", "add", f"{ip}/8", "dev", "eth0")  # all of 11/8 on the bridge: several prefixes
         self._ns(ns, "ip", "link", "set", "eth0", "up")
 
     def _cap(self, ns: str, mbit: float | None) -> None:
@@ -95,11 +96,12 @@ class NatLab:
             self._ns(ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", f"{mbit}mbit", "burst", "256kb",
                      "latency", "50ms")
 
-    def public(self, name: str, mbit: float | None = None) -> Host:
-        """A host with a public address on the internet bridge; its uplink capped at `mbit` if given."""
+    def public(self, name: str, mbit: float | None = None, ip: str | None = None) -> Host:
+        """A host with a public address on the internet bridge (`ip`, any free address in 11.0.0.0/8, else the
+        next one in INTERNET); its uplink capped at `mbit` if given."""
         self._public += 1
         ns = self._namespace(f"p{self._public}")
-        ip = f"{INTERNET}.{self._public + 1}"
+        ip = ip or f"{INTERNET}.{self._public + 1}"
         self._on_internet(ns, ip, f"pv{self._public}")
         self._cap(ns, mbit)
         return self._add(Host(name, ns, ip, True))

@@ -62,6 +62,14 @@ class NetworkConfig(_Section):
                                        "direction before it is reset (the peers then reconnect)")
     relay_time_limit_s: float = Field(1800.0, gt=0, le=86400 * 7, description="relay: seconds a relayed "
                                       "connection lives before it is reset")
+    relay_conns_per_address: int = Field(8, ge=0, le=100_000, description="relay (root, iptables): open "
+                                         "connections to a relaying bootstrap per IPv4 address or IPv6 /64 (0: no "
+                                         "per-address limits)")
+    relay_conns_per_prefix: int = Field(32, ge=0, le=100_000, description="relay (root, iptables): open "
+                                        "connections per IPv4 /24 or IPv6 /48 (0: none)")
+    relay_new_conns_per_minute: int = Field(6, ge=0, le=100_000, description="relay (root, iptables): new "
+                                            "connections per minute per address, after a burst of "
+                                            "relay_conns_per_address (0: no rate limit)")
 
 
 class TinyModelConfig(_Section):

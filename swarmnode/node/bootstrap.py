@@ -20,6 +20,8 @@ from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import PUBLIC, reachability_of
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.run_name import serve_run_name
+from swarmnode.swarm.relay import relays_here
+from swarmnode.swarm.relay_guard import RelayGuard
 
 logger = logging.getLogger(__name__)
 
@@ -63,38 +65,54 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
         await serve_run_name(member.dht.p2p, cfg.run_id)  # `status` without the run id asks
         if card is not None:
             asyncio.create_task(serve_card(member, card, stop))
-        addrs = share_addresses([str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)],
-                                cfg.network.announce_maddrs)
-        for addr in addrs:
-            emit(f"initial-peers: {addr}")
-        own = BootstrapHealth(uptime=0.0, peers_seen=0, reachability=PUBLIC)  # what its record and /metrics carry
+        visible = [str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)]
+        guard = RelayGuard.install(cfg, listening(cfg, visible)) if relays_here(cfg, visible) else RelayGuard()
+        try:
+            await _serve(cfg, identity, member, visible, stop, as_json=as_json, log_interval=log_interval, emit=emit)
+        finally:
+            guard.remove()
+
+
+def listening(cfg: NodeConfig, visible: list[str]) -> list[str]:
+    """The bootstrap's listening addresses: its fixed `host_maddrs`, and its visible ones not announced."""
+    fixed = [a for a in cfg.network.host_maddrs if not a.rstrip("/").endswith("/0")]
+    return fixed + [a for a in visible if not any(a.startswith(x) for x in cfg.network.announce_maddrs)]
+
+
+async def _serve(cfg: NodeConfig, identity: Identity, member: Membership, visible: list[str], stop: asyncio.Event,
+                 *, as_json: bool, log_interval: float, emit: Callable[[str], None]) -> None:
+    """Print the addresses and `ready`, then log the peers seen until `stop`."""
+    addrs = share_addresses(visible, cfg.network.announce_maddrs)
+    for addr in addrs:
+        emit(f"initial-peers: {addr}")
+    own = BootstrapHealth(uptime=0.0, peers_seen=0, reachability=PUBLIC)  # what its record and /metrics carry
+    member.update(health=record_health(own))
+    if cfg.metrics.port is not None:
+        port = serve_metrics(cfg.metrics.port, lambda: own, "bootstrap", cfg.metrics.addr)
+        emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
+    emit(f"ready peer_id={identity.peer_id} run={cfg.run_id}")
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=log_interval)
+            break
+        except asyncio.TimeoutError:
+            pass
+        try:
+            live = await member.dht.live_peers()
+            connections = len(await member.dht.p2p.list_peers())
+        except Exception as exc:
+            logger.warning("health query failed: %s", exc)
+            continue
+        doc = bootstrap_health(member, live, connections)
+        own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"], peers_by_reachability=doc["reachability"])
         member.update(health=record_health(own))
-        if cfg.metrics.port is not None:
-            port = serve_metrics(cfg.metrics.port, lambda: own, "bootstrap", cfg.metrics.addr)
-            emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
-        emit(f"ready peer_id={identity.peer_id} run={cfg.run_id}")
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=log_interval)
-                break
-            except asyncio.TimeoutError:
-                pass
-            try:
-                live = await member.dht.live_peers()
-                connections = len(await member.dht.p2p.list_peers())
-            except Exception as exc:
-                logger.warning("health query failed: %s", exc)
-                continue
-            doc = bootstrap_health(member, live, connections)
-            own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"], peers_by_reachability=doc["reachability"])
-            member.update(health=record_health(own))
-            if as_json:
-                emit(json.dumps(doc, sort_keys=True))
-            else:
-                roles = ", ".join(f"{k} {v}" for k, v in sorted(doc["roles"].items())) or "none"
-                others = ", ".join(f"{run} {n}" for run, n in sorted(doc["other_runs"].items()))
-                reach = ", ".join(f"{k} {v}" for k, v in sorted(doc["reachability"].items()) if k != PUBLIC)
-                emit(f"peers seen: {doc['live_peers']} ({roles}{'; ' + reach if reach else ''}); "
-                     f"connections {connections}; "
-                     f"uptime {doc['uptime_s']:.0f} s" + (f"; records of other runs refused: {others} (this "
-                                                          f"bootstrap serves run {cfg.run_id})" if others else ""))
+        if as_json:
+            emit(json.dumps(doc, sort_keys=True))
+        else:
+            roles = ", ".join(f"{k} {v}" for k, v in sorted(doc["roles"].items())) or "none"
+            others = ", ".join(f"{run} {n}" for run, n in sorted(doc["other_runs"].items()))
+            reach = ", ".join(f"{k} {v}" for k, v in sorted(doc["reachability"].items()) if k != PUBLIC)
+            emit(f"peers seen: {doc['live_peers']} ({roles}{'; ' + reach if reach else ''}); "
+                 f"connections {connections}; "
+                 f"uptime {doc['uptime_s']:.0f} s" + (f"; records of other runs refused: {others} (this "
+                                                      f"bootstrap serves run {cfg.run_id})" if others else ""))

@@ -8,6 +8,7 @@
 - `reachability` can others dial this node: the bootstraps' dial-back, relay reservation, client mode
 - `recheck`   reachability after join: the relay reservation each heartbeat, the dial-back now and then
 - `relay`     a bootstrap's circuit relay (v2) service and its limits, checked at start
+- `relay_guard` per-address and per-prefix connection caps in front of a bootstrap's relay (iptables)
 - `liveness`  which peers proved alive (answered us, or hold a connection): holders and send targets
 - `run_name`  which run a bootstrap serves (asked by `status` when its own run has no nodes)
 - `membership` being a member of a run: join the DHT, a PeerRecord on a heartbeat, leave cleanly

@@ -125,6 +125,11 @@ def _global_addr(addrs: list[str]) -> str | None:
     return next((a for a in addrs if (ip := ip_of(a)) is not None and not is_private(ip)), None)
 
 
+def relays_here(cfg: NodeConfig, visible: list[str]) -> bool:
+    """Whether a bootstrap with these visible addresses relays: relaying on, and a public address to relay at."""
+    return cfg.network.relay_service is not False and cfg.network.use_relay and _global_addr(visible) is not None
+
+
 async def start_relay_p2p(cfg: NodeConfig, identity: Identity) -> P2P:
     """Start the daemon of a node that relays (a bootstrap) so that its configured relay limits are the ones in
     force: checked with `relay_carries_data` and the daemon restarted (same key and addresses) until they are,

@@ -8,15 +8,8 @@ only after its last answer arrived and "bye" was sent (closing right after the l
 streams).
 
 Every stream holds a file descriptor here (hivemind hands each one over a unix socket) for as long as it is
-open, so streams are slots, capped per peer and in total, that strangers cannot hold:
-- a `trusted` peer (the run's designated learners, and for a learner the samplers whose work passed its spot
-  checks) may hold `max_streams_per_peer`; any other peer (a stranger) `stranger_streams_per_peer`, and all
-  strangers together at most `stranger_share` of `max_streams`;
-- a stream is useful while it is served a manifest or chunks: one that got nothing but have-maps for
-  `idle_timeout` is closed (a valid `have` every few seconds keeps no slot);
-- a new stream over a cap takes the slot of a stranger's stream that has not been useful for `evict_after`
-  seconds (a trusted peer's takes the least recently useful stranger's at once), else it is closed before any
-  byte is read.
+open, so streams are slots, capped per peer and in total and shared fairly among strangers (`slots`). A stream
+that moved no chunks for `idle_timeout` is closed: a manifest or a have-map every few seconds keeps no slot.
 """
 
 from __future__ import annotations
@@ -25,13 +18,13 @@ import asyncio
 import collections
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from hivemind.p2p import P2P
 
 from swarmnode.protocol.codec import InvalidRecord, unpack
 from swarmnode.swarm.frames import read_frame, write_frame
+from swarmnode.swarm.weights.slots import Slot, SlotTable, address_group
 from swarmnode.swarm.weights.store import WeightStore
 
 logger = logging.getLogger(__name__)
@@ -43,17 +36,6 @@ MAX_HASHES_PER_REQUEST = 64
 def protocol_name(run_id: str) -> str:
     """The stream handler name weights are served under for one run."""
     return f"swarmnode/{run_id}/weights/1"
-
-
-@dataclass(eq=False)
-class _Slot:
-    """One open stream."""
-
-    peer: str
-    trusted: bool
-    writer: asyncio.StreamWriter
-    useful_at: float = field(default_factory=time.monotonic)  # last time it was served a manifest or chunks
-    evicted: bool = False
 
 
 class WeightServer:
@@ -68,10 +50,10 @@ class WeightServer:
         self.stranger_streams_per_peer = min(stranger_streams_per_peer, max_streams_per_peer)
         self.max_stranger_streams = max(1, int(stranger_share * max_streams))
         self.trusted: Callable[[str], bool] = trusted or (lambda peer: True)  # the role sets who is trusted
-        self.open_streams: collections.Counter[str] = collections.Counter()  # peer -> streams open now
-        self._slots: set[_Slot] = set()
+        self.slots = SlotTable(max_total=max_streams, max_per_peer=max_streams_per_peer,
+                               stranger_per_peer=stranger_streams_per_peer, max_strangers=self.max_stranger_streams,
+                               evict_after=evict_after)
         self.streams_refused = 0
-        self.streams_evicted = 0
         self.served_chunks = 0
         self.served_bytes = 0
         self.served_chunks_by_peer: collections.Counter[str] = collections.Counter()
@@ -83,44 +65,23 @@ class WeightServer:
         return self
 
     @property
+    def open_streams(self) -> collections.Counter[str]:
+        """Peer -> streams it holds open now."""
+        return self.slots.by_peer
+
+    @property
     def stranger_streams(self) -> int:
         """Streams open now of peers not trusted (strangers)."""
-        return sum(1 for s in self._slots if not s.trusted)
+        return self.slots.strangers
 
-    def _admit(self, peer: str, writer: asyncio.StreamWriter) -> _Slot | None:
-        """A slot for a new stream of `peer` (evicting a stranger's idle stream if that is what it takes), or None."""
-        trusted = bool(self.trusted(peer))
-        if self.open_streams[peer] >= (self.max_streams_per_peer if trusted else self.stranger_streams_per_peer):
-            return None
-        strangers = [s for s in self._slots if not s.trusted]
-        full = len(self._slots) >= self.max_streams or (not trusted and len(strangers) >= self.max_stranger_streams)
-        if full:
-            now = time.monotonic()
-            idle = [s for s in strangers if trusted or now - s.useful_at >= self.evict_after]
-            if not idle:
-                return None
-            self._evict(min(idle, key=lambda s: s.useful_at))
-        slot = _Slot(peer, trusted, writer)
-        self._slots.add(slot)
-        self.open_streams[peer] += 1
-        return slot
-
-    def _evict(self, slot: _Slot) -> None:
-        slot.evicted = True
-        self.streams_evicted += 1
-        self._release(slot)
-        slot.writer.close()
-
-    def _release(self, slot: _Slot) -> None:
-        if slot in self._slots:
-            self._slots.discard(slot)
-            self.open_streams[slot.peer] -= 1
-            if not self.open_streams[slot.peer]:
-                del self.open_streams[slot.peer]
+    @property
+    def streams_evicted(self) -> int:
+        """Streams closed to give their slot to another peer."""
+        return self.slots.evicted
 
     async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(info.peer_id)
-        slot = self._admit(peer, writer)
+        slot = self.slots.admit(peer, address_group(peer, str(info.addr)), bool(self.trusted(peer)), writer)
         if slot is None:
             self.streams_refused += 1
             if self.streams_refused in (1, 10, 100) or self.streams_refused % 1000 == 0:
@@ -142,9 +103,9 @@ class WeightServer:
             pass
         finally:
             writer.close()
-            self._release(slot)
+            self.slots.release(slot)
 
-    async def _answer(self, req: dict, writer: asyncio.StreamWriter, slot: _Slot) -> bool:
+    async def _answer(self, req: dict, writer: asyncio.StreamWriter, slot: Slot) -> bool:
         """Answer one request; False ends the stream."""
         peer = slot.peer
         op = req.get("op")
@@ -159,9 +120,7 @@ class WeightServer:
                 return True
             v = self.store.latest() if version < 0 else version
             m = self.store.manifest(v) if v is not None else None
-            await write_frame(writer, m.encode() if m else b"")
-            if m:
-                slot.useful_at = time.monotonic()
+            await write_frame(writer, m.encode() if m else b"")  # moves no weights: the slot stays idle
             return True
         if op == "chunks":
             hashes = req.get("hashes")
@@ -173,7 +132,7 @@ class WeightServer:
                 data = self.store.read_chunk(h.hex())
                 await write_frame(writer, data if data is not None else b"")
                 if data is not None:
-                    slot.useful_at = time.monotonic()
+                    slot.useful_at = time.monotonic()  # only chunks make a slot useful
                     self.served_chunks += 1
                     self.served_bytes += len(data)
                     self.served_chunks_by_peer[peer] += 1
