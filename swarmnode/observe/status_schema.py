@@ -58,7 +58,7 @@ ALERT_SCHEMA: dict[str, Any] = {
     "required": ["kind", "severity", "peer_id", "message"],
     "properties": {
         "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed",
-                          "self_declared_learner"]},
+                          "self_declared_learner", "sampler_kl"]},
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},
