@@ -11,9 +11,12 @@ Two budgets, each a share of `learner.prompts_per_step` (P):
   a bounded number of checks, and a wave of N newcomers is through probation within about
   N x `trust.probation_checks` / that budget steps (each step checks the newest waiting groups of keys at rate 1).
 
-`StepChecks.leave` is the predicate `ReplayBuffer.draw` asks of each candidate group, in draw order: True leaves
-it in the buffer. The draw decision (check or not) is made there, once per group that enters the step, and read
-back by the learner's spot check (`drawn`).
+`draw_step` takes a step's groups from a `ReplayBuffer` in three passes, each with `StepChecks.leave` as the
+predicate `ReplayBuffer.draw` asks of each candidate (in its draw order; True leaves it in the buffer): first up to
+the budget of groups of keys at rate 1 (reserved: a busy established sampler cannot starve the newcomers), then
+the other keys' groups within their unchecked budgets, then, if the step is still short, groups over those budgets
+(checked). The draw decision (check or not) is made there, once per group that enters the step, and read back by
+the learner's spot check (`drawn`).
 """
 
 from __future__ import annotations
@@ -45,24 +48,28 @@ class StepChecks:
         self.suspect_checks = 0
         self.decisions: dict[str, bool] = {}  # group id -> drawn for a check
         self.counts: Counter[str] = Counter()  # "deferred_probation", "deferred_unchecked", "forced_checks"
-        self.filling = False  # second pass: groups over a key's unchecked budget are taken, and checked
+        self.phase = "suspects"  # `draw_step`'s pass: "suspects", then "rest", then "filling"
 
     def leave(self, group) -> bool:
-        """Whether `group` stays in the buffer this step (budget spent); otherwise its draw decision is kept."""
+        """Whether `group` stays in the buffer in this pass; otherwise its draw decision is kept."""
         key = group.sampler_id
         if not self.checker.enabled or not self.checkable(group):
+            if self.phase == "suspects":
+                return True
             self.decisions[group.group_id] = False
             return False
         if self.checker.suspect(key):
-            if self.suspect_checks >= self.suspects:
-                self.counts["deferred_probation"] += 1
+            if self.phase != "suspects" or self.suspect_checks >= self.suspects:
+                self.counts["deferred_probation"] += self.phase == "rest"
                 return True
             self.suspect_checks += 1
             self.decisions[group.group_id] = True
             return False
+        if self.phase == "suspects":
+            return True
         drawn = self.checker.drawn(key)
         if not drawn and self.passed[key] >= self.unchecked:
-            if not self.filling:
+            if self.phase == "rest":
                 self.counts["deferred_unchecked"] += 1
                 return True
             self.counts["forced_checks"] += 1
@@ -75,3 +82,14 @@ class StepChecks:
     def drawn(self, group) -> bool | None:
         """The draw decision made for `group` in this step (None: not decided here)."""
         return self.decisions.get(group.group_id)
+
+
+def draw_step(buffer, checks: StepChecks, n: int) -> list:
+    """Up to `n` groups of `buffer` for one step under `checks`' budgets (module docstring)."""
+    drawn: list = []
+    for phase in ("suspects", "rest", "filling"):
+        checks.phase = phase
+        if phase == "filling" and not checks.counts["deferred_unchecked"]:
+            break
+        drawn += buffer.draw(n - len(drawn), leave=checks.leave) if len(drawn) < n else []
+    return drawn

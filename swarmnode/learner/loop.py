@@ -70,7 +70,7 @@ from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, step_stats
-from swarmnode.learner.check_budget import StepChecks, suspect_budget, unchecked_budget
+from swarmnode.learner.check_budget import StepChecks, draw_step, suspect_budget, unchecked_budget
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
@@ -275,15 +275,13 @@ class LearnerLoop:
         return loss, diag, seq_logp.float()
 
     def _draw(self, n: int) -> list:
-        """The step's `n` groups under the per-step check budgets (`learner.check_budget`): a key's groups over
-        its unchecked budget come last (and are checked), further groups of keys checked at rate 1 wait."""
+        """The step's `n` groups under the per-step check budgets (`learner.check_budget`): a budget of groups of
+        keys checked at rate 1 first, then the others; a key's groups over its unchecked budget come last (and
+        are checked); further groups of keys at rate 1 wait in the buffer."""
         trust = self.cfg.trust
         self.step_checks = StepChecks(self.verifier, unchecked_budget(trust.unchecked_share, n),
                                       suspect_budget(trust.probation_share, n), self.hooks.checkable)
-        drawn = self.buffer.draw(n, leave=self.step_checks.leave)
-        if len(drawn) < n and self.step_checks.counts["deferred_unchecked"]:
-            self.step_checks.filling = True
-            drawn += self.buffer.draw(n - len(drawn), leave=self.step_checks.leave)
+        drawn = draw_step(self.buffer, self.step_checks, n)
         self.verifier.counts.update(self.step_checks.counts)  # deferred (left for later steps), forced checks
         return drawn
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-OFF_TOKEN = 3.0  # a token is off when |d| > OFF_TOKEN x tolerance (0.3 nats at the default)
+OFF_TOKEN = 4.0  # a token is off when |d| > OFF_TOKEN x tolerance (0.4 nats at the default)
 OFF_SHARE = 0.01  # share of a group's tokens that may be off (rounded down)
 SEQ_SLACK = 3.0  # a completion's |sum d| may reach tolerance x (its tokens + SEQ_SLACK)
 

@@ -21,7 +21,7 @@ The check runs one no-grad forward over the group's completions at its temperatu
 version, swapped into the live model and back (under LoRA only the adapters move; no copy of the model is made
 on the device; a full-weight swap keeps the live weights on the CPU meanwhile). It compares the distribution of
 the per-token differences with limits that scale with `trust.verify_tolerance` (`learner.mismatch`: the median,
-mean and mean absolute difference, the share of tokens off by more than 3x the tolerance, and each completion's
+mean and mean absolute difference, the share of tokens off by more than 4x the tolerance, and each completion's
 summed difference), so a lie shaped to cancel out is refused (counted `logprob_mismatch`) and its sender struck.
 The false-positive rate and the shaped lies caught are measured in bench/verify-tolerance/ (docs/trust.md). Each
 sampler's score is an exponential moving average of its groups' mean |difference| (`scores`) and of their KL
@@ -127,8 +127,8 @@ class SpotChecker:
         return max(self.fraction, self.probation / max(1, clean))
 
     def suspect(self, sampler_id: str) -> bool:
-        """Whether every group of `sampler_id` is checked (on probation, or caught): what a join wave costs."""
-        return self.enabled and self.rate(sampler_id) >= 1.0
+        """Whether `sampler_id` is on probation or was caught (every group checked): what a join wave costs."""
+        return self.enabled and (sampler_id in self.caught or self.clean.get(sampler_id, 0) < self.probation)
 
     def drawn(self, sampler_id: str) -> bool:
         """Whether a group of `sampler_id` is drawn for a check (with probability `rate`)."""
