@@ -180,3 +180,15 @@ def test_the_learner_loop_runs_at_most_the_probation_budget_of_checks_per_step(c
     diag = loop.step()
     assert diag is not None and loop.verifier.counts["checked"] == 1 and diag["groups"] <= 1
     assert len(loop.buffer) == per_step - 1 and diag["checks_deferred_probation"] == per_step - 1
+
+
+def test_status_names_a_sampler_whose_kl_stands_out_from_the_others():
+    from swarmnode.observe.health import find_alerts
+
+    learner = {"peer_id": "L" * 20, "role": "learner", "version": 3, "health": {
+        "verified_peers": ["liar-key", "honest-a", "honest-b", "honest-c"],
+        "verified_kl": [1.3, 0.0009, 0.0011, 0.0]}}
+    alerts = [a for a in find_alerts([learner], 16) if a["kind"] == "sampler_kl"]
+    assert [a["peer_id"] for a in alerts] == ["liar-key"] and "KL" in alerts[0]["message"]
+    learner["health"]["verified_kl"] = [0.002, 0.0009, 0.0011, 0.0]  # bf16-like spread: nobody named
+    assert not [a for a in find_alerts([learner], 16) if a["kind"] == "sampler_kl"]
