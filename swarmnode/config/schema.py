@@ -282,9 +282,9 @@ class TrustConfig(_Section):
         "recomputes (0 = no checks, claims trusted)"
     )
     verify_tolerance: float = Field(
-        0.1, gt=0, le=100, description="t: a checked group is refused and its sampler caught when its median, "
-        "mean or mean absolute |claimed - recomputed| log-prob per token exceeds t, a completion's exceeds it, or "
-        "over 1 % of its tokens exceed 4t (docs/trust.md)"
+        0.1, gt=0, le=100, description="t: a checked group is refused and its sampler caught when its median "
+        "|claimed - recomputed| log-prob per token exceeds t, its or a completion's mean (signed or absolute) "
+        "exceeds about t, or over 1 % of its tokens exceed 4t (docs/trust.md)"
     )
     verify_keep_bytes: int = Field(
         4 << 30, ge=0, description="CPU memory for the published versions kept for checks (adapters alone under "

@@ -3,9 +3,10 @@ behaviour log-prob, judged against limits that scale with `trust.verify_toleranc
 
 A group is refused when any of these is over its limit (`Mismatch.reason` names the first):
 - `median`: the median |d| over the group's tokens > t (a lie on most tokens);
-- `mean`: |mean d| > t (a lie that moves the group's log-probs one way);
-- `mean_abs`: the mean |d| > t (lies of either sign that cancel in the mean and sit on under half the tokens:
-  +-2 nats on 48 % of them has a median and a mean near 0 but a mean |d| near 1);
+- `mean`: |sum of d| / (tokens + `SEQ_SLACK`) > t (a lie that moves the group's log-probs one way; the slack
+  keeps a small group's few honest outliers under the limit);
+- `mean_abs`: the sum of |d| / (tokens + `SEQ_SLACK`) > t (lies of either sign that cancel in the mean and sit on
+  under half the tokens: +-2 nats on 48 % of them has a median and a mean near 0 but a mean |d| near 1);
 - `off_tokens`: more than `OFF_SHARE` of the tokens (rounded down: none in a group under 100 tokens) have
   |d| > `OFF_TOKEN` x t (a high quantile of |d|: +-0.5 nats on a tenth of the tokens);
 - `sequence`: some completion's |sum of d| > t x (its tokens + `SEQ_SLACK`) (a lie on one completion, the one
@@ -28,7 +29,7 @@ import torch
 
 OFF_TOKEN = 4.0  # a token is off when |d| > OFF_TOKEN x tolerance (0.4 nats at the default)
 OFF_SHARE = 0.01  # share of a group's tokens that may be off (rounded down)
-SEQ_SLACK = 3.0  # a completion's |sum d| may reach tolerance x (its tokens + SEQ_SLACK)
+SEQ_SLACK = 3.0  # a completion's (and the group's) |sum d| may reach tolerance x (its tokens + SEQ_SLACK)
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ class Mismatch:
 
     tokens: int
     median_abs: float
-    mean: float
-    mean_abs: float
+    mean: float  # sum of d / (tokens + SEQ_SLACK)
+    mean_abs: float  # sum of |d| / (tokens + SEQ_SLACK)
     off_tokens: int
     sequence: float  # the largest completion |sum d| / (its tokens + SEQ_SLACK): compared with t like the others
     kl: float
@@ -68,7 +69,8 @@ def group_mismatch(recomputed: torch.Tensor, claimed: torch.Tensor, mask: torch.
         return Mismatch(0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, None)
     flat = delta[mask.bool()]
     absolute = flat.abs()
-    median_abs, mean, mean_abs = float(absolute.median()), float(flat.mean()), float(absolute.mean())
+    median_abs = float(absolute.median())
+    mean, mean_abs = float(flat.sum()) / (tokens + SEQ_SLACK), float(absolute.sum()) / (tokens + SEQ_SLACK)
     off = int((absolute > OFF_TOKEN * tolerance).sum())
     lengths = mask.float().sum(dim=1)
     per_sequence = (delta.sum(dim=1).abs() / (lengths + SEQ_SLACK))[lengths > 0]
