@@ -1,7 +1,11 @@
 """A sampler that lies about behaviour log-probs, as a hostile peer runs it against a live learner: it samples real
 groups with the run's model (its own copy, never updated), adds `shift` nats to every claimed log-prob (at most 0, as
 the wire format requires) and claims the version `behind` versions below the newest one the learner's acks name.
-A real p2pd in the caller's process; every push is acknowledged by the learner like an honest sampler's."""
+A real p2pd in the caller's process; every push is acknowledged by the learner like an honest sampler's.
+
+`shaped_liars`: liars whose only lie is the shape of their log-probs (`shaped_lies`): each pulls the honest
+sampler's newest groups (what any peer may pull), tells one shaped lie about their log-probs, signs them with its
+own key and pushes them, claiming the version they were sampled at (so everything but the lie is exact)."""
 
 from __future__ import annotations
 
@@ -12,13 +16,16 @@ from pathlib import Path
 
 from hivemind.p2p import P2P, PeerID
 
+from shaped_lies import lie as shaped_lie
+
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
-from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.protocol.codec import pack
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.rollout_push import push_protocol
+from swarmnode.swarm.rollout_push import pull_protocol, push_protocol
 from swarmnode.tasks import build_task
 
 
@@ -73,3 +80,67 @@ async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups
         with contextlib.suppress(Exception):
             await p2p.shutdown()
     return statuses
+
+
+async def _start(tmp: Path, who: Identity, peer: str) -> P2P:
+    key = tmp / f"peer-{who.peer_id[-8:]}.key"
+    key.write_bytes(who.libp2p_key_bytes())
+    return await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                            auto_nat=False, check_if_identity_free=False, initial_peers=[peer])
+
+
+async def pull_groups(p2p: P2P, run_id: str, sampler_id: str, limit: int = 16) -> list[RolloutGroup]:
+    """The honest sampler's newest groups from its pull ring."""
+    _, reader, writer = await asyncio.wait_for(
+        p2p.call_binary_stream_handler(PeerID.from_base58(sampler_id), pull_protocol(run_id)), 10)
+    out = []
+    try:
+        await write_frame(writer, pack({"since": 0.0, "limit": limit}))
+        while n := int.from_bytes(await asyncio.wait_for(reader.readexactly(8), 30), "big"):
+            out.append(RolloutGroup.decode(await reader.readexactly(n), RolloutLimits(vocab_size=1 << 20)))
+        await write_frame(writer, pack({"op": "bye"}))
+    finally:
+        writer.close()
+    return out
+
+
+async def shaped_liars(tmp: Path, run_id: str, learner: str, sampler: str, kinds: list[str],
+                       per_kind: int = 4) -> dict[str, dict]:
+    """For each lie of `kinds`, a new key pushing `per_kind` of the honest sampler's newest groups with that lie
+    told about their log-probs; `learner` and `sampler` are "<addr>/p2p/<peer id>". Per kind: the liar's peer id
+    and its acks' statuses."""
+    learner_id, sampler_id = learner.rpartition("/p2p/")[2], sampler.rpartition("/p2p/")[2]
+    puller = await _start(tmp, Identity.generate(), sampler)
+    out: dict[str, dict] = {}
+    try:
+        for kind in kinds:
+            liar = Identity.generate()
+            p2p = await _start(tmp, liar, learner)
+            statuses: Counter[str] = Counter()
+            try:
+                honest = (await pull_groups(puller, run_id, sampler_id))[-per_kind:]
+                for i, g in enumerate(honest):
+                    told = RolloutGroup.create(
+                        identity=liar, run_id=g.run_id, prompt_id=g.prompt_id, prompt_tokens=g.prompt_tokens,
+                        completions=g.completions, temperature=g.temperature, rewards=g.rewards,
+                        logprobs=shaped_lie(kind, g.logprobs, g.rewards, seed=i), policy_version=g.policy_version,
+                        lineage=g.lineage)
+                    try:
+                        _, reader, writer = await asyncio.wait_for(
+                            p2p.call_binary_stream_handler(PeerID.from_base58(learner_id), push_protocol(run_id)), 10)
+                        try:
+                            await write_frame(writer, told.encode())
+                            ack = await asyncio.wait_for(read_control(reader), 30) or {}
+                        finally:
+                            writer.close()
+                    except Exception as exc:  # a ban closes the stream
+                        ack = {"status": f"closed ({type(exc).__name__})"}
+                    statuses[ack.get("status", "none")] += 1
+            finally:
+                with contextlib.suppress(Exception):
+                    await p2p.shutdown()
+            out[kind] = {"peer_id": liar.peer_id, "statuses": dict(statuses)}
+    finally:
+        with contextlib.suppress(Exception):
+            await puller.shutdown()
+    return out

@@ -87,7 +87,8 @@ def test_held_out_eval_prompts_are_refused(cfg, parts):
 
 
 def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts):
-    c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update={"verify_fraction": 1.0})})
+    c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update={"verify_fraction": 1.0,
+                                                                     "probation_share": 1.0})})
     reported: list[tuple[str, str]] = []
     loop = make_loop(c, parts, publish=lambda version, state: None,
                      hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append((g.sampler_id, reason))))
@@ -108,5 +109,5 @@ def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts
     # every version the learner published in the window is kept; the current one is its live weights
     assert loop.version == 1 and sorted(loop.verifier.kept) == [0, 1]
     stale_lie = copy_of(honest[1], liar, logprobs=[[-0.01] * len(x) for x in honest[1].completions])
-    assert loop.verifier.mismatch(loop.model, stale_lie, loop.tokenizer.pad_token_id, loop.precision.autocast, 1) > 0.1
-    assert loop.verifier.mismatch(loop.model, honest[1], loop.tokenizer.pad_token_id, loop.precision.autocast, 1) < 1e-3
+    assert loop.verifier.mismatch(loop.model, stale_lie, loop.tokenizer.pad_token_id, loop.precision.autocast, 1).reason
+    assert loop.verifier.mismatch(loop.model, honest[1], loop.tokenizer.pad_token_id, loop.precision.autocast, 1).mean_abs < 1e-3

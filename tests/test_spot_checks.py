@@ -17,6 +17,7 @@ from swarmnode.config import TrustConfig, load_config
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
+from swarmnode.learner.mismatch import Mismatch
 from swarmnode.learner.verify import SpotChecker, group_mismatch
 from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.sampler.engines import build_engine
@@ -85,7 +86,7 @@ def test_a_liar_claiming_an_old_version_is_caught_and_its_buffered_groups_droppe
     tokenizer = parts[1]
     for g in old[:3]:  # an honest sampler on probation: every group is checked, all pass
         assert loop.verifier.decide(honest_sampler.peer_id, 0, loop.version, loop._weights_published) == "check"
-        assert loop.verifier.mismatch(loop.model, g, tokenizer.pad_token_id, loop.precision.autocast) < 1e-3
+        assert loop.verifier.mismatch(loop.model, g, tokenizer.pad_token_id, loop.precision.autocast).mean_abs < 1e-3
     assert all(torch.equal(live[k], v) for k, v in loop.model.state_dict().items()), "the live weights came back"
 
     liar = Identity.generate()
@@ -101,22 +102,26 @@ def test_a_liar_claiming_an_old_version_is_caught_and_its_buffered_groups_droppe
     assert all(torch.equal(live[k], v) for k, v in loop.model.state_dict().items())
 
 
+CLEAN = Mismatch(10, 0.0, 0.0, 0.0, 0, 0.0, 0.0, None)
+LIE = Mismatch(10, SHIFT, SHIFT, SHIFT, 0, SHIFT, 0.05, "median")
+
+
 def test_probation_then_a_falling_rate_and_a_catch_is_remembered():
     checker = SpotChecker(TrustConfig(verify_fraction=0.05, probation_checks=8), window=17)
     key = "sampler"
     assert checker.rate(key) == 1.0
     for _ in range(8):
-        assert checker.judge(key, 0.0)
+        assert checker.judge(key, CLEAN)
     assert checker.rate(key) == 1.0
     for _ in range(8):
-        checker.judge(key, 0.0)
+        checker.judge(key, CLEAN)
     assert checker.rate(key) == 0.5
     for _ in range(200):
-        checker.judge(key, 0.0)
+        checker.judge(key, CLEAN)
     assert checker.rate(key) == 0.05
-    assert not checker.judge(key, SHIFT)
+    assert not checker.judge(key, LIE)
     for _ in range(100):
-        checker.judge(key, 0.0)
+        checker.judge(key, CLEAN)
     assert checker.rate(key) == 1.0  # a key once caught never earns a lower rate
     # a claim whose weights are not kept is refused when drawn, not trusted
     assert checker.decide("new", 3, current=5, exact_weights=True) == "uncheckable"
@@ -152,4 +157,4 @@ def _median(claimed: list[list[float]], ref: list[list[float]]) -> float:
     n = max(len(x) for x in ref)
     pad = lambda rows: torch.tensor([r + [0.0] * (n - len(r)) for r in rows])  # noqa: E731
     mask = torch.tensor([[i < len(r) for i in range(n)] for r in ref])
-    return group_mismatch(pad(ref), pad(claimed), mask)
+    return group_mismatch(pad(ref), pad(claimed), mask, TrustConfig().verify_tolerance).median_abs

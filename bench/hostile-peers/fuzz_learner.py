@@ -13,13 +13,14 @@ them, the learner's step refuses them, counted `unknown_prompt`).
 
 At the same time, the weight-plane and membership attacks of issue #40 (`plane_attacks`): a slot flood of the
 learner's weight server (33 keys x 8 streams), 2,000 throwaway-key learner records stored at every member, a
-stalling holder, a self-declared learner naming the honest sampler, and an old-version liar (+0.3 nats, claiming
-the newest version - 6).
+stalling holder, a self-declared learner naming the honest sampler, an old-version liar (+0.3 nats, claiming
+the newest version - 6), and the shaped liars of issue #47 (one key per lie of `tests/shaped_lies.family()`,
+telling it about the honest sampler's newest groups).
 
 Reports: crashes (the learner process exited or logged a traceback), wrongly accepted (an "ok" answer to a frame
 that must be refused), fabricated groups trained (the liar's groups that passed to training; its key is on
-probation, every group checked, so the bound is 0), statuses by category, hostile messages per attack, honest
-steps/s during the attack / before it, whether the honest sampler ever paused for want of a learner, and what
+probation, every group checked, so the bound is 0; the same for every shaped liar), statuses by category, hostile
+messages per attack, honest steps/s during the attack / before it, whether the honest sampler ever paused for want of a learner, and what
 `status` (naming the designated learner) shows afterwards. Writes JSON to --out.
 
     python bench/hostile-peers/fuzz_learner.py --messages 10000 --out bench/hostile-peers/results/fuzz_learner.json
@@ -326,12 +327,14 @@ def main() -> int:
                     plane_attacks.stalling_holder(swarm.run_id, swarm.initial_peers, learner_id, plane_seconds),
                     plane_attacks.self_declared_learner(swarm.run_id, swarm.initial_peers, sampler["peer_id"],
                                                         plane_seconds),
-                    plane_attacks.old_version_liar(swarm.run_id, learner_id, learner_addr, root))
+                    plane_attacks.old_version_liar(swarm.run_id, learner_id, learner_addr, root),
+                    plane_attacks.shaped_liars(swarm.run_id, f"{learner_addr}/p2p/{learner_id}",
+                                               f"{sampler['addrs'][0]}/p2p/{sampler['peer_id']}", root))
             finally:
                 slots = await asyncio.to_thread(plane_attacks.stop_slot_flood, *flood)
             result.update(push)
-            result["plane"] = dict(zip(["dht_flood", "stalling_holder", "self_declared_learner", "old_version_liar"],
-                                       plane), slot_flood=slots)
+            result["plane"] = dict(zip(["dht_flood", "stalling_holder", "self_declared_learner", "old_version_liar",
+                                        "shaped_liars"], plane), slot_flood=slots)
 
         def run_attack() -> None:
             asyncio.run(all_attacks())
@@ -356,6 +359,12 @@ def main() -> int:
     liar = result["plane"]["old_version_liar"]
     caught = re.findall(rf"caught sampler {liar['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
                         r"passed to training so far", out)
+    shaped = {}  # per lie: groups accepted at the door, caught, groups passed to training before the catch
+    for kind, one in result["plane"]["shaped_liars"]["liars"].items():
+        found = re.findall(rf"caught sampler {one['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
+                           r"passed to training so far", out)
+        shaped[kind] = {"accepted": one["statuses"].get("ok", 0), "caught": len(found),
+                        "trained": max((int(n) for n in found), default=None)}
     fake = result["plane"]["self_declared_learner"]["peer_id"]
     membership = {  # `status` read during the attack
         "learner_first_and_designated": bool(status_during["peers"]) and status_during["peers"][0]["peer_id"] ==
@@ -390,6 +399,9 @@ def main() -> int:
         "plane_attacks": result["plane"],
         "liar_caught": len(caught),
         "fabricated_groups_trained": max((int(n) for n in caught), default=None),
+        "shaped_liars": shaped,
+        "shaped_liars_uncaught": sorted(k for k, v in shaped.items() if v["accepted"] and not v["caught"]),
+        "shaped_lies_trained": sum(v["trained"] or 0 for v in shaped.values()),
         "membership_after": membership,
         "attackers": args.attackers,
         "attack_seconds": round(attack_seconds, 1),
@@ -414,7 +426,8 @@ def main() -> int:
     if args.out:
         args.out.write_text(text + "\n")
     clean = (report["crashes"] == 0 and report["wrongly_accepted"] == 0 and not offline_wrongly
-             and report["fabricated_groups_trained"] == 0)
+             and report["fabricated_groups_trained"] == 0 and not report["shaped_liars_uncaught"]
+             and report["shaped_lies_trained"] == 0)
     return 0 if clean else 1
 
 

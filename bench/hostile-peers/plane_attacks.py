@@ -9,6 +9,10 @@
   honest sampler as a sender of invalid data, on every heartbeat.
 - `old_version_liar`: real groups of the run's model with log-probs shifted +0.3 nats, claiming the newest
   version - 6 (tests/liar_peer.py).
+- `shaped_liars`: one new key per lie of `tests/shaped_lies.family()` (issue #47: the cancelling +-2 nats on 48 % of
+  the tokens, +-0.5 nats on 10-50 % of them, on the largest-advantage or the long completions), each pushing the
+  honest sampler's newest groups with that lie told, claiming the version they were sampled at
+  (`liar_peer.shaped_liars`).
 """
 
 from __future__ import annotations
@@ -168,3 +172,13 @@ async def old_version_liar(run_id: str, learner_id: str, learner_addr: str, tmp:
     groups = await asyncio.to_thread(lying_groups, cfg, run_id, liar, learner_id, lies, 0.3)
     statuses = await lie(tmp, run_id, learner_id, learner_addr, groups, liar, behind)
     return {"messages": lies, "peer_id": liar.peer_id, "statuses": dict(statuses)}
+
+
+async def shaped_liars(run_id: str, learner: str, sampler: str, tmp: Path, per_kind: int = 4) -> dict:
+    """Every lie of the shaped family from its own key (`per_kind` groups each); the acks' statuses per lie."""
+    from liar_peer import shaped_liars as liars
+    from shaped_lies import family
+
+    kinds = ["cancelling"] + [k for k in family() if k != "cancelling"]
+    result = await liars(tmp, run_id, learner, sampler, kinds, per_kind)
+    return {"messages": sum(sum(r["statuses"].values()) for r in result.values()), "liars": result}

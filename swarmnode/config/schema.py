@@ -300,8 +300,9 @@ class TrustConfig(_Section):
         "recomputes (0 = no checks, claims trusted)"
     )
     verify_tolerance: float = Field(
-        0.1, gt=0, le=100, description="a checked group's median |claimed - recomputed| log-prob per token above "
-        "which it is refused and its sampler caught (bf16 samplers: median <= 0.03 measured, docs/trust.md)"
+        0.1, gt=0, le=100, description="t: a checked group is refused and its sampler caught when its median "
+        "|claimed - recomputed| log-prob per token exceeds t, its or a completion's mean (signed or absolute) "
+        "exceeds about t, or over 1 % of its tokens exceed 4t (docs/trust.md)"
     )
     verify_keep_bytes: int = Field(
         4 << 30, ge=0, description="CPU memory for the published versions kept for checks (adapters alone under "
@@ -310,6 +311,14 @@ class TrustConfig(_Section):
     probation_checks: int = Field(
         8, ge=0, le=100_000, description="clean checks a new sampler key needs before its check rate starts "
         "falling from 1 towards verify_fraction (rate = probation_checks / clean checks)"
+    )
+    unchecked_share: float = Field(
+        0.5, gt=0, le=1, description="most of a step's groups one sampler key may pass unchecked; its further "
+        "groups wait for a later step, or are checked when the step needs them (1 = no limit)"
+    )
+    probation_share: float = Field(
+        0.25, gt=0, le=1, description="most of a step's groups that may be checks of keys checked at rate 1 "
+        "(on probation or caught; at least 1 per step); their further groups wait in the buffer"
     )
 
 

@@ -14,6 +14,8 @@
 - `rows`       a received group -> the rows a learner trains on (prompt tokens checked, rewards recomputed), or a
                counted refusal
 - `verify`     spot checks: recompute a sample of groups' behaviour log-probs, score each sampler's mismatch
+- `mismatch`   a checked group's per-token differences judged: median, mean, mean |d|, off tokens, per completion
+- `check_budget` per step: a key's unchecked groups and the checks of keys on probation, bounded
 - `journal`    every acknowledged group, durable before the ack, replayed after a crash
 - `publish_worker` versions published from a worker thread while training goes on
 - `precision`  fp32 master weights, forward/backward under autocast

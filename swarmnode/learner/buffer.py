@@ -220,17 +220,21 @@ class ReplayBuffer:
             self.counters["aged_out"] += 1
 
     @_locked
-    def draw(self, n: int) -> list[_Group]:
+    def draw(self, n: int, leave: Callable[[_Group], bool] | None = None) -> list[_Group]:
         """Remove and return up to `n` groups: those replayed after a restart (`readmit`) first (they were
         acknowledged before the crash: fresher arrivals must not starve them until they age out), then newest
-        policy version first, or oldest arrival first."""
-        picked = [gid for gid in self._groups if gid in self.replayed][:n]
-        rest = [gid for gid in self._groups if gid not in self.replayed] if picked else list(self._groups)
-        if self.draw_order == "oldest":
-            picked += rest[: n - len(picked)]
-        else:  # newest version first; among equal versions the latest arrival first
-            newest = sorted(reversed(rest), key=lambda gid: -self._groups[gid].policy_version)
-            picked += newest[: n - len(picked)]
+        policy version first, or oldest arrival first. `leave(group)`, asked of each candidate in that order,
+        True keeps it in the buffer for a later draw (`learner.check_budget`)."""
+        replayed = [gid for gid in self._groups if gid in self.replayed]
+        rest = [gid for gid in self._groups if gid not in self.replayed] if replayed else list(self._groups)
+        if self.draw_order == "newest":  # newest version first; among equal versions the latest arrival first
+            rest = sorted(reversed(rest), key=lambda gid: -self._groups[gid].policy_version)
+        picked: list[str] = []
+        for gid in replayed + rest:
+            if len(picked) >= n:
+                break
+            if leave is None or not leave(self._groups[gid]):
+                picked.append(gid)
         self.drawn += len(picked)
         return [self._remove(gid) for gid in picked]
 

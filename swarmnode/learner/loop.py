@@ -72,6 +72,7 @@ from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, step_stats
+from swarmnode.learner.check_budget import StepChecks, draw_step, suspect_budget, unchecked_budget
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.staleness import StalenessHistogram
@@ -135,6 +136,7 @@ class LearnerLoop:
         self.restored_extra: dict[str, Any] = {}  # the caller's state as the checkpoint held it
         self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
         self.verifier = SpotChecker(cfg.trust, buffer.max_staleness + 1, cfg.task.seed)
+        self.step_checks = StepChecks(self.verifier, 0, 0)  # the current step's (`_draw`)
         narrowed = self.verifier.checkable_staleness(version_bytes(model, self.precision.publish_dtype.itemsize))
         if narrowed is not None:  # claims older than the versions it can keep could not be checked: refuse them
             buffer.narrow_staleness(narrowed, "trust.verify_keep_bytes holds fewer versions than the window")
@@ -156,7 +158,7 @@ class LearnerLoop:
         """One optimiser step from the buffer; its diagnostics, or None when the buffer holds too few groups."""
         if len(self.buffer) < self.lc.prompts_per_step:
             return None
-        drawn = self.buffer.draw(self.lc.prompts_per_step)
+        drawn = self._draw(self.lc.prompts_per_step)
         groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
@@ -278,6 +280,17 @@ class LearnerLoop:
             diag["learner_entropy"] = entropy
         return loss, diag, seq_logp.float()
 
+    def _draw(self, n: int) -> list:
+        """The step's `n` groups under the per-step check budgets (`learner.check_budget`): a budget of groups of
+        keys checked at rate 1 first, then the others; a key's groups over its unchecked budget come last (and
+        are checked); further groups of keys at rate 1 wait in the buffer."""
+        trust = self.cfg.trust
+        self.step_checks = StepChecks(self.verifier, unchecked_budget(trust.unchecked_share, n),
+                                      suspect_budget(trust.probation_share, n), self.hooks.checkable)
+        drawn = draw_step(self.buffer, self.step_checks, n)
+        self.verifier.counts.update(self.step_checks.counts)  # deferred (left for later steps), forced checks
+        return drawn
+
     def _verified(self, group) -> bool:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
         its version's weights give, or when it is drawn for a check its claimed version cannot have (counted
@@ -285,7 +298,7 @@ class LearnerLoop:
         if not self.hooks.checkable(group):
             return True
         decision = self.verifier.decide(group.sampler_id, int(group.policy_version), self.version,
-                                        self._weights_published)
+                                        self._weights_published, self.step_checks.drawn(group))
         if decision == SKIP:
             return True
         if decision != CHECK:  # made before this process started, with weights it no longer has (a swarm learner
@@ -303,7 +316,7 @@ class LearnerLoop:
         self.rejected["logprob_mismatch"] += 1
         self.rejected["liar_buffered"] += self.buffer.drop_sampler(group.sampler_id)  # its other lies, too
         if self.hooks.on_poisoned is not None:
-            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch:.3g} nats per token, median)")
+            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch.describe()})")
         return False
 
     def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp, lazy=False):
@@ -338,7 +351,9 @@ class LearnerLoop:
         stats = self.buffer.stats()
         out = {"step": float(self.step_count), "version": float(self.version), "buffer_size": float(stats["size"]),
                "dropped_fraction": stats["dropped_fraction"],
-               "verified_groups": float(self.verifier.counts["checked"])}  # groups spot-checked so far
+               "verified_groups": float(self.verifier.counts["checked"]),  # groups spot-checked so far
+               **{f"checks_{k}": float(self.verifier.counts[k])  # the per-step check budgets' work so far
+                  for k in ("deferred_probation", "deferred_unchecked", "forced_checks")}}
         out.update({f"rejected_{k}": float(v) for k, v in self.rejected.items()})
         return out
 

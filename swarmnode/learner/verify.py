@@ -12,20 +12,21 @@ group was acknowledged before a crash: those are trained unchecked (counted `rep
 
 Who is checked: a sampler key starts on probation, every group checked, until `trust.probation_checks` checks
 came out clean; from then on its check rate is `probation_checks / clean checks`, falling towards
-`trust.verify_fraction` (a throwaway key gets no cheaper checks than any new key). A sampler caught once is
-checked at rate 1 from then on (remembered for the `MAX_TRACKED` most recent keys), and the caller drops its
-groups still in the buffer.
+`trust.verify_fraction`, its floor (a throwaway key gets no cheaper checks than any new key). A sampler caught once
+is checked at rate 1 from then on (remembered for the `MAX_TRACKED` most recent keys), and the caller drops its
+groups still in the buffer. What one step may spend and let through is budgeted per step
+(`learner.check_budget`): a key's unchecked groups and the checks of keys at rate 1.
 
 The check runs one no-grad forward over the group's completions at its temperature under the weights of its
 version, swapped into the live model and back (under LoRA only the adapters move; no copy of the model is made
-on the device; a full-weight swap keeps the live weights on the CPU meanwhile). The statistic is the median over
-the group's tokens of |claimed - recomputed| log-prob (`group_mismatch`): robust to the heavy tail of an honest
-bf16 sampler (per-token |d log p| between the learner's fp32-output chunked log-probs and bf16 logits averages
-0.02-0.03 nats but reaches 0.16-0.29 on a few tokens, measured on a GPU), while a sampler that shifts every
-token by 0.3 nats has a median of 0.3. Above `trust.verify_tolerance` (0.1) the group is refused (counted
-`logprob_mismatch`) and its sender struck. The false-positive rate, detection and delay are measured in
-bench/verify-tolerance/ (docs/trust.md). Each sampler's score is an exponential moving average of its mismatches
-(`scores`), shown in the learner's health record (`verified_peers` / `verified_mismatch`) and in /metrics.
+on the device; a full-weight swap keeps the live weights on the CPU meanwhile). It compares the distribution of
+the per-token differences with limits that scale with `trust.verify_tolerance` (`learner.mismatch`: the median,
+mean and mean absolute difference, the share of tokens off by more than 4x the tolerance, and each completion's
+summed difference), so a lie shaped to cancel out is refused (counted `logprob_mismatch`) and its sender struck.
+The false-positive rate and the shaped lies caught are measured in bench/verify-tolerance/ (docs/trust.md). Each
+sampler's score is an exponential moving average of its groups' mean |difference| (`scores`) and of their KL
+estimate (`kl`), shown in the learner's health record (`verified_peers`, `verified_mismatch`, `verified_kl`)
+and in /metrics; `status` compares each sampler's KL with the run's other samplers'.
 """
 
 from __future__ import annotations
@@ -41,26 +42,18 @@ import torch
 
 from swarmnode.config import TrustConfig
 from swarmnode.learner.lora import adapter_state, is_lora, load_adapter_state
+from swarmnode.learner.mismatch import Mismatch, group_mismatch
 from swarmnode.model.logprobs import completion_scores
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["CHECK", "SKIP", "UNCHECKABLE", "Mismatch", "SpotChecker", "group_mismatch", "swapped", "version_bytes"]
 
 EMA = 0.2  # weight of the newest mismatch in a sampler's score
 MAX_SCORED = 64  # samplers whose score is remembered (the most recently checked)
 MAX_TRACKED = 4096  # samplers whose clean-check count or catch is remembered (the most recently seen)
 
 CHECK, SKIP, UNCHECKABLE = "check", "skip", "uncheckable"
-
-
-def group_mismatch(recomputed: torch.Tensor, claimed: torch.Tensor, mask: torch.Tensor) -> float:
-    """The check's statistic over the group's completion tokens: the larger of the median |claimed - recomputed|
-    log-prob (a lie on most tokens) and |mean(claimed - recomputed)| (a lie that moves the sequence log-prob,
-    which the importance weights see, even when it sits on few tokens). An honest bf16 sampler's per-token errors
-    are small on most tokens and of either sign, so both stay far below the tolerance."""
-    delta = (claimed.to(recomputed.device).float() - recomputed.float())[mask]
-    if not delta.numel():
-        return 0.0
-    return max(float(delta.abs().median()), abs(float(delta.mean())))
 
 
 def version_bytes(model: torch.nn.Module, element_size: int) -> int:
@@ -92,7 +85,8 @@ class SpotChecker:
         self.window = window  # versions a group may claim (max_staleness + 1); fewer are kept if they do not fit
         self.kept: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()  # version -> its published weights
         self.rng = random.Random(f"verify:{seed}")
-        self.scores: dict[str, float] = {}  # sampler id -> EMA of the per-group mismatch
+        self.scores: dict[str, float] = {}  # sampler id -> EMA of its checked groups' mean |d| (nats per token)
+        self.kl: dict[str, float] = {}  # sampler id -> EMA of its checked groups' KL estimate (nats per token)
         self.clean: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> clean checks in a row
         self.caught: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> times caught
         self.passed: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> groups let through (unchecked or clean)
@@ -132,9 +126,19 @@ class SpotChecker:
             return 1.0
         return max(self.fraction, self.probation / max(1, clean))
 
-    def decide(self, sampler_id: str, version: int, current: int, exact_weights: bool) -> str:
-        """CHECK, SKIP (not drawn) or UNCHECKABLE (drawn, but the claimed version's weights are not kept)."""
-        if not self.enabled or self.rng.random() >= self.rate(sampler_id):
+    def suspect(self, sampler_id: str) -> bool:
+        """Whether `sampler_id` is on probation or was caught (every group checked): what a join wave costs."""
+        return self.enabled and (sampler_id in self.caught or self.clean.get(sampler_id, 0) < self.probation)
+
+    def drawn(self, sampler_id: str) -> bool:
+        """Whether a group of `sampler_id` is drawn for a check (with probability `rate`)."""
+        return self.enabled and self.rng.random() < self.rate(sampler_id)
+
+    def decide(self, sampler_id: str, version: int, current: int, exact_weights: bool,
+               drawn: bool | None = None) -> str:
+        """CHECK, SKIP (not drawn) or UNCHECKABLE (drawn, but the claimed version's weights are not kept);
+        `drawn`: the draw already made (`learner.check_budget`), else drawn here."""
+        if not self.enabled or not (self.drawn(sampler_id) if drawn is None else drawn):
             self.passed.put(sampler_id, self.passed.get(sampler_id, 0) + 1)
             return SKIP
         if version in self.kept or (version == current and exact_weights):
@@ -142,7 +146,7 @@ class SpotChecker:
         self.counts["uncheckable"] += 1
         return UNCHECKABLE
 
-    def mismatch(self, model, group, pad_id: int, autocast: Callable[[], Any], current: int | None = None) -> float:
+    def mismatch(self, model, group, pad_id: int, autocast: Callable[[], Any], current: int | None = None) -> Mismatch:
         """`group_mismatch` of `group` under the weights of the version it claims (the live weights when that is
         `current`, else its kept weights swapped in for the forward)."""
         began = time.perf_counter()
@@ -160,17 +164,18 @@ class SpotChecker:
         for i, lp in enumerate(group.logprobs):
             claimed[i, : len(lp)] = torch.as_tensor(lp, dtype=torch.float32)
         self.seconds += time.perf_counter() - began
-        return group_mismatch(scores.logp, claimed, scores.mask)
+        return group_mismatch(scores.logp, claimed, scores.mask, self.tolerance)
 
-    def judge(self, sampler_id: str, mismatch: float) -> bool:
-        """Record a checked group's mismatch; True when it is within the tolerance (one more clean check), False
-        when the sampler is caught (checked at rate 1 from now on)."""
-        previous = self.scores.pop(sampler_id, None)  # re-inserted: the dict stays in order of last check
-        self.scores[sampler_id] = mismatch if previous is None else (1 - EMA) * previous + EMA * mismatch
-        while len(self.scores) > MAX_SCORED:
-            self.scores.pop(next(iter(self.scores)))
+    def judge(self, sampler_id: str, mismatch: Mismatch) -> bool:
+        """Record a checked group's statistics; True when it passes (one more clean check), False when the
+        sampler is caught (checked at rate 1 from now on)."""
+        for scores, value in ((self.scores, mismatch.mean_abs), (self.kl, mismatch.kl)):
+            previous = scores.pop(sampler_id, None)  # re-inserted: the dict stays in order of last check
+            scores[sampler_id] = value if previous is None else (1 - EMA) * previous + EMA * value
+            while len(scores) > MAX_SCORED:
+                scores.pop(next(iter(scores)))
         self.counts["checked"] += 1
-        if mismatch <= self.tolerance:
+        if mismatch.passed:
             self.clean.put(sampler_id, self.clean.get(sampler_id, 0) + 1)
             self.passed.put(sampler_id, self.passed.get(sampler_id, 0) + 1)
             return True
@@ -179,9 +184,10 @@ class SpotChecker:
         self.caught.put(sampler_id, self.caught.get(sampler_id, 0) + 1)
         return False
 
-    def worst(self, n: int) -> list[tuple[str, float]]:
-        """The `n` highest-scoring samplers (sampler id, score), worst first."""
-        return sorted(self.scores.items(), key=lambda kv: -kv[1])[:n]
+    def worst(self, n: int) -> list[tuple[str, float, float]]:
+        """The `n` samplers with the highest KL estimate (sampler id, mean |d|, KL), worst first."""
+        ranked = sorted(self.scores, key=lambda k: (-self.kl.get(k, 0.0), -self.scores[k]))[:n]
+        return [(k, self.scores[k], self.kl.get(k, 0.0)) for k in ranked]
 
 
 @contextlib.contextmanager

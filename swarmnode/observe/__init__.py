@@ -2,6 +2,7 @@
 
 - `health_record`  one typed health record per role (what a node puts in its peer record)
 - `health`      the swarm's health from peer records: counts, versions, staleness, alerts
+- `sampler_kl`  the samplers whose claimed log-probs sit far from a learner's (KL against the run's others)
 - `status_schema`  the JSON schema of `swarmnode status --json`
 - `status`      `swarmnode status`: read a run's records through a bootstrap
 - `dashboard`   the live terminal view

@@ -15,6 +15,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from swarmnode.protocol.reachability import HEALTH_KEY as REACHABILITY, RELAYED
+from swarmnode.observe.sampler_kl import kl_alerts
 from swarmnode.observe.health_record import FIELDS, WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
 from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, bucket_of  # noqa: F401 (re-export)
 from swarmnode.staleness import too_stale
@@ -100,10 +101,12 @@ def record_health(health: NodeHealth | dict[str, Any], *, strict: bool = True) -
     return out
 
 
-def spot_check_health(scores: list[tuple[str, float]]) -> dict[str, list]:
-    """A learner's spot-check scores (sampler id, mean |delta log-prob| per token) as two parallel lists."""
-    return {"verified_peers": [peer for peer, _ in scores],
-            "verified_mismatch": [round(float(score), 6) for _, score in scores]}
+def spot_check_health(scores: list[tuple[str, float, float]]) -> dict[str, list]:
+    """A learner's spot-check scores (sampler id, mean |delta log-prob| per token, KL estimate per token) as
+    three parallel lists."""
+    return {"verified_peers": [peer for peer, _, _ in scores],
+            "verified_mismatch": [round(float(score), 6) for _, score, _ in scores],
+            "verified_kl": [round(float(kl), 6) for _, _, kl in scores]}
 
 
 def rejected_by_reason(health: dict[str, Any]) -> dict[str, int]:
@@ -170,7 +173,7 @@ def _alert(kind: str, severity: str, message: str, peer_id: str | None = None) -
 def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[str, Any]]:
     """What an operator must look at: no learner, samplers beyond the staleness bound (the learners' own, else
     `max_staleness`), peers sending invalid data (as the learners report them), a learner whose reward
-    collapsed from its best. Errors first."""
+    collapsed from its best, a sampler whose claimed log-probs sit far from the learner's. Errors first."""
     alerts = []
     learners = [p for p in peers if p["role"] == "learner"]
     if not learners:
@@ -199,4 +202,5 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
         if collapsed:
             alerts.append(_alert("reward_collapse", "error", f"learner {learner['peer_id'][-8:]}: reward fell "
                                  f"from {collapsed[0]:.3f} to {collapsed[1]:.3f}", learner["peer_id"]))
+    alerts += kl_alerts(learners)  # a sampler whose claims sit far from the learner's (`observe.sampler_kl`)
     return sorted(alerts, key=lambda a: a["severity"] != "error")

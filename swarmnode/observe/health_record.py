@@ -163,6 +163,10 @@ class LearnerHealth(HolderHealth):
         "spot-checked samplers' mean |claimed - recomputed| behaviour log-prob per token (moving average), aligned "
         "with verified_peers", metric="swarmnode_sampler_logprob_mismatch", label="sampler",
         labels_from="verified_peers", minimum=0)
+    verified_kl: list[float] | None = _field(
+        "spot-checked samplers' KL estimate between claimed and recomputed behaviour log-probs per token (moving "
+        "average), aligned with verified_peers", metric="swarmnode_sampler_logprob_kl", label="sampler",
+        labels_from="verified_peers", minimum=0)
     averaging_rounds: int | None = _field("several learners: averaging rounds completed",
                                           metric="swarmnode_averaging_rounds", kind="counter", minimum=0)
     averaging_failures: int | None = _field("several learners: averaging rounds that failed (no group in time, a "

@@ -59,7 +59,7 @@ ALERT_SCHEMA: dict[str, Any] = {
     "properties": {
         "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed",
                           "self_declared_learner", "old_card",
-                          "sampler_undelivered"]},
+                          "sampler_undelivered", "sampler_kl"]},
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},
