@@ -197,7 +197,8 @@ class LearnerConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
     gradient_accumulation_steps: int = Field(1, ge=1, le=1024,
-        description="chunks of whole groups one optimiser step's batch is split into (one backward each)")
+        description="a step's rows go through in chunks of ceil(prompts_per_step x num_generations / this) "
+        "rows (one backward each, as TRL's per-device batch)")
     max_tokens_per_microbatch: int = Field(
         0, ge=0, le=10_000_000, description="split rows into forward/backward passes of at most this many padded "
         "tokens (prompt + completion); group statistics are computed first, so the gradient is unchanged (0 = off)"
