@@ -229,6 +229,10 @@ def summarise(runs: list[dict]) -> list[dict]:
         per_seed = keyed[key]
 
         def seed_means(get) -> list[float]:
+            """Per seed, the mean over its batches; with one seed, the batches themselves (the interval is then
+            over batches, which share one reference and one trajectory: narrower than over seeds)."""
+            if len(per_seed) == 1:
+                return [get(b) for b in per_seed[0][1]["batches"]]
             return [statistics.fmean(get(b) for b in cell["batches"]) for _, cell in per_seed]
 
         out = {"digits": key[0], "temperature": key[1], "lr": key[2], "tau": key[3], "seeds": len(per_seed),
@@ -316,7 +320,7 @@ def main() -> None:
     ap.add_argument("--digits", type=int, nargs="+", default=[32, 8], help="completion length - 1 (digitmap)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.6, 1.0])
     ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-4], help="in the order they run")
-    ap.add_argument("--taus", type=int, nargs="+", default=[0, 4, 16])
+    ap.add_argument("--taus", type=int, nargs="+", default=[0, 8])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--batches", type=int, default=32, help="stale batches per cell")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per stale batch and per on-policy step (x G rows)")
@@ -336,7 +340,7 @@ def main() -> None:
     done = {(r["digits"], r["temperature"], r["lr"], r["seed"]) for r in runs}
     jobs = [dict(digits=d, temperature=t, lr=lr, seed=s, taus=args.taus, batches=args.batches, prompts=args.prompts,
                  ref_prompts=args.ref_prompts, sets=args.set)
-            for lr, d, t, s in itertools.product(args.lrs, args.digits, args.temperatures, args.seeds)
+            for s, lr, d, t in itertools.product(args.seeds, args.lrs, args.digits, args.temperatures)
             if (d, t, lr, s) not in done and not args.render_only]
     print(f"{len(done)} trajectories on disk, {len(jobs)} to run ({args.jobs} at a time)", flush=True)
     began = time.time()
