@@ -96,3 +96,25 @@ def test_length_weighting_of_sequence_weights_warns_once(level, caplog):
         LearnerConfig(importance_sampling_level="token", loss_type="dapo")
         LearnerConfig(importance_sampling_level=level, loss_type="grpo")
     assert caplog.text.count("weights each sequence-level importance weight") == 1
+
+
+def test_an_unset_learning_rate_suits_the_model_and_a_far_one_is_warned(caplog):
+    from swarmnode.config import NodeConfig
+    from swarmnode.config.advice import DEFAULT_LEARNING_RATE
+
+    qwen = {"name": "Qwen/Qwen3-0.6B"}
+    assert LearnerConfig().learning_rate == 1e-6  # TRL's default
+    assert NodeConfig(model=qwen).learner.learning_rate == DEFAULT_LEARNING_RATE["full"] == 1e-6
+    assert NodeConfig(model=qwen, learner={"lora": {"enabled": True}}).learner.learning_rate == 1e-5
+    assert NodeConfig().learner.learning_rate == 1e-3  # the built-in tiny model
+    with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
+        NodeConfig(model=qwen, learner={"lora": {"enabled": True}})
+        NodeConfig(model=qwen, learner={"learning_rate": 5e-6})
+        NodeConfig(learner={"learning_rate": 0.05})  # the tiny model: no range applies
+        assert caplog.text == ""
+        NodeConfig(model=qwen, learner={"learning_rate": 1e-3})
+        assert "far above the usual 1e-7..1e-5" in caplog.text
+        NodeConfig(model=qwen, learner={"learning_rate": 1e-2, "lora": {"enabled": True}})
+        assert "under LoRA: above the usual" in caplog.text
+    for name in ("qwen3-0.6b-math", "qwen3-1.7b-math-gepo"):
+        assert load_config(name).learner.learning_rate == 1e-6

@@ -215,3 +215,18 @@ def test_a_gpu_too_small_for_full_training_is_told_lora_fits(estimates):
     reasons = decide_role(gpu_machine(24), estimates["1.7b"], "auto", learners_in_run=0).reasons
     assert any("LoRA learner" in r and "learner.lora.enabled=true" in r for r in reasons), reasons
     assert not any("LoRA" in r for r in decide_role(gpu_machine(8), estimates["1.7b"], "auto").reasons)
+
+
+def test_beta_counts_the_reference_model_in_the_models_dtype(estimates):
+    from swarmnode.node.hardware import format_report, hardware_report
+
+    plain = estimates["1.7b"]
+    cfg = load_config("qwen3-1.7b-math-gepo", ["learner.beta=0.04"])
+    with_ref = estimate_memory(cfg)
+    assert with_ref.training["reference"] == plain.parameters * 2  # a bf16 copy, as TRL's reference model
+    assert with_ref.training_bytes == plain.training_bytes + plain.parameters * 2
+    assert with_ref.training["first_step"] == plain.training["first_step"] + plain.parameters * 2
+    lora = estimate_memory(load_config("qwen3-1.7b-math-gepo", ["learner.beta=0.04", "learner.lora.enabled=true"]))
+    assert lora.training["reference"] == 0  # the base with its adapters off: no copy
+    text = format_report(hardware_report(cfg, probe=gpu_machine(80)))
+    assert "reference model" in text and "reference copy of the weights in bfloat16" in text

@@ -13,7 +13,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarmnode.config.addresses import is_peer_id
-from swarmnode.config.advice import warn_lora_learning_rate
+from swarmnode.config.advice import (
+    DEFAULT_LEARNING_RATE,
+    learning_rate_kind,
+    warn_far_learning_rate,
+    warn_lora_learning_rate,
+)
 from swarmnode.config.compat import map_deprecated_learner_keys, move_trust_keys, warn_once
 from swarmnode.delay import parse_delay
 
@@ -202,11 +207,14 @@ class LearnerConfig(_Section):
     )
     gepo_microbatch_rows: int = Field(8, ge=2, le=65536, description="rows per E_q[q] set with "
                                       "gepo_group_scope=microbatch (the authors' micro-batch: 8)")
-    learning_rate: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate")
+    learning_rate: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate; unset: 1e-6 for full "
+                                 "fine-tuning (TRL's default), 1e-5 under LoRA, 1e-3 for builtin:tiny (see "
+                                 "config.advice); warned far outside the usual range")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
     gradient_accumulation_steps: int = Field(1, ge=1, le=1024,
-        description="chunks of whole groups one optimiser step's batch is split into (one backward each)")
+        description="a step's rows go through in chunks of ceil(prompts_per_step x num_generations / this) "
+        "rows (one backward each, as TRL's per-device batch)")
     max_tokens_per_microbatch: int = Field(
         0, ge=0, le=10_000_000, description="split rows into forward/backward passes of at most this many padded "
         "tokens (prompt + completion); group statistics are computed first, so the gradient is unchanged (0 = off)"
@@ -257,7 +265,8 @@ class LearnerConfig(_Section):
 
     @model_validator(mode="after")
     def _lora_learning_rate(self) -> "LearnerConfig":
-        warn_lora_learning_rate(self.lora.enabled, self.learning_rate)
+        if "learning_rate" in self.model_fields_set:  # unset: NodeConfig picks one by the model
+            warn_lora_learning_rate(self.lora.enabled, self.learning_rate)
         return self
 
     @field_validator("scale_rewards", mode="before")
@@ -417,6 +426,11 @@ class NodeConfig(_Section):
         if self.task.name == "math" and not (self.task.path or self.task.dataset):
             raise ValueError("task.name=math needs task.path (JSONL) or task.dataset (HF datasets name)")
         lc = self.learner
+        kind = learning_rate_kind(self.model.name, lc.lora.enabled)
+        if "learning_rate" in lc.model_fields_set:
+            warn_far_learning_rate(kind, lc.learning_rate)
+        else:  # the default that suits the model (config.advice); still "unset" for a copy with other settings
+            object.__setattr__(lc, "learning_rate", DEFAULT_LEARNING_RATE[kind])
         if self.sapo.external_weighting == "sender_likelihood" and lc.importance_sampling_level == "token":
             raise ValueError("sapo.external_weighting=sender_likelihood gives one behaviour likelihood per sequence "
                              "(spread evenly over its tokens): token-level weights (importance_sampling_level="

@@ -4,8 +4,9 @@ Per optimiser step: draw `prompts_per_step` groups; reject (and count) groups wh
 know or whose prompt tokens differ from the learner's own tokenisation, and recompute every reward from the decoded
 completion (the sender's rewards are only a hint; `learner.rows`); take the step's statistics once over every
 group drawn (`learner.step_stats`: advantages, zero-signal groups included in a batch std, and GEPO's E_q[q]);
-skip zero-signal groups; split the rest into `gradient_accumulation_steps` chunks of whole groups, and cut each
-chunk's rows into micro-batches of at most `max_tokens_per_microbatch` padded tokens (`learner.microbatch`: the
+skip zero-signal groups (unless `beta` > 0: TRL's reference KL still acts on them); cut the rest into chunks of
+ceil(prompts_per_step x num_generations / gradient_accumulation_steps) rows (as TRL's per-device batch), and each
+chunk into micro-batches of at most `max_tokens_per_microbatch` padded tokens (`learner.microbatch`: the
 gradient equals the unsplit one); the paper's `ratio_peqq_var` is taken once over the step's trained rows;
 compute log-probs (chunked lm_head, no [B, T, V]
 logits) at each row's sampling temperature under the configured precision (`learner.precision`);
@@ -64,7 +65,7 @@ from swarmnode.model.adapters import weights_hash
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
 from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
 from swarmnode.learner.optimizer import build_optimizer
-from swarmnode.learner.microbatch import loss_share, split_chunks, token_budget_batches, weighted_mean
+from swarmnode.learner.microbatch import loss_share, plan_microbatches, rows_per_chunk, weighted_mean
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
 from swarmnode.learner.reference import ReferencePolicy
@@ -121,8 +122,9 @@ class LearnerLoop:
             model = self.model = apply_lora(model, self.lc.lora, seed=cfg.task.seed)
         self.precision = Precision.from_config(cfg, next(model.parameters()).device)
         self.precision.prepare(model)
-        # TRL's beta: a KL to the weights the learner starts from (taken before any checkpoint is loaded)
-        self.reference = ReferencePolicy(model) if self.lc.beta > 0 else None
+        # TRL's beta: a KL to the weights the learner starts from (taken before any checkpoint is loaded), in
+        # model.dtype as TRL's reference model (`learner.memory` counts it)
+        self.reference = ReferencePolicy(model, getattr(torch, cfg.model.dtype)) if self.lc.beta > 0 else None
         self.trainable = [p for p in model.parameters() if p.requires_grad]  # what trains (and is averaged)
         self.optimizer = build_optimizer(self.trainable, self.lc)  # fused where torch has the kernel
         self.scheduler = build_scheduler(self.optimizer, self.lc)
@@ -162,12 +164,13 @@ class LearnerLoop:
         groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
+        trained = groups if self.trains_zero_signal else signal
         summary = {
             "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
             "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
             "zero_signal_fraction": 1 - len(signal) / len(groups) if groups else 0.0,
             "groups": float(len(groups)),
-            "groups_trained": float(len(signal)),
+            "groups_trained": float(len(trained)),
             "sampler_ids": sorted({g.sampler_id for g in drawn}),
         }
         if groups:
@@ -175,7 +178,7 @@ class LearnerLoop:
             self.staleness_hist.add(taus)
             summary.update(staleness_min=float(min(taus)), staleness_median=float(statistics.median(taus)),
                            staleness_max=float(max(taus)))
-        if not signal:
+        if not trained:
             return {**summary, **self._status(), "trained": 0.0}
         diag = self._optimise(groups)
         self.step_count += 1
@@ -214,7 +217,7 @@ class LearnerLoop:
         """Forward and backward over the step's `groups` (gradients add up in `.grad`); the step's diagnostics.
 
         The step's statistics come first, over every group (`step_stats`); the groups with signal are then cut
-        into gradient-accumulation chunks of whole groups and each chunk's rows into token-budget micro-batches;
+        into gradient-accumulation chunks of rows and each chunk into token-budget micro-batches (`plan_microbatches`);
         each micro-batch's loss is scaled by its share of the whole step's loss. The paper's `ratio_peqq_var` is
         taken once, over the step's trained rows (with `lazy`, a scalar tensor on the device, read back later
         with the step's other figures).
@@ -223,29 +226,35 @@ class LearnerLoop:
         rows = [r for group in groups for r in group]
         starts = [sum(len(g) for g in groups[:gi]) for gi in range(len(groups))]
         trained = [[starts[gi] + j for j in range(len(g))] for gi, g in enumerate(groups)
-                   if bool(stats.signal[starts[gi]])]
+                   if self.trains_zero_signal or bool(stats.signal[starts[gi]])]
         order = [i for group in trained for i in group]  # the trained rows, in the order of seq_logp below
-        position = {i: k for k, i in enumerate(order)}
         step_lengths = [len(rows[i].completion) for i in order]
         device = next(self.model.parameters()).device
         seq_logp = torch.zeros(len(order), device=device)
         parts: list[tuple[int, dict]] = []
-        for chunk in (c for c in split_chunks(trained, self.lc.gradient_accumulation_steps) if c):
-            index = [i for group in chunk for i in group]
-            chunk_lengths = [len(rows[i].completion) for i in index]
-            sizes = [(len(rows[i].prompt_tokens), len(rows[i].completion)) for i in index]
-            for batch in token_budget_batches(sizes, self.lc.max_tokens_per_microbatch):
-                picked = [index[j] for j in batch]
+        chunk_rows = rows_per_chunk(self.lc.prompts_per_step, self.cfg.sampler.num_generations,
+                                    self.lc.gradient_accumulation_steps)
+        sizes = [(len(rows[i].prompt_tokens), len(rows[i].completion)) for i in order]
+        for chunk, batches in plan_microbatches(sizes, chunk_rows, self.lc.max_tokens_per_microbatch):
+            chunk_lengths = [step_lengths[k] for k in chunk]
+            for batch in batches:
+                picked = [order[k] for k in batch]
                 loss, diag, logp = self._micro_loss([rows[i] for i in picked], stats.group_index[picked],
                                                     stats.adv[picked], stats.log_e[picked])
-                seq_logp[to_device(torch.tensor([position[i] for i in picked]), device)] = logp
-                share = loss_share(self.lc.loss_type, [chunk_lengths[j] for j in batch], chunk_lengths, step_lengths)
+                seq_logp[to_device(torch.tensor(batch), device)] = logp
+                share = loss_share(self.lc.loss_type, [step_lengths[k] for k in batch], chunk_lengths, step_lengths)
                 self.precision.backward(loss * share)
                 parts.append((len(batch), diag))
         merged = weighted_mean(parts)
         seq_logq = torch.tensor([_mean_logq(rows[i]) for i in order], dtype=torch.float32)
         merged["ratio_peqq_var"] = ratio_peqq_variance_tensor(seq_logp, to_device(seq_logq, device), self.step_count)
         return merged if lazy else readback(merged)
+
+    @property
+    def trains_zero_signal(self) -> bool:
+        """Whether zero-signal groups are trained (A = 0): with TRL's `beta` > 0 their reference KL still pulls, and
+        they count in the loss's normaliser, as in TRL; otherwise they are counted and skipped."""
+        return self.lc.beta > 0
 
     def step_statistics(self, groups: list[list[Row]]) -> StepStats:
         """Advantages and GEPO's log E_q[q] of every row of the step's groups (`learner.step_stats`)."""

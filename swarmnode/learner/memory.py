@@ -12,7 +12,9 @@ Terms (bytes), each following what the code allocates:
 - log-probs: the full-logits path holds about LOGIT_COPIES fp32 [tokens, V] tensors at its peak; the chunked path
   a few [token_chunk, vocab_chunk] fp32 tiles, the selected hidden states and their fp32 gradient, and an fp32
   [V, H] gradient accumulator when the head is trained (full training; the head is frozen under LoRA);
-- AdamW's step: fp32 temporaries of about 0.65 x the trainable parameters' bytes.
+- AdamW's step: fp32 temporaries of about 0.65 x the trainable parameters' bytes;
+- with TRL's `beta` > 0 under full training, the frozen reference model: a copy of the weights in model.dtype
+  (`learner.reference`; under LoRA the reference is the base with its adapters off: no copy).
 The forward/backward peak (activations, log-probs) and the optimizer step's (gradients, temporaries) are taken
 as not overlapping: `total` is weights + m and v + the larger of the two.
 Calibrated against peaks measured by bench/learner-memory/learner_memory.py (docs/learner-memory.md).
@@ -24,6 +26,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from swarmnode.config import NodeConfig
+from swarmnode.learner.microbatch import rows_per_chunk
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 LOGIT_COPIES = 4  # fp32 [tokens, V] tensors at the full-logits path's peak: 4.0-4.1 measured at 1,024-2,048 tokens
@@ -88,17 +91,20 @@ class TrainingMemory:
     optimizer_step: int
     trainable_parameters: int
     micro_batch_tokens: int
+    reference: int = 0
 
     @property
     def total(self) -> int:
         """Steady-state peak: AdamW's m and v are held throughout; the forward/backward peak (activations and the
         log-prob path) and the optimizer-step peak (gradients and AdamW's temporaries) do not overlap."""
-        return self.weights + self.optimizer + max(self.activations + self.logprobs, self.grads + self.optimizer_step)
+        return (self.weights + self.reference + self.optimizer
+                + max(self.activations + self.logprobs, self.grads + self.optimizer_step))
 
     @property
     def first_step(self) -> int:
         """The first step's peak: m and v are allocated by its optimizer step (what a one-step bench measures)."""
-        return self.weights + max(self.activations + self.logprobs, self.grads + self.optimizer + self.optimizer_step)
+        return self.weights + self.reference + max(self.activations + self.logprobs,
+                                                   self.grads + self.optimizer + self.optimizer_step)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "total": self.total, "first_step": self.first_step}
@@ -108,7 +114,7 @@ def micro_batch_rows_and_tokens(cfg: NodeConfig) -> tuple[int, int]:
     """(rows, padded tokens) of the learner's largest micro-batch at the configured lengths."""
     s, lc = cfg.sampler, cfg.learner
     seq = s.max_prompt_length + s.max_completion_length
-    rows = max(1, math.ceil(lc.prompts_per_step * s.num_generations / lc.gradient_accumulation_steps))
+    rows = rows_per_chunk(lc.prompts_per_step, s.num_generations, lc.gradient_accumulation_steps)
     if lc.max_tokens_per_microbatch:
         rows = max(1, min(rows, lc.max_tokens_per_microbatch // seq))
     return rows, rows * seq
@@ -162,4 +168,5 @@ def training_memory(shape: ModelShape, cfg: NodeConfig, device_type: str = "cuda
         optimizer_step=int(trainable * 4 * OPTIMIZER_STEP_FRACTION),
         trainable_parameters=trainable,
         micro_batch_tokens=tokens,
+        reference=shape.parameters * model_bytes if lc.beta > 0 and not lc.lora.enabled else 0,
     )

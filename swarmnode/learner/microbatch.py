@@ -1,5 +1,10 @@
-"""Row-level micro-batches by a token budget, each micro-batch's share of the step's loss, gradient-accumulation
-chunks of whole groups, and the merge of their diagnostics.
+"""The step's micro-batches (gradient-accumulation chunks of rows, each cut by a token budget), each micro-batch's
+share of the step's loss, and the merge of their diagnostics.
+
+A chunk holds `rows_per_chunk(cfg)` = ceil(prompts_per_step x num_generations / gradient_accumulation_steps) rows,
+as TRL's per-device batch: a chunk may end inside a group (the group statistics are the step's, see below). The
+largest forward/backward pass the loop runs is therefore what `learner.memory.micro_batch_rows_and_tokens` sizes
+(`plan_microbatches` is the loop's own split; tests check it against the estimate for every preset).
 
 Group statistics (advantages, GEPO's log E_q[q]) depend only on sampler data, so the loop computes them once per
 step first (`learner.step_stats`); rows can then be cut into micro-batches freely. A micro-batch holds at most
@@ -10,6 +15,8 @@ the unsplit batch's.
 """
 
 from __future__ import annotations
+
+import math
 
 
 def token_budget_batches(lengths: list[tuple[int, int]], max_tokens: int) -> list[list[int]]:
@@ -36,7 +43,7 @@ def loss_share(aggregation: str, batch: list[int], chunk: list[int], step: list[
     """The factor that turns a micro-batch's own mean loss into its part of the step's loss.
 
     `batch`, `chunk` and `step` are the completion lengths of the micro-batch's rows, of its
-    gradient-accumulation chunk (whole groups: what `policy_loss` saw before the split) and of the whole step.
+    gradient-accumulation chunk (what TRL's `policy_loss` sees in one micro-batch) and of the whole step.
     By `learner.loss_type` (TRL's token aggregation): grpo (sequence mean) rows / step rows; bnpo (token mean of
     the chunk) chunk rows / step rows x tokens / chunk tokens; dapo (token mean of the whole step) tokens / step
     tokens; dr_grpo (sum / (rows x max_completion_length), a constant) rows / step rows, as grpo. The optional
@@ -49,15 +56,22 @@ def loss_share(aggregation: str, batch: list[int], chunk: list[int], step: list[
     return len(batch) / len(step)
 
 
-def split_chunks(items: list, parts: int) -> list[list]:
-    """`items` cut into `parts` contiguous, nearly equal pieces."""
-    k, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + k + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
+def rows_per_chunk(prompts_per_step: int, num_generations: int, gradient_accumulation_steps: int) -> int:
+    """Rows of one gradient-accumulation chunk: a full step's rows over `gradient_accumulation_steps` (rounded up)."""
+    return max(1, math.ceil(prompts_per_step * num_generations / gradient_accumulation_steps))
+
+
+def plan_microbatches(lengths: list[tuple[int, int]], chunk_rows: int,
+                      max_tokens: int) -> list[tuple[list[int], list[list[int]]]]:
+    """The loop's split of a step's trained rows (`lengths[i]`: row i's prompt and completion tokens, in the step's
+    order): contiguous chunks of `chunk_rows` rows, each cut into token-budget micro-batches; per chunk, (its row
+    indices, its micro-batches as row indices)."""
+    plan = []
+    for start in range(0, len(lengths), chunk_rows):
+        chunk = list(range(start, min(start + chunk_rows, len(lengths))))
+        batches = token_budget_batches([lengths[i] for i in chunk], max_tokens)
+        plan.append((chunk, [[chunk[j] for j in b] for b in batches]))
+    return plan
 
 
 def weighted_mean(diags: list[tuple[int, dict]]) -> dict:

@@ -166,7 +166,8 @@ def estimate_from_shape(shape: ModelShape, cfg: NodeConfig) -> MemoryEstimate:
         f"sampler: KV cache for one group of {s.num_generations} x {seq_len} tokens",
         f"learner: {'LoRA r=' + str(lc.lora.r) if lc.lora.enabled else 'full'} training, micro-batch of {rows} "
         f"sequences ({tokens} tokens), AdamW fp32 m+v, activation checkpointing "
-        f"{'on' if cfg.model.gradient_checkpointing else 'off'}, chunked log-probs",
+        f"{'on' if cfg.model.gradient_checkpointing else 'off'}, chunked log-probs"
+        + (f", beta {lc.beta:g}: a reference copy of the weights in {cfg.model.dtype}" if training.reference else ""),
     )
     return MemoryEstimate(
         model_name=cfg.model.name,
@@ -292,7 +293,8 @@ def format_report(report: dict) -> str:
     lines.append(
         f"model {e['model_name']}: {e['parameters'] / 1e6:,.1f}M params in {e['dtype']}; "
         f"sample ~{_gb(e['inference_bytes'])} (weights {_gb(e['weights_bytes'])} + KV {_gb(e['kv_cache_bytes'])}), "
-        f"train ~{_gb(e['training_bytes'])} (weights {_gb(t.get('weights', 0))} + AdamW {_gb(e['optimizer_bytes'])}"
+        f"train ~{_gb(e['training_bytes'])} (weights {_gb(t.get('weights', 0))}"
+        f"{' + reference model ' + _gb(t['reference']) if t.get('reference') else ''} + AdamW {_gb(e['optimizer_bytes'])}"
         f" + the larger of activations and log-probs {_gb(t.get('activations', 0) + t.get('logprobs', 0))} and "
         f"grads and AdamW's step {_gb(t.get('grads', 0) + t.get('optimizer_step', 0))}; with LoRA "
         f"~{_gb(e['lora_training_bytes'])}), before {int((HEADROOM - 1) * 100)}% headroom"

@@ -7,8 +7,9 @@ never during one, so every group carries the version (and lineage) that really g
 version (`adapter` given) is applied to the engine's base weights; one the engine refuses (other base weights)
 is logged and dropped, and the engine keeps the weights it has.
 
-Each sampler of a run draws its own prompts and samples: `sampler_seed(task seed, peer id)` seeds its prompt order
-and its engine (the sampler role passes it to both), so two samplers of one run never repeat each other.
+Each sampler of a run draws its own prompts and samples: `sampler_seed(task seed, peer id, start)` seeds its prompt
+order and its engine (the sampler role passes it to both), so two samplers of one run never repeat each other, and
+a restarted one (its start count in its data directory, `sampler.starts`) does not replay its first run.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from swarmnode.tasks import Task
 log = logging.getLogger(__name__)
 
 
-def sampler_seed(task_seed: int, peer_id: str) -> int:
-    """A sampler's own seed for prompts and sampling, from the run's task seed and its peer id (32 bits)."""
-    return int.from_bytes(hashlib.sha256(f"{task_seed}:{peer_id}".encode()).digest()[:4], "big")
+def sampler_seed(task_seed: int, peer_id: str, start: int = 0) -> int:
+    """A sampler's own seed for prompts and sampling, from the run's task seed, its peer id and how many times it
+    started before (`sampler.starts.next_start`; 0 the first time) (32 bits)."""
+    key = f"{task_seed}:{peer_id}" + (f":{start}" if start else "")
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
 
 
 class SamplerLoop:

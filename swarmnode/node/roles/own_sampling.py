@@ -8,14 +8,13 @@ steps), never during one, so the weights do not change under a batch.
 
 from __future__ import annotations
 
-import zlib
-
 from swarmnode.config import NodeConfig
 from swarmnode.delivery import RolloutSink
-from swarmnode.identity import Identity
+from swarmnode.identity import Identity, node_data_dir
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.sampler.engines import HFEngine
-from swarmnode.sampler.loop import SamplerLoop
+from swarmnode.sampler.loop import SamplerLoop, sampler_seed
+from swarmnode.sampler.starts import next_start
 from swarmnode.tasks import Task
 
 
@@ -25,11 +24,11 @@ class OwnSampler:
     def __init__(self, learner: LearnerLoop, task: Task, cfg: NodeConfig, identity: Identity, sink: RolloutSink):
         self.learner = learner
         model = learner.model
-        self.engine = HFEngine(model, learner.tokenizer, cfg.sampler.max_prompt_length, learner.version)
+        # its own prompt stream and samples, from task.seed and its peer id as a sampler's, and new after a restart
+        seed = sampler_seed(cfg.task.seed, f"{identity.peer_id}:own", next_start(node_data_dir(cfg, identity), "own"))
+        self.engine = HFEngine(model, learner.tokenizer, cfg.sampler.max_prompt_length, learner.version, seed=seed)
         model.train()  # the engine put the model in eval mode; the learner trains it
-        # its own prompt stream (a sampler's is seeded by task.seed: the same prompts would come twice)
-        self.loop = SamplerLoop(self.engine, task, cfg, identity, sink, lineage=identity.peer_id,
-                                seed=zlib.crc32(identity.peer_id.encode()))
+        self.loop = SamplerLoop(self.engine, task, cfg, identity, sink, lineage=identity.peer_id, seed=seed)
         self.groups = 0  # groups made so far
 
     def batch(self) -> int:

@@ -21,7 +21,7 @@ from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
 from swarmnode.delivery import DelayedSink, RolloutSink
 from swarmnode.observe.health_record import SamplerHealth
-from swarmnode.identity import Identity
+from swarmnode.identity import Identity, node_data_dir
 from swarmnode.model.models import meta_state_dict
 from swarmnode.config.trust import check_trust_root
 from swarmnode.observe.progress import fetch_progress
@@ -29,6 +29,7 @@ from swarmnode.protocol.run_settings import differences, run_values
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
 from swarmnode.sampler.engines import build_engine
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed
+from swarmnode.sampler.starts import next_start
 from swarmnode.sampler.pacing import Pacer
 from swarmnode.sampler.undelivered import DeliveryGuard, Evidence, stop_line, undelivered_limit, why_undelivered
 from swarmnode.staleness import too_stale
@@ -65,7 +66,8 @@ class SamplerRole(NodeRole):
         self.sender.on_settings = self._settings_differ
         await self.sender.start()
         emit("loading the model...")
-        seed = sampler_seed(cfg.task.seed, identity.peer_id)  # its own prompts and samples (not another sampler's)
+        # its own prompts and samples (not another sampler's, nor its own before a restart)
+        seed = sampler_seed(cfg.task.seed, identity.peer_id, next_start(node_data_dir(cfg, identity)))
         engine = await self.compute.run(functools.partial(build_engine, cfg, seed=seed))
         layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model),  # bounds manifests
                                 base_hash=engine.base_hash)  # adapter versions must be for this base

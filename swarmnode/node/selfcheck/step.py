@@ -1,7 +1,8 @@
 """One learner step on a random-weight model of the config's shape: peak memory against the estimate, tokens/s.
 
 The step is the learner's own arithmetic: the chunked log-prob path under the learner's precision, the configured
-policy loss on rows of the largest micro-batch the config allows (full-length prompts and completions), backward
+policy loss on rows of the largest micro-batch the config allows (full-length prompts and completions; with `beta`
+> 0, TRL's reference model in model.dtype and its log-probs), backward
 (scaled under fp16), clipping, the learner's AdamW. The first step allocates AdamW's state, so its peak is
 compared with the estimator's first-step figure; tokens/s is taken from a second step.
 """
@@ -20,6 +21,7 @@ from swarmnode.learner.losses import policy_loss
 from swarmnode.learner.memory import ModelShape, micro_batch_rows_and_tokens, training_memory
 from swarmnode.learner.optimizer import build_optimizer
 from swarmnode.learner.precision import Precision
+from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.model.models import estimate_parameters, model_architecture
 from swarmnode.node.selfcheck.weights import random_model, random_rows, vocab_size
@@ -78,6 +80,7 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
             model = apply_lora(model, cfg.learner.lora, seed=0)
         precision = Precision.from_config(cfg, device)
         precision.prepare(model)
+        reference = ReferencePolicy(model, getattr(torch, cfg.model.dtype)) if cfg.learner.beta > 0 else None
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = build_optimizer(params, cfg.learner)
         prompts, completions = random_rows(rows, cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length,
@@ -87,14 +90,14 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
         for _ in range(2):
             _synchronize(device)
             start = time.perf_counter()
-            _one_step(model, precision, optimizer, params, prompts, completions, group.to(device), cfg)
+            _one_step(model, precision, optimizer, params, prompts, completions, group.to(device), cfg, reference)
             _synchronize(device)
             seconds.append(time.perf_counter() - start)
     if rss is None:
         peak, how = int(torch.cuda.max_memory_allocated(device)), "torch.cuda.max_memory_allocated"
     else:
         peak, how = max(0, rss.growth), "peak RSS growth"
-    del model, optimizer, params
+    del model, optimizer, params, reference
     return {
         "rows": rows,
         "tokens": tokens,
@@ -110,23 +113,32 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
     }
 
 
-def step_loss(model, precision: Precision, prompts, completions, group, cfg: NodeConfig) -> torch.Tensor:
+def step_loss(model, precision: Precision, prompts, completions, group, cfg: NodeConfig,
+              reference: ReferencePolicy | None = None) -> torch.Tensor:
     """The configured policy loss of one micro-batch of synthetic rows (behaviour log-probs a little below the
-    learner's, rewards alternating 0/1), forward under the learner's precision."""
+    learner's, rewards alternating 0/1), forward under the learner's precision (and the reference's log-probs
+    when `reference` is given)."""
     with precision.autocast():
         scores = completion_scores(model, prompts, completions, cfg.sampler.temperature, 0)
     gen = torch.Generator().manual_seed(2)
     logq = (scores.logp.detach() - 0.01 * torch.rand(scores.logp.shape, generator=gen).to(scores.logp.device))
     logq = logq * scores.mask
     rewards = (torch.arange(len(prompts), device=group.device) % 2).float()
-    loss, _ = policy_loss(cfg.learner.algorithm, scores.logp, logq, scores.mask, rewards, group, cfg.learner)
+    ref_logp = None  # with beta > 0 and no reference given: the learner's own log-probs (a KL term of 0)
+    if reference is not None:
+        ref_logp = reference.logprobs(prompts, completions, cfg.sampler.temperature, 0, precision.autocast)
+    elif cfg.learner.beta > 0:
+        ref_logp = scores.logp.detach()
+    loss, _ = policy_loss(cfg.learner.algorithm, scores.logp, logq, scores.mask, rewards, group, cfg.learner,
+                          ref_logp=ref_logp)
     return loss
 
 
-def _one_step(model, precision: Precision, optimizer, params, prompts, completions, group, cfg: NodeConfig) -> None:
+def _one_step(model, precision: Precision, optimizer, params, prompts, completions, group, cfg: NodeConfig,
+              reference: ReferencePolicy | None) -> None:
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    precision.backward(step_loss(model, precision, prompts, completions, group, cfg))
+    precision.backward(step_loss(model, precision, prompts, completions, group, cfg, reference))
     precision.unscale(optimizer)
     norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.learner.max_grad_norm))
     precision.optimizer_step(optimizer, math.isfinite(norm))
