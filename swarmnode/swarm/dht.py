@@ -199,12 +199,11 @@ class SwarmDHT:
                         if isinstance(value, dict) else {})
         return out
 
-    @staticmethod
-    def _decoded(subkeys: dict[str, bytes]) -> list[PeerRecord]:
+    def _decoded(self, subkeys: dict[str, bytes]) -> list[PeerRecord]:
         records = []
         for subkey, payload in subkeys.items():
-            try:
-                record = PeerRecord.decode(payload)  # already validated on receipt; decoded here for the object
+            try:  # validated on receipt, when the validator decoded it (else, e.g. our own store, decoded here)
+                record = self.validator.peer_record(payload) or PeerRecord.decode(payload)
             except InvalidRecord:
                 continue
             if record.peer_id == subkey:

@@ -38,14 +38,18 @@ MAX_RECORD_BYTES = 16 * 1024
 MAX_FOREIGN_KEYS = 64  # distinct other-run keys counted (bounded: strangers cannot grow it)
 DEFAULT_MAX_TTL_S = 300.0  # the longest lifetime a record may claim (a node's own TTLs are far shorter)
 VALID_MEMORY = 16384  # digests of records found valid: a record read again is not verified again
-# schema(owner peer id, subkey label, payload) raises InvalidRecord if the payload is not acceptable there
-Schema = Callable[[str, str, bytes], None]
+# schema(owner peer id, subkey label, payload) raises InvalidRecord if the payload is not acceptable there; a peer
+# record's schema returns the decoded record (kept for the reader: `SwarmValidator.peer_record`)
+Schema = Callable[[str, str, bytes], object]
 
 
-def _peer_schema(owner: str, label: str, payload: bytes) -> None:
-    record = PeerRecord.decode(payload)
+def _peer_schema(owner: str, label: str, payload: bytes) -> PeerRecord:
+    # the owner's signature over the whole value, this record included, is verified already (`_check`): a record
+    # whose peer id is the owner's needs no second check of its own signature by the same key
+    record = PeerRecord.decode(payload, check_signature_of=False)
     if label or record.peer_id != owner:
         raise InvalidRecord("peer record stored under another peer's subkey")
+    return record
 
 
 ANNOUNCEMENT_LABEL = "newest"  # a learner's announcement subkey: `newest@<peer id>` (one per learner)
@@ -65,19 +69,21 @@ def learner_key(run_id: str, peer_id: str) -> str:
     return f"{run_id}/learner/{peer_id}"
 
 
-def _own_learner_schema(owner: str, label: str, payload: bytes) -> None:
-    _peer_schema(owner, label, payload)
-    if PeerRecord.decode(payload).role != "learner":
+def _own_learner_schema(owner: str, label: str, payload: bytes) -> PeerRecord:
+    record = _peer_schema(owner, label, payload)
+    if record.role != "learner":
         raise InvalidRecord("a learner key holds its owner's learner record only")
+    return record
 
 
 def _shard_schema(shard: int, shards: int) -> Schema:
     """A peer record under shard key `shard`: its owner's record, and the owner's shard is `shard`."""
-    def schema(owner: str, label: str, payload: bytes) -> None:
-        _peer_schema(owner, label, payload)
+    def schema(owner: str, label: str, payload: bytes) -> PeerRecord:
+        record = _peer_schema(owner, label, payload)
         if peer_shard(owner, shards) != shard:
             raise InvalidRecord(f"peer record under shard {shard}, but its owner's shard is "
                                 f"{peer_shard(owner, shards)} of {shards} (network.peer_shards differs?)")
+        return record
     return schema
 
 
@@ -149,6 +155,7 @@ class SwarmValidator(RecordValidatorBase):
         self.rejected = 0  # records refused since start (for health output)
         self.foreign_keys: Counter[bytes] = Counter()  # refusals by key (hashed): other runs' records, see `runs_seen`
         self._valid: OrderedDict[bytes, None] = OrderedDict()  # see `validate`
+        self._records: OrderedDict[bytes, PeerRecord] = OrderedDict()  # payload digest -> decoded: `peer_record`
 
     def runs_seen(self, candidates: list[str]) -> dict[str, int]:
         """Refused records by run id, for the candidate run ids whose keys they were under (a DHT key is a hash:
@@ -230,10 +237,23 @@ class SwarmValidator(RecordValidatorBase):
         payload = _loads(value, MAX_RECORD_BYTES)
         if not isinstance(payload, bytes):
             raise InvalidRecord("value must be a binary record")
-        schema(owner, label, payload)
+        decoded = schema(owner, label, payload)
+        if isinstance(decoded, PeerRecord):
+            self._records[_digest(payload)] = decoded
+            if len(self._records) > VALID_MEMORY:
+                self._records.popitem(last=False)
+
+    def peer_record(self, payload: bytes) -> PeerRecord | None:
+        """The PeerRecord of `payload` as this validator decoded it when it accepted it (its owner's signature
+        verified), or None if it holds none: a reader need not decode and verify it a second time."""
+        return self._records.get(_digest(payload))
 
     def merge_with(self, other: RecordValidatorBase) -> bool:
         return False
+
+
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=16).digest()
 
 
 def _loads(data: bytes, limit: int) -> object:
