@@ -131,3 +131,31 @@ def test_pages_clamp_and_the_worst_come_first():
                                                          "reachability": "client-only"},
              {"peer_id": "e", "lag": None, "age_s": 0.0}]
     assert [p["peer_id"] for p in worst_first(peers, {"e"})] == ["e", "b", "c", "d", "a"]
+
+
+def test_the_dashboard_pages_a_large_run_the_worst_first_and_says_the_count_is_estimated():
+    import io
+
+    from rich.console import Console
+
+    from swarmnode.observe.dashboard import History, build_view
+
+    learner = fake(0, role="learner", version=9)
+    peers = [fake(i, version=9 - (i == 17) * 5) for i in range(1, 3001)]
+    by_shard = sharded([learner, *peers], 64)
+    census = Census({s: by_shard[s] for s in range(16)}, 64)
+    cfg = load_config(None, [f"run_id={RUN}"])
+    doc = status_document(cfg, [learner, *census.records], now=1000.0, census=census_fields(census, [learner]))
+    history = History()
+
+    def render() -> str:
+        console = Console(width=200, height=60, file=io.StringIO(), force_terminal=False)
+        console.print(build_view(doc, history, max_rows=20))
+        return console.file.getvalue()
+
+    first = render()
+    pages = -(-len(doc["peers"]) // 20)
+    assert f"page 1 of {pages}" in first and "shards read" in first and f"~{doc['count']:,}" in first
+    history.page = 1
+    second = render()
+    assert f"page 2 of {pages}" in second and learner.peer_id[-8:] not in second.split("peers, the worst")[1][:3000]

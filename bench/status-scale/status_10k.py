@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
+import resource
 import random
 import statistics
 import sys
@@ -36,7 +38,8 @@ from swarmnode.swarm.membership import Membership  # noqa: E402
 
 RUN = "status-scale"
 NET = ["network.nat_port_map=false", "network.auto_nat=false", "network.reachability=public",
-       "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "network.heartbeat_interval=30"]
+       "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "network.heartbeat_interval=60"]  # records may live 720 s
+LIFETIME_S = 700.0  # the fakes' lifetime: generating and storing 10,000 takes minutes on a busy machine
 
 
 def cfg(*sets: str):
@@ -63,6 +66,27 @@ async def snapshot(member, exact: bool) -> tuple[float, dict]:
     return time.perf_counter() - t0, doc
 
 
+async def cli_status(boot: str, learner: str) -> tuple[float, float, dict]:
+    """`swarmnode status --json` as a person runs it (a fresh process: no record verified before); (wall seconds,
+    CPU seconds of the child, its document)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", "-m", "swarmnode", "status", "--json", "--config", "tiny-cpu",
+        "--set", f"run_id={RUN}", "--set", f"trust.learner_keys=[{learner}]", "--initial-peers", boot,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        print(f"status failed (rc {proc.returncode}): {err.decode()[-500:]}", file=sys.stderr)
+        doc = {}
+    return wall, cpu, doc
+
+
 async def main_async(args) -> dict:
     nodes: list[SwarmDHT] = []
     learner = member = None
@@ -79,7 +103,7 @@ async def main_async(args) -> dict:
         learner.update(version=41, health={"reachability": "public", "step": 400, "version": 41})
         await learner.start()
         t0 = time.perf_counter()
-        expiration = record_lifetime(280)
+        expiration = record_lifetime(LIFETIME_S)
         records = generate(args.records, expiration)
         generated_s = time.perf_counter() - t0
         targets = {}
@@ -102,7 +126,10 @@ async def main_async(args) -> dict:
             seconds, exact_doc = await snapshot(member, exact=True)
             exact_s.append(seconds)
         text = format_status(doc)
+        cli_s, cli_cpu_s, cli_doc = await cli_status(boot, learner_id.peer_id)
         return {
+            "cli_s": round(cli_s, 2), "cli_cpu_s": round(cli_cpu_s, 2), "cli_count": cli_doc.get("count"),
+            "cli_census": cli_doc.get("census"),
             "records": args.records, "dht_nodes": args.dht_nodes, "accepted": accepted,
             "generated_s": round(generated_s, 2), "stored_s": round(stored_s, 2), "client_join_s": round(join_s, 2),
             "census_s": [round(s, 3) for s in census_s], "exact_s": [round(s, 3) for s in exact_s],
@@ -124,7 +151,7 @@ async def main_async(args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000)
-    ap.add_argument("--dht-nodes", type=int, default=4)
+    ap.add_argument("--dht-nodes", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=results_dir(__file__) / "status_10k")
     args = ap.parse_args()
@@ -136,7 +163,8 @@ def main() -> None:
                f"{statistics.median(doc['census_s']):.2f} s median ({census.get('records_read', 0):,} records of "
                f"{census.get('shards_read')} / {census.get('shards')} shards; count {doc['count']:,}, exact "
                f"{doc['exact_count']:,}), --exact {statistics.median(doc['exact_s']):.2f} s median; the text "
-               f"{doc['text_lines']} lines; load {doc['load'][0]:.1f}")
+               f"{doc['text_lines']} lines; `swarmnode status --json` in a fresh process {doc['cli_s']:.1f} s "
+               f"({doc['cli_cpu_s']:.1f} CPU s); load {doc['load'][0]:.1f}")
     print(summary)
     print(doc["text"])
     write_results(args.out, doc, summary + "\n\n```\n" + doc["text"] + "\n```\n")
