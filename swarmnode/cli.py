@@ -300,14 +300,16 @@ def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt,
                                       "in one line; exit 0 contributing, 1 idle, 2 failing, 3 no node found"),
            on_alert: Optional[str] = typer.Option(None, "--on-alert", help="with --self: shell command run when "
                                                   "the node's state changes (SWARMNODE_ALERT_* in its environment)"),
-           watch: Optional[float] = typer.Option(None, "--watch", min=1, help="with --self: check every N s")) -> None:
+           watch: Optional[float] = typer.Option(None, "--watch", min=1, help="with --self: check every N s"),
+           page: int = typer.Option(1, "--page", min=1, help="a large run's page of peers, the worst first"),
+           exact: bool = typer.Option(False, "--exact", help="read every peer record, however many")) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v2 (docs/status-and-metrics.md)."""
     if self_ or on_alert or watch:
         _self_status(config, set_, as_json, on_alert, watch)
     cfg, card = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
     from swarmnode.observe.status import format_status, query_status
 
-    doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)
+    doc = _run_swarm_command(lambda stop: query_status(cfg, exact), timeout=cfg.network.startup_timeout + 30)
     if card is not None:
         from swarmnode.node.invite import format_card, with_card
 
@@ -315,7 +317,7 @@ def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt,
     if as_json:
         print_json(doc)
     else:
-        typer.echo("\n".join([*([format_card(doc["card"])] if card is not None else []), format_status(doc)]))
+        typer.echo("\n".join([*([format_card(doc["card"])] if card is not None else []), format_status(doc, page - 1)]))
         if any(alert["severity"] == "error" for alert in doc["alerts"]):  # an `error:` line: not a 0 exit
             raise typer.Exit(int(ExitCode.FAILURE))
 

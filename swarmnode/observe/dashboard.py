@@ -17,7 +17,7 @@ import termios
 import time
 import tty
 from collections import deque
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -25,6 +25,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from swarmnode.observe.census import page_of, worst_first
 from swarmnode.observe.health import rejected_by_reason
 from swarmnode.staleness import bucket_label
 from swarmnode.observe.status import client_member, other_runs_hint, read_status
@@ -44,6 +45,7 @@ class History:
         self.error: str | None = None
         self.polls = 0
         self.logs: deque[str] = deque(maxlen=3)
+        self.page = 0  # the peers table's page (n / p on a terminal)
 
     def add(self, doc: dict[str, Any]) -> None:
         self.tokens.append(float(doc.get("tokens_per_s", 0.0)))
@@ -104,7 +106,13 @@ def _header(doc: dict[str, Any], history: History) -> Panel:
     newest = doc["newest_version"]
     text = Text()
     text.append(f"run {doc['run_id']}", style="bold")
-    text.append(f"   peers {doc['count']} ({roles or 'none'})")
+    census = doc.get("census")
+    estimated = census is not None and not census["exact"]
+    text.append(f"   peers {'~' if estimated else ''}{doc['count']:,} ({roles or 'none'})")
+    if estimated:
+        c = census["count"]
+        text.append(f" [{c['low']:,}-{c['high']:,}, 95 %: {census['shards_read']}/{census['shards']} shards read]",
+                    style="dim")
     reach = doc.get("reachability") or {}
     if set(reach) - {"public", "unknown"}:  # someone behind a NAT: say how many of each
         text.append("   " + ", ".join(f"{n} {r}" for r, n in sorted(reach.items())), style="yellow")
@@ -124,16 +132,20 @@ def _header(doc: dict[str, Any], history: History) -> Panel:
 REACH_STYLE = {"public": "green", "relayed": "yellow", "client-only": "cyan"}
 
 
-def _peers_table(doc: dict[str, Any], max_rows: int) -> Table:
-    table = Table(expand=True, title="peers", title_justify="left", pad_edge=False)
+def _peers_table(doc: dict[str, Any], max_rows: int, page: int = 0) -> Table:
+    """The learners, then the other peers read, the worst first (`census.worst_first`), a page of `max_rows`."""
+    bad = {a["peer_id"] for a in doc["alerts"] if a["peer_id"]}
+    learners = sorted((p for p in doc["peers"] if p["role"] == "learner"),
+                      key=lambda p: (p.get("designated") is False, p["peer_id"]))
+    others = worst_first((p for p in doc["peers"] if p["role"] != "learner"), bad)
+    peers = learners + others
+    shown, page, pages = page_of(peers, page, max_rows)
+    title = "peers" + (f", the worst first: page {page + 1} of {pages} (n / p)" if pages > 1 else "")
+    table = Table(expand=True, title=title, title_justify="left", pad_edge=False)
     for col, justify in (("peer", "left"), ("role", "left"), ("reach", "left"), ("hardware", "left"), ("version", "right"),
                          ("lag", "right"), ("throughput", "left"), ("last seen", "right"), ("note", "left")):
         table.add_column(col, justify=justify, no_wrap=True)
-    bad = {a["peer_id"] for a in doc["alerts"] if a["peer_id"]}
-    # designated learners first; a self-declared one (not in trust.learner_keys) after them, marked
-    peers = sorted(doc["peers"], key=lambda p: (ROLE_ORDER.get(p["role"], 9), p.get("designated") is False,
-                                                p["peer_id"]))
-    for p in peers[:max_rows]:
+    for p in shown:
         version = "-" if p["version"] < 0 else str(p["version"])
         lag = "-" if p.get("lag") is None else str(p["lag"])
         note = "self-declared" if p.get("designated") is False else str(p.get("health", {}).get("paused") or "")
@@ -142,8 +154,8 @@ def _peers_table(doc: dict[str, Any], max_rows: int) -> Table:
                       Text(reach, style=REACH_STYLE.get(reach, "dim")), _hardware(p.get("hardware", {})), version, lag, _throughput(p), f"{p['age_s']:.1f} s",
                       Text(note or ("alert" if p["peer_id"] in bad else ""), style="yellow"),
                       style="red" if p["peer_id"] in bad else None)
-    if len(peers) > max_rows:
-        table.add_row("…", f"{len(peers) - max_rows} more", *[""] * 7)
+    if pages > 1:
+        table.add_row("…", f"{len(peers) - len(shown)} more", *[""] * 7)
     return table
 
 
@@ -242,7 +254,7 @@ def build_view(doc: dict[str, Any], history: History | None = None, max_rows: in
     for _ in range(len(shown) + 1):
         middle.add_column(ratio=1)
     middle.add_row(*[_learner_panel(p) for p in shown], _versions_panel(doc))
-    parts = [_header(doc, history), _peers_table(doc, max_rows), middle]
+    parts = [_header(doc, history), _peers_table(doc, max_rows, history.page), middle]
     if rest:
         parts.append(_other_learners(rest))
     return Group(*parts, _alerts_panel(doc))
@@ -304,8 +316,10 @@ def logs_into(history: History) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> Iterator[bool]:
-    """On a terminal: cbreak mode, `q` sets `stop`; the terminal's mode is restored on exit. Yields whether on."""
+def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop,
+               on_page: Callable[[int], None] = lambda _step: None) -> Iterator[bool]:
+    """On a terminal: cbreak mode, `q` sets `stop`, `n` / `p` call `on_page(+1 / -1)`; the terminal's mode is
+    restored on exit. Yields whether on."""
     stream = sys.stdin
     if stream is None or not stream.isatty():
         yield False
@@ -320,6 +334,10 @@ def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> Iterator
             return
         if not data or b"q" in data.lower():
             stop.set()
+            return
+        for key in data.lower():
+            if key in b"np":
+                on_page(1 if key == ord("n") else -1)
 
     tty.setcbreak(fd)
     loop.add_reader(fd, on_key)
@@ -354,8 +372,17 @@ async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once:
             console.print(build_view(doc, history, max_rows=rows()))
             return doc
         loop = asyncio.get_running_loop()
+        live: Live | None = None
+
+        def turn_page(step: int) -> None:
+            pages = max(1, -(-len(doc["peers"]) // rows()))
+            history.page = min(pages - 1, max(0, history.page + step))
+            if live is not None:
+                live.update(build_view(doc, history, rows()), refresh=True)
+
         with Live(build_view(doc, history, rows()), console=console, screen=console.is_terminal,
-                  auto_refresh=False, redirect_stderr=False) as live, key_reader(stop, loop), logs_into(history):
+                  auto_refresh=False, redirect_stderr=False) as live, key_reader(stop, loop, turn_page), \
+                logs_into(history):
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), refresh)
