@@ -100,22 +100,47 @@ class ScaleLab:
         self.workdir.mkdir(parents=True, exist_ok=True)
         sets = prepare_swarm(self.workdir, self.config, [*LAB_SETS, f"learner.publish_every={self.publish_every}",
                                                          *self.sets], say=say)
+        self.run_sets = sets
         self._host("boot", [self._node("bootstrap", "bootstrap")], [], sets)
-        line = self._wait_log("boot", "initial-peers:", 1, 90)[0]
-        initial = [line.split("initial-peers:", 1)[1].strip()]
-        self.initial_peers = initial
-        self._host("learner", [self._node("learner", "learner")], initial, sets)
-        self._wait_log("learner", "learner ready", 1, 180)
-        say(f"bootstrap and learner up; starting {self.samplers} samplers, {self.per_host} per process")
+        line = self._wait_log("boot", "initial-peers:", 1, 180)[0]
+        self.initial_peers = [line.split("initial-peers:", 1)[1].strip()]
+        self._host("learner", [self._node("learner", "learner")], self.initial_peers, sets)
+        self._wait_log("learner", "learner ready", 1, 300)
         self.started = time.time()
-        names = [f"s{i:03d}" for i in range(1, self.samplers + 1)]
-        hosts = [names[i:i + self.per_host] for i in range(0, len(names), self.per_host)]
-        for h, group in enumerate(hosts):
-            self._host(f"h{h:02d}", [self._node(n, "sampler") for n in group], initial, sets)
-        for h, group in enumerate(hosts):
-            self._wait_log(f"h{h:02d}", "sampler ready", len(group), ready_timeout)
+        self.sampler_count, self.host_count = 0, 0
+        self.add_samplers(self.samplers, say, ready_timeout)
+
+    def add_samplers(self, count: int, say=print, ready_timeout: float = 300.0) -> dict:
+        """Start `count` more samplers (`per_host` per process) and wait until each is ready; `ready` is then
+        when the last one was."""
+        say(f"starting {count} samplers, {self.per_host} per process")
+        began = time.time()
+        names = [f"s{i:03d}" for i in range(self.sampler_count + 1, self.sampler_count + count + 1)]
+        groups = [names[i:i + self.per_host] for i in range(0, len(names), self.per_host)]
+        hosts = []
+        for group in groups:
+            hosts.append((f"h{self.host_count:02d}", group))
+            self._host(hosts[-1][0], [self._node(n, "sampler") for n in group], self.initial_peers, self.run_sets)
+            self.host_count += 1
+        ready = []
+        for host, group in hosts:
+            ready += [float(ln.split()[0]) - began
+                      for ln in self._wait_log(host, "sampler ready", len(group), ready_timeout)]
+        self.sampler_count += count
+        self.samplers = self.sampler_count
         self.ready = time.time()
-        say(f"{self.samplers} samplers ready in {self.ready - self.started:.1f} s")
+        say(f"{count} samplers ready in {self.ready - began:.1f} s ({self.samplers} in all)")
+        self.wave = {"count": count, "ready_s_p50": sorted(ready)[len(ready) // 2], "ready_s_max": max(ready),
+                     "learner_steps_per_s": self._learner_rate(began, self.ready)}
+        return self.wave
+
+    def _learner_rate(self, since: float, until: float) -> float | None:
+        """The learner's steps per second between two times (from its host's lines)."""
+        rows = [ln for ln in read_lines([self.workdir / "learner.jsonl"])
+                if ln.get("ev") == "node" and since <= ln["t"] <= until and "steps" in ln]
+        if len(rows) < 2:
+            return None
+        return (rows[-1]["steps"] - rows[0]["steps"]) / max(1e-9, rows[-1]["t"] - rows[0]["t"])
 
     def check_alive(self) -> None:
         for proc in self.procs:
@@ -133,10 +158,21 @@ class ScaleLab:
     def lines(self) -> list[dict]:
         return read_lines(sorted(self.workdir.glob("*.jsonl")))
 
-    def summary(self, since: float | None = None) -> dict:
-        """The growth figures of this run (`curves.summarise`) from `since` (default: all samplers ready)."""
-        return summarise(self.lines(), since if since is not None else self.ready, samplers=self.samplers,
+    def summary(self, since: float | None = None, until: float | None = None) -> dict:
+        """The growth figures of this run (`curves.summarise`) from `since` (default: all samplers ready) to
+        `until` (default: the last line)."""
+        lines = [ln for ln in self.lines() if until is None or ln.get("t", 0) <= until]
+        return summarise(lines, since if since is not None else self.ready, samplers=self.samplers,
                          started=self.started)
+
+    def status_probe(self, timeout: float = 120.0) -> dict:
+        """One `status` snapshot of the run (`status_probe.py` in a process of its own): seconds and bytes."""
+        sets = [a for one in self.run_sets for a in ("--set", one)]
+        out = subprocess.run([sys.executable, "-P", str(HERE / "status_probe.py"), self.config, self.initial_peers[0],
+                              *sets], capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            return {"error": out.stderr.strip().splitlines()[-1:] or [f"exit {out.returncode}"]}
+        return json.loads(out.stdout.strip().splitlines()[-1])
 
     def stop(self) -> None:
         """SIGTERM every host (samplers first), then SIGKILL what is left after 60 s."""
@@ -155,27 +191,33 @@ class ScaleLab:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samplers", type=int, nargs="+", default=[8])
-    ap.add_argument("--seconds", type=float, default=120.0, help="measured time after every sampler is ready")
+    ap.add_argument("--samplers", type=int, nargs="+", default=[8, 16, 32, 64],
+                    help="sizes, grown within one run: each step adds samplers (a join wave), then measures")
+    ap.add_argument("--seconds", type=float, default=90.0, help="measured time at each size")
     ap.add_argument("--per-host", type=int, default=16)
-    ap.add_argument("--publish-every", type=int, default=40)
+    ap.add_argument("--publish-every", type=int, default=5)
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/scale-lab"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = []
-    for n in args.samplers:
-        with ScaleLab(args.workdir / f"n{n}", n, per_host=args.per_host, sets=args.sets,
-                      publish_every=args.publish_every) as lab:
-            load0 = os.getloadavg()[0]
-            lab.start()
+    with ScaleLab(args.workdir, args.samplers[0], per_host=args.per_host, sets=args.sets,
+                  publish_every=args.publish_every) as lab:
+        lab.start()
+        wave = {"count": args.samplers[0], "ready_s_max": lab.ready - lab.started}
+        for n in args.samplers:
+            if n > lab.samplers:
+                wave = lab.add_samplers(n - lab.samplers)
+            load0, since = os.getloadavg()[0], lab.ready
             lab.run_for(args.seconds)
-            doc = {"samplers": n, "load_start": load0, "load_end": os.getloadavg()[0], **lab.summary()}
-        results.append(doc)
-        print(json.dumps(doc, indent=1, default=str))
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(results, indent=1, default=str))
+            until = time.time()
+            doc = {"load_start": load0, "load_end": os.getloadavg()[0], **lab.summary(since, until),
+                   "join_wave": wave, "status": lab.status_probe()}
+            results.append(doc)
+            print(json.dumps(doc, indent=1, default=str), flush=True)
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(results, indent=1, default=str))
 
 
 if __name__ == "__main__":
