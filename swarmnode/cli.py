@@ -235,16 +235,18 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
 @app.command()
 def status(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
            initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
-           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt) -> None:
+           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt,
+           page: int = typer.Option(1, "--page", min=1, help="a large run's page of peers, the worst first"),
+           exact: bool = typer.Option(False, "--exact", help="read every peer record, however many")) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v2 (docs/status-and-metrics.md)."""
     cfg = _client_config("status", config, set_, initial_peers, host_maddrs, startup_timeout)
     from swarmnode.observe.status import format_status, query_status
 
-    doc = _run_swarm_command(lambda stop: query_status(cfg), timeout=cfg.network.startup_timeout + 30)
+    doc = _run_swarm_command(lambda stop: query_status(cfg, exact), timeout=cfg.network.startup_timeout + 30)
     if as_json:
         print_json(doc)
     else:
-        typer.echo(format_status(doc))
+        typer.echo(format_status(doc, page - 1))
 
 
 @app.command()

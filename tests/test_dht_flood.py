@@ -44,7 +44,7 @@ async def flood(run_id: str, targets: dict[str, str]) -> tuple[int, int]:
     """Store `FAKES` fake learner records at every target (peer id -> multiaddr); (records accepted, bytes of one)."""
     expiration = record_lifetime()
     records = fake_peer_records(run_id, FAKES, expiration)
-    return await store_records(run_id, targets, records, expiration), min(len(v) for _, v in records)
+    return await store_records(run_id, targets, records, expiration), min(len(r) for r in records)
 
 
 PAUSED = "no learner of the run is live"  # what a sampler prints when it has nobody to send to

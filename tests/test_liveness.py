@@ -97,7 +97,7 @@ async def _choice_scenario(tmp_path):
             await peers.refresh()
             await peers.alive.settle()
         after = [str(p) for p in await peers.holders()], [str(p) for p in await peers.learners()]
-        return first, after, peers.alive.probes, peers.alive.probe_failures, live_id.peer_id, {p for p, _ in fakes}
+        return first, after, peers.alive.probes, peers.alive.probe_failures, live_id.peer_id, {r.subkey for r in fakes}
     finally:
         for node in (live, reader):
             if node is not None:

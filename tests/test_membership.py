@@ -26,6 +26,7 @@ from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.p2p import SwarmStartError, clean_stale_sockets, p2pd_pid, parse_initial_peer, stop_p2p
+from swarmnode.swarm.peer_keys import DEFAULT_PEER_SHARDS, peer_shard, peer_shard_key
 from swarmnode.swarm.validator import SwarmValidator
 from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm, pid_alive, swarmnode_cmd
 
@@ -81,16 +82,21 @@ def _record(validator: SwarmValidator, key: str, subkey: str, payload: bytes, ex
     return DHTRecord(unsigned.key, unsigned.subkey, validator.sign_value(unsigned), expiration)
 
 
+def shard_of(identity: Identity) -> str:
+    """The shard key of `identity`'s peer record in RUN (the default shard count)."""
+    return peer_shard_key(RUN, peer_shard(identity.peer_id, DEFAULT_PEER_SHARDS))
+
+
 def test_validator_owner_only_signed_and_schema_checked():
     owner, other = Identity.generate(), Identity.generate()
     v_owner, v_other = SwarmValidator(RUN, owner), SwarmValidator(RUN, other)
     payload = PeerRecord.create(owner, role="learner").encode()
     exp = get_dht_time() + 60
-    good = _record(v_owner, f"{RUN}/peers", owner.peer_id, payload, exp)
+    good = _record(v_owner, shard_of(owner), owner.peer_id, payload, exp)
     assert v_other.validate(good)
     assert v_owner.strip_value(good) == msgpack.packb(payload)
     # a subkey written by another key
-    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", owner.peer_id, payload, exp))
+    assert not v_owner.validate(_record(v_other, shard_of(owner), owner.peer_id, payload, exp))
     # the owner's signature, moved to a longer life, another key, or another run
     assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value, exp + 10))
     assert not v_owner.validate(_record(v_owner, f"{RUN}/junk", owner.peer_id, payload, exp))
@@ -98,15 +104,18 @@ def test_validator_owner_only_signed_and_schema_checked():
     # bad signature bytes
     assert not v_owner.validate(DHTRecord(good.key, good.subkey, good.value[:-64] + bytes(64), exp))
     # wrong schema, properly signed by the subkey owner
-    assert not v_other.validate(_record(v_other, f"{RUN}/peers", other.peer_id, b"hello", exp))
+    assert not v_other.validate(_record(v_other, shard_of(other), other.peer_id, b"hello", exp))
     # somebody else's (valid) peer record under my subkey
-    assert not v_owner.validate(_record(v_other, f"{RUN}/peers", other.peer_id, payload, exp))
+    assert not v_owner.validate(_record(v_other, shard_of(other), other.peer_id, payload, exp))
     # oversized
-    assert not v_other.validate(_record(v_other, f"{RUN}/peers", other.peer_id, bytes(MAX_PEER_RECORD_BYTES + 1),
+    assert not v_other.validate(_record(v_other, shard_of(other), other.peer_id, bytes(MAX_PEER_RECORD_BYTES + 1),
                                         exp))
     # properly signed, but claiming to live for a day: refused (nothing stays "live" without a process behind it)
-    assert not v_other.validate(_record(v_owner, f"{RUN}/peers", owner.peer_id, payload, get_dht_time() + 86400))
-    assert v_owner.rejected >= 5 and v_other.rejected >= 3
+    assert not v_other.validate(_record(v_owner, shard_of(owner), owner.peer_id, payload, get_dht_time() + 86400))
+    # the owner's own record under another shard than its peer id's (each shard holds its own owners only)
+    elsewhere = next(peer_shard_key(RUN, s) for s in range(DEFAULT_PEER_SHARDS) if peer_shard_key(RUN, s) != shard_of(owner))
+    assert not v_other.validate(_record(v_owner, elsewhere, owner.peer_id, payload, exp))
+    assert v_owner.rejected >= 5 and v_other.rejected >= 4
 
 
 def test_parse_initial_peer_errors():
@@ -170,21 +179,23 @@ async def _forgery_scenario():
         bad = await SwarmDHT.create(cfg, attacker)
         results = {}
         try:
-            peers_key, exp = f"{RUN}/peers", get_dht_time() + 30
+            peers_key, exp = shard_of(victim), get_dht_time() + 30
             forger = _Forger(attacker)
             bad.node.protocol.record_validator = forger
             fake_victim = PeerRecord.create(attacker, role="learner").encode()
             results["foreign subkey"] = await bad.node.store(peers_key, fake_victim, exp, subkey=victim.peer_id)
-            results["wrong schema"] = await bad.node.store(peers_key, b"not a record", exp, subkey=attacker.peer_id)
-            results["oversized"] = await bad.node.store(peers_key, bytes(20_000), exp, subkey=attacker.peer_id)
+            own_key = shard_of(attacker)
+            results["wrong schema"] = await bad.node.store(own_key, b"not a record", exp, subkey=attacker.peer_id)
+            results["oversized"] = await bad.node.store(own_key, bytes(20_000), exp, subkey=attacker.peer_id)
             results["unknown key"] = await bad.node.store(f"{RUN}/free-storage", b"x", exp, subkey=attacker.peer_id)
             forger.mode = "garbage-signature"
             results["bad signature"] = await bad.node.store(
-                peers_key, PeerRecord.create(attacker, role="sampler").encode(), exp, subkey=attacker.peer_id)
+                own_key, PeerRecord.create(attacker, role="sampler").encode(), exp, subkey=attacker.peer_id)
         finally:
             await bad.shutdown()
         reader = await SwarmDHT.create(cfg, Identity.generate(), client_mode=True)
         try:
+            await honest.store_peer(PeerRecord.create(honest_id, role="bootstrap"))  # its heartbeat (2 s records)
             seen = [r.peer_id for r in await reader.all_peers()]
         finally:
             await reader.shutdown()
@@ -209,6 +220,7 @@ async def _versions_scenario():
         await node.announce_version(3, {"manifest": "abc", "bytes": 10})
         await node.announce_version(4, {"manifest": "def", "bytes": 10})
         await node.store_peer(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
+        await node.store_learner(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
         boot = str((await node.p2p.get_visible_maddrs())[0])
         other = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]",
                                                f"trust.learner_keys=[{learner.peer_id}]"), intruder)
@@ -237,9 +249,9 @@ async def _loading_learner_scenario():
     try:
         peers = LivePeers(node, "someone-else", max_age=0.0)
         peers.proven([learner.peer_id])  # it answered us (else its record alone would make no send target)
-        await node.store_peer(PeerRecord.create(learner, role="learner"))  # announced, still loading (-1)
+        await node.store_learner(PeerRecord.create(learner, role="learner"))  # announced, still loading (-1)
         loading = await peers.learners()
-        await node.store_peer(PeerRecord.create(learner, role="learner", version=0))  # inbox open
+        await node.store_learner(PeerRecord.create(learner, role="learner", version=0))  # inbox open
         ready = await peers.learners()
         return loading, [str(p) for p in ready], learner.peer_id
     finally:
@@ -394,14 +406,14 @@ def test_a_learner_key_holds_only_its_owners_learner_record():
 
 async def _designated_scenario():
     learner, reader_id = Identity.generate(), Identity.generate()
-    node = await SwarmDHT.create(cfg_with(), learner)
+    node = await SwarmDHT.create(cfg_with("network.missed_beats_to_expire=30"), learner)  # outlives a slow start
     try:
         record = PeerRecord.create(learner, role="learner", version=7, versions=[7])
-        assert await node.store_learner(record)  # and not under the shared peers key at all
+        assert await node.store_learner(record)  # and in no shard of the peer records
         boot = str((await node.p2p.get_visible_maddrs())[0])
         reader = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]"), reader_id)
         try:
-            shared = [r.peer_id for r in await reader.live_peers("learner")]
+            shared = [r.peer_id for r in await reader.all_peers()]
             found = [(r.peer_id, r.version) for r in await reader.designated_learners([learner.peer_id,
                                                                                        reader_id.peer_id])]
             peers = LivePeers(reader, reader_id.peer_id, max_age=0.0, designated=[learner.peer_id])

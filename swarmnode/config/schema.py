@@ -41,6 +41,10 @@ class NetworkConfig(_Section):
     heartbeat_interval: float = Field(5.0, gt=0, le=600, description="seconds between peer-record refreshes")
     missed_beats_to_expire: int = Field(3, ge=1, le=100,
         description="heartbeats a peer record outlives its last refresh by")
+    peer_shards: int = Field(64, ge=1, le=4096, description="DHT keys the run's peer records are sharded over "
+                             "(by a prefix of the peer id's hash); every node of a run must use the same count")
+    peer_sample: int = Field(64, ge=1, le=100_000, description="peer records a sampler reads per look for weight "
+                             "holders (whole shards, in random order, until this many; the learners are read apart)")
     max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1 << 30,
         description="largest frame accepted from a peer")
     push_window: int = Field(8, ge=1, le=64, description="rollout groups a sampler writes to a learner back to "

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import time
-from collections import Counter
 from typing import Any, Callable
 
 from swarmnode.config import NodeConfig, known_run_ids
@@ -14,8 +13,8 @@ from swarmnode.observe.health import record_health
 from swarmnode.observe.health_record import BootstrapHealth
 from swarmnode.identity import Identity
 from swarmnode.observe.metrics import serve_metrics
-from swarmnode.protocol.peer import PeerRecord
-from swarmnode.protocol.reachability import PUBLIC, reachability_of
+from swarmnode.observe.status_census import census_fields, read_census
+from swarmnode.protocol.reachability import PUBLIC
 from swarmnode.swarm.membership import Membership
 
 logger = logging.getLogger(__name__)
@@ -30,17 +29,19 @@ def share_addresses(maddrs: list[str], announce: list[str]) -> list[str]:
     return sorted(dict.fromkeys(maddrs), key=rank)
 
 
-def bootstrap_health(member: Membership, live: list[PeerRecord], connections: int) -> dict[str, Any]:
-    """The bootstrap's health document (one JSON line per log interval with --json)."""
+def bootstrap_health(member: Membership, counts: dict[str, Any], connections: int) -> dict[str, Any]:
+    """The bootstrap's health document (one JSON line per log interval with --json); `counts`: the run's live
+    peers by role and reachability (`status_census.census_fields`: exact in a run of up to ~2,000 records, else
+    estimated from a sample of the shards)."""
     return {
         "event": "health",
         "peer_id": member.identity.peer_id,
         "run_id": member.cfg.run_id,
         "uptime_s": round(time.monotonic() - member.started_at, 1),
         "connections": connections,
-        "live_peers": len(live),
-        "roles": dict(Counter(r.role for r in live)),
-        "reachability": dict(Counter(reachability_of(r) for r in live)),
+        "live_peers": counts["count"],
+        "roles": counts["roles"],
+        "reachability": counts["reachability"],
         "rejected_records": member.dht.validator.rejected if member.dht else 0,
         "other_runs": member.dht.validator.runs_seen(known_run_ids()) if member.dht else {},
     }
@@ -67,12 +68,13 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
             except asyncio.TimeoutError:
                 pass
             try:
-                live = await member.dht.live_peers()
+                census = await read_census(member.dht)  # a bounded read, whatever the run's size
+                counts = census_fields(census, [r for r in census.records if r.role == "learner"])
                 connections = len(await member.dht.p2p.list_peers())
             except Exception as exc:
                 logger.warning("health query failed: %s", exc)
                 continue
-            doc = bootstrap_health(member, live, connections)
+            doc = bootstrap_health(member, counts, connections)
             own.update(uptime=doc["uptime_s"], peers_seen=doc["live_peers"], peers_by_reachability=doc["reachability"])
             member.update(health=record_health(own))
             if as_json:

@@ -4,6 +4,9 @@
 - `health`      the swarm's health from peer records: counts, versions, staleness, alerts
 - `status_schema`  the JSON schema of `swarmnode status --json`
 - `status`      `swarmnode status`: read a run's records through a bootstrap
+- `census`      counts over a run from some of its record shards: exact, or an estimate with its interval; paging
+- `status_census` what `status` reads (the learners, a census of shards) and the document's counts from it
+- `status_text` `status` as text: a table, or past a page a summary and a page of the worst peers
 - `dashboard`   the live terminal view
 - `metrics`     Prometheus on every node
 - `progress`    transfer progress for a person

@@ -11,7 +11,9 @@ from swarmnode.observe.health import find_alerts, peer_lag, staleness_bound, swa
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import reachability_of
+from swarmnode.observe.status_census import census_fields, read_census, run_learners
 from swarmnode.observe.status_schema import STATUS_SCHEMA_VERSION
+from swarmnode.observe.status_text import PAGE_ROWS, alert_lines, summary_lines
 from swarmnode.swarm.follower import with_designated
 from swarmnode.swarm.membership import Membership
 
@@ -21,8 +23,10 @@ def client_member(cfg: NodeConfig) -> Membership:
     return Membership(cfg, Identity.generate(), "client", client_mode=True)
 
 
-def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None = None) -> dict[str, Any]:
-    """The `status --json` document (schema in `swarmnode.observe.status_schema`) from the run's live peer records."""
+def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None = None,
+                    census: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The `status --json` document (schema in `swarmnode.observe.status_schema`) from the run's live peer records
+    (those read); `census` (`status_census.census_fields`) replaces its run-wide counts by the census's."""
     now = time.time() if now is None else now
     peers = [r.summary(now) for r in live]
     keys = set(cfg.trust.learner_keys)
@@ -36,7 +40,7 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
     for p in peers:
         p["lag"] = peer_lag(p, summary["newest_version"])
         p["reachability"] = reachability_of(p)
-    return {
+    doc = {
         "schema_version": STATUS_SCHEMA_VERSION,
         "run_id": cfg.run_id,
         "queried_at": now,
@@ -48,6 +52,8 @@ def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None =
         "peers": peers,
         "alerts": find_alerts(believed, cfg.sync.max_staleness) + self_declared_alerts(peers),
     }
+    doc.update(census or {})
+    return doc
 
 
 MAX_SELF_DECLARED_ALERTS = 3  # beyond this many self-declared learners (a flood), one alert counts them
@@ -80,40 +86,37 @@ async def other_runs(member: Membership) -> dict[str, int]:
     return found
 
 
-async def read_status(member: Membership) -> dict[str, Any]:
-    """One read of the run's live peer records through a started client member: the status document.
+async def read_status(member: Membership, exact: bool = False) -> dict[str, Any]:
+    """One read of the run through a started client member: the status document. The learners are read exactly,
+    the other peers through a census of shards (`status_census`): all of them in a run of up to ~2,000 records,
+    else a sample, and the counts are then estimates (`exact`: read every shard whatever the run's size).
 
     A run with no nodes is most often a run-id mismatch (`bootstrap` without `--config` is `swarmnode-demo`, the
     tiny-cpu nodes are `tiny-demo`): the document then says which other known runs have live peers here.
     """
-    doc = status_document(member.cfg, with_designated(await member.dht.live_peers(),
-                                                      await member.designated_learners()))
+    census = await read_census(member.dht, exact=exact)
+    learners = run_learners(census.records, await member.dht.learners(), await member.designated_learners())
+    doc = status_document(member.cfg, with_designated(census.records, learners),
+                          census=census_fields(census, learners))
     if not any(p["role"] in NODE_ROLES for p in doc["peers"]):
         doc["other_runs"] = await other_runs(member)
     return doc
 
 
-async def query_status(cfg: NodeConfig) -> dict[str, Any]:
+async def query_status(cfg: NodeConfig, exact: bool = False) -> dict[str, Any]:
     """Join as a client with a throwaway key, read the run's live peer records, leave; the status document."""
     member = await client_member(cfg).start()
     try:
-        return await read_status(member)
+        return await read_status(member, exact)
     finally:
         await member.stop()
 
 
-def format_status(doc: dict[str, Any]) -> str:
-    """A plain table of the status document, then its alerts."""
-    lines = [f"run {doc['run_id']}: {doc['count']} live peers, newest version {doc['newest_version']}, "
-             f"{doc['tokens_per_s']:.0f} tokens/s"]
-    lines.append(f"{'peer id':<54} {'role':<10} {'reach':<11} {'version':>7} {'lag':>4} {'last seen':>10}")
-    for p in doc["peers"]:
-        version = "-" if p["version"] < 0 else str(p["version"])
-        lag = "-" if p.get("lag") is None else str(p["lag"])
-        role = p["role"] + ("?" if p.get("designated") is False else "")  # a self-declared learner
-        lines.append(f"{p['peer_id']:<54} {role:<10} {p.get('reachability', 'unknown'):<11} {version:>7} "
-                     f"{lag:>4} {p['age_s']:>8.1f} s")
-    lines += [f"{a['severity']}: {a['message']}" for a in doc["alerts"]]
+def format_status(doc: dict[str, Any], page: int = 0, page_rows: int = PAGE_ROWS) -> str:
+    """A plain table of the status document, then its alerts; past `page_rows` peers, a summary (counts by role,
+    version and reachability, the learners) and page `page` of the others, the worst first (`status_text`)."""
+    lines = summary_lines(doc, page, page_rows)
+    lines += alert_lines(doc["alerts"])
     if (hint := other_runs_hint(doc)) is not None:
         lines.append(hint)
     return "\n".join(lines)

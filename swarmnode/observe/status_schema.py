@@ -66,6 +66,28 @@ ALERT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+_ESTIMATE = {"type": "object", "required": ["estimate", "low", "high"], "additionalProperties": False,
+             "properties": {"estimate": _COUNT, "low": _COUNT, "high": _COUNT}}
+_ESTIMATES = {"type": "object", "additionalProperties": _ESTIMATE}
+
+CENSUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "how the run-wide counts were made: every shard of the peer records read (exact) or a sample "
+                   "of them (each count an estimate with its 95 % interval; the learners are always counted exactly)",
+    "required": ["exact", "shards", "shards_read", "records_read", "count", "roles", "reachability", "versions"],
+    "properties": {
+        "exact": {"type": "boolean"},
+        "shards": _COUNT,
+        "shards_read": _COUNT,
+        "records_read": _COUNT,
+        "count": _ESTIMATE,
+        "roles": _ESTIMATES,
+        "reachability": _ESTIMATES,
+        "versions": _ESTIMATES,
+    },
+    "additionalProperties": False,
+}
+
 STATUS_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "swarmnode status",
@@ -88,6 +110,7 @@ STATUS_SCHEMA: dict[str, Any] = {
                          "additionalProperties": _COUNT},
         "peers": {"type": "array", "items": PEER_SCHEMA},
         "alerts": {"type": "array", "items": ALERT_SCHEMA},
+        "census": CENSUS_SCHEMA,
         "other_runs": {"type": "object", "additionalProperties": _COUNT,
                        "description": "only when this run has no nodes: other known runs with live nodes here"},
     },

@@ -1,7 +1,9 @@
 """The run's DHT: an in-process hivemind `DHTNode` on the caller's asyncio loop, sharing the node's P2P.
 
 Keys (namespaced by run id; every subkey owned and signed, see `swarmnode.swarm.validator`):
-- `<run>/peers`     subkey `<peer id>`            -> PeerRecord, expiring after `missed_beats_to_expire` beats
+- `<run>/peers/<shard>` subkey `<peer id>`        -> PeerRecord, expiring after `missed_beats_to_expire` beats; the
+                                                   shard is a prefix of the peer id's hash (`swarm.peer_keys`)
+- `<run>/learners`  subkey `<peer id>`            -> a learner's PeerRecord again: the run's index of learners
 - `<run>/learner/<peer id>` subkey `<peer id>`   -> that learner's PeerRecord (its own key: no flood hides it)
 - `<run>/versions`  subkey `newest@<peer id>`    -> VersionAnnouncement of that learner's newest version
 What this node stores for others is bounded per key (`swarmnode.swarm.dht_storage.CappedStorage`).
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from typing import Any
 
@@ -26,6 +29,7 @@ from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
+from swarmnode.swarm.peer_keys import learners_key, peer_shard, peer_shard_key
 from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
 from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p
 from swarmnode.swarm.relay import start_relay_p2p
@@ -57,7 +61,8 @@ class SwarmDHT:
         self.cfg, self.identity, self.p2p, self.node = cfg, identity, p2p, node
         self.validator = validator
         self._owns_p2p = owns_p2p
-        self._keys = run_keys(cfg.run_id)
+        self._keys = run_keys(cfg.run_id, cfg.network.peer_shards)
+        self.shards = cfg.network.peer_shards
         self._last_announcement: tuple[int, dict] | None = None
         self._redial: asyncio.Task | None = None
         self.reachability: Reachability | None = None  # decided at join (None: not checked, e.g. a client)
@@ -86,7 +91,8 @@ class SwarmDHT:
         try:
             connected = {str(info.peer_id) for info in await p2p.list_peers()}
             initial = [t for t in cfg.network.initial_peers if str(parse_initial_peer(t).peer_id) in connected]
-            validator = SwarmValidator(cfg.run_id, identity, max_ttl=max_record_ttl(cfg))
+            validator = SwarmValidator(cfg.run_id, identity, max_ttl=max_record_ttl(cfg),
+                                       shards=cfg.network.peer_shards)
             node = await DHTNode.create(
                 p2p=p2p,
                 initial_peers=initial,
@@ -116,22 +122,31 @@ class SwarmDHT:
         return net.heartbeat_interval * net.missed_beats_to_expire
 
     async def store_peer(self, record: PeerRecord) -> bool:
-        """Store this node's record (must be our own); True if at least one DHT peer (or we) kept it. Initial
-        peers we lost are re-dialled first (see `reconnect_initial_peers`): the heartbeat brings them back."""
+        """Store this node's record (must be our own) under its shard; True if at least one DHT peer (or we) kept
+        it. Initial peers we lost are re-dialled first (see `reconnect_initial_peers`): the heartbeat brings them
+        back."""
         if record.peer_id != self.identity.peer_id:
             raise ValueError("a node can only publish its own peer record")
         if self._redial is None or self._redial.done():  # in the background: a dead address may take seconds
             self._redial = asyncio.create_task(self._reconnect_quietly())
         return bool(await self.node.store(
-            self._keys["peers"], record.encode(), get_dht_time() + self.record_ttl, subkey=record.peer_id
+            self.shard_key(peer_shard(record.peer_id, self.shards)), record.encode(),
+            get_dht_time() + self.record_ttl, subkey=record.peer_id
         ))
 
+    def shard_key(self, shard: int, run_id: str | None = None) -> str:
+        """The DHT key of shard `shard` of the peer records of this run (or of `run_id`)."""
+        return peer_shard_key(run_id or self.cfg.run_id, shard)
+
     async def store_learner(self, record: PeerRecord) -> bool:
-        """Store this learner's record under its own key too (`validator.learner_key`), where no flood reaches."""
+        """Store this learner's record under its own key (`validator.learner_key`), where no flood reaches, and in
+        the run's index of learners (`peer_keys.learners_key`); True if either was kept."""
         if record.peer_id != self.identity.peer_id or record.role != "learner":
             raise ValueError("a node can only publish its own learner record")
-        return bool(await self.node.store(learner_key(self.cfg.run_id, record.peer_id), record.encode(),
-                                          get_dht_time() + self.record_ttl, subkey=record.peer_id))
+        keys = [learner_key(self.cfg.run_id, record.peer_id), learners_key(self.cfg.run_id)]
+        stored = await self.node.store_many(keys, [record.encode()] * 2, get_dht_time() + self.record_ttl,
+                                            subkeys=[record.peer_id] * 2)
+        return any(stored.values())
 
     async def designated_learners(self, peer_ids: list[str]) -> list[PeerRecord]:
         """The live records of the learners `peer_ids` (`trust.learner_keys`), each read from its own key: one
@@ -171,30 +186,79 @@ class SwarmDHT:
             logger.info("re-dialling initial peers failed: %s", exc)
 
     async def _subkeys(self, key: str) -> dict[str, bytes]:
-        found = await self.node.get(key, latest=True)
-        if found is None or not isinstance(found.value, dict):
-            return {}
-        return {sub: item.value for sub, item in found.value.items() if isinstance(item.value, bytes)}
+        return (await self._subkeys_many([key]))[key]
 
-    async def all_peers(self, run_id: str | None = None) -> list[PeerRecord]:
-        """Every unexpired peer record, including those marked leaving (of another run: `run_id`, read only)."""
-        key = self._keys["peers"]
-        if run_id is not None and run_id != self.cfg.run_id:
-            key = run_keys(run_id)["peers"]
-            self.validator.also_read_peers_of(run_id)
+    async def _subkeys_many(self, keys: list[str]) -> dict[str, dict[str, bytes]]:
+        """The subkeys of each of `keys`, in one batched DHT read (hivemind's `get_many`: one beam search for all)."""
+        found = await self.node.get_many(keys, sufficient_expiration_time=float("inf")) if keys else {}
+        out: dict[str, dict[str, bytes]] = {}
+        for key in keys:
+            item = found.get(key)
+            value = item.value if item is not None else None
+            out[key] = ({sub: v.value for sub, v in value.items() if isinstance(v.value, bytes)}
+                        if isinstance(value, dict) else {})
+        return out
+
+    @staticmethod
+    def _decoded(subkeys: dict[str, bytes]) -> list[PeerRecord]:
         records = []
-        for subkey, payload in (await self._subkeys(key)).items():
+        for subkey, payload in subkeys.items():
             try:
                 record = PeerRecord.decode(payload)  # already validated on receipt; decoded here for the object
             except InvalidRecord:
                 continue
             if record.peer_id == subkey:
                 records.append(record)
-        return sorted(records, key=lambda r: (r.role, r.peer_id))
+        return records
+
+    async def read_shards(self, shards: list[int], run_id: str | None = None) -> dict[int, list[PeerRecord]]:
+        """The unexpired peer records (leaving ones too) of each of `shards`, in one batched read (of another run:
+        `run_id`, read only)."""
+        if run_id is not None and run_id != self.cfg.run_id:
+            self.validator.also_read_peers_of(run_id)
+        keys = {s: self.shard_key(s, run_id) for s in shards}
+        found = await self._subkeys_many(list(keys.values()))
+        return {s: self._decoded(found[key]) for s, key in keys.items()}
+
+    async def all_peers(self, run_id: str | None = None) -> list[PeerRecord]:
+        """Every unexpired peer record, including those marked leaving, from every shard (of another run:
+        `run_id`, read only). It reads the whole run: nodes read `sample_shards`, `learners` or `own_record`."""
+        by_shard = await self.read_shards(list(range(self.shards)), run_id)
+        return sorted((r for records in by_shard.values() for r in records), key=lambda r: (r.role, r.peer_id))
 
     async def live_peers(self, role: str | None = None, run_id: str | None = None) -> list[PeerRecord]:
-        """Peers with a live record (not expired, not leaving), optionally of one role (or of another run)."""
+        """Peers with a live record (not expired, not leaving), optionally of one role (or of another run). The
+        learners of this run are read from their index alone (a small read); any other choice reads every shard."""
+        if role == "learner" and run_id is None:
+            return await self.learners()
         return [r for r in await self.all_peers(run_id) if r.state == "up" and (role is None or r.role == role)]
+
+    async def learners(self) -> list[PeerRecord]:
+        """The live records in the run's index of learners (`peer_keys.learners_key`), whoever they are."""
+        records = self._decoded(await self._subkeys(learners_key(self.cfg.run_id)))
+        return sorted((r for r in records if r.state == "up" and r.role == "learner"), key=lambda r: r.peer_id)
+
+    async def own_record(self) -> PeerRecord | None:
+        """This node's record as the DHT holds it now (a read of its own shard alone), or None."""
+        me = self.identity.peer_id
+        found = await self.read_shards([peer_shard(me, self.shards)])
+        return next((r for records in found.values() for r in records if r.peer_id == me), None)
+
+    async def sample_shards(self, limit: int, batch: int = 4, rng: random.Random | None = None,
+                            run_id: str | None = None) -> dict[int, list[PeerRecord]]:
+        """Live peer records (not leaving) of whole shards read in random order, `batch` shards per batched read,
+        until at least `limit` records or every shard is read: shard -> its records. A bounded part of the run
+        whatever its size (about `limit` + one read's worth of records; every record while the run is small)."""
+        order = list(range(self.shards))
+        (rng or random).shuffle(order)
+        found: dict[int, list[PeerRecord]] = {}
+        records = 0
+        while len(found) < len(order) and records < limit:
+            more = await self.read_shards(order[len(found) : len(found) + batch], run_id)
+            for shard, shard_records in more.items():
+                found[shard] = [r for r in shard_records if r.state == "up"]
+                records += len(found[shard])
+        return found
 
     async def announce_version(self, version: int, pointer: dict[str, Any]) -> bool:
         """Announce that this learner published `version` (re-announced by `refresh_announcement`)."""

@@ -154,9 +154,11 @@ def with_designated(records: list, designated: list) -> list:
 
 class LivePeers:
     """The run's live peer records as of the last heartbeat: who the learners are, who may hold weights.
-    Re-read from the DHT only when older than `max_age` (each read verifies every peer record). With designated
-    learners (read from their own small keys on every refresh), the shared peers key, which a flood can fill with
-    a megabyte of records, is read only every `SHARED_EVERY` refreshes: it only adds holders.
+    Re-read from the DHT only when older than `max_age`. A bounded part of the run is read, whatever its size:
+    the designated learners from their own small keys (or, with none named, the run's index of learners) on every
+    refresh, and every `SHARED_EVERY` refreshes a sample of about `network.peer_sample` other records (whole
+    shards in random order, `SwarmDHT.sample_shards`): candidates for weight holders. A new sample replaces the
+    last, so over a few samples every part of the run is seen.
 
     A record alone makes no peer a holder or a send target (a throwaway key signs as many as it likes): a peer is
     picked only once proven alive (`alive`: it answered us, or our p2pd holds a connection to it, within
@@ -164,31 +166,39 @@ class LivePeers:
     (`designated`, read from their own keys) are always eligible: they are the trust root."""
 
     def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = (), *,
-                 live_window: float | None = None, alive: ProvenAlive | None = None) -> None:
+                 live_window: float | None = None, alive: ProvenAlive | None = None,
+                 sample: int | None = None) -> None:
         self.dht, self.me, self.max_age = dht, me, max_age
         self.designated = list(designated)  # trust.learner_keys: read from their own keys too (no flood hides them)
+        self.sample = sample or dht.cfg.network.peer_sample
         run_id = dht.cfg.run_id
         self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
                                           probe=lambda peer: ping_holder(dht.p2p, run_id, peer))
         self._records: list = []
-        self._shared: list = []  # the shared peers key's records as of its last read
+        self._shared: list = []  # the last sample of the run's peer records
         self._read_at = -float("inf")
         self._refreshes = 0
+        self.shards_read = 0  # shards the last sample read
 
     SHARED_EVERY = 5
 
     async def refresh(self) -> None:
-        """Re-read the records; peers connected to us now are proven, unproven candidates are probed. A designated
-        learner that this read missed (a DHT read that timed out under a flood) keeps its last record while that
-        is younger than the live window: one missed read does not pause a sampler."""
-        designated = await self.dht.designated_learners(self.designated)
-        found = {r.peer_id for r in designated}
-        designated += [r for r in self._records if r.peer_id in self.designated and r.peer_id not in found
-                       and r.role == "learner" and r.age() <= self.alive.window]
-        if not self.designated or self._refreshes % self.SHARED_EVERY == 0:
-            self._shared = await self.dht.live_peers()
+        """Re-read the learners (and now and then a sample of the others); peers connected to us now are proven,
+        unproven candidates are probed. A designated learner that this read missed (a DHT read that timed out
+        under a flood) keeps its last record while that is younger than the live window: one missed read does not
+        pause a sampler."""
+        if self.designated:
+            learners = await self.dht.designated_learners(self.designated)
+            found = {r.peer_id for r in learners}
+            learners += [r for r in self._records if r.peer_id in self.designated and r.peer_id not in found
+                         and r.role == "learner" and r.age() <= self.alive.window]
+        else:
+            learners = await self.dht.learners()
+        if self._refreshes % self.SHARED_EVERY == 0:
+            found = await self.dht.sample_shards(self.sample)
+            self._shared, self.shards_read = [r for records in found.values() for r in records], len(found)
         self._refreshes += 1
-        self._records = with_designated([r for r in self._shared if r.state == "up"], designated)
+        self._records = with_designated([r for r in self._shared if r.state == "up"], learners)
         self._read_at = time.monotonic()
         candidates = {r.peer_id for r in self._records if r.peer_id != self.me and r.role in ("learner", "sampler")}
         connected = {str(info.peer_id) for info in await self.dht.p2p.list_peers()}

@@ -138,7 +138,7 @@ class Membership:
         me = self.identity.peer_id
 
         async def current() -> PeerRecord | None:
-            return next((r for r in await self.dht.all_peers() if r.peer_id == me), None)
+            return await self.dht.own_record()  # its shard alone
 
         seen = await current()
         if seen is None or seen.state != "up" or seen.session == self.session:

@@ -30,6 +30,7 @@ from swarmnode.identity import SIGNATURE_BYTES, Identity, verify
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.swarm.peer_keys import DEFAULT_PEER_SHARDS, learners_key, peer_shard, peer_shard_key
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +71,29 @@ def _own_learner_schema(owner: str, label: str, payload: bytes) -> None:
         raise InvalidRecord("a learner key holds its owner's learner record only")
 
 
-def run_keys(run_id: str) -> dict[str, str]:
-    """The DHT keys of a run, by short name."""
-    return {"peers": f"{run_id}/peers", "versions": f"{run_id}/versions"}
+def _shard_schema(shard: int, shards: int) -> Schema:
+    """A peer record under shard key `shard`: its owner's record, and the owner's shard is `shard`."""
+    def schema(owner: str, label: str, payload: bytes) -> None:
+        _peer_schema(owner, label, payload)
+        if peer_shard(owner, shards) != shard:
+            raise InvalidRecord(f"peer record under shard {shard}, but its owner's shard is "
+                                f"{peer_shard(owner, shards)} of {shards} (network.peer_shards differs?)")
+    return schema
+
+
+def run_keys(run_id: str, shards: int = DEFAULT_PEER_SHARDS) -> dict[str, str]:
+    """The DHT keys of a run, by short name: `versions`, `learners` (the learners' index) and `peers/<shard>` for
+    each shard of the peer records (`swarmnode.swarm.peer_keys`)."""
+    keys = {"versions": f"{run_id}/versions", "learners": learners_key(run_id)}
+    keys.update({f"peers/{s}": peer_shard_key(run_id, s) for s in range(shards)})
+    return keys
+
+
+def peer_schemas(run_id: str, shards: int) -> dict[str, Schema]:
+    """The schema of each key holding the run's peer records: its shards and the learners' index."""
+    schemas: dict[str, Schema] = {peer_shard_key(run_id, s): _shard_schema(s, shards) for s in range(shards)}
+    schemas[learners_key(run_id)] = _own_learner_schema
+    return schemas
 
 
 def averaging_prefix(run_id: str) -> str:
@@ -117,10 +138,9 @@ class SwarmValidator(RecordValidatorBase):
     """Signs this node's records with `identity` and validates everyone's for run `run_id`."""
 
     def __init__(self, run_id: str, identity: Identity, extra_schemas: dict[str, Schema] | None = None,
-                 max_ttl: float = DEFAULT_MAX_TTL_S):
-        keys = run_keys(run_id)
-        self.run_id = run_id
-        schemas: dict[str, Schema] = {keys["peers"]: _peer_schema, keys["versions"]: _version_schema}
+                 max_ttl: float = DEFAULT_MAX_TTL_S, shards: int = DEFAULT_PEER_SHARDS):
+        self.run_id, self.shards = run_id, shards
+        schemas: dict[str, Schema] = {f"{run_id}/versions": _version_schema, **peer_schemas(run_id, shards)}
         schemas.update({key: _averaging_schema for key in averaging_keys(run_id)})
         schemas.update(extra_schemas or {})
         self._schemas = {DHTID.generate(source=key).to_bytes(): schema for key, schema in schemas.items()}
@@ -133,7 +153,8 @@ class SwarmValidator(RecordValidatorBase):
     def runs_seen(self, candidates: list[str]) -> dict[str, int]:
         """Refused records by run id, for the candidate run ids whose keys they were under (a DHT key is a hash:
         other run ids cannot be read back); the rest under "other"."""
-        names = {DHTID.generate(source=key).to_bytes(): run for run in candidates for key in run_keys(run).values()}
+        names = {DHTID.generate(source=key).to_bytes(): run
+                 for run in candidates for key in run_keys(run, self.shards).values()}
         seen: Counter[str] = Counter()
         for key, count in self.foreign_keys.items():
             seen[names.get(key, "other")] += count
@@ -141,14 +162,16 @@ class SwarmValidator(RecordValidatorBase):
 
     def also_read_peers_of(self, run_id: str) -> None:
         """Accept peer records of run `run_id` too: a status client naming the runs a DHT holds (read only)."""
-        self._schemas.setdefault(DHTID.generate(source=run_keys(run_id)["peers"]).to_bytes(), _peer_schema)
+        for key, schema in peer_schemas(run_id, self.shards).items():
+            self._schemas.setdefault(DHTID.generate(source=key).to_bytes(), schema)
 
     @staticmethod
-    def _signed_bytes(record: DHTRecord, value: bytes) -> bytes:
+    def signed_bytes(record: DHTRecord, value: bytes) -> bytes:
+        """What the owner signs: the key, subkey, value and expiration time together."""
         return pack({"k": record.key, "s": record.subkey, "v": value, "e": record.expiration_time})
 
     def sign_value(self, record: DHTRecord) -> bytes:
-        return record.value + self._identity.sign(self._signed_bytes(record, record.value))
+        return record.value + self._identity.sign(self.signed_bytes(record, record.value))
 
     def strip_value(self, record: DHTRecord) -> bytes:
         return record.value[:-SIGNATURE_BYTES]
@@ -202,7 +225,7 @@ class SwarmValidator(RecordValidatorBase):
             raise InvalidRecord("subkey must be text naming its owner")
         label, owner = split_subkey(subkey)
         value, signature = record.value[:-SIGNATURE_BYTES], record.value[-SIGNATURE_BYTES:]
-        if not verify(owner, self._signed_bytes(record, value), signature):
+        if not verify(owner, self.signed_bytes(record, value), signature):
             raise InvalidRecord(f"signature does not match subkey owner {owner[:16]}...")
         payload = _loads(value, MAX_RECORD_BYTES)
         if not isinstance(payload, bytes):

@@ -102,6 +102,7 @@ class LearnerRole(NodeRole):
         self.receiver = RolloutReceiver(cfg.run_id, self.inbox.admit, limits, journal=self.data_dir / "seen_groups",
                                         rate=rate, burst=2 * rate, full=full,
                                         credit=credits.grant if credits is not None else None,
+                                        turn=credits.in_turn if credits is not None else None,  # fair turns
                                         # acks tell the newest version published (training may be ahead)
                                         version=lambda: self.publisher.newest, durable=self.inbox.durable)
         await self.receiver.start(self.p2p)

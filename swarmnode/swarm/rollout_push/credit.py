@@ -16,6 +16,14 @@ step's draw, once per wait; a held group more than `aging` versions behind (a su
 keeps passing over, on its way to aging out) sets it back to one step's draw, so no new groups come in until
 the learner has drawn the old ones.
 
+Turns: with more senders heard than groups of room (a learner taking 8 groups a step from 100 samplers), a share
+of the room rounds to nothing, and every sampler holds a one-group probe that the door answers "full" until there
+is room: whoever's resend lands first after a step would win, and a slow or far sampler could lose every race.
+So then the room goes by turns: the senders whose last admitted group is the oldest (or who never had one) are
+`in_turn`, as many as there are groups of room; only they are invited (credit 1) and let through the door, the
+others are held "full" until their turn comes. With S senders and a step of P groups, a sender waits about S / P
+steps at most.
+
 Sender side (`RolloutSender`): each destination's last told credit minus the groups still waiting for its ack
 is what it invites now. A sampler generates what is invited, up to a batch (`sampler.pacing.Pacer`), and with
 nothing invited a one-group probe when nothing of its own is outstanding (its ack brings a new credit; a
@@ -24,6 +32,7 @@ learner with no room holds it "full" until it has).
 
 from __future__ import annotations
 
+import heapq
 import time
 from typing import Callable
 
@@ -54,6 +63,10 @@ class CreditPolicy:
         self._starving = False  # the last `ready` found too few groups for a step
         self._aging = False  # the last `ready` found a held group more than `aging` versions behind
         self._heard: dict[str, float] = {}  # sender -> when it last pushed
+        self._served: dict[str, int] = {}  # sender -> the serial number of the door's last admission of its group
+        self._serial = 0
+        self._swept = -float("inf")  # when `senders` last forgot the quiet ones
+        self._turn: tuple[int, frozenset[str]] | None = None  # (room, senders in turn), until something changes
 
     def ready(self) -> None:
         """The learner is about to draw a step (`floor` groups): adapt the target to what it holds now."""
@@ -70,16 +83,54 @@ class CreditPolicy:
 
     def senders(self) -> int:
         """Senders heard from within `active_window` seconds (the others are forgotten)."""
-        cutoff = self.clock() - self.active_window
-        for peer in [p for p, t in self._heard.items() if t < cutoff]:
+        now = self.clock()
+        if now - self._swept < self.active_window / 20:  # a sweep costs a pass over every sender: not per push
+            return len(self._heard)
+        self._swept, cutoff = now, now - self.active_window
+        gone = [p for p, t in self._heard.items() if t < cutoff]
+        for peer in gone:
             del self._heard[peer]
+        if gone:
+            self._turn = None
+        if len(self._served) > 4 * len(self._heard) + 1024:  # bounded: forget the long-gone senders' turns
+            self._served = {p: t for p, t in self._served.items() if p in self._heard}
         return len(self._heard)
 
-    def grant(self, peer: str) -> int:
-        """The credit told to `peer` (who just pushed): its share of the room below the target, rounded up."""
+    def _hear(self, peer: str) -> None:
+        if peer not in self._heard:
+            self._turn = None
         self._heard[peer] = self.clock()
+
+    def _in_turn(self, peer: str, room: int) -> bool:
+        """Whether `peer` is among the `room` heard senders served longest ago (see the module docstring)."""
+        if self.senders() <= room:
+            return True
+        if self._turn is None or self._turn[0] != room:
+            oldest = heapq.nsmallest(room, self._heard, key=lambda p: self._served.get(p, -1))
+            self._turn = (room, frozenset(oldest))
+        return peer in self._turn[1]
+
+    def in_turn(self, peer: str) -> bool:
+        """The door's question for a push from `peer` (False: answer it "full"): there is room, and, with more
+        senders than groups of room, it is `peer`'s turn. A True answer counts as its turn taken."""
+        self._hear(peer)
+        room = self.target - self.held()
+        if room <= 0 or not self._in_turn(peer, room):
+            return False
+        self._serial += 1
+        self._served[peer] = self._serial
+        self._turn = None
+        return True
+
+    def grant(self, peer: str) -> int:
+        """The credit told to `peer` (who just pushed): its share of the room below the target, rounded up; with
+        more senders than groups of room, 1 while it is `peer`'s turn and 0 otherwise."""
+        self._hear(peer)
         room = max(0, self.target - self.held())
-        return -(-room // max(1, self.senders()))
+        senders = max(1, self.senders())
+        if senders > room:
+            return int(room > 0 and self._in_turn(peer, room))
+        return -(-room // senders)
 
 
 def pacing_credits(cfg, held: Callable[[], int], oldest_behind: Callable[[], int]) -> CreditPolicy | None:

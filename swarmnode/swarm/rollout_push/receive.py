@@ -66,6 +66,8 @@ class RolloutReceiver:
     short wait. With `credit`, every ack also tells the sender how many more groups the consumer invites from
     it (`credit.CreditPolicy`), and its sampler generates no more than that (instead of making groups nobody
     takes in time: without credits, a fast sampler's surplus aged past the staleness bound and was dropped).
+    With `turn`, a push whose sender's turn it is not (more senders than room: `CreditPolicy.in_turn`) is
+    answered "full" too, so the room goes round the senders instead of to whoever resends first.
 
     `stream` and `decode` carry another record over the same machinery (SAPO's text groups: stream
     "text-rollouts"); a decoded record has `group_id`, `run_id` and its signer `sampler_id`.
@@ -78,7 +80,8 @@ class RolloutReceiver:
                  durable: Callable[[list[tuple[Any, bytes]]], Awaitable[None]] | None = None,
                  max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
                  decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES,
-                 full: Callable[[], bool] | None = None, credit: Callable[[str], int] | None = None):
+                 full: Callable[[], bool] | None = None, credit: Callable[[str], int] | None = None,
+                 turn: Callable[[str], bool] | None = None):
         self.run_id = run_id
         self.stream = stream
         self.decode = decode or (lambda body: RolloutGroup.decode(body, limits))
@@ -86,6 +89,7 @@ class RolloutReceiver:
         self.durable = durable
         self.full = full  # True while the consumer wants no more groups for now (see the class docstring)
         self.credit = credit  # (sender) -> groups the consumer invites from it now, told in its acks
+        self.turn = turn  # (sender) -> whether its push may pass now (False: "full"; `credit.CreditPolicy.in_turn`)
         self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
@@ -208,7 +212,7 @@ class RolloutReceiver:
         if not bucket.take():
             self._count("rate_limited", peer, "flood: over the per-peer rate limit")
             return "rate_limited"
-        if self.full is not None and self.full():
+        if (self.full is not None and self.full()) or (self.turn is not None and not self.turn(peer)):
             self._count(FULL, peer)
             return FULL
         return None
