@@ -10,6 +10,7 @@ the join (seconds to `ready`), the bootstrap's CPU, memory and connections, and 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -34,7 +35,7 @@ def quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def _window(rows: list[dict], since: float) -> tuple[dict, dict] | None:

@@ -51,10 +51,10 @@ SHARDED = {**ONE_KEY, "median": "log", "busiest": "log", "bootstrap": "linear", 
 
 
 def fit(ns: list[float], ys: list[float], form: str) -> np.ndarray:
-    """Least-squares coefficients of `form` through the points. A quadratic through 3 points or fewer, or one
+    """Least-squares coefficients of `form` through the points. A quadratic through fewer than 3 points, or one
     that would bend down (no cause for a fall at large N), is fitted as a line (its N^2 coefficient 0)."""
     n, y = np.asarray(ns, float), np.asarray(ys, float)
-    if form == "quadratic" and len(ns) > 3:
+    if form == "quadratic" and len(ns) >= 3:
         coef, *_ = np.linalg.lstsq(np.stack(FORMS[form](n), axis=1), y, rcond=None)
         if coef[2] >= 0:
             return coef
