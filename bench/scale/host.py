@@ -8,7 +8,7 @@ identity path, data dir). Each node is what `swarmnode join` (or `swarmnode boot
 process that imports hivemind and torch holds ~360 MB; its nodes share that). Lab additions, none of them in
 `join`: the byte counters (`counters.install`), a handle on each role (to read its store and counters), and a
 sampler that writes one JSON line per node to `<spec>.jsonl` every `sample_s`, plus a line per version a node
-first holds. SIGTERM stops every node cleanly.
+first holds; optionally versions in smaller chunks (`chunk_bytes`). SIGTERM stops every node cleanly.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from swarmnode.node.roles import learner_role, sampler_role  # noqa: E402
 from swarmnode.node.roles.learner_role import LearnerRole  # noqa: E402
 from swarmnode.node.roles.sampler_role import SamplerRole  # noqa: E402
 from swarmnode.swarm.membership import Membership  # noqa: E402
+from swarmnode.swarm.weights import WeightStore  # noqa: E402
 
 ROLES: dict[str, Any] = {}  # peer id -> the role object run_node built (LearnerRole or SamplerRole)
 MODEL_LOCK = threading.Lock()
@@ -186,9 +187,17 @@ def preload() -> None:
     import swarmnode.sampler.engines  # noqa: F401
 
 
+def use_chunk_bytes(chunk_bytes: int | None) -> None:
+    """Lab mode: versions cut into `chunk_bytes` chunks instead of 4 MiB (a 1.4 MB tiny version is one 4 MiB
+    chunk, which no rarest-first schedule can spread; in 256 KiB chunks it is six, as a 20 MB adapter is five)."""
+    if chunk_bytes:
+        WeightStore.__init__.__kwdefaults__["chunk_bytes"] = int(chunk_bytes)
+
+
 async def main(spec_path: Path) -> None:
     spec = json.loads(spec_path.read_text())
     preload()
+    use_chunk_bytes(spec.get("chunk_bytes"))
     _capture_roles()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -53,6 +53,7 @@ class ScaleLab:
     publish_every: int = 40
     sample_s: float = 5.0
     stagger_s: float = 0.2
+    chunk_bytes: int | None = 256 << 10  # versions in this many bytes a chunk (None: swarmnode's 4 MiB)
     procs: list[Proc] = field(default_factory=list)
     started: float = 0.0
 
@@ -66,7 +67,8 @@ class ScaleLab:
         for node in nodes:
             node["peer"] = Identity.load_or_create(node["key"]).peer_id
         spec = {"name": name, "config": self.config, "sets": sets, "initial_peers": initial, "nodes": nodes,
-                "sample_s": self.sample_s, "stagger_s": self.stagger_s}
+                "sample_s": self.sample_s, "stagger_s": self.stagger_s,
+                "chunk_bytes": self.chunk_bytes}
         path = self.workdir / f"{name}.json"
         path.write_text(json.dumps(spec, indent=1))
         log = self.workdir / f"{name}.out"
@@ -196,13 +198,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=90.0, help="measured time at each size")
     ap.add_argument("--per-host", type=int, default=16)
     ap.add_argument("--publish-every", type=int, default=5)
+    ap.add_argument("--chunk-kb", type=int, default=256, help="version chunk size (0: swarmnode's 4 MiB)")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/scale-lab"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = []
     with ScaleLab(args.workdir, args.samplers[0], per_host=args.per_host, sets=args.sets,
-                  publish_every=args.publish_every) as lab:
+                  publish_every=args.publish_every, chunk_bytes=(args.chunk_kb << 10) or None) as lab:
         lab.start()
         wave = {"count": args.samplers[0], "ready_s_max": lab.ready - lab.started}
         for n in args.samplers:

@@ -13,7 +13,7 @@ the goal is within 25 %). The forms, with the peer records in one DHT key (`<run
 | bootstrap's control bytes/min | a + b N + c N^2 | it is one of those nodes in a small run, and every new node asks it first |
 | version p95 spread, s | a + b log2 N | rarest-first: holders double each round |
 | status snapshot, s and bytes | a + b N | one read of N records, each signature checked |
-| bootstrap connections | a + b N | every node keeps one |
+| bootstrap connections | a + b N, at most 512 | every node keeps one, until p2pd's connection manager trims |
 
 With the records sharded over keys and each node reading a bounded part (`--design sharded`) the median and
 busiest forms become a + b log2 N (a bounded read, a DHT lookup of log N hops) and status a bounded census.
@@ -37,6 +37,7 @@ P2PD_REPLY_CAP = 4 << 20  # one unary reply (hivemind DEFAULT_MAX_MSG_SIZE)
 HOME_UPLINK_BYTES_PER_MIN = 20e6 / 8 * 60  # a volunteer's 20 Mbit/s uplink
 CONTROL_SHARE = 0.10  # control traffic may take at most this share of an uplink before it hurts training
 FD_LIMIT = 1024  # a default `ulimit -n`: one process's open connections before raising it
+CONN_HIGH_WATER = 512  # p2pd's connection manager (hivemind starts it with connManager on) trims above this
 SCALES = (8, 16, 32, 64, 128, 1000, 10_000)
 
 Basis = Callable[[np.ndarray], list[np.ndarray]]
@@ -102,6 +103,9 @@ def build(results: list[dict], design: dict[str, str] = ONE_KEY) -> dict:
             checks[key] = {"n": n, "measured": real, "predicted": guess,
                            "error": (guess - real) / real if real else None}
     table = [{"n": n, **{k: max(0.0, predict(c, f, n)) for k, (f, c) in model.items()}} for n in SCALES]
+    for row in table:  # the connection manager trims a node's connections to its low water above the high
+        if "connections" in row:
+            row["connections"] = min(row["connections"], CONN_HIGH_WATER)
     return {"design": design, "points": points, "coefficients": {k: [f, list(map(float, c))] for k, (f, c) in
                                                                   model.items()},
             "check": checks, "table": table}
