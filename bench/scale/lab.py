@@ -52,7 +52,7 @@ class ScaleLab:
     sets: list[str] = field(default_factory=list)
     publish_every: int = 40
     sample_s: float = 5.0
-    stagger_s: float = 0.2
+    stagger_s: float = 1.0  # between a process's nodes: 16 p2pd starting at once fail under a load of 80
     chunk_bytes: int | None = 256 << 10  # versions in this many bytes a chunk (None: swarmnode's 4 MiB)
     procs: list[Proc] = field(default_factory=list)
     started: float = 0.0
@@ -84,13 +84,14 @@ class ScaleLab:
         return {"name": name, "role": role, "key": str(self.workdir / f"{name}.key"),
                 "data_dir": str(self.workdir / name)}
 
-    def _wait_log(self, host: str, text: str, count: int, timeout: float) -> list[str]:
-        """Lines of `host`'s node log holding `text`, once there are `count` of them."""
+    def _wait_log(self, host: str, text: str | tuple[str, ...], count: int, timeout: float) -> list[str]:
+        """Lines of `host`'s node log holding `text` (or any of several), once there are `count` of them."""
+        texts = (text,) if isinstance(text, str) else text
         path = (self.workdir / f"{host}.json").with_suffix(".log")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             lines = [ln for ln in (path.read_text(errors="replace").splitlines() if path.exists() else [])
-                     if text in ln]
+                     if any(t in ln for t in texts)]
             if len(lines) >= count:
                 return lines
             self.check_alive()
@@ -124,15 +125,20 @@ class ScaleLab:
             hosts.append((f"h{self.host_count:02d}", group))
             self._host(hosts[-1][0], [self._node(n, "sampler") for n in group], self.initial_peers, self.run_sets)
             self.host_count += 1
-        ready = []
+        ready, failed = [], 0
         for host, group in hosts:
-            ready += [float(ln.split()[0]) - began
-                      for ln in self._wait_log(host, "sampler ready", len(group), ready_timeout)]
+            lines = self._wait_log(host, ("sampler ready", " FAILED "), len(group), ready_timeout)
+            ready += [float(ln.split()[0]) - began for ln in lines if "sampler ready" in ln]
+            failed += sum(" FAILED " in ln for ln in lines)
+        if not ready:
+            raise DemoError(f"none of {count} samplers started; see {self.workdir}/h*.log")
+        if failed:
+            say(f"{failed} of {count} samplers failed to start (see their FAILED lines)")
         self.sampler_count += count
         self.samplers = self.sampler_count
         self.ready = time.time()
         say(f"{count} samplers ready in {self.ready - began:.1f} s ({self.samplers} in all)")
-        self.wave = {"count": count, "ready_s_p50": sorted(ready)[len(ready) // 2], "ready_s_max": max(ready),
+        self.wave = {"count": count, "failed": failed, "ready_s_p50": sorted(ready)[len(ready) // 2], "ready_s_max": max(ready),
                      "learner_steps_per_s": self._learner_rate(began, self.ready)}
         return self.wave
 
