@@ -173,13 +173,17 @@ class ScaleLab:
         return summarise(lines, since if since is not None else self.ready, samplers=self.samplers,
                          started=self.started)
 
-    def status_probe(self, timeout: float = 120.0) -> dict:
-        """One `status` snapshot of the run (`status_probe.py` in a process of its own): seconds and bytes."""
+    def status_probe(self, timeout: float = 300.0) -> dict:
+        """One `status` snapshot of the run (`status_probe.py` in a process of its own): seconds and bytes; an
+        `error` instead when it fails or takes over `timeout` s (a loaded machine), never an exception."""
         sets = [a for one in self.run_sets for a in ("--set", one)]
-        out = subprocess.run([sys.executable, "-P", str(HERE / "status_probe.py"), self.config, self.initial_peers[0],
-                              *sets], capture_output=True, text=True, timeout=timeout)
+        try:
+            out = subprocess.run([sys.executable, "-P", str(HERE / "status_probe.py"), self.config,
+                                  self.initial_peers[0], *sets], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"no snapshot within {timeout:.0f} s"}
         if out.returncode != 0:
-            return {"error": out.stderr.strip().splitlines()[-1:] or [f"exit {out.returncode}"]}
+            return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def stop(self) -> None:
@@ -221,8 +225,12 @@ def main() -> None:
             lab.run_for(args.seconds)
             until = time.time()
             doc = {"load_start": load0, "load_end": os.getloadavg()[0], **lab.summary(since, until),
-                   "join_wave": wave, "status": lab.status_probe()}
+                   "join_wave": wave}
             results.append(doc)
+            if args.json:  # saved before the status probe, which may be slow
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(results, indent=1, default=str))
+            doc["status"] = lab.status_probe()
             print(json.dumps(doc, indent=1, default=str), flush=True)
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
