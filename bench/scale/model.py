@@ -149,22 +149,27 @@ def markdown(doc: dict, record_bytes: float) -> str:
     return "\n".join(lines)
 
 
-def record_bytes_of(results: list[dict]) -> float:
-    """Bytes per peer record on the wire: the status read's bytes over the peers it saw (largest run)."""
-    best = max((d for d in results if (d.get("status") or {}).get("peers")), key=lambda d: d["samplers"],
-               default=None)
-    return best["status"]["bytes_in"] / best["status"]["peers"] if best else 700.0
+def record_bytes_of(lines: list[dict]) -> float:
+    """Bytes of one heartbeat store on the wire (request + reply), as the bootstrap's `rpc_store` handler counted
+    them: its calls are almost all other nodes' heartbeats and announcements."""
+    rows = [ln for ln in lines if ln.get("ev") == "node" and ln.get("role") == "bootstrap"]
+    if not rows:
+        return 800.0
+    store = rows[-1]["handles"].get("DHTProtocol.rpc_store", [0, 0, 0])
+    return (store[0] + store[1]) / max(1, store[2])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+", help="lab.py --json output(s)")
     ap.add_argument("--design", choices=("one-key", "sharded"), default="one-key")
+    ap.add_argument("--record-bytes", type=float, default=800.0,
+                    help="one heartbeat store's bytes (curves' bootstrap rpc_store mean; measured 0.74-0.81 KB)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = [d for p in args.results for d in json.loads(p.read_text())]
     doc = build(results, ONE_KEY if args.design == "one-key" else SHARDED)
-    rb = record_bytes_of(results)
+    rb = args.record_bytes
     doc["record_bytes"] = rb
     doc["limits"] = {row["n"]: limits(row, rb) for row in doc["table"]}
     print(markdown(doc, rb))
