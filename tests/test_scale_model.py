@@ -31,7 +31,8 @@ def test_summarise_rates_are_per_minute_over_the_window() -> None:
     rows = []
     for name, role, per_s in (("s1", "sampler", 10), ("s2", "sampler", 30), ("bootstrap", "bootstrap", 50)):
         for t in (0.0, 60.0, 120.0):
-            rows.append({"ev": "node", "t": t, "name": name, "role": role, "ctl_in": per_s * t, "ctl_out": per_s * t})
+            rows.append({"ev": "node", "t": t, "name": name, "role": role, "ctl_in": per_s * t, "ctl_out": per_s * t,
+                         "sent": 0})
     doc = summarise(rows, since=60.0)
     ctl = doc["control_bytes_per_min"]
     assert ctl["median_sampler"] == pytest.approx(2 * 20 * 60)

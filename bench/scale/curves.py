@@ -88,13 +88,16 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
             procs[ln["host"]].append(ln)
     end = max((ln["t"] for ln in lines if "t" in ln), default=since)
     roles = {name: rows[0]["role"] for name, rows in nodes.items()}
-    sampler_names = sorted(n for n, r in roles.items() if r == "sampler")
+    # samplers whose role started (a node whose p2pd never started has no role, so no version to wait for)
+    sampler_names = sorted(n for n, r in roles.items() if r == "sampler" and any("sent" in row for row in nodes[n]))
+    doc_failed = sum(1 for n, r in roles.items() if r == "sampler" and n not in sampler_names)
     ctl: dict[str, float] = {}
     for name, rows in nodes.items():
         if (w := _window(sorted(rows, key=lambda r: r["t"]), since)) is not None:
             ctl[name] = _rate_per_min(*w, "ctl_in", "ctl_out")
     sampler_ctl = [ctl[n] for n in sampler_names if n in ctl]
-    doc: dict[str, Any] = {"window_s": round(end - since, 1), "samplers": samplers or len(sampler_names)}
+    doc: dict[str, Any] = {"window_s": round(end - since, 1), "samplers": samplers or len(sampler_names),
+                           "samplers_working": len(sampler_names), "samplers_failed": doc_failed}
     busiest = max((n for n in ctl if roles[n] != "bootstrap"), key=ctl.get, default=None)
     doc["control_bytes_per_min"] = {
         "median_sampler": statistics.median(sampler_ctl) if sampler_ctl else None,

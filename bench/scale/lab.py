@@ -224,7 +224,8 @@ def main() -> None:
             load0, since = os.getloadavg()[0], lab.ready
             lab.run_for(args.seconds)
             until = time.time()
-            doc = {"load_start": load0, "load_end": os.getloadavg()[0], **lab.summary(since, until),
+            doc = {"since": since, "until": until, "load_start": load0, "load_end": os.getloadavg()[0],
+                   **lab.summary(since, until),
                    "join_wave": wave}
             results.append(doc)
             if args.json:  # saved before the status probe, which may be slow
