@@ -29,9 +29,9 @@ def _measure(lab: ScaleLab) -> dict:
 
 def test_per_node_costs_do_not_grow_from_4_to_24_samplers(tmp_path: Path) -> None:
     with ScaleLab(tmp_path / "lab", samplers=4, per_host=12, publish_every=20) as lab:
-        lab.start(say=print)
+        lab.start(say=print, ready_timeout=600)
         small = _measure(lab)
-        lab.add_samplers(20, say=print)
+        lab.add_samplers(20, say=print, ready_timeout=600)
         large = _measure(lab)
     print("4 samplers:", small, "\n24 samplers:", large)
     ctl_small = small["control_bytes_per_min"]["median_sampler"]

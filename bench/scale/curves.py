@@ -75,9 +75,13 @@ def spread(haves: list[dict], samplers: list[str], since: float, end: float) -> 
     return out
 
 
-def summarise(lines: list[dict], since: float, samplers: int | None = None, started: float | None = None
-              ) -> dict[str, Any]:
-    """See the module docstring."""
+def summarise(lines: list[dict], since: float, samplers: int | None = None, started: float | None = None,
+              until: float | None = None) -> dict[str, Any]:
+    """See the module docstring. Rates are over [since, until]; a version published in that window counts as
+    spread when samplers hold it, even after `until` (the run went on)."""
+    haves_all = [ln for ln in lines if ln.get("ev") == "have"]
+    if until is not None:
+        lines = [ln for ln in lines if ln.get("t", 0) <= until]
     nodes: dict[str, list[dict]] = defaultdict(list)
     procs: dict[str, list[dict]] = defaultdict(list)
     haves = [ln for ln in lines if ln.get("ev") == "have"]
@@ -105,7 +109,7 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
         "learner": ctl.get("learner"), "bootstrap": ctl.get("bootstrap"),
         "max_sampler": max(sampler_ctl) if sampler_ctl else None,
     }
-    doc["spread"] = spread(haves, sampler_names, since, end)
+    doc["spread"] = spread(haves_all, sampler_names, since, end)
     if (w := _window(nodes.get("learner", []), since)) is not None:
         first, last = w
         dt = max(1e-9, last["t"] - first["t"])

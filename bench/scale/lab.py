@@ -84,14 +84,17 @@ class ScaleLab:
         return {"name": name, "role": role, "key": str(self.workdir / f"{name}.key"),
                 "data_dir": str(self.workdir / name)}
 
+    def _log_lines(self, host: str, texts: tuple[str, ...]) -> list[str]:
+        path = (self.workdir / f"{host}.json").with_suffix(".log")
+        return [ln for ln in (path.read_text(errors="replace").splitlines() if path.exists() else [])
+                if any(t in ln for t in texts)]
+
     def _wait_log(self, host: str, text: str | tuple[str, ...], count: int, timeout: float) -> list[str]:
         """Lines of `host`'s node log holding `text` (or any of several), once there are `count` of them."""
         texts = (text,) if isinstance(text, str) else text
-        path = (self.workdir / f"{host}.json").with_suffix(".log")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            lines = [ln for ln in (path.read_text(errors="replace").splitlines() if path.exists() else [])
-                     if any(t in ln for t in texts)]
+            lines = self._log_lines(host, texts)
             if len(lines) >= count:
                 return lines
             self.check_alive()
@@ -114,8 +117,8 @@ class ScaleLab:
         self.add_samplers(self.samplers, say, ready_timeout)
 
     def add_samplers(self, count: int, say=print, ready_timeout: float = 300.0) -> dict:
-        """Start `count` more samplers (`per_host` per process) and wait until each is ready; `ready` is then
-        when the last one was."""
+        """Start `count` more samplers (`per_host` per process) and wait until each is ready or failed, at most
+        `ready_timeout` s; `ready` is then now. Returns the wave's figures."""
         say(f"starting {count} samplers, {self.per_host} per process")
         began = time.time()
         names = [f"s{i:03d}" for i in range(self.sampler_count + 1, self.sampler_count + count + 1)]
@@ -125,11 +128,18 @@ class ScaleLab:
             hosts.append((f"h{self.host_count:02d}", group))
             self._host(hosts[-1][0], [self._node(n, "sampler") for n in group], self.initial_peers, self.run_sets)
             self.host_count += 1
-        ready, failed = [], 0
-        for host, group in hosts:
-            lines = self._wait_log(host, ("sampler ready", " FAILED "), len(group), ready_timeout)
-            ready += [float(ln.split()[0]) - began for ln in lines if "sampler ready" in ln]
-            failed += sum(" FAILED " in ln for ln in lines)
+        deadline = time.monotonic() + ready_timeout
+        while True:  # every new sampler ready or failed, or the time is up: go on with those that are ready
+            lines = {host: self._log_lines(host, ("sampler ready", " FAILED ")) for host, _ in hosts}
+            if sum(map(len, lines.values())) >= count or time.monotonic() > deadline:
+                break
+            self.check_alive()
+            time.sleep(1.0)
+        ready = [float(ln.split()[0]) - began for ls in lines.values() for ln in ls if "sampler ready" in ln]
+        failed = sum(" FAILED " in ln for ls in lines.values() for ln in ls)
+        late = count - len(ready) - failed
+        if late:
+            say(f"{late} of {count} samplers not ready within {ready_timeout:.0f} s; going on without waiting")
         if not ready:
             raise DemoError(f"none of {count} samplers started; see {self.workdir}/h*.log")
         if failed:
@@ -138,8 +148,8 @@ class ScaleLab:
         self.samplers = self.sampler_count
         self.ready = time.time()
         say(f"{count} samplers ready in {self.ready - began:.1f} s ({self.samplers} in all)")
-        self.wave = {"count": count, "failed": failed, "ready_s_p50": sorted(ready)[len(ready) // 2], "ready_s_max": max(ready),
-                     "learner_steps_per_s": self._learner_rate(began, self.ready)}
+        self.wave = {"count": count, "failed": failed, "late": late, "ready_s_p50": sorted(ready)[len(ready) // 2],
+                     "ready_s_max": max(ready), "learner_steps_per_s": self._learner_rate(began, self.ready)}
         return self.wave
 
     def _learner_rate(self, since: float, until: float) -> float | None:
@@ -169,9 +179,8 @@ class ScaleLab:
     def summary(self, since: float | None = None, until: float | None = None) -> dict:
         """The growth figures of this run (`curves.summarise`) from `since` (default: all samplers ready) to
         `until` (default: the last line)."""
-        lines = [ln for ln in self.lines() if until is None or ln.get("t", 0) <= until]
-        return summarise(lines, since if since is not None else self.ready, samplers=self.samplers,
-                         started=self.started)
+        return summarise(self.lines(), since if since is not None else self.ready, samplers=self.samplers,
+                         started=self.started, until=until)
 
     def status_probe(self, timeout: float = 300.0) -> dict:
         """One `status` snapshot of the run (`status_probe.py` in a process of its own): seconds and bytes; an
