@@ -1,0 +1,182 @@
+"""A model of a run's per-node costs from 8 to 10,000 nodes, driven by what the scale lab measured.
+
+    python bench/scale/model.py bench/scale/results/lab.json [--markdown]
+
+Each figure has a structural form (why it grows as it does) whose coefficients are fitted by least squares to
+the lab's measured points; the fit leaves out the largest N measured and predicts it (`check`: the error there,
+the goal is within 25 %). The forms, with the peer records in one DHT key (`<run>/peers`) read whole:
+
+| figure | form | why |
+|---|---|---|
+| median node's control bytes/min | a + b N | every sampler reads all N records every 5th refresh; its share of serving the DHT grows with N |
+| busiest node's control bytes/min | a + b N + c N^2 | the few nodes nearest the peers key take N stores per beat and answer every read with N records |
+| bootstrap's control bytes/min | a + b N + c N^2 | it is one of those nodes in a small run, and every new node asks it first |
+| version p95 spread, s | a + b log2 N | rarest-first: holders double each round |
+| status snapshot, s and bytes | a + b N | one read of N records, each signature checked |
+| bootstrap connections | a + b N, at most 512 | every node keeps one, until p2pd's connection manager trims |
+
+With the records sharded over keys and each node reading a bounded part (`--design sharded`) the median and
+busiest forms become a + b log2 N (a bounded read, a DHT lookup of log N hops) and status a bounded census.
+`limits()` names, at each N, the first resource to run out and the setting that moves it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+HEARTBEAT_S = 5.0
+MAX_SUBKEYS_PER_KEY = 1024  # swarmnode.swarm.dht_storage: subkeys one DHT node keeps under one key
+MAX_BYTES_PER_KEY = 512 << 10  # ... and bytes
+P2PD_REPLY_CAP = 4 << 20  # one unary reply (hivemind DEFAULT_MAX_MSG_SIZE)
+HOME_UPLINK_BYTES_PER_MIN = 20e6 / 8 * 60  # a volunteer's 20 Mbit/s uplink
+CONTROL_SHARE = 0.10  # control traffic may take at most this share of an uplink before it hurts training
+FD_LIMIT = 1024  # a default `ulimit -n`: one process's open connections before raising it
+CONN_HIGH_WATER = 512  # p2pd's connection manager (hivemind starts it with connManager on) trims above this
+SCALES = (8, 16, 32, 64, 128, 1000, 10_000)
+
+Basis = Callable[[np.ndarray], list[np.ndarray]]
+FORMS: dict[str, Basis] = {
+    "linear": lambda n: [np.ones_like(n), n],
+    "quadratic": lambda n: [np.ones_like(n), n, n ** 2],
+    "log": lambda n: [np.ones_like(n), np.log2(n)],
+}
+ONE_KEY = {"median": "linear", "busiest": "quadratic", "bootstrap": "quadratic", "spread_p95": "log",
+           "status_s": "linear", "status_bytes": "linear", "connections": "linear"}
+SHARDED = {**ONE_KEY, "median": "log", "busiest": "log", "bootstrap": "linear", "status_bytes": "log", "status_s": "log"}
+
+
+def fit(ns: list[float], ys: list[float], form: str) -> np.ndarray:
+    """Least-squares coefficients of `form` through the points. A quadratic through fewer than 3 points, or one
+    that would bend down (no cause for a fall at large N), is fitted as a line (its N^2 coefficient 0)."""
+    n, y = np.asarray(ns, float), np.asarray(ys, float)
+    if form == "quadratic" and len(ns) >= 3:
+        coef, *_ = np.linalg.lstsq(np.stack(FORMS[form](n), axis=1), y, rcond=None)
+        if coef[2] >= 0:
+            return coef
+    if form == "quadratic":
+        return np.append(fit(ns, ys, "linear"), 0.0)
+    coef, *_ = np.linalg.lstsq(np.stack(FORMS[form](n), axis=1), y, rcond=None)
+    return coef
+
+
+def predict(coef: np.ndarray, form: str, n: float) -> float:
+    """The fitted value at `n` nodes."""
+    return float(sum(c * b for c, b in zip(coef, FORMS[form](np.array(float(n))))))
+
+
+def measured_points(results: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """(N, value) per figure from the lab's result documents (N counts every node: samplers + learner +
+    bootstrap)."""
+    out: dict[str, list[tuple[int, float]]] = {k: [] for k in ONE_KEY}
+    for doc in results:
+        n = doc["samplers"] + 2
+        ctl, status = doc.get("control_bytes_per_min", {}), doc.get("status", {})
+        for key, value in (("median", ctl.get("median_sampler")), ("busiest", ctl.get("busiest_node")),
+                           ("bootstrap", ctl.get("bootstrap")), ("spread_p95", doc.get("spread", {}).get("p95_s")),
+                           ("status_s", status.get("read_s")), ("status_bytes", status.get("bytes_in")),
+                           ("connections", (doc.get("bootstrap") or {}).get("connections"))):
+            if value is not None and math.isfinite(value):
+                out[key].append((n, float(value)))
+    return out
+
+
+def build(results: list[dict], design: dict[str, str] = ONE_KEY) -> dict:
+    """Fitted coefficients, the held-out check at the largest N, and the table to 10,000."""
+    points = measured_points(results)
+    model, checks = {}, {}
+    for key, pts in points.items():
+        if len(pts) < 2:
+            continue
+        pts = sorted(pts)
+        form = design[key]
+        model[key] = (form, fit([p[0] for p in pts], [p[1] for p in pts], form))
+        if len(pts) >= 3:
+            held = fit([p[0] for p in pts[:-1]], [p[1] for p in pts[:-1]], form)
+            n, real = pts[-1]
+            guess = predict(held, form, n)
+            checks[key] = {"n": n, "measured": real, "predicted": guess,
+                           "error": (guess - real) / real if real else None}
+    table = [{"n": n, **{k: max(0.0, predict(c, f, n)) for k, (f, c) in model.items()}} for n in SCALES]
+    for row in table:  # the connection manager trims a node's connections to its low water above the high
+        if "connections" in row:
+            row["connections"] = min(row["connections"], CONN_HIGH_WATER)
+    return {"design": design, "points": points, "coefficients": {k: [f, list(map(float, c))] for k, (f, c) in
+                                                                  model.items()},
+            "check": checks, "table": table}
+
+
+def limits(row: dict, record_bytes: float) -> list[str]:
+    """The resources a run of `row["n"]` nodes exhausts, most pressing first, each with the setting that moves it."""
+    n, out = row["n"], []
+    if n > MAX_SUBKEYS_PER_KEY or n * record_bytes > MAX_BYTES_PER_KEY:
+        out.append(f"the peers key: {n} records x {record_bytes:.0f} B > a DHT node's cap ({MAX_SUBKEYS_PER_KEY} "
+                   f"subkeys, {MAX_BYTES_PER_KEY >> 10} KiB): newer members' records are refused and invisible "
+                   "(shard the records over keys)")
+    if n * record_bytes > P2PD_REPLY_CAP:
+        out.append("one read of the whole run exceeds p2pd's 4 MiB reply: status fails (read shards, census)")
+    busiest = row.get("busiest")
+    if busiest is not None and busiest > CONTROL_SHARE * HOME_UPLINK_BYTES_PER_MIN:
+        out.append(f"the busiest node's control traffic {busiest / 1e6:.0f} MB/min > 10 % of a 20 Mbit/s uplink "
+                   "(more shards; a longer network.heartbeat_interval)")
+    if row.get("connections", 0) > FD_LIMIT:
+        out.append(f"the bootstrap's {row['connections']:.0f} connections > {FD_LIMIT} open files (more "
+                   "bootstraps; raise ulimit -n)")
+    if row.get("status_s", 0) > 10:
+        out.append(f"status takes {row['status_s']:.0f} s (a census from sampled shards)")
+    return out or ["none of the modelled limits"]
+
+
+def markdown(doc: dict, record_bytes: float) -> str:
+    """The table to 10,000 nodes and the held-out checks, as Markdown."""
+    cols = [("median", "median B/min", "{:,.0f}", 1), ("busiest", "busiest B/min", "{:,.0f}", 1),
+            ("bootstrap", "bootstrap B/min", "{:,.0f}", 1), ("spread_p95", "p95 spread s", "{:,.1f}", 1),
+            ("status_s", "status s", "{:,.1f}", 1), ("status_bytes", "status KB", "{:,.0f}", 1e3),
+            ("connections", "bootstrap conns", "{:,.0f}", 1)]
+    lines = ["| N | " + " | ".join(c[1] for c in cols) + " | first limit |", "|---" * (len(cols) + 2) + "|"]
+    for row in doc["table"]:
+        cells = [fmt.format(row[key] / scale) if key in row else "-" for key, _, fmt, scale in cols]
+        lines.append(f"| {row['n']:,} | " + " | ".join(cells) + f" | {limits(row, record_bytes)[0]} |")
+    lines += ["", "| figure | form | N checked | measured | predicted | error |", "|---|---|---|---|---|---|"]
+    for key, c in doc["check"].items():
+        err = f"{100 * c['error']:+.0f} %" if c["error"] is not None else "-"
+        lines.append(f"| {key} | {doc['design'][key]} | {c['n']} | {c['measured']:,.2f} | {c['predicted']:,.2f} | "
+                     f"{err} |")
+    return "\n".join(lines)
+
+
+def record_bytes_of(lines: list[dict]) -> float:
+    """Bytes of one heartbeat store on the wire (request + reply), as the bootstrap's `rpc_store` handler counted
+    them: its calls are almost all other nodes' heartbeats and announcements."""
+    rows = [ln for ln in lines if ln.get("ev") == "node" and ln.get("role") == "bootstrap"]
+    if not rows:
+        return 800.0
+    store = rows[-1]["handles"].get("DHTProtocol.rpc_store", [0, 0, 0])
+    return (store[0] + store[1]) / max(1, store[2])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, nargs="+", help="lab.py --json output(s)")
+    ap.add_argument("--design", choices=("one-key", "sharded"), default="one-key")
+    ap.add_argument("--record-bytes", type=float, default=800.0,
+                    help="one heartbeat store's bytes (curves' bootstrap rpc_store mean; measured 0.74-0.81 KB)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    results = [d for p in args.results for d in json.loads(p.read_text())]
+    doc = build(results, ONE_KEY if args.design == "one-key" else SHARDED)
+    rb = args.record_bytes
+    doc["record_bytes"] = rb
+    doc["limits"] = {row["n"]: limits(row, rb) for row in doc["table"]}
+    print(markdown(doc, rb))
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The scale lab's arithmetic (bench/scale): a version's spread from the hosts' lines, per-node rates over a
+window, the model's fits, its held-out check and the limits it names."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from scale import model  # noqa: E402
+from scale.curves import spread, summarise  # noqa: E402
+
+
+def _have(name: str, role: str, v: int, t: float) -> dict:
+    return {"ev": "have", "name": name, "role": role, "v": v, "t": t}
+
+
+def test_spread_counts_a_newer_version_as_holding_the_older_and_a_missing_sampler_as_never() -> None:
+    haves = [_have("learner", "learner", 1, 100.0), _have("a", "sampler", 1, 101.0), _have("b", "sampler", 2, 104.0)]
+    got = spread(haves, ["a", "b"], since=90.0, end=200.0)
+    assert got["versions"] == 1 and got["p50_s"] == 1.0 and got["p100_s"] == 4.0
+    missing = spread(haves, ["a", "b", "c"], since=90.0, end=200.0)
+    assert missing["p100_s"] == float("inf")
+    assert spread(haves, ["a"], since=90.0, end=120.0) == {"versions": 0}  # too close to the end to count
+
+
+def test_summarise_rates_are_per_minute_over_the_window() -> None:
+    rows = []
+    for name, role, per_s in (("s1", "sampler", 10), ("s2", "sampler", 30), ("bootstrap", "bootstrap", 50)):
+        for t in (0.0, 60.0, 120.0):
+            rows.append({"ev": "node", "t": t, "name": name, "role": role, "ctl_in": per_s * t, "ctl_out": per_s * t,
+                         "sent": 0})
+    doc = summarise(rows, since=60.0)
+    ctl = doc["control_bytes_per_min"]
+    assert ctl["median_sampler"] == pytest.approx(2 * 20 * 60)
+    assert ctl["busiest_node"] == pytest.approx(2 * 30 * 60) and ctl["bootstrap"] == pytest.approx(2 * 50 * 60)
+
+
+def _results(median, busiest) -> list[dict]:
+    return [{"samplers": n - 2, "control_bytes_per_min": {"median_sampler": median(n), "busiest_node": busiest(n)}}
+            for n in (10, 18, 34, 66)]
+
+
+def test_the_model_fits_its_forms_and_predicts_the_held_out_largest_point() -> None:
+    doc = model.build(_results(lambda n: 1000 + 50 * n, lambda n: 2000 + 3 * n * n))
+    assert doc["check"]["median"]["error"] == pytest.approx(0.0, abs=1e-9)
+    assert doc["check"]["busiest"]["error"] == pytest.approx(0.0, abs=1e-6)
+    row = next(r for r in doc["table"] if r["n"] == 10_000)
+    assert row["median"] == pytest.approx(1000 + 50 * 10_000) and row["busiest"] == pytest.approx(2000 + 3e8)
+
+
+def test_a_quadratic_that_would_bend_down_is_fitted_as_a_line() -> None:
+    coef = model.fit([10, 20, 40, 80], [100, 190, 350, 600], "quadratic")  # bends down
+    assert coef[2] == 0.0 and coef[1] > 0
+
+
+def test_limits_name_the_full_peers_key_first_past_its_cap() -> None:
+    assert model.limits({"n": 100}, record_bytes=700) == ["none of the modelled limits"]
+    first = model.limits({"n": 1000, "connections": 999}, record_bytes=700)[0]
+    assert first.startswith("the peers key") and "shard" in first
+    assert any("bootstraps" in line for line in model.limits({"n": 10_000, "connections": 9999}, 700))
