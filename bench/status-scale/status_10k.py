@@ -74,6 +74,7 @@ async def cli_status(boot: str, learner: str) -> tuple[float, float, dict]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-P", "-m", "swarmnode", "status", "--json", "--config", "tiny-cpu",
         "--set", f"run_id={RUN}", "--set", f"trust.learner_keys=[{learner}]", "--initial-peers", boot,
+        "--set", "network.heartbeat_interval=120",  # else its validator refuses the fakes' long lifetimes
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     wall = time.perf_counter() - t0
