@@ -336,7 +336,12 @@ def main() -> None:
         args.batches, args.ref_prompts = 2, 4
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "runs.jsonl"
-    runs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    runs = []  # the first record of each trajectory (two invocations sharing `--out` may both have run one)
+    for line in log.read_text().splitlines() if log.exists() else []:
+        run = json.loads(line)
+        if (run["digits"], run["temperature"], run["lr"], run["seed"]) not in {
+                (r["digits"], r["temperature"], r["lr"], r["seed"]) for r in runs}:
+            runs.append(run)
     done = {(r["digits"], r["temperature"], r["lr"], r["seed"]) for r in runs}
     jobs = [dict(digits=d, temperature=t, lr=lr, seed=s, taus=args.taus, batches=args.batches, prompts=args.prompts,
                  ref_prompts=args.ref_prompts, sets=args.set)
