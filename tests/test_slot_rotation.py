@@ -85,7 +85,7 @@ def test_address_groups():
 
 
 KEYS, STREAMS, EVERY = 33, 4, 2.0  # issue 47: 132 never-idle streams on every holder, more than the 128 for strangers
-MIN_PAIRS, MAX_PAIRS = 3, 9
+MIN_PAIRS, MAX_PAIRS = 3, 12
 NEW_RATIO, HONEST_RATIO = 0.5, 0.8  # a new sampler within 2x its unflooded time; an honest stranger >= 0.8x
 
 
@@ -119,7 +119,7 @@ def best_ratio(quiet: list[float], flooded: list[float]) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
     learner = Identity.generate()
     flood: dict = {}
