@@ -58,4 +58,5 @@ def test_a_sampler_that_cannot_deliver_stops_generating_and_says_why(tmp_path, p
         assert health.get("groups_acked", 0) == 0 and health.get("groups_wasted", 0) > 0, health
         time.sleep(5.0)
         later = next(p for p in swarm.status()["peers"] if p["peer_id"] == sampler_id)["health"]
-        assert later.get("groups_sent", 0) == made and later["paused"].startswith("undelivered"), later
+        # stopped: at most one probe batch (4 prompts in tiny-cpu) since, 30 s after the stop
+        assert made <= later.get("groups_sent", 0) <= made + 4 and later["paused"].startswith("undelivered"), later
