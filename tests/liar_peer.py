@@ -51,6 +51,19 @@ def claiming(group: RolloutGroup, liar: Identity, version: int) -> RolloutGroup:
                                policy_version=max(0, version), lineage=group.lineage)
 
 
+async def push_one(p2p: P2P, learner: PeerID, run_id: str, frame: bytes) -> dict:
+    """Push one encoded group on a new stream; the learner's ack (a status of "closed (...)" when it closed)."""
+    try:
+        _, reader, writer = await asyncio.wait_for(p2p.call_binary_stream_handler(learner, push_protocol(run_id)), 10)
+        try:
+            await write_frame(writer, frame)
+            return await asyncio.wait_for(read_control(reader), 30) or {}
+        finally:
+            writer.close()
+    except Exception as exc:  # a ban closes the stream
+        return {"status": f"closed ({type(exc).__name__})"}
+
+
 async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups: list[RolloutGroup],
               liar: Identity, behind: int, pause: float = 0.2) -> Counter[str]:
     """Push `groups` one by one, each claiming (newest acked version - `behind`); the acks' statuses."""
@@ -63,16 +76,7 @@ async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups
     try:
         for group in groups:
             version = behind if newest is None else newest - behind  # the first claim learns the version
-            try:
-                _, reader, writer = await asyncio.wait_for(
-                    p2p.call_binary_stream_handler(learner, push_protocol(run_id)), 10)
-                try:
-                    await write_frame(writer, claiming(group, liar, version).encode())
-                    ack = await asyncio.wait_for(read_control(reader), 30) or {}
-                finally:
-                    writer.close()
-            except Exception as exc:  # a ban closes the stream
-                ack = {"status": f"closed ({type(exc).__name__})"}
+            ack = await push_one(p2p, learner, run_id, claiming(group, liar, version).encode())
             statuses[ack.get("status", "none")] += 1
             newest = int(ack["v"]) if "v" in ack else newest
             await asyncio.sleep(pause)
@@ -125,16 +129,7 @@ async def shaped_liars(tmp: Path, run_id: str, learner: str, sampler: str, kinds
                         completions=g.completions, temperature=g.temperature, rewards=g.rewards,
                         logprobs=shaped_lie(kind, g.logprobs, g.rewards, seed=i), policy_version=g.policy_version,
                         lineage=g.lineage)
-                    try:
-                        _, reader, writer = await asyncio.wait_for(
-                            p2p.call_binary_stream_handler(PeerID.from_base58(learner_id), push_protocol(run_id)), 10)
-                        try:
-                            await write_frame(writer, told.encode())
-                            ack = await asyncio.wait_for(read_control(reader), 30) or {}
-                        finally:
-                            writer.close()
-                    except Exception as exc:  # a ban closes the stream
-                        ack = {"status": f"closed ({type(exc).__name__})"}
+                    ack = await push_one(p2p, PeerID.from_base58(learner_id), run_id, told.encode())
                     statuses[ack.get("status", "none")] += 1
             finally:
                 with contextlib.suppress(Exception):

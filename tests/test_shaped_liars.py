@@ -15,7 +15,7 @@ import pytest
 
 from liar_peer import shaped_liars
 from swarm_helpers import LocalSwarm
-from test_learner_restart import start_learner_and_sampler, steps, wait_rows
+from test_learner_restart import WORK, learner_args, steps, wait_rows
 
 KINDS = ["cancelling", "shaped:0.1", "advantage:0.1", "long:0.1", "advantage_down", "shaped:0.5"]
 
@@ -25,8 +25,12 @@ KINDS = ["cancelling", "shaped:0.1", "advantage:0.1", "long:0.1", "advantage_dow
 def test_shaped_liars_are_caught_on_their_first_check_and_the_honest_sampler_trains(tmp_path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     with LocalSwarm(tmp_path) as swarm:
-        learner = start_learner_and_sampler(swarm, tmp_path)
-        learner_id = learner.ready_fields()["peer_id"]
+        swarm.bootstrap()
+        learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path))
+        learner_id = learner.ready_fields(timeout=300)["peer_id"]  # a loaded machine starts nodes slowly
+        sampler_proc = swarm.join("sampler", "sampler", work=True, wait=False,
+                                  extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+        sampler_proc.ready_fields(timeout=300)
         wait_rows(steps_file, lambda rows: len(rows) >= 5, 180, "5 learner steps")
         peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
         sampler = next(p for p in peers.values() if p["role"] == "sampler")

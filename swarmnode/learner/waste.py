@@ -9,7 +9,7 @@ mean completion length in tokens: `drawn` (taken for a step), `stale` (refused o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from swarmnode.learner.buffer import ReplayBuffer
 
@@ -70,8 +70,8 @@ class MeteredBuffer(ReplayBuffer):
             kept = {g.group_id for g in self.held()}
             self.lengths.add("aged_out", [g for g in before if g.group_id not in kept])
 
-    def draw(self, n: int) -> list[Any]:
-        drawn = super().draw(n)
+    def draw(self, n: int, leave: Callable[[Any], bool] | None = None) -> list[Any]:
+        drawn = super().draw(n, leave)
         self.lengths.add("drawn", drawn)
         return drawn
 
