@@ -35,12 +35,9 @@ def test_lora_versions_are_the_adapters():
     assert 0 < disk["version_bytes"] < estimate.weights_bytes
 
 
-def test_hardware_prints_and_reports_the_disk():
+def test_hardware_reports_the_disk():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run([sys.executable, "-P", "-m", "swarmnode", "hardware", "--json"], capture_output=True,
-                          text=True, timeout=300, env=env)
+                          text=True, timeout=280, env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["disk"]["sampler_bytes"] > 0
-    text = subprocess.run([sys.executable, "-P", "-m", "swarmnode", "hardware"], capture_output=True, text=True,
-                          timeout=300, env=env).stdout
-    assert any(line.startswith("disk: sampler ~") for line in text.splitlines()), text
