@@ -75,7 +75,7 @@ def measured_points(results: list[dict]) -> dict[str, list[tuple[int, float]]]:
     bootstrap)."""
     out: dict[str, list[tuple[int, float]]] = {k: [] for k in ONE_KEY}
     for doc in results:
-        n = doc["samplers"] + 2
+        n = doc.get("samplers_working", doc["samplers"]) + 2  # samplers whose node started, learner, bootstrap
         ctl, status = doc.get("control_bytes_per_min", {}), doc.get("status", {})
         for key, value in (("median", ctl.get("median_sampler")), ("busiest", ctl.get("busiest_node")),
                            ("bootstrap", ctl.get("bootstrap")), ("spread_p95", doc.get("spread", {}).get("p95_s")),
@@ -111,15 +111,21 @@ def build(results: list[dict], design: dict[str, str] = ONE_KEY) -> dict:
             "check": checks, "table": table}
 
 
-def limits(row: dict, record_bytes: float) -> list[str]:
-    """The resources a run of `row["n"]` nodes exhausts, most pressing first, each with the setting that moves it."""
+def limits(row: dict, record_bytes: float, shards: int = 1) -> list[str]:
+    """The resources a run of `row["n"]` nodes exhausts, most pressing first, each with the setting that moves it
+    (`shards`: the keys the peer records are spread over)."""
     n, out = row["n"], []
-    if n > MAX_SUBKEYS_PER_KEY or n * record_bytes > MAX_BYTES_PER_KEY:
-        out.append(f"the peers key: {n} records x {record_bytes:.0f} B > a DHT node's cap ({MAX_SUBKEYS_PER_KEY} "
-                   f"subkeys, {MAX_BYTES_PER_KEY >> 10} KiB): newer members' records are refused and invisible "
-                   "(shard the records over keys)")
-    if n * record_bytes > P2PD_REPLY_CAP:
+    per_key = -(-n // shards)
+    if per_key > MAX_SUBKEYS_PER_KEY or per_key * record_bytes > MAX_BYTES_PER_KEY:
+        out.append(f"the peers key: {per_key} records x {record_bytes:.0f} B > a DHT node's cap "
+                   f"({MAX_SUBKEYS_PER_KEY} subkeys, {MAX_BYTES_PER_KEY >> 10} KiB): newer members' records are "
+                   "refused and invisible (more shards: network.peer_shards)")
+    if shards == 1 and n * record_bytes > P2PD_REPLY_CAP:
         out.append("one read of the whole run exceeds p2pd's 4 MiB reply: status fails (read shards, census)")
+    boot = row.get("bootstrap")
+    if boot is not None and boot > CONTROL_SHARE * HOME_UPLINK_BYTES_PER_MIN and boot >= row.get("busiest", 0):
+        out.append(f"the bootstrap's control traffic {boot / 1e6:,.0f} MB/min > 10 % of a 20 Mbit/s uplink (more "
+                   "bootstraps in network.initial_peers; a bootstrap on a faster link)")
     busiest = row.get("busiest")
     if busiest is not None and busiest > CONTROL_SHARE * HOME_UPLINK_BYTES_PER_MIN:
         out.append(f"the busiest node's control traffic {busiest / 1e6:.0f} MB/min > 10 % of a 20 Mbit/s uplink "
@@ -132,7 +138,7 @@ def limits(row: dict, record_bytes: float) -> list[str]:
     return out or ["none of the modelled limits"]
 
 
-def markdown(doc: dict, record_bytes: float) -> str:
+def markdown(doc: dict, record_bytes: float, shards: int = 1) -> str:
     """The table to 10,000 nodes and the held-out checks, as Markdown."""
     cols = [("median", "median B/min", "{:,.0f}", 1), ("busiest", "busiest B/min", "{:,.0f}", 1),
             ("bootstrap", "bootstrap B/min", "{:,.0f}", 1), ("spread_p95", "p95 spread s", "{:,.1f}", 1),
@@ -141,7 +147,7 @@ def markdown(doc: dict, record_bytes: float) -> str:
     lines = ["| N | " + " | ".join(c[1] for c in cols) + " | first limit |", "|---" * (len(cols) + 2) + "|"]
     for row in doc["table"]:
         cells = [fmt.format(row[key] / scale) if key in row else "-" for key, _, fmt, scale in cols]
-        lines.append(f"| {row['n']:,} | " + " | ".join(cells) + f" | {limits(row, record_bytes)[0]} |")
+        lines.append(f"| {row['n']:,} | " + " | ".join(cells) + f" | {limits(row, record_bytes, shards)[0]} |")
     lines += ["", "| figure | form | N checked | measured | predicted | error |", "|---|---|---|---|---|---|"]
     for key, c in doc["check"].items():
         err = f"{100 * c['error']:+.0f} %" if c["error"] is not None else "-"
@@ -166,14 +172,16 @@ def main() -> None:
     ap.add_argument("--design", choices=("one-key", "sharded"), default="one-key")
     ap.add_argument("--record-bytes", type=float, default=800.0,
                     help="one heartbeat store's bytes (curves' bootstrap rpc_store mean; measured 0.74-0.81 KB)")
+    ap.add_argument("--shards", type=int, default=64, help="network.peer_shards of the sharded design")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = [d for p in args.results for d in json.loads(p.read_text())]
     doc = build(results, ONE_KEY if args.design == "one-key" else SHARDED)
     rb = args.record_bytes
     doc["record_bytes"] = rb
-    doc["limits"] = {row["n"]: limits(row, rb) for row in doc["table"]}
-    print(markdown(doc, rb))
+    shards = 1 if args.design == "one-key" else args.shards
+    doc["limits"] = {row["n"]: limits(row, rb, shards) for row in doc["table"]}
+    print(markdown(doc, rb, shards))
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1, default=str))
 

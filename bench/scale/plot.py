@@ -35,7 +35,8 @@ def main() -> None:
     for path, label in zip(args.results, args.labels or [p.stem for p in args.results]):
         docs = json.loads(path.read_text())
         for ax, (title, get) in zip(axes.flat, PANELS):
-            pts = [(d["samplers"] + 2, get(d)) for d in docs if get(d) is not None]
+            pts = sorted((d.get("samplers_working", d["samplers"]) + 2, get(d)) for d in docs
+                         if get(d) is not None and get(d) != float("inf"))
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=label)
             ax.set_title(title, fontsize=10)
