@@ -129,7 +129,11 @@ async def shaped_liars(tmp: Path, run_id: str, learner: str, sampler: str, kinds
                         completions=g.completions, temperature=g.temperature, rewards=g.rewards,
                         logprobs=shaped_lie(kind, g.logprobs, g.rewards, seed=i), policy_version=g.policy_version,
                         lineage=g.lineage)
-                    ack = await push_one(p2p, PeerID.from_base58(learner_id), run_id, told.encode())
+                    for _ in range(200):  # "full" is backpressure: resent 50 ms later, as an honest sender does
+                        ack = await push_one(p2p, PeerID.from_base58(learner_id), run_id, told.encode())
+                        if ack.get("status") != "full":
+                            break
+                        await asyncio.sleep(0.05)
                     statuses[ack.get("status", "none")] += 1
             finally:
                 with contextlib.suppress(Exception):
