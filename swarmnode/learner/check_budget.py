@@ -15,7 +15,8 @@ Two budgets, each a share of `learner.prompts_per_step` (P):
 predicate `ReplayBuffer.draw` asks of each candidate (in its draw order; True leaves it in the buffer): first up to
 the budget of groups of keys at rate 1 (reserved: a busy established sampler cannot starve the newcomers), then
 the other keys' groups within their unchecked budgets, then, if the step is still short, groups over those budgets
-(checked). The draw decision (check or not) is made there, once per group that enters the step, and read back by
+and further groups of keys at rate 1 (all checked): the budgets bound checks while other work fills the step, and
+never leave a step short (a learner alone with one new sampler, or with its own batches, trains on-policy). The draw decision (check or not) is made there, once per group that enters the step, and read back by
 the learner's spot check (`drawn`).
 """
 
@@ -59,6 +60,10 @@ class StepChecks:
             self.decisions[group.group_id] = False
             return False
         if self.checker.suspect(key):
+            if self.phase == "filling":  # the step is short without it: taken, and checked
+                self.counts["forced_checks"] += 1
+                self.decisions[group.group_id] = True
+                return False
             if self.phase != "suspects" or self.suspect_checks >= self.suspects:
                 self.counts["deferred_probation"] += self.phase == "rest"
                 return True
@@ -89,7 +94,7 @@ def draw_step(buffer, checks: StepChecks, n: int) -> list:
     drawn: list = []
     for phase in ("suspects", "rest", "filling"):
         checks.phase = phase
-        if phase == "filling" and not checks.counts["deferred_unchecked"]:
+        if phase == "filling" and not (checks.counts["deferred_unchecked"] or checks.counts["deferred_probation"]):
             break
         drawn += buffer.draw(n - len(drawn), leave=checks.leave) if len(drawn) < n else []
     return drawn
