@@ -159,3 +159,10 @@ def test_the_dashboard_pages_a_large_run_the_worst_first_and_says_the_count_is_e
     history.page = 1
     second = render()
     assert f"page 2 of {pages}" in second and learner.peer_id[-8:] not in second.split("peers, the worst")[1][:3000]
+
+
+def test_few_shards_read_widen_the_interval_by_students_t():
+    from swarmnode.observe.census import Z95, t95
+    assert t95(1) == 12.706 and t95(12) == 2.179 and t95(30) == 2.042 and t95(31) == Z95
+    narrow, wide = estimate_total([9, 10, 8, 11] * 8, 64), estimate_total([9, 10, 8, 11], 64)
+    assert wide.high - wide.low > 4 * (narrow.high - narrow.low) / 2.9  # 4 shards: t(3) = 3.18, not 1.96
