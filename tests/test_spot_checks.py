@@ -20,7 +20,7 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.mismatch import Mismatch
 from swarmnode.learner.verify import SpotChecker, group_mismatch
 from swarmnode.model.models import load_model, load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 torch.set_num_threads(1)

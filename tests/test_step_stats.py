@@ -17,7 +17,7 @@ from swarmnode.learner.losses import microbatch_scope, policy_loss
 from swarmnode.learner.step_stats import step_stats
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.model.models import load_tokenizer
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
 REWARDS = [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]]  # the last group: no signal

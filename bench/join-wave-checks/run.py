@@ -35,7 +35,7 @@ from swarmnode.learner.buffer import ReplayBuffer  # noqa: E402
 from swarmnode.learner.loop import LearnerLoop  # noqa: E402
 from swarmnode.learner.mismatch import Mismatch  # noqa: E402
 from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
-from swarmnode.sampler.engines import build_engine  # noqa: E402
+from swarmnode.sampler.build import build_engine  # noqa: E402
 from swarmnode.sampler.loop import SamplerLoop  # noqa: E402
 from swarmnode.tasks import build_task  # noqa: E402
 

@@ -34,7 +34,7 @@ def inner(groups_wanted: int) -> None:
     from swarmnode.learner.buffer import ReplayBuffer
     from swarmnode.learner.loop import LearnerLoop
     from swarmnode.model.models import load_model, load_tokenizer
-    from swarmnode.sampler.engines import build_engine
+    from swarmnode.sampler.build import build_engine
     from swarmnode.sampler.loop import SamplerLoop
     from swarmnode.tasks import build_task
 

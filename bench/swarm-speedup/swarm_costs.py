@@ -41,7 +41,7 @@ from swarmnode.learner.checkpoint import write_published  # noqa: E402
 from swarmnode.learner.loop import LearnerLoop  # noqa: E402
 from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits  # noqa: E402
-from swarmnode.sampler.engines import build_engine  # noqa: E402
+from swarmnode.sampler.build import build_engine  # noqa: E402
 from swarmnode.sampler.loop import SamplerLoop  # noqa: E402
 from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore  # noqa: E402
 from swarmnode.tasks import build_task  # noqa: E402

@@ -38,7 +38,7 @@ from swarmnode.config import TrustConfig, load_config  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.learner.mismatch import OFF_TOKEN, group_mismatch  # noqa: E402
 from swarmnode.model.logprobs import _prepare, completion_scores  # noqa: E402
-from swarmnode.sampler.engines import build_engine  # noqa: E402
+from swarmnode.sampler.build import build_engine  # noqa: E402
 from swarmnode.sampler.loop import SamplerLoop  # noqa: E402
 from swarmnode.tasks import build_task  # noqa: E402
 

@@ -36,7 +36,7 @@ from swarmnode.learner.checkpoint import StopFlag, as_tuples
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.models import load_model, load_tokenizer, pick_device
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.staleness import too_stale
 from swarmnode.tasks import build_task

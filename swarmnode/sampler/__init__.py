@@ -1,6 +1,8 @@
 """The sampler's network-free core (never imports `swarmnode.swarm`):
 
-- `engines` GenerationEngine: transformers and vLLM, in-place weight loads
+- `engines` GenerationEngine: the contract and the transformers engine; in-place weight loads
+- `vllm_engine` the vLLM engine
+- `build`   build_engine: the engine `sampler.engine` names, with the configured model
 - `loop`    SamplerLoop: prompts -> engine -> rewards -> signed RolloutGroups -> a RolloutSink
 - `lora`    adapter-only versions in the engines
 - `pacing`  Pacer: generate only what the learners invite (credits from acks)

