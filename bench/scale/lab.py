@@ -29,12 +29,14 @@ from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.local.swarm import DemoError, Proc, _die_with_parent, kill_group, prepare_swarm  # noqa: E402
 
 # the lab's run: production heartbeat (5 s), samplers capped (the learner's credits decide what is made), versions
-# published every `publish_every` steps (each sampler fetches each one)
+# published every `publish_every` steps (each sampler fetches each one). Lab mode, never `join`'s default: a
+# startup timeout of 300 s (join's is 60 s; here it counts from a node's start slot, see `pacing.StartGate`, but
+# also bounds a new sampler's first fetch of the weights while a wave of 64 fetches at once on 2 cores)
 LAB_SETS = [
     "run_id=scale-lab",
     "network.heartbeat_interval=5",
     "network.missed_beats_to_expire=3",
-    "network.startup_timeout=120",
+    "network.startup_timeout=300",
     "sampler.max_groups_per_second=4",
     "learner.checkpoint_every=100000",
 ]
@@ -52,8 +54,11 @@ class ScaleLab:
     sets: list[str] = field(default_factory=list)
     publish_every: int = 40
     sample_s: float = 5.0
-    stagger_s: float = 1.0  # between a process's nodes: 16 p2pd starting at once fail under a load of 80
+    stagger_s: float = 0.5  # between a process's nodes' starts (their p2pd also wait for a start slot)
     chunk_bytes: int | None = 256 << 10  # versions in this many bytes a chunk (None: swarmnode's 4 MiB)
+    start_slots: int = 2  # p2pd starting at once in the whole lab (`pacing.StartGate`); 0: no gate
+    groups_per_s: float = 8.0  # one host process's samplers' generation budget together (`pacing.SharedPace`)
+    host_wait_s: float = 180.0  # at most this long for a host's imports before the next host starts
     procs: list[Proc] = field(default_factory=list)
     started: float = 0.0
 
@@ -68,7 +73,9 @@ class ScaleLab:
             node["peer"] = Identity.load_or_create(node["key"]).peer_id
         spec = {"name": name, "config": self.config, "sets": sets, "initial_peers": initial, "nodes": nodes,
                 "sample_s": self.sample_s, "stagger_s": self.stagger_s,
-                "chunk_bytes": self.chunk_bytes}
+                "chunk_bytes": self.chunk_bytes, "groups_per_s": self.groups_per_s,
+                "gate_dir": str(self.workdir / "start-slots") if self.start_slots else None,
+                "gate_slots": self.start_slots}
         path = self.workdir / f"{name}.json"
         path.write_text(json.dumps(spec, indent=1))
         log = self.workdir / f"{name}.out"
@@ -101,7 +108,7 @@ class ScaleLab:
             time.sleep(0.5)
         raise DemoError(f"{host}: {count} x {text!r} not seen within {timeout:.0f} s")
 
-    def start(self, say=print, ready_timeout: float = 300.0) -> None:
+    def start(self, say=print, ready_timeout: float | None = None) -> None:
         """Bootstrap, learner, then the samplers' hosts; returns when every sampler is ready."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         sets = prepare_swarm(self.workdir, self.config, [*LAB_SETS, f"learner.publish_every={self.publish_every}",
@@ -116,24 +123,32 @@ class ScaleLab:
         self.sampler_count, self.host_count = 0, 0
         self.add_samplers(self.samplers, say, ready_timeout)
 
-    def add_samplers(self, count: int, say=print, ready_timeout: float = 300.0) -> dict:
+    def add_samplers(self, count: int, say=print, ready_timeout: float | None = None) -> dict:
         """Start `count` more samplers (`per_host` per process) and wait until each is ready or failed, at most
-        `ready_timeout` s; `ready` is then now. Returns the wave's figures."""
+        `ready_timeout` s (default 300 + 5 s a sampler: their p2pd start one or two at a time); `ready` is then
+        now. Returns the wave's figures."""
+        ready_timeout = ready_timeout if ready_timeout is not None else 300.0 + 5.0 * count
         say(f"starting {count} samplers, {self.per_host} per process")
         began = time.time()
         names = [f"s{i:03d}" for i in range(self.sampler_count + 1, self.sampler_count + count + 1)]
         groups = [names[i:i + self.per_host] for i in range(0, len(names), self.per_host)]
-        hosts = []
-        for group in groups:
+        hosts, loads = [], [os.getloadavg()[0]]
+        for group in groups:  # one host's imports at a time (each takes a core for 10-30 s)
             hosts.append((f"h{self.host_count:02d}", group))
             self._host(hosts[-1][0], [self._node(n, "sampler") for n in group], self.initial_peers, self.run_sets)
             self.host_count += 1
+            try:
+                self._wait_log(hosts[-1][0], "host imported", 1, self.host_wait_s)
+            except DemoError:
+                say(f"{hosts[-1][0]} not imported within {self.host_wait_s:.0f} s; starting the next host")
+            loads.append(os.getloadavg()[0])
         deadline = time.monotonic() + ready_timeout
         while True:  # every new sampler ready or failed, or the time is up: go on with those that are ready
             lines = {host: self._log_lines(host, ("sampler ready", " FAILED ")) for host, _ in hosts}
             if sum(map(len, lines.values())) >= count or time.monotonic() > deadline:
                 break
             self.check_alive()
+            loads.append(os.getloadavg()[0])
             time.sleep(1.0)
         ready = [float(ln.split()[0]) - began for ls in lines.values() for ln in ls if "sampler ready" in ln]
         failed = sum(" FAILED " in ln for ls in lines.values() for ln in ls)
@@ -149,7 +164,8 @@ class ScaleLab:
         self.ready = time.time()
         say(f"{count} samplers ready in {self.ready - began:.1f} s ({self.samplers} in all)")
         self.wave = {"count": count, "failed": failed, "late": late, "ready_s_p50": sorted(ready)[len(ready) // 2],
-                     "ready_s_max": max(ready), "learner_steps_per_s": self._learner_rate(began, self.ready)}
+                     "ready_s_max": max(ready), "learner_steps_per_s": self._learner_rate(began, self.ready),
+                     "load_max": max(loads), "load_median": sorted(loads)[len(loads) // 2]}
         return self.wave
 
     def _learner_rate(self, since: float, until: float) -> float | None:
@@ -218,18 +234,22 @@ def main() -> None:
     ap.add_argument("--per-host", type=int, default=16)
     ap.add_argument("--publish-every", type=int, default=5)
     ap.add_argument("--chunk-kb", type=int, default=256, help="version chunk size (0: swarmnode's 4 MiB)")
+    ap.add_argument("--start-slots", type=int, default=2, help="p2pd starting at once in the lab (0: no gate)")
+    ap.add_argument("--groups-per-s", type=float, default=8.0, help="one host process's samplers' generation, together")
+    ap.add_argument("--ready-timeout", type=float, help="s a wave may take to be ready (default 300 + 5 per sampler)")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/scale-lab"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = []
     with ScaleLab(args.workdir, args.samplers[0], per_host=args.per_host, sets=args.sets,
-                  publish_every=args.publish_every, chunk_bytes=(args.chunk_kb << 10) or None) as lab:
-        lab.start()
+                  publish_every=args.publish_every, chunk_bytes=(args.chunk_kb << 10) or None,
+                  start_slots=args.start_slots, groups_per_s=args.groups_per_s) as lab:
+        lab.start(ready_timeout=args.ready_timeout)
         wave = {"count": args.samplers[0], "ready_s_max": lab.ready - lab.started}
         for n in args.samplers:
             if n > lab.samplers:
-                wave = lab.add_samplers(n - lab.samplers)
+                wave = lab.add_samplers(n - lab.samplers, ready_timeout=args.ready_timeout)
             load0, since = os.getloadavg()[0], lab.ready
             lab.run_for(args.seconds)
             until = time.time()
