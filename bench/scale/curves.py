@@ -122,6 +122,9 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
         "learner": ctl.get("learner"), "bootstrap": ctl.get("bootstrap"),
         "max_sampler": max(sampler_ctl) if sampler_ctl else None,
     }
+    boots = sorted(n for n, r in roles.items() if r == "bootstrap")
+    doc["bootstraps"] = {n: {"control_bytes_per_min": ctl.get(n), "control_calls_per_min": calls.get(n),
+                             "connections": nodes[n][-1].get("connections")} for n in boots}
     median_name = _median_name(sampler_names, ctl)
     doc["control_calls_per_min"] = {"median_sampler": calls.get(median_name) if median_name else None,
                                     "busiest_node": calls.get(busiest) if busiest else None,
@@ -178,6 +181,12 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
             "rss_mb": (last["rss"] + last["p2pd_rss"]) / 1e6,
             "connections": boot_rows[-1].get("connections") if boot_rows else None,
         }
+    for name, row in doc["bootstraps"].items():  # each bootstrap's process: host `boot`, `boot2`, ...
+        if (w := _window(procs.get(name.replace("bootstrap", "boot"), []), since)) is not None:
+            first, last = w
+            row["cpu_cores"] = (last["cpu_s"] + last["p2pd_cpu_s"] - first["cpu_s"] - first["p2pd_cpu_s"]) / max(
+                1e-9, last["t"] - first["t"])
+            row["rss_mb"] = (last["rss"] + last["p2pd_rss"]) / 1e6
     total_cpu, total_rss = 0.0, 0.0
     for host, rows in procs.items():
         if (w := _window(rows, since)) is not None:

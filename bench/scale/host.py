@@ -190,8 +190,8 @@ async def run_one(spec: dict, node: dict, stop: asyncio.Event, log) -> None:
         sets.append(f"network.initial_peers={json.dumps(spec['initial_peers'])}")
     if node["role"] != "bootstrap":
         sets.append(f"role={node['role']}")
-    else:
-        sets.append('network.host_maddrs=["/ip4/127.0.0.1/tcp/0"]')
+    if node.get("port") or node["role"] == "bootstrap":  # a port of its own: its uplink is capped by it
+        sets.append(f'network.host_maddrs=["/ip4/127.0.0.1/tcp/{node.get("port", 0)}"]')
     cfg = load_config(spec["config"], sets)
     identity = Identity.load_or_create(node["key"])
 

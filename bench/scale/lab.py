@@ -25,6 +25,7 @@ sys.path.insert(0, str(HERE.parents[1]))  # this checkout's swarmnode
 sys.path.insert(1, str(HERE.parent))  # bench/, for `scale`
 
 from scale.curves import read_lines, summarise  # noqa: E402
+from scale.uplinks import Uplinks, port_of  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.local.swarm import DemoError, Proc, _die_with_parent, kill_group, prepare_swarm  # noqa: E402
 
@@ -59,6 +60,11 @@ class ScaleLab:
     start_slots: int = 2  # p2pd starting at once in the whole lab (`pacing.StartGate`); 0: no gate
     groups_per_s: float = 8.0  # one host process's samplers' generation budget together (`pacing.SharedPace`)
     host_wait_s: float = 180.0  # at most this long for a host's imports before the next host starts
+    bootstraps: int = 1  # bootstrap nodes (each its own process); every other node is given all of them
+    uplink_mbit: float | None = None  # samplers' uplinks (`uplinks.Uplinks`; the lab in a namespace of its own)
+    learner_mbit: float | None = None  # the learner's uplink (with `uplink_mbit`; None: uncapped)
+    uplinks: Uplinks | None = None
+    nodes_made: int = 0
     procs: list[Proc] = field(default_factory=list)
     started: float = 0.0
 
@@ -88,8 +94,15 @@ class ScaleLab:
         return proc
 
     def _node(self, name: str, role: str) -> dict:
-        return {"name": name, "role": role, "key": str(self.workdir / f"{name}.key"),
+        node = {"name": name, "role": role, "key": str(self.workdir / f"{name}.key"),
                 "data_dir": str(self.workdir / name)}
+        if self.uplinks is not None:  # a port of its own, its uplink capped by role (bootstraps uncapped)
+            node["port"] = port_of(self.nodes_made)
+            mbit = {"sampler": self.uplink_mbit, "learner": self.learner_mbit}.get(role)
+            if mbit:
+                self.uplinks.cap(node["port"], mbit)
+        self.nodes_made += 1
+        return node
 
     def _log_lines(self, host: str, texts: tuple[str, ...]) -> list[str]:
         path = (self.workdir / f"{host}.json").with_suffix(".log")
@@ -111,12 +124,17 @@ class ScaleLab:
     def start(self, say=print, ready_timeout: float | None = None) -> None:
         """Bootstrap, learner, then the samplers' hosts; returns when every sampler is ready."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.uplink_mbit and self.uplinks is None:
+            self.uplinks = Uplinks()
         sets = prepare_swarm(self.workdir, self.config, [*LAB_SETS, f"learner.publish_every={self.publish_every}",
                                                          *self.sets], say=say)
         self.run_sets = sets
-        self._host("boot", [self._node("bootstrap", "bootstrap")], [], sets)
-        line = self._wait_log("boot", "initial-peers:", 1, 180)[0]
-        self.initial_peers = [line.split("initial-peers:", 1)[1].strip()]
+        self.initial_peers = []
+        for i in range(self.bootstraps):  # the second and later join the first
+            host, name = ("boot", "bootstrap") if i == 0 else (f"boot{i + 1}", f"bootstrap{i + 1}")
+            self._host(host, [self._node(name, "bootstrap")], self.initial_peers[:1], sets)
+            line = self._wait_log(host, "initial-peers:", 1, 180)[0]
+            self.initial_peers.append(line.split("initial-peers:", 1)[1].strip())
         self._host("learner", [self._node("learner", "learner")], self.initial_peers, sets)
         self._wait_log("learner", "learner ready", 1, 300)
         self.started = time.time()
@@ -224,6 +242,8 @@ class ScaleLab:
                 kill_group(proc.popen)
                 proc.popen.wait(timeout=10)
         self.procs.clear()
+        if self.uplinks is not None:
+            self.uplinks.close()
 
 
 def main() -> None:
@@ -237,6 +257,9 @@ def main() -> None:
     ap.add_argument("--start-slots", type=int, default=2, help="p2pd starting at once in the lab (0: no gate)")
     ap.add_argument("--groups-per-s", type=float, default=8.0, help="one host process's samplers' generation, together")
     ap.add_argument("--ready-timeout", type=float, help="s a wave may take to be ready (default 300 + 5 per sampler)")
+    ap.add_argument("--bootstraps", type=int, default=1, help="bootstrap nodes; every node is given all of them")
+    ap.add_argument("--uplink-mbit", type=float, help="cap each sampler's uplink (run the lab in its own namespace)")
+    ap.add_argument("--learner-mbit", type=float, help="cap the learner's uplink (with --uplink-mbit)")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/scale-lab"))
     ap.add_argument("--json", type=Path)
@@ -244,7 +267,8 @@ def main() -> None:
     results = []
     with ScaleLab(args.workdir, args.samplers[0], per_host=args.per_host, sets=args.sets,
                   publish_every=args.publish_every, chunk_bytes=(args.chunk_kb << 10) or None,
-                  start_slots=args.start_slots, groups_per_s=args.groups_per_s) as lab:
+                  start_slots=args.start_slots, groups_per_s=args.groups_per_s, bootstraps=args.bootstraps,
+                  uplink_mbit=args.uplink_mbit, learner_mbit=args.learner_mbit) as lab:
         lab.start(ready_timeout=args.ready_timeout)
         wave = {"count": args.samplers[0], "ready_s_max": lab.ready - lab.started}
         for n in args.samplers:
