@@ -5,8 +5,8 @@
   peers (`start_p2p`, its `network.startup_timeout` counted from when it has the slot), then gives the slot back.
   Hundreds of daemons starting at once on 2 loaded cores each missed p2pd's start timeout; one or two at a time
   each start in about a second.
-- `SharedPace`: a host process's samplers make at most `groups_per_s` groups a second together, one batch at a
-  time (16 samplers each capped at 4 groups/s asked for 64 groups/s of a core; the learner takes a few a second).
+- `SharedPace`: a host process's samplers make at most `groups_per_s` groups a second together (16 samplers each
+  capped at 4 groups/s asked for 64 groups/s of a core; the learner takes a few a second).
 """
 
 from __future__ import annotations
@@ -62,24 +62,20 @@ class StartGate:
 
 
 class SharedPace:
-    """One process's generation budget: batches one at a time, at most `groups_per_s` groups a second in all."""
+    """One process's generation budget: batches start at most `groups_per_s` groups a second in all (each batch
+    books its share of the budget when it starts; batches may run side by side)."""
 
     def __init__(self, groups_per_s: float) -> None:
         if groups_per_s <= 0:
             raise ValueError("groups_per_s must be positive")
         self.groups_per_s = groups_per_s
-        self._lock = asyncio.Lock()
         self._next = 0.0
         self.groups = 0
 
     async def run(self, groups: int, work: Callable[[], Awaitable[Any]]) -> Any:
-        """Run `work` (a batch of `groups` groups) in its turn, then hold the turn until the budget allows the
-        next one."""
-        async with self._lock:
-            await asyncio.sleep(max(0.0, self._next - time.monotonic()))
-            began = time.monotonic()
-            try:
-                return await work()
-            finally:
-                self.groups += groups
-                self._next = began + groups / self.groups_per_s
+        """Run `work` (a batch of `groups` groups) once the budget has room for it."""
+        start = max(time.monotonic(), self._next)
+        self._next = start + groups / self.groups_per_s
+        await asyncio.sleep(max(0.0, start - time.monotonic()))
+        self.groups += groups
+        return await work()
