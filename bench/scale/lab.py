@@ -156,21 +156,27 @@ class ScaleLab:
             self._host(hosts[-1][0], [self._node(n, "sampler") for n in group], self.initial_peers, self.run_sets)
             self.host_count += 1
             try:
-                self._wait_log(hosts[-1][0], "host imported", 1, self.host_wait_s)
+                if self.host_wait_s > 0:
+                    self._wait_log(hosts[-1][0], "host imported", 1, self.host_wait_s)
             except DemoError:
                 say(f"{hosts[-1][0]} not imported within {self.host_wait_s:.0f} s; starting the next host")
             loads.append(os.getloadavg()[0])
         deadline = time.monotonic() + ready_timeout
         while True:  # every new sampler ready or failed, or the time is up: go on with those that are ready
             lines = {host: self._log_lines(host, ("sampler ready", " FAILED ")) for host, _ in hosts}
-            if sum(map(len, lines.values())) >= count or time.monotonic() > deadline:
+            if len({ln.split()[1] for ls in lines.values() for ln in ls}) >= count or time.monotonic() > deadline:
                 break
             self.check_alive()
             loads.append(os.getloadavg()[0])
             time.sleep(1.0)
         ready = [float(ln.split()[0]) - began for ls in lines.values() for ln in ls if "sampler ready" in ln]
-        failed = sum(" FAILED " in ln for ls in lines.values() for ln in ls)
-        late = count - len(ready) - failed
+        imported = {host: float(ls[0].split()[0]) for host, _ in hosts
+                    if (ls := self._log_lines(host, ("host imported",)))}
+        # from the host's imports done (what a volunteer's own machine would not share) to ready
+        after_import = [float(ln.split()[0]) - imported[host] for host, ls in lines.items() if host in imported
+                        for ln in ls if "sampler ready" in ln]
+        failed = len({ln.split()[1] for ls in lines.values() for ln in ls if " FAILED " in ln})
+        late = count - len({ln.split()[1] for ls in lines.values() for ln in ls})  # neither ready nor failed
         if late:
             say(f"{late} of {count} samplers not ready within {ready_timeout:.0f} s; going on without waiting")
         if not ready:
@@ -183,7 +189,8 @@ class ScaleLab:
         say(f"{count} samplers ready in {self.ready - began:.1f} s ({self.samplers} in all)")
         self.wave = {"count": count, "failed": failed, "late": late, "ready_s_p50": sorted(ready)[len(ready) // 2],
                      "ready_s_max": max(ready), "learner_steps_per_s": self._learner_rate(began, self.ready),
-                     "load_max": max(loads), "load_median": sorted(loads)[len(loads) // 2]}
+                     "load_max": max(loads), "load_median": sorted(loads)[len(loads) // 2],
+                     "ready_after_import_s_max": max(after_import, default=None)}
         return self.wave
 
     def _learner_rate(self, since: float, until: float) -> float | None:
@@ -257,6 +264,8 @@ def main() -> None:
     ap.add_argument("--start-slots", type=int, default=2, help="p2pd starting at once in the lab (0: no gate)")
     ap.add_argument("--groups-per-s", type=float, default=8.0, help="one host process's samplers' generation, together")
     ap.add_argument("--ready-timeout", type=float, help="s a wave may take to be ready (default 300 + 5 per sampler)")
+    ap.add_argument("--host-wait", type=float, default=180.0,
+                    help="s to wait for a host's imports before starting the next (0: every host at once)")
     ap.add_argument("--bootstraps", type=int, default=1, help="bootstrap nodes; every node is given all of them")
     ap.add_argument("--uplink-mbit", type=float, help="cap each sampler's uplink (run the lab in its own namespace)")
     ap.add_argument("--learner-mbit", type=float, help="cap the learner's uplink (with --uplink-mbit)")
@@ -268,7 +277,7 @@ def main() -> None:
     with ScaleLab(args.workdir, args.samplers[0], per_host=args.per_host, sets=args.sets,
                   publish_every=args.publish_every, chunk_bytes=(args.chunk_kb << 10) or None,
                   start_slots=args.start_slots, groups_per_s=args.groups_per_s, bootstraps=args.bootstraps,
-                  uplink_mbit=args.uplink_mbit, learner_mbit=args.learner_mbit) as lab:
+                  uplink_mbit=args.uplink_mbit, learner_mbit=args.learner_mbit, host_wait_s=args.host_wait) as lab:
         lab.start(ready_timeout=args.ready_timeout)
         wave = {"count": args.samplers[0], "ready_s_max": lab.ready - lab.started}
         for n in args.samplers:
