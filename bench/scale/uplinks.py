@@ -1,7 +1,8 @@
 """Capped uplinks for the scale lab's nodes, all on one loopback: one HTB class per node's port.
 
 Every node of a lab listens on its own TCP port of 127.0.0.1 (`port_of`), and p2pd (go-libp2p's TCP transport,
-which reuses the listening port for its dials) sends everything from that port. So the egress of loopback,
+which reuses the listening port for its dials: two daemons on 41001 and 41002 connect 41002 -> 41001) sends
+everything from that port. So the egress of loopback,
 classified by source port, is each node's uplink: `Uplinks.cap(port, mbit)` gives that port a class of its own
 (HTB, `mbit` rate and ceiling); other traffic goes unshaped. This changes the loopback of the network namespace it
 runs in, so it refuses the machine's own (the lab must run in a namespace of its own:
