@@ -5,8 +5,9 @@ it; N sampler records from throwaway keys (each signed by its key, for its shard
 health, versions and reachability varied) are stored at every DHT node through their ordinary store path. Then a
 status client, as `swarmnode status` makes one, joins and reads: the default census (exact up to ~2,000 records,
 else a sample of the shards) and `--exact` (every shard), timed each (wall and CPU seconds); and the text a person
-reads. A baseline run of `--baseline` records (128) lives in the same DHT and is read the same way in turns with
-the large one, so the ratios large / baseline (wall and CPU) compare the two under one load.
+reads. A baseline run of `--baseline` records (128), in a DHT of its own as many nodes (a DHT node keeps the
+records of its own run only), is read the same way in turns with the large one, so the ratios large / baseline
+(wall and CPU) compare the two under one load.
 
     python bench/status-scale/status_10k.py                      # 10,000 records against 128, 3 DHT nodes
     python bench/status-scale/status_10k.py --records 2000 --repeats 3 --out bench/status-scale/results/2k
@@ -44,7 +45,7 @@ NET = ["network.nat_port_map=false", "network.auto_nat=false", "network.reachabi
 LIFETIME_S = 1400.0  # the fakes' lifetime: generating and storing 10,000 takes minutes on a busy machine
 
 
-BASE_RUN = f"{RUN}-base"  # the baseline's run, in the same DHT
+BASE_RUN = f"{RUN}-base"  # the baseline's run, in a DHT of its own
 
 
 def cfg(*sets: str, run: str = RUN):
@@ -111,16 +112,30 @@ class Arm:
 
     def __init__(self, run: str, records: int) -> None:
         self.run, self.records = run, records
+        self.nodes: list[SwarmDHT] = []
+        self.boot = ""
+        self.targets: dict[str, str] = {}  # the DHT nodes: peer id -> address
         self.learner_id = Identity.generate()
         self.learner = self.member = None
         self.times: dict[str, list[tuple[float, float]]] = {"census": [], "exact": []}  # (wall s, CPU s)
         self.docs: dict[str, dict] = {}
 
-    def cfg(self, boot: str):
-        return cfg(f"network.initial_peers=[{boot}]", f"trust.learner_keys=[{self.learner_id.peer_id}]", run=self.run)
+    def cfg(self):
+        return cfg(f"network.initial_peers=[{self.boot}]", f"trust.learner_keys=[{self.learner_id.peer_id}]",
+                   run=self.run)
 
-    async def start_learner(self, boot: str) -> None:
-        self.learner = Membership(self.cfg(boot), self.learner_id, "learner")
+    async def start_dht(self, count: int) -> None:
+        """`count` DHT nodes of this run, then its learner."""
+        first = await SwarmDHT.create(cfg(run=self.run), Identity.generate())
+        self.nodes.append(first)
+        self.boot = str((await first.p2p.get_visible_maddrs())[0])
+        for _ in range(count - 1):
+            self.nodes.append(await SwarmDHT.create(cfg(f"network.initial_peers=[{self.boot}]", run=self.run),
+                                                    Identity.generate()))
+        for node in self.nodes:
+            addr, _, peer_id = str((await node.p2p.get_visible_maddrs())[0]).rpartition("/p2p/")
+            self.targets[peer_id] = addr
+        self.learner = Membership(self.cfg(), self.learner_id, "learner")
         self.learner.update(version=41, health={"reachability": "public", "step": 400, "version": 41})
         await self.learner.start()
 
@@ -138,6 +153,9 @@ class Arm:
             if thing is not None:
                 with contextlib.suppress(Exception):
                     await thing.stop()
+        for node in reversed(self.nodes):
+            with contextlib.suppress(Exception):
+                await node.shutdown()
 
 
 def ratio(big: float, base: float) -> float | None:
@@ -145,37 +163,27 @@ def ratio(big: float, base: float) -> float | None:
 
 
 async def main_async(args) -> dict:
-    nodes: list[SwarmDHT] = []
     big, base = Arm(RUN, args.records), Arm(BASE_RUN, args.baseline)
     try:
-        first = await SwarmDHT.create(cfg(), Identity.generate())
-        nodes.append(first)
-        boot = str((await first.p2p.get_visible_maddrs())[0])
-        joined = cfg(f"network.initial_peers=[{boot}]")
-        for _ in range(args.dht_nodes - 1):
-            nodes.append(await SwarmDHT.create(joined, Identity.generate()))
         for arm in (big, base):
-            await arm.start_learner(boot)
+            await arm.start_dht(args.dht_nodes)
         t0 = time.perf_counter()
         expiration = record_lifetime(LIFETIME_S)
         records = {arm.run: generate(arm.records, expiration, run=arm.run) for arm in (big, base)}
         generated_s = time.perf_counter() - t0
-        targets = {}
-        for node in nodes:
-            addr, _, peer_id = str((await node.p2p.get_visible_maddrs())[0]).rpartition("/p2p/")
-            targets[peer_id] = addr
         t0 = time.perf_counter()
-        accepted = {run: await store_records(run, targets, recs, expiration) for run, recs in records.items()}
+        accepted = {arm.run: await store_records(arm.run, arm.targets, records[arm.run], expiration)
+                    for arm in (big, base)}
         stored_s = time.perf_counter() - t0
-        print(f"{args.records} + {args.baseline} records generated in {generated_s:.1f} s, stored at {len(targets)} "
-              f"DHT nodes in {stored_s:.1f} s ({accepted} accepted)", file=sys.stderr)
+        print(f"{args.records} + {args.baseline} records generated in {generated_s:.1f} s, stored at "
+              f"{args.dht_nodes} DHT nodes each in {stored_s:.1f} s ({accepted} accepted)", file=sys.stderr)
         cli = {}
         for arm in (base, big):  # first: no record verified yet (a fresh process, as a person runs it)
-            cli[arm.run] = await cli_status(boot, arm.learner_id.peer_id, arm.run)
+            cli[arm.run] = await cli_status(arm.boot, arm.learner_id.peer_id, arm.run)
         import_s, import_cpu_s = await imports_only()
         t0 = time.perf_counter()
         for arm in (big, base):
-            arm.member = client_member(arm.cfg(boot))
+            arm.member = client_member(arm.cfg())
             await arm.member.start()
         join_s = time.perf_counter() - t0
         for _ in range(args.repeats):  # in turns, so both arms read under the same load
@@ -214,9 +222,6 @@ async def main_async(args) -> dict:
     finally:
         for arm in (big, base):
             await arm.stop()
-        for node in reversed(nodes):
-            with contextlib.suppress(Exception):
-                await node.shutdown()
 
 
 def main() -> None:
