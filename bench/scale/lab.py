@@ -279,7 +279,7 @@ def main() -> None:
                   start_slots=args.start_slots, groups_per_s=args.groups_per_s, bootstraps=args.bootstraps,
                   uplink_mbit=args.uplink_mbit, learner_mbit=args.learner_mbit, host_wait_s=args.host_wait) as lab:
         lab.start(ready_timeout=args.ready_timeout)
-        wave = {"count": args.samplers[0], "ready_s_max": lab.ready - lab.started}
+        wave = lab.wave
         for n in args.samplers:
             if n > lab.samplers:
                 wave = lab.add_samplers(n - lab.samplers, ready_timeout=args.ready_timeout)
