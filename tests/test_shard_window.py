@@ -54,6 +54,7 @@ async def _small_run():
         assert await store_records(RUN, {peer_id: addr}, later, expiration) == 5
         for _ in range(peers.window.passes_in()):
             await look()
+        assert peers.window.shards_read == sum(len(shards) for shards, _ in looks)  # the lab's counter
         return {r.subkey for r in first}, {r.subkey for r in later}, looks, peers.window.passes_in()
     finally:
         if peers is not None:

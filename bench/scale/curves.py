@@ -126,6 +126,11 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
     doc["bootstraps"] = {n: {"control_bytes_per_min": ctl.get(n), "control_calls_per_min": calls.get(n),
                              "connections": nodes[n][-1].get("connections")} for n in boots}
     median_name = _median_name(sampler_names, ctl)
+    shard_reads = []  # each sampler's shard reads a minute (its ShardWindow's; absent from older runs' lines)
+    for name in sampler_names:
+        if (w := _window(nodes[name], since)) is not None and "shards_read" in w[0]:
+            shard_reads.append(_rate_per_min(*w, "shards_read"))
+    doc["sampler_shard_reads_per_min"] = {"median": quantile(shard_reads, 0.5), "max": max(shard_reads, default=None)}
     doc["control_calls_per_min"] = {"median_sampler": calls.get(median_name) if median_name else None,
                                     "busiest_node": calls.get(busiest) if busiest else None,
                                     "bootstrap": calls.get("bootstrap")}

@@ -131,6 +131,7 @@ def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
         row["version_bytes"] = manifest.total_bytes
     if isinstance(node, SamplerRole):
         lat = sorted(node.sender.latencies)
+        row["shards_read"] = node.peers.window.shards_read  # the sample's shard reads so far (ShardWindow)
         row.update(sent=node.loop.groups_sent, acked=node.sender.delivered,
                    dropped=node.sender.dropped + node.sender.unrouted,
                    ack_p50=lat[len(lat) // 2] if lat else None,

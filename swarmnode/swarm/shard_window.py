@@ -46,6 +46,7 @@ class ShardWindow:
         self._looks = 0
         self._since_read = 0
         self.last_read: list[int] = []  # the shards the last look read (empty: it read none)
+        self.shards_read = 0  # shards read by every look so far
 
     def passes_in(self) -> int:
         """Looks in which the rotation reads every shard once (a newcomer's record is seen within this many)."""
@@ -100,6 +101,7 @@ class ShardWindow:
             found = await read(self.last_read)
         else:
             self.last_read, found = [], {}
+        self.shards_read += len(self.last_read)
         self._since_read = 0 if self.last_read else self._since_read + 1
         self._keep(found)
         self._looks += 1
