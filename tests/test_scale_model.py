@@ -93,3 +93,13 @@ def test_the_bytes_a_call_grow_by_the_peers_a_reply_lists() -> None:
     row = {r["n"]: r for r in doc["table"]}
     # past one bucket a reply is full: the bytes a node pays grow with the lookup's hops (log N) alone
     assert row[10_000]["median"] / row[128]["median"] == pytest.approx(math.log2(10_000) / math.log2(128))
+
+
+def test_the_model_predicts_a_later_run_it_was_not_fitted_to() -> None:
+    # fitted to 6-26 nodes, then a later lab run of 34 nodes (results/start32.json): its bytes from its calls
+    doc = model.build(_recorded("after", "gate", "gate2"), model.SHARDED)
+    later = model.per_call_points(_recorded("start32"))
+    for key in ("median", "busiest", "bootstrap"):
+        (n, calls, real), = later[key]
+        guess = calls * model.predict(doc["coefficients"][key][1], "bucket", n)
+        assert n == 34 and abs(guess - real) <= 0.25 * real, (key, guess, real)
