@@ -43,12 +43,16 @@ async def _scenario():
         own_shard = (await reader.read_shards([peer_shard(server_id.peer_id, 64)]))[peer_shard(server_id.peer_id, 64)]
         peers = LivePeers(reader, reader_id.peer_id, max_age=0.0, sample=64)
         await peers.refresh()
-        sampled = (len(peers._shared), peers.shards_read)
+        sampled = (len(peers.window.records()), peers.shards_read)
+        later = []  # a large run: the sample is full, so a few shards are read every SHARED_EVERY refreshes only
+        for _ in range(2 * LivePeers.SHARED_EVERY):
+            await peers.refresh()
+            later.append((peers.shards_read, len(peers.window.records())))
         await peers.close()
         small = await read_census(reader, records=100, rng=random.Random(1))
         whole = await read_census(reader, exact=True)
         everyone = await reader.all_peers()
-        return alone, own, own_shard, sampled, small, whole, everyone
+        return alone, own, own_shard, sampled, later, small, whole, everyone
     finally:
         for node in (reader, server):
             if node is not None:
@@ -56,12 +60,16 @@ async def _scenario():
 
 
 def test_records_sit_in_their_shards_and_readers_read_a_bounded_part():
-    alone, own, own_shard, (sampled, shards_read), small, whole, everyone = asyncio.run(_scenario())
+    alone, own, own_shard, (sampled, shards_read), later, small, whole, everyone = asyncio.run(_scenario())
     assert alone.exact and [r.peer_id for r in alone.records] == [own.peer_id]
     assert own.peer_id in {r.peer_id for r in own_shard}  # under its own shard's key
     assert len(everyone) == FAKES + 1 and whole.exact and whole.count().value == FAKES + 1
     # a sampler's look for holders: whole shards until 64 records, far from the run's 601
     assert 64 <= sampled < 64 + 4 * 40 and shards_read < 64, (sampled, shards_read)
+    # then about a sample's worth of shards (~7 of ~9 records) every SHARED_EVERY refreshes, never more
+    reads = [n for n, _ in later if n]
+    assert len(reads) == 2 and all(n <= 8 for n in reads), later
+    assert all(64 <= kept < 64 + 40 for _, kept in later), later
     # a census stopped at 100 records: an estimate from the shards it read, whose interval is honest (the 95 %
     # coverage itself is measured over many draws in test_census.py; here twice the half-width, ~1 miss in 10^4)
     est = small.count()

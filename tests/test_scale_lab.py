@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from scale.lab import ScaleLab  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # minutes on a loaded 2-core machine
-WINDOW_S = 60.0  # a sampler reads the run's peers every 5th refresh (25 s): a minute holds two reads or more
+WINDOW_S = 60.0  # a sampler passes over every shard in 8 refreshes (40 s): a minute holds a pass or more
 SETTLE_S = 30.0  # after a wave, before measuring: a joining node's first lookups fill its routing table
 MAX_GROWTH = 1.5
 

@@ -3,6 +3,8 @@ window, the model's fits, its held-out check and the limits it names."""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -62,3 +64,42 @@ def test_limits_name_the_full_peers_key_first_past_its_cap() -> None:
     first = model.limits({"n": 1000, "connections": 999}, record_bytes=700)[0]
     assert first.startswith("the peers key") and "shard" in first
     assert any("bootstraps" in line for line in model.limits({"n": 10_000, "connections": 9999}, 700))
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "scale" / "results"
+
+
+def _recorded(*names: str) -> list[dict]:
+    return [doc for name in names for doc in json.loads((RESULTS / f"{name}.json").read_text())]
+
+
+def test_the_sharded_model_predicts_the_recorded_largest_run_within_25_percent() -> None:
+    # the lab's recorded sharded runs (6-26 nodes): bytes a call fitted without the largest, which it predicts
+    doc = model.build(_recorded("after", "gate", "gate2"), model.SHARDED)
+    for key in ("median", "busiest", "bootstrap"):
+        check = doc["check"][key]
+        assert check["n"] == 26 and abs(check["error"]) <= 0.25, (key, check)
+
+
+def test_the_bytes_a_call_grow_by_the_peers_a_reply_lists() -> None:
+    # the fitted slope is a listed peer (62 B of node id and peer id) times the keys a call asks (1 to 4:
+    # hivemind asks sqrt(keys) a call of a batched read), not a constant that absorbs whatever the points do
+    listed = model.listed_peer_bytes()
+    assert listed == 62
+    doc = model.build(_recorded("after", "gate", "gate2"), model.SHARDED)
+    for key in ("median", "busiest", "bootstrap"):
+        _, per_peer = doc["coefficients"][key][1]
+        assert listed <= per_peer <= 4 * listed, (key, per_peer)
+    row = {r["n"]: r for r in doc["table"]}
+    # past one bucket a reply is full: the bytes a node pays grow with the lookup's hops (log N) alone
+    assert row[10_000]["median"] / row[128]["median"] == pytest.approx(math.log2(10_000) / math.log2(128))
+
+
+def test_the_model_predicts_a_later_run_it_was_not_fitted_to() -> None:
+    # fitted to 6-26 nodes, then a later lab run of 34 nodes (results/start32.json): its bytes from its calls
+    doc = model.build(_recorded("after", "gate", "gate2"), model.SHARDED)
+    later = model.per_call_points(_recorded("start32"))
+    for key in ("median", "busiest", "bootstrap"):
+        (n, calls, real), = later[key]
+        guess = calls * model.predict(doc["coefficients"][key][1], "bucket", n)
+        assert n == 34 and abs(guess - real) <= 0.25 * real, (key, guess, real)

@@ -75,6 +75,17 @@ def spread(haves: list[dict], samplers: list[str], since: float, end: float) -> 
     return out
 
 
+def control_calls(row: dict) -> int:
+    """DHT calls a node row counts so far (made and answered, every `DHTProtocol` handler)."""
+    return sum(v[2] for k, v in row.get("handles", {}).items() if k.startswith("DHTProtocol."))
+
+
+def _median_name(names: list[str], values: dict[str, float]) -> str | None:
+    """The node whose value is the median (the lower middle of an even count)."""
+    ranked = sorted((values[n], n) for n in names if n in values)
+    return ranked[(len(ranked) - 1) // 2][1] if ranked else None
+
+
 def summarise(lines: list[dict], since: float, samplers: int | None = None, started: float | None = None,
               until: float | None = None) -> dict[str, Any]:
     """See the module docstring. Rates are over [since, until]; a version published in that window counts as
@@ -96,9 +107,11 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
     sampler_names = sorted(n for n, r in roles.items() if r == "sampler" and any("sent" in row for row in nodes[n]))
     doc_failed = sum(1 for n, r in roles.items() if r == "sampler" and n not in sampler_names)
     ctl: dict[str, float] = {}
+    calls: dict[str, float] = {}  # DHT calls made and answered a minute (the model's calls x bytes per call)
     for name, rows in nodes.items():
         if (w := _window(sorted(rows, key=lambda r: r["t"]), since)) is not None:
             ctl[name] = _rate_per_min(*w, "ctl_in", "ctl_out")
+            calls[name] = (control_calls(w[1]) - control_calls(w[0])) * 60.0 / max(1e-9, w[1]["t"] - w[0]["t"])
     sampler_ctl = [ctl[n] for n in sampler_names if n in ctl]
     doc: dict[str, Any] = {"window_s": round(end - since, 1), "samplers": samplers or len(sampler_names),
                            "samplers_working": len(sampler_names), "samplers_failed": doc_failed}
@@ -109,6 +122,18 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
         "learner": ctl.get("learner"), "bootstrap": ctl.get("bootstrap"),
         "max_sampler": max(sampler_ctl) if sampler_ctl else None,
     }
+    boots = sorted(n for n, r in roles.items() if r == "bootstrap")
+    doc["bootstraps"] = {n: {"control_bytes_per_min": ctl.get(n), "control_calls_per_min": calls.get(n),
+                             "connections": nodes[n][-1].get("connections")} for n in boots}
+    median_name = _median_name(sampler_names, ctl)
+    shard_reads = []  # each sampler's shard reads a minute (its ShardWindow's; absent from older runs' lines)
+    for name in sampler_names:
+        if (w := _window(nodes[name], since)) is not None and "shards_read" in w[0]:
+            shard_reads.append(_rate_per_min(*w, "shards_read"))
+    doc["sampler_shard_reads_per_min"] = {"median": quantile(shard_reads, 0.5), "max": max(shard_reads, default=None)}
+    doc["control_calls_per_min"] = {"median_sampler": calls.get(median_name) if median_name else None,
+                                    "busiest_node": calls.get(busiest) if busiest else None,
+                                    "bootstrap": calls.get("bootstrap")}
     doc["spread"] = spread(haves_all, sampler_names, since, end)
     if (w := _window(nodes.get("learner", []), since)) is not None:
         first, last = w
@@ -161,6 +186,12 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
             "rss_mb": (last["rss"] + last["p2pd_rss"]) / 1e6,
             "connections": boot_rows[-1].get("connections") if boot_rows else None,
         }
+    for name, row in doc["bootstraps"].items():  # each bootstrap's process: host `boot`, `boot2`, ...
+        if (w := _window(procs.get(name.replace("bootstrap", "boot"), []), since)) is not None:
+            first, last = w
+            row["cpu_cores"] = (last["cpu_s"] + last["p2pd_cpu_s"] - first["cpu_s"] - first["p2pd_cpu_s"]) / max(
+                1e-9, last["t"] - first["t"])
+            row["rss_mb"] = (last["rss"] + last["p2pd_rss"]) / 1e6
     total_cpu, total_rss = 0.0, 0.0
     for host, rows in procs.items():
         if (w := _window(rows, since)) is not None:

@@ -8,7 +8,9 @@ identity path, data dir). Each node is what `swarmnode join` (or `swarmnode boot
 process that imports hivemind and torch holds ~360 MB; its nodes share that). Lab additions, none of them in
 `join`: the byte counters (`counters.install`), a handle on each role (to read its store and counters), and a
 sampler that writes one JSON line per node to `<spec>.jsonl` every `sample_s`, plus a line per version a node
-first holds; optionally versions in smaller chunks (`chunk_bytes`). SIGTERM stops every node cleanly.
+first holds; optionally versions in smaller chunks (`chunk_bytes`). Lab mode's pacing (`pacing.py`): with
+`gate_dir`, p2pd starts take a lab-wide slot (`gate_slots` at once); with `groups_per_s`, this process's samplers
+share one generation budget. SIGTERM stops every node cleanly.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # bench/, for `scale`
 
 from scale import counters  # noqa: E402
+from scale.pacing import SharedPace, StartGate  # noqa: E402
 from scale.procstat import process_tree_stats  # noqa: E402
 
 counters.install()
@@ -39,12 +42,14 @@ from swarmnode.node.join import run_node  # noqa: E402
 from swarmnode.node.roles import learner_role, sampler_role  # noqa: E402
 from swarmnode.node.roles.learner_role import LearnerRole  # noqa: E402
 from swarmnode.node.roles.sampler_role import SamplerRole  # noqa: E402
+from swarmnode.swarm import dht, reachability  # noqa: E402
 from swarmnode.swarm.membership import Membership  # noqa: E402
 from swarmnode.swarm.weights import WeightStore  # noqa: E402
 
 ROLES: dict[str, Any] = {}  # peer id -> the role object run_node built (LearnerRole or SamplerRole)
 MODEL_LOCK = threading.Lock()
 MEMBERS: dict[str, Membership] = {}  # peer id -> its Membership (the bootstrap's too)
+PACING: dict[str, Any] = {}  # "gate": the StartGate, "pace": the SharedPace (lab mode, when the spec asks)
 
 
 def _one_at_a_time(module: Any, name: str) -> None:
@@ -71,6 +76,8 @@ def _capture_roles() -> None:
         async def captured(klass, cfg, identity, member, emit, _create=create):
             role = await _create(klass, cfg, identity, member, emit)
             ROLES[identity.peer_id] = role
+            if isinstance(role, SamplerRole) and "pace" in PACING:
+                _share_pace(role, PACING["pace"])
             return role
         cls.create = classmethod(captured)
     start = Membership.start
@@ -79,6 +86,29 @@ def _capture_roles() -> None:
         MEMBERS[self.identity.peer_id] = self
         return await start(self)
     Membership.start = started
+
+
+def _share_pace(role: SamplerRole, pace: SharedPace) -> None:
+    """The sampler's batches (`loop.step` on its compute thread) in the process's shared budget."""
+    run = role.compute.run
+
+    async def paced(fn, *args, **kwargs):
+        if fn != role.loop.step:
+            return await run(fn, *args, **kwargs)
+        groups = args[0] if args and isinstance(args[0], int) else role.loop.cfg.sampler.prompts_per_batch
+        return await pace.run(groups, lambda: run(fn, *args, **kwargs))
+    role.compute.run = paced
+
+
+def use_pacing(spec: dict) -> None:
+    """Lab mode: p2pd starts through the lab-wide gate, the samplers' generation in one budget (as the spec
+    asks)."""
+    if spec.get("gate_dir"):
+        gate = PACING["gate"] = StartGate(Path(spec["gate_dir"]), int(spec.get("gate_slots", 2)))
+        dht.start_p2p = gate.gated(dht.start_p2p)
+        reachability.start_p2p = gate.gated(reachability.start_p2p)
+    if spec.get("groups_per_s"):
+        PACING["pace"] = SharedPace(float(spec["groups_per_s"]))
 
 
 def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
@@ -101,6 +131,7 @@ def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
         row["version_bytes"] = manifest.total_bytes
     if isinstance(node, SamplerRole):
         lat = sorted(node.sender.latencies)
+        row["shards_read"] = node.peers.window.shards_read  # the sample's shard reads so far (ShardWindow)
         row.update(sent=node.loop.groups_sent, acked=node.sender.delivered,
                    dropped=node.sender.dropped + node.sender.unrouted,
                    ack_p50=lat[len(lat) // 2] if lat else None,
@@ -140,8 +171,12 @@ async def watch(spec: dict, out, stop: asyncio.Event) -> None:
                     except Exception:
                         pass
                 out.write(json.dumps(row) + "\n")
-            out.write(json.dumps({"ev": "proc", "t": now, "host": spec["name"], **process_tree_stats(os.getpid())})
-                      + "\n")
+            gate, pace = PACING.get("gate"), PACING.get("pace")
+            paced = {"gate_wait_s": round(gate.waited_s, 2), "gate_starts": gate.starts} if gate else {}
+            if pace:
+                paced["paced_groups"] = pace.groups
+            out.write(json.dumps({"ev": "proc", "t": now, "host": spec["name"], **process_tree_stats(os.getpid()),
+                                  **paced}) + "\n")
         out.flush()
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
@@ -156,8 +191,8 @@ async def run_one(spec: dict, node: dict, stop: asyncio.Event, log) -> None:
         sets.append(f"network.initial_peers={json.dumps(spec['initial_peers'])}")
     if node["role"] != "bootstrap":
         sets.append(f"role={node['role']}")
-    else:
-        sets.append('network.host_maddrs=["/ip4/127.0.0.1/tcp/0"]')
+    if node.get("port") or node["role"] == "bootstrap":  # a port of its own: its uplink is capped by it
+        sets.append(f'network.host_maddrs=["/ip4/127.0.0.1/tcp/{node.get("port", 0)}"]')
     cfg = load_config(spec["config"], sets)
     identity = Identity.load_or_create(node["key"])
 
@@ -198,12 +233,15 @@ async def main(spec_path: Path) -> None:
     spec = json.loads(spec_path.read_text())
     preload()
     use_chunk_bytes(spec.get("chunk_bytes"))
+    use_pacing(spec)
     _capture_roles()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     with open(spec_path.with_suffix(".jsonl"), "a") as out, open(spec_path.with_suffix(".log"), "a") as log:
+        log.write(f"{time.time():.3f} {spec['name']} host imported\n")  # the lab starts the next host now
+        log.flush()
         watcher = asyncio.create_task(watch(spec, out, stop))
         nodes = []
         for node in spec["nodes"]:

@@ -15,8 +15,18 @@ the goal is within 25 %). The forms, with the peer records in one DHT key (`<run
 | status snapshot, s and bytes | a + b N | one read of N records, each signature checked |
 | bootstrap connections | a + b N, at most 512 | every node keeps one, until p2pd's connection manager trims |
 
-With the records sharded over keys and each node reading a bounded part (`--design sharded`) the median and
-busiest forms become a + b log2 N (a bounded read, a DHT lookup of log N hops) and status a bounded census.
+With the records sharded over keys and each node reading a bounded part (`--design sharded`) status becomes a
+bounded census, and the control bytes of the median node, the busiest node and the bootstrap are modelled as
+what the lab counts them to be, DHT calls a minute x bytes a call (`per_call`):
+
+| factor | form | why |
+|---|---|---|
+| bytes a call | h + p min(N - 1, K) | a find reply lists, for each key asked, the nearest peers the answerer knows: every other node while the run is smaller than hivemind's bucket (K = 20), then K. p is one listed peer (node id + peer id, ~62 B) times the keys a call asks (1-2) |
+| calls a minute | c, x log2 N / log2(K + 1) past K + 1 nodes | set by the node's timers (heartbeat stores, refresh reads) and the machine's load, not by N: 739-1,459 over 6-26 nodes in no order of N; a lookup asks ~log N nodes once the run outgrows a bucket |
+
+The held-out check fits h and p without the largest N and predicts its bytes from its measured calls: the bytes'
+growth with N is the model's, the load's calls are the measurement's. (Forms of the total bytes in N alone,
+a + b log2 N, missed the largest point by 46-62 %: below 20 nodes a reply grows with every node that joins.)
 `limits()` names, at each N, the first resource to run out and the setting that moves it.
 """
 
@@ -39,16 +49,20 @@ CONTROL_SHARE = 0.10  # control traffic may take at most this share of an uplink
 FD_LIMIT = 1024  # a default `ulimit -n`: one process's open connections before raising it
 CONN_HIGH_WATER = 512  # p2pd's connection manager (hivemind starts it with connManager on) trims above this
 SCALES = (8, 16, 32, 64, 128, 1000, 10_000)
+BUCKET = 20  # hivemind's bucket_size: a find reply lists at most this many nearest peers a key
+PER_CALL = {"median": "median_sampler", "busiest": "busiest_node", "bootstrap": "bootstrap"}  # figure -> results key
 
 Basis = Callable[[np.ndarray], list[np.ndarray]]
 FORMS: dict[str, Basis] = {
     "linear": lambda n: [np.ones_like(n), n],
     "quadratic": lambda n: [np.ones_like(n), n, n ** 2],
     "log": lambda n: [np.ones_like(n), np.log2(n)],
+    "bucket": lambda n: [np.ones_like(n), np.minimum(n - 1, BUCKET)],  # bytes a call: the reply's neighbour list
 }
 ONE_KEY = {"median": "linear", "busiest": "quadratic", "bootstrap": "quadratic", "spread_p95": "log",
            "status_s": "linear", "status_bytes": "linear", "connections": "linear"}
-SHARDED = {**ONE_KEY, "median": "log", "busiest": "log", "bootstrap": "linear", "status_bytes": "log", "status_s": "log"}
+SHARDED = {**ONE_KEY, "median": "per_call", "busiest": "per_call", "bootstrap": "per_call", "status_bytes": "log",
+           "status_s": "log"}
 
 
 def fit(ns: list[float], ys: list[float], form: str) -> np.ndarray:
@@ -86,28 +100,78 @@ def measured_points(results: list[dict]) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+def per_call_points(results: list[dict]) -> dict[str, list[tuple[int, float, float]]]:
+    """(N, DHT calls a minute, control bytes a minute) per figure of `PER_CALL`, where the lab counted calls."""
+    out: dict[str, list[tuple[int, float, float]]] = {k: [] for k in PER_CALL}
+    for doc in results:
+        n = doc.get("samplers_working", doc["samplers"]) + 2
+        calls, ctl = doc.get("control_calls_per_min") or {}, doc.get("control_bytes_per_min", {})
+        for key, field in PER_CALL.items():
+            if calls.get(field) and ctl.get(field):
+                out[key].append((n, float(calls[field]), float(ctl[field])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def listed_peer_bytes() -> int:
+    """Bytes one listed peer adds to a find reply (a `FindResult`'s node id and peer id, hivemind's protobuf)."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.proto import dht_pb2
+
+    peer = bytes(38)  # an Ed25519 peer id: multihash identity of the 36-byte public key
+    one = dht_pb2.FindResult(nearest_node_ids=[DHTID.generate().to_bytes()], nearest_peer_ids=[peer])
+    return one.ByteSize() - dht_pb2.FindResult().ByteSize()
+
+
+def calls_at(n: float, calls: list[float]) -> float:
+    """DHT calls a minute at `n` nodes: the measured median, x log2 N / log2(K + 1) past one bucket."""
+    return float(np.median(calls)) * max(1.0, math.log2(n) / math.log2(BUCKET + 1))
+
+
+def _per_call(key: str, pts: list[tuple[int, float, float]], model: dict, checks: dict) -> None:
+    """Fit bytes a call (the `bucket` form) and its held-out check (the largest N's bytes from its own calls)."""
+    ns, per = [p[0] for p in pts], [p[2] / p[1] for p in pts]
+    model[key] = ("per_call", fit(ns, per, "bucket"), [p[1] for p in pts])
+    if len({p[0] for p in pts}) >= 3:
+        held = fit(ns[:-1], per[:-1], "bucket")
+        n, calls, real = pts[-1]
+        guess = calls * predict(held, "bucket", n)
+        checks[key] = {"n": n, "measured": real, "predicted": guess, "error": (guess - real) / real}
+
+
+def _value(entry: tuple, n: float) -> float:
+    form, coef = entry[0], entry[1]
+    if form == "per_call":
+        return calls_at(n, entry[2]) * predict(coef, "bucket", n)
+    return predict(coef, form, n)
+
+
 def build(results: list[dict], design: dict[str, str] = ONE_KEY) -> dict:
     """Fitted coefficients, the held-out check at the largest N, and the table to 10,000."""
     points = measured_points(results)
     model, checks = {}, {}
+    per_call = per_call_points(results)
     for key, pts in points.items():
+        if design[key] == "per_call":
+            if len(per_call[key]) >= 2:
+                _per_call(key, per_call[key], model, checks)
+            continue
         if len(pts) < 2:
             continue
         pts = sorted(pts)
         form = design[key]
-        model[key] = (form, fit([p[0] for p in pts], [p[1] for p in pts], form))
+        model[key] = (form, fit([p[0] for p in pts], [p[1] for p in pts], form), [])
         if len(pts) >= 3:
             held = fit([p[0] for p in pts[:-1]], [p[1] for p in pts[:-1]], form)
             n, real = pts[-1]
             guess = predict(held, form, n)
             checks[key] = {"n": n, "measured": real, "predicted": guess,
                            "error": (guess - real) / real if real else None}
-    table = [{"n": n, **{k: max(0.0, predict(c, f, n)) for k, (f, c) in model.items()}} for n in SCALES]
+    table = [{"n": n, **{k: max(0.0, _value(entry, n)) for k, entry in model.items()}} for n in SCALES]
     for row in table:  # the connection manager trims a node's connections to its low water above the high
         if "connections" in row:
             row["connections"] = min(row["connections"], CONN_HIGH_WATER)
-    return {"design": design, "points": points, "coefficients": {k: [f, list(map(float, c))] for k, (f, c) in
-                                                                  model.items()},
+    return {"design": design, "points": points, "per_call_points": per_call,
+            "coefficients": {k: [e[0], list(map(float, e[1]))] for k, e in model.items()},
             "check": checks, "table": table}
 
 

@@ -4,6 +4,7 @@
 - `hivemind_compat` every use of a private internal of hivemind, its p2pd client or asyncio, in one place
 - `dht`       the run's DHT: peer records, version announcements
 - `peer_keys` the run's peer records sharded over several keys, and the learners' index
+- `shard_window` a sampler's bounded look at the peer records: a few shards a refresh, rotating over all
 - `dht_storage` a DHT node's local storage, bounded per key
 - `validator` which DHT records are accepted
 - `reachability` can others dial this node: the bootstraps' dial-back, relay reservation, client mode

@@ -30,6 +30,7 @@ from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.liveness import ProvenAlive
+from swarmnode.swarm.shard_window import DEFAULT_WINDOW, ShardWindow
 from swarmnode.swarm.weights import (FetchError, FetchStats, ModelLayout, ProgressCallback, WeightFetcher, WeightStore,
                                      ping_holder)
 
@@ -164,9 +165,9 @@ class LivePeers:
     """The run's live peer records as of the last heartbeat: who the learners are, who may hold weights.
     Re-read from the DHT only when older than `max_age`. A bounded part of the run is read, whatever its size:
     the designated learners from their own small keys (or, with none named, the run's index of learners) on every
-    refresh, and every `SHARED_EVERY` refreshes a sample of about `network.peer_sample` other records (whole
-    shards in random order, `SwarmDHT.sample_shards`): candidates for weight holders. A new sample replaces the
-    last, so over a few samples every part of the run is seen.
+    refresh, and a sample of about `network.peer_sample` other records, candidates for weight holders, kept by a
+    `ShardWindow`: a few shards a refresh (`window`) in a rotation over all of them, so a read stays bounded
+    whatever the run's size and over a few refreshes every part of the run is seen.
 
     A record alone makes no peer a holder or a send target (a throwaway key signs as many as it likes): a peer is
     picked only once proven alive (`alive`: it answered us, or our p2pd holds a connection to it, within
@@ -175,7 +176,7 @@ class LivePeers:
 
     def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = (), *,
                  live_window: float | None = None, alive: ProvenAlive | None = None, use_relay: bool = True,
-                 sample: int | None = None) -> None:
+                 sample: int | None = None, window: int = DEFAULT_WINDOW) -> None:
         self.dht, self.me, self.max_age = dht, me, max_age
         self.use_relay = use_relay  # False: this node cannot dial relayed peers (no circuit transport in its p2pd)
         self.relayed_only: list[str] = []  # learners left out, as of the last `learners()`: reached only by relay
@@ -185,12 +186,15 @@ class LivePeers:
         self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
                                           probe=lambda peer: ping_holder(dht.p2p, run_id, peer))
         self._records: list = []
-        self._shared: list = []  # the last sample of the run's peer records
+        self.window = ShardWindow(dht.shards, self.sample, window=window, every=self.SHARED_EVERY)
         self._read_at = -float("inf")
-        self._refreshes = 0
-        self.shards_read = 0  # shards the last sample read
 
-    SHARED_EVERY = 5
+    SHARED_EVERY = 5  # refreshes between reads of the sample once it is full (a large run)
+
+    @property
+    def shards_read(self) -> int:
+        """Shards the last refresh read for the sample."""
+        return len(self.window.last_read)
 
     async def refresh(self) -> None:
         """Re-read the learners (and now and then a sample of the others); peers connected to us now are proven,
@@ -204,11 +208,8 @@ class LivePeers:
                          and r.role == "learner" and r.age() <= self.alive.window]
         else:
             learners = await self.dht.learners()
-        if self._refreshes % self.SHARED_EVERY == 0:
-            found = await self.dht.sample_shards(self.sample)
-            self._shared, self.shards_read = [r for records in found.values() for r in records], len(found)
-        self._refreshes += 1
-        self._records = with_designated([r for r in self._shared if r.state == "up"], learners)
+        shared = await self.window.look(self.dht.read_shards, self.dht.sample_shards)
+        self._records = with_designated(shared, learners)
         self._read_at = time.monotonic()
         candidates = {r.peer_id for r in self._records if r.peer_id != self.me and r.role in ("learner", "sampler")}
         connected = {str(info.peer_id) for info in await self.dht.p2p.list_peers()}
