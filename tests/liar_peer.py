@@ -102,7 +102,8 @@ async def pull_groups(p2p: P2P, run_id: str, sampler_id: str, limit: int = 16) -
         await write_frame(writer, pack({"since": 0.0, "limit": limit}))
         while n := int.from_bytes(await asyncio.wait_for(reader.readexactly(8), 30), "big"):
             out.append(RolloutGroup.decode(await reader.readexactly(n), RolloutLimits(vocab_size=1 << 20)))
-        await write_frame(writer, pack({"op": "bye"}))
+        with contextlib.suppress(ConnectionError):  # the sampler may close first: what was read is read
+            await write_frame(writer, pack({"op": "bye"}))
     finally:
         writer.close()
     return out
@@ -163,7 +164,11 @@ async def patient_liar(tmp: Path, run_id: str, learner: str, sampler: str, hones
     async def push(phase: str, n: int, told: str | None) -> None:
         i = tries = 0
         while i < n and tries < 5 * n:  # n accepted, or given up (a banned key's pushes are refused)
-            fresh = [g for g in await pull_groups(puller, run_id, sampler_id) if g.group_id not in pushed]
+            try:
+                fresh = [g for g in await pull_groups(puller, run_id, sampler_id) if g.group_id not in pushed]
+            except Exception:  # a busy sampler reset the pull stream: ask again
+                fresh = []
+                tries += 1
             if not fresh:
                 await asyncio.sleep(0.2)
                 continue
