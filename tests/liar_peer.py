@@ -89,8 +89,16 @@ async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups
 async def _start(tmp: Path, who: Identity, peer: str) -> P2P:
     key = tmp / f"peer-{who.peer_id[-8:]}.key"
     key.write_bytes(who.libp2p_key_bytes())
-    return await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                            auto_nat=False, check_if_identity_free=False, startup_timeout=120, initial_peers=[peer])
+    for attempt in range(3):  # a loaded machine: the daemon may not reach its peer in time
+        try:
+            return await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                                    auto_nat=False, check_if_identity_free=False, startup_timeout=120,
+                                    initial_peers=[peer])
+        except Exception:
+            if attempt == 2:
+                raise
+            await asyncio.sleep(2)
+    raise AssertionError("unreachable")
 
 
 async def pull_groups(p2p: P2P, run_id: str, sampler_id: str, limit: int = 16) -> list[RolloutGroup]:

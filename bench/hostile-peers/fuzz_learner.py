@@ -154,9 +154,12 @@ async def attack(args, run_id: str, learner_id: str, addr: str, honest_frames: l
         me, other = Identity.generate(), Identity.generate()
         key = tmp / f"attacker{serial}.key"
         key.write_bytes(me.libp2p_key_bytes())
-        p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                               auto_nat=False, check_if_identity_free=False, startup_timeout=120,
-                               initial_peers=[f"{addr}/p2p/{learner_id}"])
+        try:
+            p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                                   auto_nat=False, check_if_identity_free=False, startup_timeout=120,
+                                   initial_peers=[f"{addr}/p2p/{learner_id}"])
+        except Exception:  # its daemon did not start (a loaded machine): the next identity tries
+            return
         rng = random.Random(serial)
         frames = hostile_frames(me, other, run_id, learner_id, rng)
         banned = 0

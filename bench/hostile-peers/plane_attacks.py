@@ -76,8 +76,11 @@ async def newcomer_fetch(run_id: str, learner_id: str, holders: list[str], tmp: 
     out = []
     ids = [PeerID.from_base58(h.rpartition("/p2p/")[2]) for h in holders]
     for i in range(tries):
-        newcomer = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=holders, nat_port_map=False,
-                                    startup_timeout=120, auto_nat=False)
+        try:
+            newcomer = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=holders,
+                                        nat_port_map=False, startup_timeout=120, auto_nat=False)
+        except Exception:  # its daemon did not start (a loaded machine): not a fetch the holders refused
+            continue
         where = tmp / f"newcomer-{newcomer.peer_id.to_base58()[-8:]}"
         fetcher = WeightFetcher(newcomer, WeightStore(where, run_id), [learner_id], layout=None)
         try:
