@@ -70,7 +70,7 @@ async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups
     key = tmp / f"liar-{liar.peer_id[-8:]}.key"
     key.write_bytes(liar.libp2p_key_bytes())
     p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                           auto_nat=False, check_if_identity_free=False,
+                           auto_nat=False, check_if_identity_free=False, startup_timeout=120,
                            initial_peers=[f"{learner_addr}/p2p/{learner_id}"])
     learner, statuses, newest = PeerID.from_base58(learner_id), Counter(), None
     try:
@@ -89,8 +89,16 @@ async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups
 async def _start(tmp: Path, who: Identity, peer: str) -> P2P:
     key = tmp / f"peer-{who.peer_id[-8:]}.key"
     key.write_bytes(who.libp2p_key_bytes())
-    return await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                            auto_nat=False, check_if_identity_free=False, initial_peers=[peer])
+    for attempt in range(3):  # a loaded machine: the daemon may not reach its peer in time
+        try:
+            return await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                                    auto_nat=False, check_if_identity_free=False, startup_timeout=120,
+                                    initial_peers=[peer])
+        except Exception:
+            if attempt == 2:
+                raise
+            await asyncio.sleep(2)
+    raise AssertionError("unreachable")
 
 
 async def pull_groups(p2p: P2P, run_id: str, sampler_id: str, limit: int = 16) -> list[RolloutGroup]:
@@ -102,7 +110,8 @@ async def pull_groups(p2p: P2P, run_id: str, sampler_id: str, limit: int = 16) -
         await write_frame(writer, pack({"since": 0.0, "limit": limit}))
         while n := int.from_bytes(await asyncio.wait_for(reader.readexactly(8), 30), "big"):
             out.append(RolloutGroup.decode(await reader.readexactly(n), RolloutLimits(vocab_size=1 << 20)))
-        await write_frame(writer, pack({"op": "bye"}))
+        with contextlib.suppress(ConnectionError):  # the sampler may close first: what was read is read
+            await write_frame(writer, pack({"op": "bye"}))
     finally:
         writer.close()
     return out
@@ -143,3 +152,62 @@ async def shaped_liars(tmp: Path, run_id: str, learner: str, sampler: str, kinds
         with contextlib.suppress(Exception):
             await puller.shutdown()
     return out
+
+
+async def patient_liar(tmp: Path, run_id: str, learner: str, sampler: str, honest: int, lies: int,
+                       kind: str = "shaped:0.5", between: float = 0.0, drained=None) -> dict:
+    """One key that first earns clean checks, then lies: it pushes `honest` of the honest sampler's newest groups
+    unchanged (re-signed under its key, claiming the version they were sampled at), waits for `drained()` (if
+    given: its honest groups are trained), then pushes `lies` such groups with lie `kind` told. Its peer id, the
+    acks' statuses of each phase, and the time the lies began (`time.time()`)."""
+    import time
+
+    learner_id, sampler_id = learner.rpartition("/p2p/")[2], sampler.rpartition("/p2p/")[2]
+    me = Identity.generate()
+    puller, p2p = await _start(tmp, Identity.generate(), sampler), await _start(tmp, me, learner)
+    target, pushed = PeerID.from_base58(learner_id), set()
+    phases: dict[str, Counter[str]] = {"honest": Counter(), "lies": Counter()}
+    lies_began = None
+
+    async def push(phase: str, n: int, told: str | None) -> None:
+        i = tries = 0
+        while i < n and tries < 5 * n:  # n accepted, or given up (a banned key's pushes are refused)
+            try:
+                fresh = [g for g in await pull_groups(puller, run_id, sampler_id) if g.group_id not in pushed]
+            except Exception:  # a busy sampler reset the pull stream: ask again
+                fresh = []
+                tries += 1
+            if not fresh:
+                await asyncio.sleep(0.2)
+                continue
+            for g in fresh:
+                if i >= n:
+                    break
+                pushed.add(g.group_id)
+                logprobs = g.logprobs if told is None else shaped_lie(told, g.logprobs, g.rewards, seed=i)
+                group = RolloutGroup.create(identity=me, run_id=g.run_id, prompt_id=g.prompt_id,
+                                            prompt_tokens=g.prompt_tokens, completions=g.completions,
+                                            temperature=g.temperature, rewards=g.rewards, logprobs=logprobs,
+                                            policy_version=g.policy_version, lineage=g.lineage)
+                for _ in range(200):  # "full" is backpressure: resent 50 ms later, as an honest sender does
+                    ack = await push_one(p2p, target, run_id, group.encode())
+                    if ack.get("status") != "full":
+                        break
+                    await asyncio.sleep(0.05)
+                phases[phase][ack.get("status", "none")] += 1
+                tries += 1
+                i += ack.get("status") == "ok"
+                await asyncio.sleep(between if ack.get("status") == "ok" else 0.2)
+
+    try:
+        await push("honest", honest, None)
+        if drained is not None:
+            await asyncio.to_thread(drained, me.peer_id)
+        lies_began = time.time()
+        await push("lies", lies, kind)
+    finally:
+        for daemon in (p2p, puller):
+            with contextlib.suppress(Exception):
+                await daemon.shutdown()
+    return {"peer_id": me.peer_id, "kind": kind, "lies_began": lies_began,
+            **{phase: dict(counts) for phase, counts in phases.items()}}

@@ -12,6 +12,7 @@ Needs root, iproute2 and iptables (skipped, saying which, elsewhere); opt-in (`-
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def flood_and_reserve(tmp_path: Path, guarded: bool) -> tuple[dict[str, int], di
     sets = SETS if guarded else [*SETS, "network.relay_conns_per_address=0"]
     run = DemoRun(tmp_path)
     flooders: list[subprocess.Popen] = []
-    with NatLab(prefix="tn") as lab:
+    with NatLab(prefix=os.environ.get("SWARMNODE_LAB_PREFIX", "tn")) as lab:  # parallel labs never clash
         hosts = {"bootstrap": lab.public("boot"), "calm": lab.public("calm"),
                  **{name: lab.public(name, ip=ip) for name, ip in FLOOD.items()},
                  "h1": lab.behind_nat("h1"), "h2": lab.behind_nat("h2")}

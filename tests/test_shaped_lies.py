@@ -177,10 +177,13 @@ def test_the_learner_loop_fills_a_step_of_newcomers_alone_and_checks_them_all(cf
     loop = make_loop(cfg, parts)
     per_step = cfg.learner.prompts_per_step
     assert suspect_budget(cfg.trust.probation_share, per_step) == 1
-    for g in groups[:per_step]:  # four new keys, all on probation
-        assert loop.buffer.add(copy_of(g, Identity.generate())) == "ok"
+    keys = [Identity.generate() for _ in range(per_step)]
+    for g, key in zip(groups[:per_step], keys):  # new keys, all on probation
+        assert loop.buffer.add(copy_of(g, key)) == "ok"
     diag = loop.step()
     assert diag is not None and loop.verifier.counts["checked"] == per_step
+    # the step row says how many of its groups each key sent (what a patient liar weighs in a step)
+    assert diag["sampler_ids"] == sorted(k.peer_id for k in keys) and diag["sampler_groups"] == [1] * per_step
     assert len(loop.buffer) == 0 and diag["checks_deferred_probation"] == per_step - 1
 
 

@@ -11,11 +11,14 @@ frames (captured from its pull ring) and of the attacker's own groups (each may 
 valid groups with unknown prompts (every group the attacker makes names an unknown prompt: the door may accept
 them, the learner's step refuses them, counted `unknown_prompt`).
 
-At the same time, the weight-plane and membership attacks of issue #40 (`plane_attacks`): a slot flood of the
-learner's weight server (33 keys x 8 streams), 2,000 throwaway-key learner records stored at every member, a
-stalling holder, a self-declared learner naming the honest sampler, an old-version liar (+0.3 nats, claiming
-the newest version - 6), and the shaped liars of issue #47 (one key per lie of `tests/shaped_lies.family()`,
-telling it about the honest sampler's newest groups).
+At the same time, the weight-plane and membership attacks of issues #40 and #47 (`plane_attacks`): never-idle
+strangers on the weight servers of both holders, the learner and the honest sampler (33 keys x 4 streams, a
+manifest every 2 s) while new samplers fetch their first version (timed against new samplers before the flood),
+2,000 throwaway-key learner records stored at every member, a stalling holder, a self-declared learner naming the
+honest sampler, an old-version liar (+0.3 nats, claiming the newest version - 6), the shaped liars (one key per
+lie of `tests/shaped_lies.family()`, telling it about the honest sampler's newest groups), and a patient liar
+(honest until its groups are trained, then lying on every group). The relay reservation flood needs network
+namespaces and NAT routers: it is its own scenario, tests/test_relay_flood.py.
 
 Reports: crashes (the learner process exited or logged a traceback), wrongly accepted (an "ok" answer to a frame
 that must be refused), fabricated groups trained (the liar's groups that passed to training; its key is on
@@ -60,7 +63,7 @@ from swarmnode.protocol.codec import pack  # noqa: E402
 from swarmnode.protocol.rollout import RolloutGroup  # noqa: E402
 from swarmnode.swarm.frames import read_control, write_frame  # noqa: E402
 from swarmnode.swarm.rollout_push import push_protocol  # noqa: E402
-from test_learner_restart import NODE_ENV, WORK, learner_args, steps, wait_rows  # noqa: E402
+from test_learner_restart import WORK, learner_args, steps, wait_rows  # noqa: E402
 
 OWN_GROUPS = 4  # distinct groups an attacker replays: each may be accepted once, never again
 # 8 M empty arrays in an 8 MiB frame, and 4 M arrays nested two deep (built once: packing them takes a while)
@@ -151,8 +154,12 @@ async def attack(args, run_id: str, learner_id: str, addr: str, honest_frames: l
         me, other = Identity.generate(), Identity.generate()
         key = tmp / f"attacker{serial}.key"
         key.write_bytes(me.libp2p_key_bytes())
-        p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                               auto_nat=False, check_if_identity_free=False, initial_peers=[f"{addr}/p2p/{learner_id}"])
+        try:
+            p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
+                                   auto_nat=False, check_if_identity_free=False, startup_timeout=120,
+                                   initial_peers=[f"{addr}/p2p/{learner_id}"])
+        except Exception:  # its daemon did not start (a loaded machine): the next identity tries
+            return
         rng = random.Random(serial)
         frames = hostile_frames(me, other, run_id, learner_id, rng)
         banned = 0
@@ -231,7 +238,8 @@ async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
     key = Path(tempfile.mkdtemp(prefix="fuzz-")) / "puller.key"
     key.write_bytes(Identity.generate().libp2p_key_bytes())
     p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                           auto_nat=False, check_if_identity_free=False, initial_peers=[f"{addr}/p2p/{sampler_id}"])
+                           auto_nat=False, check_if_identity_free=False, startup_timeout=120,
+                           initial_peers=[f"{addr}/p2p/{sampler_id}"])
     out = []
     try:
         _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(sampler_id), pull_protocol(run_id))
@@ -281,6 +289,10 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=8.0, help="attack time limit")
     ap.add_argument("--window", type=float, default=30.0, help="seconds of each steps/s measurement")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--newcomers", type=int, default=3,
+                    help="new samplers fetching their first version, before the slot flood and under it")
+    ap.add_argument("--patient-honest", type=int, default=150, help="the patient liar's honest groups before it lies")
+    ap.add_argument("--patient-lies", type=int, default=60, help="the patient liar's lies")
     ap.add_argument("--pin", default=None, help="SWARM:ATTACK cpu lists, e.g. 0:1 (see the module docstring)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fuzz-learner-"))
@@ -288,14 +300,14 @@ def main() -> int:
     with LocalSwarm(root, extra_sets=["network.missed_beats_to_expire=8"]) as swarm:
         swarm.bootstrap(log_interval=30.0)  # as deployed (the tests' 1 s reads the flooded peers key every second)
         learner = swarm.join("learner", "learner", **learner_args(root))
-        sampler_proc = swarm.join("sampler", "sampler", work=True, env=NODE_ENV,
+        sampler_proc = swarm.join("sampler", "sampler", work=True,
                                   extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
         learner_id = learner.ready_fields()["peer_id"]
         keys = [f"trust.learner_keys=[{learner_id}]"]  # how an operator reads the run
         steps_file = root / "learner" / "learner_steps.jsonl"
         wait_rows(steps_file, lambda rows: len(rows) >= 5, 300, "5 learner steps")
         for _ in range(10):  # a read may miss a record whose heartbeat came late
-            peers = {p["peer_id"]: p for p in swarm.status(sets=keys)["peers"]}
+            peers = {p["peer_id"]: p for p in swarm.status(timeout=180, sets=keys)["peers"]}
             if learner_id in peers and any(p["role"] == "sampler" for p in peers.values()):
                 break
             time.sleep(1)
@@ -314,10 +326,35 @@ def main() -> int:
         targets[bootstrap_id] = bootstrap_addr
         plane_seconds = min(args.minutes * 60, args.window + 60)  # past the `during` window and a status read
 
+        learner_maddr = f"{learner_addr}/p2p/{learner_id}"
+        sampler_maddr = f"{sampler['addrs'][0]}/p2p/{sampler['peer_id']}"
+        holders = [learner_maddr, sampler_maddr]
+        newcomer_quiet = asyncio.run(plane_attacks.newcomer_fetch(swarm.run_id, learner_id, holders, root,
+                                                                  args.newcomers))
         # the slot flood holds its streams before the other attacks start (33 daemons take a while to start)
-        flood = plane_attacks.slot_flood(swarm.run_id, f"{learner_addr}/p2p/{learner_id}", root)
-        plane_attacks.wait_ready(*flood, timeout=300)
+        flood = plane_attacks.slot_flood(swarm.run_id, holders, root)
+        plane_attacks.wait_ready(*flood, timeout=900)  # 33 daemons: minutes on a loaded machine
         began = time.monotonic()
+        patient_from: list[int] = []  # the steps file's length when the patient liar's honest groups were trained
+
+        def drained(peer_id: str) -> None:
+            """Until the patient liar's groups stop entering steps (5 s without one, at most 180 s)."""
+            last, since, deadline = -1, time.monotonic(), time.monotonic() + 180
+            while time.monotonic() < deadline:
+                rows = steps(steps_file)
+                mine = sum(dict(zip(r.get("sampler_ids", []), r.get("sampler_groups", []))).get(peer_id, 0)
+                           for r in rows)
+                if mine != last:
+                    last, since = mine, time.monotonic()
+                elif time.monotonic() - since > 5:
+                    break
+                time.sleep(0.5)
+            patient_from.append(len(rows))
+
+        async def newcomers_flooded() -> dict:
+            await asyncio.sleep(5)  # the flood holds every stranger slot on both holders
+            seconds = await plane_attacks.newcomer_fetch(swarm.run_id, learner_id, holders, root, args.newcomers)
+            return {"messages": 0, "seconds": seconds}
 
         async def all_attacks() -> None:
             try:
@@ -328,13 +365,15 @@ def main() -> int:
                     plane_attacks.self_declared_learner(swarm.run_id, swarm.initial_peers, sampler["peer_id"],
                                                         plane_seconds),
                     plane_attacks.old_version_liar(swarm.run_id, learner_id, learner_addr, root),
-                    plane_attacks.shaped_liars(swarm.run_id, f"{learner_addr}/p2p/{learner_id}",
-                                               f"{sampler['addrs'][0]}/p2p/{sampler['peer_id']}", root))
+                    plane_attacks.shaped_liars(swarm.run_id, learner_maddr, sampler_maddr, root),
+                    plane_attacks.patient_liar(swarm.run_id, learner_maddr, sampler_maddr, root,
+                                               args.patient_honest, args.patient_lies, drained),
+                    newcomers_flooded())
             finally:
                 slots = await asyncio.to_thread(plane_attacks.stop_slot_flood, *flood)
             result.update(push)
             result["plane"] = dict(zip(["dht_flood", "stalling_holder", "self_declared_learner", "old_version_liar",
-                                        "shaped_liars"], plane), slot_flood=slots)
+                                        "shaped_liars", "patient_liar", "newcomer_flooded"], plane), slot_flood=slots)
 
         def run_attack() -> None:
             asyncio.run(all_attacks())
@@ -346,15 +385,16 @@ def main() -> int:
         time.sleep(min(10.0, args.window / 3))  # the attack is under way
         during = steps_per_second(steps_file, args.window)
         load_during = os.getloadavg()
-        status_during = swarm.status(timeout=120, sets=keys)  # the self-declared learner still heartbeats
+        status_during = swarm.status(timeout=300, sets=keys)  # the self-declared learner still heartbeats
         thread.join()
         attack_seconds = time.monotonic() - began
         after = steps_per_second(steps_file, args.window)  # the baseline again: the load of others drifts
         alive = learner.popen.poll() is None
-        status = swarm.status(timeout=120, sets=keys)
+        status = swarm.status(timeout=300, sets=keys)
         alerts = [a["kind"] for a in status["alerts"]]
         err = learner.stderr()
         out = learner.stdout()
+        rows = steps(steps_file)
         sampler_out = sampler_proc.stdout() + sampler_proc.stderr()
     liar = result["plane"]["old_version_liar"]
     caught = re.findall(rf"caught sampler {liar['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
@@ -365,6 +405,26 @@ def main() -> int:
                            r"passed to training so far", out)
         shaped[kind] = {"accepted": one["statuses"].get("ok", 0), "caught": len(found),
                         "trained": max((int(n) for n in found), default=None)}
+    patient = result["plane"]["patient_liar"]
+    per_step = [dict(zip(r.get("sampler_ids", []), r.get("sampler_groups", []))).get(patient["peer_id"], 0)
+                for r in rows]
+    start = patient_from[0] if patient_from else len(rows)
+    honest_drawn = sum(per_step[:start])
+    found = re.findall(rf"caught sampler {patient['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
+                       r"passed to training so far", out)
+    patient_report = {
+        "honest_accepted": patient["honest"].get("ok", 0), "honest_trained": honest_drawn,
+        "lies_accepted": patient["lies"].get("ok", 0), "caught": len(found),
+        # its groups passed to training when first caught, less the honest ones trained before it lied
+        "lies_passed_before_catch": int(found[0]) - honest_drawn if found else None,
+        "lies_drawn_unchecked_or_not": sum(per_step[start:]),
+        "most_groups_in_one_step_while_lying": max(per_step[start:], default=0),
+        "steps_while_lying_with_its_groups": sum(n > 0 for n in per_step[start:]),
+    }
+    newcomer = {"unflooded_seconds": newcomer_quiet, "flooded_seconds": result["plane"]["newcomer_flooded"]["seconds"]}
+    got = [x for x in newcomer["flooded_seconds"] if x is not None], [x for x in newcomer_quiet if x is not None]
+    newcomer["best_speed_ratio"] = round(min(got[1]) / min(got[0]), 3) if all(got) else None
+    newcomer["failed"] = sum(x is None for x in newcomer["flooded_seconds"] + newcomer_quiet)
     fake = result["plane"]["self_declared_learner"]["peer_id"]
     membership = {  # `status` read during the attack
         "learner_first_and_designated": bool(status_during["peers"]) and status_during["peers"][0]["peer_id"] ==
@@ -403,6 +463,8 @@ def main() -> int:
         "shaped_liars_uncaught": sorted(k for k, v in shaped.items() if v["accepted"] and not v["caught"]),
         "shaped_lies_trained": sum(v["trained"] or 0 for v in shaped.values()),
         "membership_after": membership,
+        "patient_liar": patient_report,
+        "newcomer_first_version": newcomer,
         "attackers": args.attackers,
         "attack_seconds": round(attack_seconds, 1),
         "crashes": int(not alive) + err.count("Traceback"),
@@ -427,7 +489,8 @@ def main() -> int:
         args.out.write_text(text + "\n")
     clean = (report["crashes"] == 0 and report["wrongly_accepted"] == 0 and not offline_wrongly
              and report["fabricated_groups_trained"] == 0 and not report["shaped_liars_uncaught"]
-             and report["shaped_lies_trained"] == 0)
+             and report["shaped_lies_trained"] == 0 and newcomer["failed"] == 0
+             and (newcomer["best_speed_ratio"] or 0) >= 0.5 and patient_report["caught"] > 0)
     return 0 if clean else 1
 
 

@@ -1,7 +1,8 @@
 """The weight-plane and membership attacks of issue #40, for fuzz_learner.py: each runs against the live swarm for
 `seconds` (or until its work is done) and returns its counts; each counts the hostile messages it sent.
 
-- `slot_flood`: throwaway keys hold the learner's weight-server streams (tests/slot_flood_peer.py, its own process).
+- `slot_flood`: throwaway keys hold the weight-server streams of the learner and the honest sampler, never idle
+  (tests/slot_flood_peer.py, its own process); `newcomer_fetch` times new samplers' first versions.
 - `dht_flood`: 2,000 throwaway-key learner records stored at every member (claiming version 1,000,000).
 - `stalling_holder`: a live peer advertising a sampler record with the learner's versions, answering `have` with
   every chunk and stalling on every chunk request (the honest sampler may pick it: it is alive).
@@ -13,6 +14,8 @@
   the tokens, +-0.5 nats on 10-50 % of them, on the largest-advantage or the long completions), each pushing the
   honest sampler's newest groups with that lie told, claiming the version they were sampled at
   (`liar_peer.shaped_liars`).
+- `patient_liar`: a key that pushes the honest sampler's groups unchanged until they are trained (earning clean
+  checks, so a falling check rate), then lies (`liar_peer.patient_liar`).
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import asyncio
 import collections
 import contextlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from hivemind.p2p import PeerID
+from hivemind.p2p import P2P, PeerID
 
 from benchlib import ROOT
 from swarmnode.config import load_config
@@ -51,15 +55,44 @@ def member_cfg(run_id: str, initial_peer: str):
                               "network.missed_beats_to_expire=8", f"network.initial_peers=[{initial_peer}]"])
 
 
-def slot_flood(run_id: str, learner_maddr: str, tmp: Path, keys: int = 33,
-               streams: int = 8) -> tuple[subprocess.Popen, Path]:
-    """Start the flooder (it inherits this process's CPU affinity); stop it with `stop_slot_flood`."""
+def slot_flood(run_id: str, targets: list[str], tmp: Path, keys: int = 33, streams: int = 4, every: float = 2.0,
+               op: str = "manifest") -> tuple[subprocess.Popen, Path]:
+    """Start the flooder on every weight server of `targets` ("<addr>/p2p/<id>"): by default the never-idle
+    strangers of issue #47, 33 keys x 4 streams asking for a manifest every 2 s (132 streams on each target, more
+    than its 128 stranger slots). It inherits this process's CPU affinity; stop it with `stop_slot_flood`."""
     ready = tmp / "slot-flood.jsonl"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "slot_flood_peer.py"), "--target", learner_maddr,
-                             "--run", run_id, "--keys", str(keys), "--streams", str(streams), "--every", "8",
-                             "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "slot_flood_peer.py"),
+                             *[a for t in targets for a in ("--target", t)], "--run", run_id, "--keys", str(keys),
+                             "--streams", str(streams), "--every", str(every), "--op", op, "--ready", str(ready)],
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=(tmp / "slot-flood.err").open("w"))
     return proc, ready
+
+
+async def newcomer_fetch(run_id: str, learner_id: str, holders: list[str], tmp: Path, tries: int = 3) -> list:
+    """`tries` new samplers (each a fresh key and daemon, a stranger to every holder) fetch the newest version
+    from `holders` ("<addr>/p2p/<id>", the designated learner among them): each one's seconds, None if it failed
+    within 120 s."""
+    out = []
+    ids = [PeerID.from_base58(h.rpartition("/p2p/")[2]) for h in holders]
+    for i in range(tries):
+        try:
+            newcomer = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=holders,
+                                        nat_port_map=False, startup_timeout=120, auto_nat=False)
+        except Exception:  # its daemon did not start (a loaded machine): not a fetch the holders refused
+            continue
+        where = tmp / f"newcomer-{newcomer.peer_id.to_base58()[-8:]}"
+        fetcher = WeightFetcher(newcomer, WeightStore(where, run_id), [learner_id], layout=None)
+        try:
+            await asyncio.wait_for(fetcher.fetch(ids, -1), 120)
+            out.append(round(fetcher.last_stats.seconds, 3))
+        except Exception:
+            out.append(None)
+        finally:
+            with contextlib.suppress(Exception):
+                await newcomer.shutdown()
+            shutil.rmtree(where, ignore_errors=True)
+    return out
 
 
 def wait_ready(proc: subprocess.Popen, ready: Path, timeout: float) -> None:
@@ -67,7 +100,9 @@ def wait_ready(proc: subprocess.Popen, ready: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not (ready.exists() and ready.read_text().strip()):
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the slot flooder did not start its streams (exit {proc.poll()})")
+            err = (ready.parent / "slot-flood.err").read_text()[-2000:] if (ready.parent / "slot-flood.err").exists() \
+                else ""
+            raise RuntimeError(f"the slot flooder did not start its streams (exit {proc.poll()}): {err}")
         time.sleep(0.5)
 
 
@@ -182,3 +217,12 @@ async def shaped_liars(run_id: str, learner: str, sampler: str, tmp: Path, per_k
     kinds = ["cancelling"] + [k for k in family() if k != "cancelling"]
     result = await liars(tmp, run_id, learner, sampler, kinds, per_kind)
     return {"messages": sum(sum(r["statuses"].values()) for r in result.values()), "liars": result}
+
+
+async def patient_liar(run_id: str, learner: str, sampler: str, tmp: Path, honest: int, lies: int,
+                       drained) -> dict:
+    """A key honest for `honest` groups (until `drained(peer_id)` returns), then lying on `lies` (see the doc)."""
+    from liar_peer import patient_liar as liar
+
+    result = await liar(tmp, run_id, learner, sampler, honest, lies, drained=drained)
+    return {"messages": sum(result["honest"].values()) + sum(result["lies"].values()), **result}

@@ -2,7 +2,9 @@
 
 In-process (no network): a real tiny-cpu LearnerLoop (prompts_per_step 8) fed from a pool of honest groups sampled
 at its version 0 (it publishes no new version, so every check compares exact fp32 log-probs), re-signed under
-sampler keys. Phases, each `--steps` optimiser steps, steps/s measured over the phase:
+sampler keys. Five arms, each a learner of its own, step in turn (one step each per round, `--steps` rounds), so
+that the machine's load hits every arm alike; each step is timed in wall seconds and in this process's CPU
+seconds (what the other agents' load does not move), and each arm's steps/s is compared with `steady`'s:
 - `steady`: 4 established keys (at the floor check rate), 2 groups each per step;
 - `wave`: the same, plus 100 new keys each keeping 2 groups waiting (probation: every group checked), with the
   default `trust.probation_share` (0.25: at most 2 probation checks per step); the newcomers through probation
@@ -52,37 +54,48 @@ def pool(cfg, n: int):
     return out, engine
 
 
-def run(cfg, groups, engine, established: int, newcomers: int, steps: int, sets: dict) -> dict:
-    c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update=sets)})
-    model = load_model(c.model, c.task, "cpu")
-    model.load_state_dict(engine.model.state_dict())
-    loop = LearnerLoop(model, load_tokenizer(c.model, c.task), build_task(c.task), c,
-                       ReplayBuffer(capacity=100_000, max_staleness=10**6), publish=lambda *a: None)
-    loop.publish_current()
-    old = [Identity.generate() for _ in range(established)]
-    for key in old:
-        for _ in range(10_000):
-            loop.verifier.judge(key.peer_id, CLEAN)  # established: at the floor rate
-    new = [Identity.generate() for _ in range(newcomers)]
-    serial, began = 0, time.perf_counter()
-    checked0 = loop.verifier.counts["checked"]
-    for step in range(steps):
-        held = loop.buffer.stats()["per_sampler"]
-        for key in new:
+class Arm:
+    """One learner fed as a phase describes (see the module doc); its steps are timed one by one."""
+
+    def __init__(self, cfg, groups, engine, established: int, newcomers: int, sets: dict) -> None:
+        c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update=sets)})
+        model = load_model(c.model, c.task, "cpu")
+        model.load_state_dict(engine.model.state_dict())
+        self.loop = LearnerLoop(model, load_tokenizer(c.model, c.task), build_task(c.task), c,
+                                ReplayBuffer(capacity=100_000, max_staleness=10**6), publish=lambda *a: None)
+        self.loop.publish_current()
+        self.groups, self.old = groups, [Identity.generate() for _ in range(established)]
+        for key in self.old:
+            for _ in range(10_000):
+                self.loop.verifier.judge(key.peer_id, CLEAN)  # established: at the floor rate
+        self.new = [Identity.generate() for _ in range(newcomers)]
+        self.serial = self.steps = 0
+        self.wall = self.cpu = 0.0
+        self.checked0 = self.loop.verifier.counts["checked"]
+
+    def step(self) -> None:
+        """Top up the buffer as the phase sends, then one optimiser step, timed (wall and this process's CPU)."""
+        held = self.loop.buffer.stats()["per_sampler"]
+        for key in self.new:
             while held.get(key.peer_id, 0) < 2:
                 held[key.peer_id] = held.get(key.peer_id, 0) + 1
-                loop.buffer.add(copy_of(groups[serial % len(groups)], key))
-                serial += 1
-        for key in old:
-            for _ in range(PER_STEP // established):
-                loop.buffer.add(copy_of(groups[serial % len(groups)], key))
-                serial += 1
-        loop.step()
-    seconds = time.perf_counter() - began
-    return {"steps": steps, "seconds": round(seconds, 2), "steps_per_s": round(steps / seconds, 3),
-            "checks_per_step": round((loop.verifier.counts["checked"] - checked0) / steps, 2),
-            "newcomers_out_of_probation": sum(not loop.verifier.suspect(k.peer_id) for k in new),
-            "load_avg": os.getloadavg()}
+                self.loop.buffer.add(copy_of(self.groups[self.serial % len(self.groups)], key))
+                self.serial += 1
+        for key in self.old:
+            for _ in range(PER_STEP // len(self.old)):
+                self.loop.buffer.add(copy_of(self.groups[self.serial % len(self.groups)], key))
+                self.serial += 1
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.loop.step()
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+        self.steps += 1
+
+    def report(self) -> dict:
+        return {"steps": self.steps, "wall_seconds": round(self.wall, 2), "cpu_seconds": round(self.cpu, 2),
+                "steps_per_s": round(self.steps / self.wall, 3), "steps_per_cpu_s": round(self.steps / self.cpu, 3),
+                "checks_per_step": round((self.loop.verifier.counts["checked"] - self.checked0) / self.steps, 2),
+                "newcomers_out_of_probation": sum(not self.loop.verifier.suspect(k.peer_id) for k in self.new)}
 
 
 def main() -> None:
@@ -95,14 +108,24 @@ def main() -> None:
     cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu", f"learner.prompts_per_step={PER_STEP}",
                                    "learner.publish_every=100000", "model.tiny.warm_start_steps=20"])
     groups, engine = pool(cfg, 256)
-    report = {"steady": run(cfg, groups, engine, 4, 0, args.steps, {})}
-    report["wave"] = run(cfg, groups, engine, 4, args.newcomers, args.steps, {})
-    report["steady_again"] = run(cfg, groups, engine, 4, 0, args.steps, {})
-    report["wave_unbudgeted"] = run(cfg, groups, engine, 4, args.newcomers, args.steps, {"probation_share": 1.0})
-    report["one_sampler"] = run(cfg, groups, engine, 1, 0, args.steps, {})
-    report["one_sampler_no_key_limit"] = run(cfg, groups, engine, 1, 0, args.steps, {"unchecked_share": 1.0})
-    base = (report["steady"]["steps_per_s"] + report["steady_again"]["steps_per_s"]) / 2
-    report["ratios"] = {k: round(v["steps_per_s"] / base, 3) for k, v in report.items() if k != "steady"}
+    arms = {"steady": Arm(cfg, groups, engine, 4, 0, {}),
+            "wave": Arm(cfg, groups, engine, 4, args.newcomers, {}),
+            "wave_unbudgeted": Arm(cfg, groups, engine, 4, args.newcomers, {"probation_share": 1.0}),
+            "one_sampler": Arm(cfg, groups, engine, 1, 0, {}),
+            "one_sampler_no_key_limit": Arm(cfg, groups, engine, 1, 0, {"unchecked_share": 1.0})}
+    load = [os.getloadavg()]
+    for i in range(args.steps):  # one step of each arm in turn: the machine's load hits every arm alike
+        for arm in arms.values():
+            arm.step()
+        if (i + 1) % 10 == 0:
+            load.append(os.getloadavg())
+            print(f"{i + 1} of {args.steps} rounds", file=sys.stderr, flush=True)
+    report: dict = {name: arm.report() for name, arm in arms.items()}
+    report["ratios_wall"] = {k: round(v["steps_per_s"] / report["steady"]["steps_per_s"], 3)
+                             for k, v in report.items() if k != "steady"}
+    report["ratios_cpu"] = {k: round(v["steps_per_cpu_s"] / report["steady"]["steps_per_cpu_s"], 3)
+                            for k, v in report.items() if k not in ("steady", "ratios_wall")}
+    report["load_avg"] = load
     report["command"] = " ".join(sys.argv)
     text = json.dumps(report, indent=1)
     print(text)

@@ -79,6 +79,13 @@ class NetworkConfig(_Section):
     relay_new_conns_per_minute: int = Field(6, ge=0, le=100_000, description="relay (root, iptables): new "
                                             "connections per minute per address, after a burst of "
                                             "relay_conns_per_address (0: no rate limit)")
+    relay_stranger_conns: int = Field(0, ge=0, le=100_000, description="relay (root, iptables): open "
+                                      "connections of all addresses no established peer of the run connects from, "
+                                      "together (0: no such cap); under relay_max_reservations, the rest stay for "
+                                      "nodes in the run before a flood")
+    relay_known_after_s: float = Field(600.0, ge=0, le=86400 * 7, description="relay: seconds a key's live record "
+                                       "must have been seen before its addresses count as known "
+                                       "(relay_stranger_conns)")
 
 
 class TinyModelConfig(_Section):

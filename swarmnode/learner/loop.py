@@ -161,6 +161,7 @@ class LearnerLoop:
         if len(self.buffer) < self.lc.prompts_per_step:
             return None
         drawn = self._draw(self.lc.prompts_per_step)
+        by_sampler = Counter(g.sampler_id for g in drawn)
         groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
@@ -171,7 +172,8 @@ class LearnerLoop:
             "zero_signal_fraction": 1 - len(signal) / len(groups) if groups else 0.0,
             "groups": float(len(groups)),
             "groups_trained": float(len(trained)),
-            "sampler_ids": sorted({g.sampler_id for g in drawn}),
+            "sampler_ids": sorted(by_sampler),
+            "sampler_groups": [by_sampler[s] for s in sorted(by_sampler)],  # drawn groups, aligned with the ids
         }
         if groups:
             taus = [rows[0].staleness for rows in groups]

@@ -21,6 +21,7 @@ from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.run_name import serve_run_name
 from swarmnode.swarm.relay import relays_here
 from swarmnode.swarm.relay_guard import RelayGuard
+from swarmnode.swarm.relay_known import keep_known
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +69,13 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
             asyncio.create_task(serve_card(member, card, stop))
         visible = [str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)]
         guard = RelayGuard.install(cfg, listening(cfg, visible)) if relays_here(cfg, visible) else RelayGuard()
+        known = asyncio.create_task(keep_known(guard, member.dht, cfg.trust.learner_keys,
+                                               cfg.network.relay_known_after_s, stop)) if guard.strangers else None
         try:
             await _serve(cfg, identity, member, visible, stop, as_json=as_json, log_interval=log_interval, emit=emit)
         finally:
+            if known is not None:
+                known.cancel()
             guard.remove()
 
 

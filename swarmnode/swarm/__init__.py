@@ -11,6 +11,7 @@
 - `recheck`   reachability after join: the relay reservation each heartbeat, the dial-back now and then
 - `relay`     a bootstrap's circuit relay (v2) service and its limits, checked at start
 - `relay_guard` per-address and per-prefix connection caps in front of a bootstrap's relay (iptables)
+- `relay_known` the addresses a relaying bootstrap knows (the run's established keys'), for the guard's cap on strangers
 - `liveness`  which peers proved alive (answered us, or hold a connection): holders and send targets
 - `run_name`  which run a bootstrap serves (asked by `status` when its own run has no nodes)
 - `membership` being a member of a run: join the DHT, a PeerRecord on a heartbeat, leave cleanly

@@ -13,6 +13,11 @@ reaches its listening TCP ports before p2pd sees it:
 A refused connection is reset at once (the dialler sees "connection refused"). Loopback is exempt. A key holds at
 most one reservation (the protocol) and `network.relay_max_circuits` relayed connections.
 
+Against an attacker with addresses in many prefixes, `network.relay_stranger_conns` (0: off) caps the open
+connections of every address the bootstrap does not know, all together (`relay_known`: addresses the run's
+established keys connect from are known, kept in a chain of their own, `SWN-KNOWN-<port>`, updated as the run
+changes): with it under `relay_max_reservations`, the rest of the reservations stay for known addresses.
+
 The rules live in a chain of their own per port (`SWN-RELAY-<port>`, jumped to from INPUT), are replaced when a
 bootstrap starts on that port again (a killed bootstrap's leftovers), and are removed when it stops. They need
 root and iptables (ip6tables for IPv6 ports); without them the bootstrap says so in one line and relays unguarded.
@@ -41,15 +46,21 @@ class Limits:
     per_address: int
     per_prefix: int
     new_per_minute: int
+    strangers: int = 0  # open connections of all unknown addresses together (0: no such cap)
 
     @classmethod
     def of(cls, cfg: NodeConfig) -> "Limits":
         net = cfg.network
-        return cls(net.relay_conns_per_address, net.relay_conns_per_prefix, net.relay_new_conns_per_minute)
+        return cls(net.relay_conns_per_address, net.relay_conns_per_prefix, net.relay_new_conns_per_minute,
+                   net.relay_stranger_conns)
 
 
 def chain_name(port: int) -> str:
     return f"SWN-RELAY-{port}"
+
+
+def known_chain(port: int) -> str:
+    return f"SWN-KNOWN-{port}"
 
 
 def guard_rules(tool: str, port: int, limits: Limits) -> list[list[str]]:
@@ -66,6 +77,11 @@ def guard_rules(tool: str, port: int, limits: Limits) -> list[list[str]]:
                       f"{limits.new_per_minute}/minute", "--hashlimit-burst", str(max(1, limits.per_address)),
                       "--hashlimit-mode", "srcip", "--hashlimit-srcmask", str(addr_mask),
                       "--hashlimit-name", f"swn{port}{tool[:3]}", *reject])
+    if limits.strangers > 0:  # known addresses RETURN before it (`RelayGuard.set_known`); the rest share the cap
+        known = known_chain(port)
+        rules += [["-N", known], ["-A", known, "-p", "tcp", "-m", "connlimit", "--connlimit-above",
+                                  str(limits.strangers), "--connlimit-mask", "0", *reject],
+                  ["-A", chain, "-j", known]]
     rules.append(["-I", "INPUT", "-p", "tcp", "--dport", str(port), "--syn", "-j", chain])
     return rules
 
@@ -80,6 +96,8 @@ def remove_guard(tool: str, port: int) -> None:
     while _run(tool, ["-D", "INPUT", "-p", "tcp", "--dport", str(port), "--syn", "-j", chain]).returncode == 0:
         pass
     _run(tool, ["-F", chain])
+    _run(tool, ["-F", known_chain(port)])
+    _run(tool, ["-X", known_chain(port)])
     _run(tool, ["-X", chain])
 
 
@@ -98,6 +116,8 @@ class RelayGuard:
     """The guards one bootstrap installed; `remove()` takes them away."""
 
     installed: list[tuple[str, int]] = field(default_factory=list)
+    strangers: int = 0  # the cap on unknown addresses' connections (0: none installed)
+    known: set[str] = field(default_factory=set)  # addresses in the SWN-KNOWN chains
 
     @classmethod
     def install(cls, cfg: NodeConfig, maddrs: list[str]) -> "RelayGuard":
@@ -123,10 +143,26 @@ class RelayGuard:
                                        " ".join(args), done.stderr.strip().splitlines()[-1:] or done.returncode)
                         return cls()
                 guard.installed.append((tool, port))
-        logger.info("relay: at most %d connections per address, %d per prefix and %d new per minute per address "
+        guard.strangers = limits.strangers
+        logger.info("relay: at most %d connections per address, %d per prefix and %d new per minute per address%s "
                     "(ports %s)", limits.per_address, limits.per_prefix, limits.new_per_minute,
+                    f", {limits.strangers} from unknown addresses in all" if limits.strangers else "",
                     ", ".join(str(p) for _, p in guard.installed))
         return guard
+
+    def set_known(self, addresses: set[str]) -> None:
+        """Make `addresses` (IPs) the known ones: exempt from the cap on unknown addresses (added before it,
+        removed one by one: the cap never lapses). Nothing without that cap."""
+        if not self.strangers:
+            return
+        for ip, add in [*((ip, True) for ip in sorted(addresses - self.known)),
+                        *((ip, False) for ip in sorted(self.known - addresses))]:
+            tool = "ip6tables" if ":" in ip else "iptables"
+            for t, port in self.installed:
+                if t == tool:
+                    _run(tool, ["-I" if add else "-D", known_chain(port), *(["1"] if add else []), "-s", ip,
+                                "-j", "RETURN"])
+            (self.known.add if add else self.known.discard)(ip)
 
     def remove(self) -> None:
         """Remove what `install` made (idempotent)."""
