@@ -8,6 +8,7 @@ from typing import Callable
 
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
+from swarmnode.node.roles.base import ready_line
 from swarmnode.observe.metrics import serve_metrics
 from swarmnode.swarm.membership import Membership
 
@@ -23,5 +24,5 @@ async def run_idle(cfg: NodeConfig, identity: Identity, role: str, stop: asyncio
                                                              "reachability": member.reachability},
                                  role, cfg.metrics.addr)
             emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
-        emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
+        emit(ready_line(identity, role, cfg, member))
         await stop.wait()
