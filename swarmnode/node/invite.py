@@ -23,6 +23,7 @@ from swarmnode.config.addresses import check_initial_peers
 from swarmnode.config.shared import conflicts, describe, diff, followable, local_part
 from swarmnode.errors import ExitCode, SwarmnodeError, UsageError
 from swarmnode.identity import Identity
+from swarmnode.model.sources import source_differences, source_digests
 from swarmnode.protocol.run_card import Invite, RunCard, newest_card
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.p2p import SwarmStartError
@@ -125,6 +126,22 @@ def config_for_invite(text: str, spec: str | None, overrides: list[str]) -> tupl
     return config_from_card(card, own), card
 
 
+class SourceMismatch(CardError):
+    """This machine's model or task data is not the run's (its digest differs from the card's)."""
+
+    exit_code = ExitCode.USAGE
+
+
+def check_sources(cfg: NodeConfig, card: RunCard) -> None:
+    """SourceMismatch (one line naming what differs) unless this machine's model and task data digests
+    (`swarmnode.model.sources`) equal the card's; a digest the card or this machine lacks is not compared."""
+    differ = source_differences(card.sources, source_digests(cfg))
+    if differ:
+        where = f" (task.path {cfg.task.path})" if cfg.task.path and any("task data" in d for d in differ) else ""
+        raise SourceMismatch(f"this machine's model or data is not the run's (card v{card.version}): "
+                             f"{'; '.join(differ)}{where}; get the run's files from its host")
+
+
 def card_software(software: str, card: RunCard) -> str:
     """The record's `software` field with the card version this node runs (`swarmnode/0.1.0 card/3`)."""
     return f"{software.split(' card/')[0]} card/{card.version}"
@@ -181,30 +198,6 @@ class CardWatch:
         return True
 
 
-__all__ = ["CardError", "CardWatch", "config_for_invite", "config_from_card", "fetch_card"]
+__all__ = ["CardError", "CardWatch", "SourceMismatch", "check_sources", "config_for_invite", "config_from_card",
+           "fetch_card"]
 
-
-def card_version_of(software: str) -> int | None:
-    """The card version a peer record's `software` field names (`swarmnode/0.1.0 card/3` -> 3; None: not said)."""
-    _, found, tail = software.partition(" card/")
-    return int(tail) if found and tail.isdigit() else None
-
-
-def with_card(doc: dict[str, Any], card: RunCard) -> dict[str, Any]:
-    """A status document with the run's card, and a warning for each node that runs an older card version."""
-    doc["card"] = card.summary()
-    for peer in doc["peers"]:
-        version = card_version_of(peer.get("software", ""))
-        if version is not None and version < card.version:
-            doc["alerts"].append({"kind": "old_card", "severity": "warning", "peer_id": peer["peer_id"],
-                                  "message": f"{peer['peer_id']} ({peer['role']}) runs card v{version}, the run's is "
-                                             f"v{card.version}: it has not taken the update"})
-    return doc
-
-
-def format_card(summary: dict[str, Any]) -> str:
-    """The card's lines above the status table."""
-    learners = ", ".join(summary["learners"]) or "none"
-    return "\n".join([f"card v{summary['version']} of run {summary['run_id']}, owner {summary['owner']}",
-                      f"  model {summary['model']}, task {summary['task']}; learners: {learners}",
-                      f"  bootstraps: {', '.join(summary['bootstraps'])}"])
