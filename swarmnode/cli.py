@@ -197,7 +197,7 @@ def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, s
 
     identity = identity_for(cfg, "identity.key")
     if idle:
-        _run_node_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
+        _run_node_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit, card=card))
     else:
         _run_node_command(lambda stop: run_node(cfg, identity, stop, emit=_emit, card=card))
 

@@ -36,7 +36,7 @@ from swarmnode.model.sources import source_digests
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.run_card import RunCard, Invite
 from swarmnode.node.card_server import read_card_file
-from swarmnode.node.invite import merge
+from swarmnode.node.invite import merge, with_task_file
 
 Emit = Callable[[str], None]
 LEARNER_STOP_S = 120.0  # the learner's final checkpoint on a loaded machine
@@ -116,14 +116,15 @@ def update_card(spec: str | None, sets: list[str], owner_key: Path, emit: Emit) 
     data = {**json.loads(json.dumps(previous.settings)), "run_id": cfg.run_id}
     for item in sets:  # applied to the card's settings, not the preset's
         apply_override(data, item)
-    settings = shared_settings(build_config(data))
+    settings = shared_settings(build_config(with_task_file(data)))
     if settings == previous.settings:
         emit(f"run card v{previous.version}: no setting changed")
         return previous
     changes = diff(previous.settings, settings)
     sources = previous.sources  # the model's and data's digests change only with the model or the task
     if any(key.startswith(("model.", "task.")) for key, _, _ in changes):
-        sources = source_digests(build_config(merge(data, local_part(load_config_data(spec, naming)))))
+        own = local_part(load_config_data(spec, naming))
+        sources = source_digests(build_config(with_task_file(merge(data, own))))
     card = RunCard(run_id=cfg.run_id, version=previous.version + 1, owner=owner.peer_id,
                    bootstraps=previous.bootstraps, settings=settings, defaults=previous.defaults,
                    sources=sources).signed(owner)

@@ -31,6 +31,7 @@ from swarmnode.swarm.p2p import SwarmStartError
 logger = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 15.0  # an invite whose bootstraps are all down answers within this (or at once when refused)
 CARD_WAIT_S = 10.0  # how long a reached bootstrap may take to show the card
+RUN_TASK_FILE = "<the run's task file: --set task.path=FILE>"  # a file task's path, until the joiner names its copy
 
 
 class CardError(SwarmnodeError):
@@ -100,6 +101,15 @@ def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_task_file(data: dict[str, Any]) -> dict[str, Any]:
+    """Config data of a run whose task reads a file (each machine's own, not in the card), with `RUN_TASK_FILE`
+    where this machine names none: `status` and `hardware` never read it; `join` is refused (`check_sources`)."""
+    task = data.get("task", {})
+    if task.get("name") == "math" and not (task.get("path") or task.get("dataset")):
+        data = merge(data, {"task": {"path": RUN_TASK_FILE}})
+    return data
+
+
 def config_from_card(card: RunCard, own: dict[str, Any]) -> NodeConfig:
     """This node's config: the card's shared settings over the host's defaults and this machine's own local
     settings (`own`: raw --config/--set data); UsageError naming each shared key `own` sets to another value."""
@@ -111,7 +121,7 @@ def config_from_card(card: RunCard, own: dict[str, Any]) -> NodeConfig:
         items = ", ".join(f"{key} {a!r}, run {b!r}" for key, a, b in clash)
         raise UsageError(f"your settings differ from the run's (card v{card.version}): {items}; the invite sets "
                          "them: drop them from --config/--set")
-    data = merge(merge(card.defaults, local_part(own)), card.settings)
+    data = with_task_file(merge(merge(card.defaults, local_part(own)), card.settings))
     peers = list(dict.fromkeys([*card.bootstraps, *own.get("network", {}).get("initial_peers", [])]))
     data = merge(data, {"run_id": card.run_id, "network": {"initial_peers": peers}})
     return build_config(data)
@@ -135,6 +145,9 @@ class SourceMismatch(CardError):
 def check_sources(cfg: NodeConfig, card: RunCard) -> None:
     """SourceMismatch (one line naming what differs) unless this machine's model and task data digests
     (`swarmnode.model.sources`) equal the card's; a digest the card or this machine lacks is not compared."""
+    if cfg.task.path == RUN_TASK_FILE:
+        raise SourceMismatch(f"run {card.run_id}'s task reads its problems from a JSONL file on each machine: get "
+                             "the run's file from its host and add --set task.path=FILE")
     differ = source_differences(card.sources, source_digests(cfg))
     if differ:
         where = f" (task.path {cfg.task.path})" if cfg.task.path and any("task data" in d for d in differ) else ""
