@@ -182,6 +182,10 @@ def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, s
     from swarmnode.node.preflight import check_node, check_peer_addresses, check_ports
 
     check_ports(cfg.network.host_maddrs)
+    if card is not None and not idle:
+        from swarmnode.node.invite import check_sources
+
+        check_sources(cfg, card)  # the run's model and task data, not only its settings
     if not idle:
         check_node(cfg)  # task, engine, model: before the swarm hears of this node
     check_peer_addresses(cfg)
@@ -193,7 +197,7 @@ def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, s
 
     identity = identity_for(cfg, "identity.key")
     if idle:
-        _run_node_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit))
+        _run_node_command(lambda stop: run_idle(cfg, identity, cfg.role, stop, emit=_emit, card=card))
     else:
         _run_node_command(lambda stop: run_node(cfg, identity, stop, emit=_emit, card=card))
 
@@ -311,7 +315,7 @@ def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt,
 
     doc = _run_swarm_command(lambda stop: query_status(cfg, exact), timeout=cfg.network.startup_timeout + 30)
     if card is not None:
-        from swarmnode.node.invite import format_card, with_card
+        from swarmnode.observe.card_view import format_card, with_card
 
         doc = with_card(doc, card)
     if as_json:
@@ -340,11 +344,11 @@ def dashboard(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigO
               refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
               once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
     """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
-    cfg, _ = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
+    cfg, card = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
     from swarmnode.observe.dashboard import run_dashboard
 
     try:
-        _run_swarm_command(lambda stop: run_dashboard(cfg, stop, refresh=refresh, once=once))
+        _run_swarm_command(lambda stop: run_dashboard(cfg, stop, refresh=refresh, once=once, card=card))
     except Interrupted:  # Ctrl-C is the view's documented way out, as q is: exit code 0
         pass
 

@@ -64,6 +64,16 @@ def p2pd_children(pid: int) -> list[int]:
     return out
 
 
+def assert_ready_after(output: str, *before: str) -> None:
+    """`ready` means ready: each of `before` (lines a node prints while it loads its model, warm-starts it, publishes
+    or fetches its first version) comes before its `ready ` line, in that order."""
+    lines = output.splitlines()
+    ready = next((i for i, line in enumerate(lines) if line.startswith("ready ")), None)
+    assert ready is not None, output[-2000:]
+    where = [next((i for i, line in enumerate(lines) if line.startswith(b)), None) for b in before]
+    assert None not in where and where == sorted(where) and where[-1] < ready, (before, where, ready, output[-2000:])
+
+
 @dataclass
 class NodeProc(Proc):
     """A swarmnode subprocess started by the package's launcher (`spawn_node`), stderr apart from stdout."""
@@ -93,7 +103,7 @@ class NodeProc(Proc):
         raise AssertionError(f"{self.name} printed no {prefix!r} (rc={self.popen.poll()}):\n"
                              f"{self.stdout()[-2000:]}\n{self.stderr()[-3000:]}")
 
-    def ready_fields(self, timeout: float = 60.0) -> dict[str, str]:
+    def ready_fields(self, timeout: float = 180.0) -> dict[str, str]:
         line = self.wait_line("ready ", timeout)
         self.p2pd = p2pd_children(self.pid)
         return dict(part.split("=", 1) for part in line.split() if "=" in part)

@@ -95,7 +95,7 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
                 line = wait_for_line(sampler, "reachability:", 90)
                 assert line.startswith("not reachable") and "relayed through" in line, line
                 assert "forward TCP port" in line, line
-                wait_for_line(sampler, "ready ", 60)
+                wait_for_line(sampler, "ready ", 180)
 
             # both samplers' groups reach the learner; both load new versions; status says who is reachable how
             def delivered_and_following():

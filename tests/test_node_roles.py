@@ -11,7 +11,7 @@ from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.node.join import keeps_learner_role, node_data_dir
 from swarmnode.protocol.peer import PeerRecord
-from swarm_helpers import LocalSwarm
+from swarm_helpers import LocalSwarm, assert_ready_after
 
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 
@@ -23,8 +23,8 @@ def test_two_auto_nodes_racing_for_one_learner_slot_end_as_learner_and_sampler(t
         nodes = [swarm.join(name, "auto", work=True, wait=False, extra=WORK) for name in ("a", "b")]
         fields = [node.ready_fields(180) for node in nodes]
         assert sorted(f["role"] for f in fields) == ["learner", "sampler"], [n.stdout()[-1500:] for n in nodes]
-        for node, f in zip(nodes, fields):
-            node.wait_line(f"{f['role']} ready:", 180)
+        for node, f in zip(nodes, fields):  # `ready` once its model is loaded and it has a version
+            assert_ready_after(node.stdout(), "loading the model...", f"{f['role']} ready: version 0")
         dirs = [home / "race-run" / f["peer_id"] for f in fields]
         assert dirs[0] != dirs[1] and all((d / "weights").is_dir() for d in dirs), dirs
         learner = next(n for n, f in zip(nodes, fields) if f["role"] == "learner")

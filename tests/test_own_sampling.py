@@ -17,7 +17,7 @@ from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
-from swarm_helpers import LocalSwarm
+from swarm_helpers import LocalSwarm, assert_ready_after
 from test_multi_learner import WORK, wait_for
 
 torch.set_num_threads(1)
@@ -63,6 +63,7 @@ def test_a_learner_alone_trains_on_its_own_batches(tmp_path):
         learner = swarm.join("learner", "learner", work=True,
                              extra=[*WORK, "--set", f"data_dir={learner_dir}",
                                     "--set", "learner.sample_when_idle=true"])
+        assert_ready_after(learner.stdout(), "loading the model...", "learner ready: version 0")
         rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 5 and r, 180,
                         "5 learner steps with no sampler", lambda: learner.stderr()[-2000:])
     last = rows[-1]

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from swarm_helpers import LocalSwarm
+from swarm_helpers import LocalSwarm, assert_ready_after
 
 from swarmnode.node.sapo.distrust import MIN_OUTCOMES
 from swarmnode.observe.status_schema import validate
@@ -49,6 +49,7 @@ def _start(swarm: LocalSwarm, root: Path, sizes: dict[str, list[str]]) -> tuple[
                                  extra=[*extra, *(["--metrics-port", "0"] if name == "a" else [])])
     for name, proc in nodes.items():
         ids[name] = proc.ready_fields(timeout=WAIT_S)["peer_id"]
+        assert_ready_after(proc.stdout(), "sapo node ready:")  # its model loaded and its streams open
     return nodes, ids
 
 

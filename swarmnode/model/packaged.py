@@ -89,7 +89,8 @@ def _check_converter_deps(model: PackagedModel) -> None:
         )
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """sha256 hex of a file's bytes."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -99,7 +100,7 @@ def _file_digest(path: Path) -> str:
 
 def converted_dir(model: PackagedModel, gguf: Path, cache_dir: Path) -> Path:
     """Where the converted directory of this GGUF (by content) lives in the cache."""
-    key = hashlib.sha256(f"{CONVERSION_FORMAT}:{_file_digest(gguf)}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{CONVERSION_FORMAT}:{file_digest(gguf)}".encode()).hexdigest()[:12]
     stem = model.filename.removesuffix(".gguf").lower()
     return cache_dir / f"{stem}-{key}"
 

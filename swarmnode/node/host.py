@@ -32,9 +32,11 @@ from swarmnode.config import NodeConfig, apply_override, build_config, default_d
 from swarmnode.config.shared import carried_defaults, describe, diff, is_shared, local_part, shared_settings
 from swarmnode.errors import SwarmnodeError, UsageError
 from swarmnode.identity import Identity
+from swarmnode.model.sources import source_digests
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.run_card import RunCard, Invite
 from swarmnode.node.card_server import read_card_file
+from swarmnode.node.invite import merge, with_task_file
 
 Emit = Callable[[str], None]
 LEARNER_STOP_S = 120.0  # the learner's final checkpoint on a loaded machine
@@ -69,10 +71,10 @@ def default_owner_key() -> Path:
 def next_card(cfg: NodeConfig, owner: Identity, bootstraps: list[str], previous: RunCard | None) -> RunCard:
     """The card for `cfg` served from `bootstraps`: the previous one when nothing changed, else its next version."""
     card = RunCard(run_id=cfg.run_id, version=1, owner=owner.peer_id, bootstraps=list(bootstraps),
-                   settings=shared_settings(cfg), defaults=carried_defaults(cfg))
+                   settings=shared_settings(cfg), defaults=carried_defaults(cfg), sources=source_digests(cfg))
     if previous is not None and previous.owner == owner.peer_id:
-        if (previous.settings, previous.bootstraps, previous.defaults) == (card.settings, card.bootstraps,
-                                                                          card.defaults):
+        if (previous.settings, previous.bootstraps, previous.defaults, previous.sources) == (
+                card.settings, card.bootstraps, card.defaults, card.sources):
             return previous
         card.version = previous.version + 1
     return card.signed(owner)
@@ -114,13 +116,18 @@ def update_card(spec: str | None, sets: list[str], owner_key: Path, emit: Emit) 
     data = {**json.loads(json.dumps(previous.settings)), "run_id": cfg.run_id}
     for item in sets:  # applied to the card's settings, not the preset's
         apply_override(data, item)
-    settings = shared_settings(build_config(data))
+    settings = shared_settings(build_config(with_task_file(data)))
     if settings == previous.settings:
         emit(f"run card v{previous.version}: no setting changed")
         return previous
+    changes = diff(previous.settings, settings)
+    sources = previous.sources  # the model's and data's digests change only with the model or the task
+    if any(key.startswith(("model.", "task.")) for key, _, _ in changes):
+        own = local_part(load_config_data(spec, naming))
+        sources = source_digests(build_config(with_task_file(merge(data, own))))
     card = RunCard(run_id=cfg.run_id, version=previous.version + 1, owner=owner.peer_id,
-                   bootstraps=previous.bootstraps, settings=settings, defaults=previous.defaults).signed(owner)
-    changes = diff(previous.settings, card.settings)
+                   bootstraps=previous.bootstraps, settings=settings, defaults=previous.defaults,
+                   sources=sources).signed(owner)
     write_card(files, card)
     emit(f"run card v{card.version}: {describe(changes) or 'no setting changed'} (the run's nodes take it within "
          "two heartbeats)")

@@ -8,14 +8,20 @@ from typing import Callable
 
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
+from swarmnode.node.invite import card_software
+from swarmnode.node.roles.base import ready_line
+from swarmnode.protocol.run_card import RunCard
 from swarmnode.observe.metrics import serve_metrics
 from swarmnode.swarm.membership import Membership
 
 
 async def run_idle(cfg: NodeConfig, identity: Identity, role: str, stop: asyncio.Event,
-                         emit: Callable[[str], None] = print) -> None:
-    """`swarmnode join` without role loops: join, advertise `role`, idle until `stop` is set, leave."""
+                   emit: Callable[[str], None] = print, card: RunCard | None = None) -> None:
+    """`swarmnode join` without role loops: join, advertise `role` (and the run `card` version it joined by, which
+    it does not follow), idle until `stop` is set, leave."""
     async with Membership(cfg, identity, role) as member:
+        if card is not None:
+            member.update(software=card_software(member.fields.get("software", ""), card))
         if member.dht.reachability is not None:
             emit(member.dht.reachability.line())
         if cfg.metrics.port is not None:  # an idle node has only its uptime to report
@@ -23,5 +29,5 @@ async def run_idle(cfg: NodeConfig, identity: Identity, role: str, stop: asyncio
                                                              "reachability": member.reachability},
                                  role, cfg.metrics.addr)
             emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
-        emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
+        emit(ready_line(identity, role, cfg, member))
         await stop.wait()

@@ -23,6 +23,7 @@ from swarmnode.config.addresses import check_initial_peers
 from swarmnode.config.shared import conflicts, describe, diff, followable, local_part
 from swarmnode.errors import ExitCode, SwarmnodeError, UsageError
 from swarmnode.identity import Identity
+from swarmnode.model.sources import source_differences, source_digests
 from swarmnode.protocol.run_card import Invite, RunCard, newest_card
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.p2p import SwarmStartError
@@ -30,6 +31,7 @@ from swarmnode.swarm.p2p import SwarmStartError
 logger = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 15.0  # an invite whose bootstraps are all down answers within this (or at once when refused)
 CARD_WAIT_S = 10.0  # how long a reached bootstrap may take to show the card
+RUN_TASK_FILE = "<the run's task file: --set task.path=FILE>"  # a file task's path, until the joiner names its copy
 
 
 class CardError(SwarmnodeError):
@@ -99,6 +101,15 @@ def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_task_file(data: dict[str, Any]) -> dict[str, Any]:
+    """Config data of a run whose task reads a file (each machine's own, not in the card), with `RUN_TASK_FILE`
+    where this machine names none: `status` and `hardware` never read it; `join` is refused (`check_sources`)."""
+    task = data.get("task", {})
+    if task.get("name") == "math" and not (task.get("path") or task.get("dataset")):
+        data = merge(data, {"task": {"path": RUN_TASK_FILE}})
+    return data
+
+
 def config_from_card(card: RunCard, own: dict[str, Any]) -> NodeConfig:
     """This node's config: the card's shared settings over the host's defaults and this machine's own local
     settings (`own`: raw --config/--set data); UsageError naming each shared key `own` sets to another value."""
@@ -110,7 +121,7 @@ def config_from_card(card: RunCard, own: dict[str, Any]) -> NodeConfig:
         items = ", ".join(f"{key} {a!r}, run {b!r}" for key, a, b in clash)
         raise UsageError(f"your settings differ from the run's (card v{card.version}): {items}; the invite sets "
                          "them: drop them from --config/--set")
-    data = merge(merge(card.defaults, local_part(own)), card.settings)
+    data = with_task_file(merge(merge(card.defaults, local_part(own)), card.settings))
     peers = list(dict.fromkeys([*card.bootstraps, *own.get("network", {}).get("initial_peers", [])]))
     data = merge(data, {"run_id": card.run_id, "network": {"initial_peers": peers}})
     return build_config(data)
@@ -123,6 +134,25 @@ def config_for_invite(text: str, spec: str | None, overrides: list[str]) -> tupl
     build_config(own)  # a mistake in the user's own settings answers before any dial
     card = asyncio.run(fetch_card(invite))
     return config_from_card(card, own), card
+
+
+class SourceMismatch(CardError):
+    """This machine's model or task data is not the run's (its digest differs from the card's)."""
+
+    exit_code = ExitCode.USAGE
+
+
+def check_sources(cfg: NodeConfig, card: RunCard) -> None:
+    """SourceMismatch (one line naming what differs) unless this machine's model and task data digests
+    (`swarmnode.model.sources`) equal the card's; a digest the card or this machine lacks is not compared."""
+    if cfg.task.path == RUN_TASK_FILE:
+        raise SourceMismatch(f"run {card.run_id}'s task reads its problems from a JSONL file on each machine: get "
+                             "the run's file from its host and add --set task.path=FILE")
+    differ = source_differences(card.sources, source_digests(cfg))
+    if differ:
+        where = f" (task.path {cfg.task.path})" if cfg.task.path and any("task data" in d for d in differ) else ""
+        raise SourceMismatch(f"this machine's model or data is not the run's (card v{card.version}): "
+                             f"{'; '.join(differ)}{where}; get the run's files from its host")
 
 
 def card_software(software: str, card: RunCard) -> str:
@@ -181,30 +211,6 @@ class CardWatch:
         return True
 
 
-__all__ = ["CardError", "CardWatch", "config_for_invite", "config_from_card", "fetch_card"]
+__all__ = ["CardError", "CardWatch", "SourceMismatch", "check_sources", "config_for_invite", "config_from_card",
+           "fetch_card"]
 
-
-def card_version_of(software: str) -> int | None:
-    """The card version a peer record's `software` field names (`swarmnode/0.1.0 card/3` -> 3; None: not said)."""
-    _, found, tail = software.partition(" card/")
-    return int(tail) if found and tail.isdigit() else None
-
-
-def with_card(doc: dict[str, Any], card: RunCard) -> dict[str, Any]:
-    """A status document with the run's card, and a warning for each node that runs an older card version."""
-    doc["card"] = card.summary()
-    for peer in doc["peers"]:
-        version = card_version_of(peer.get("software", ""))
-        if version is not None and version < card.version:
-            doc["alerts"].append({"kind": "old_card", "severity": "warning", "peer_id": peer["peer_id"],
-                                  "message": f"{peer['peer_id']} ({peer['role']}) runs card v{version}, the run's is "
-                                             f"v{card.version}: it has not taken the update"})
-    return doc
-
-
-def format_card(summary: dict[str, Any]) -> str:
-    """The card's lines above the status table."""
-    learners = ", ".join(summary["learners"]) or "none"
-    return "\n".join([f"card v{summary['version']} of run {summary['run_id']}, owner {summary['owner']}",
-                      f"  model {summary['model']}, task {summary['task']}; learners: {learners}",
-                      f"  bootstraps: {', '.join(summary['bootstraps'])}"])

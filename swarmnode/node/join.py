@@ -25,7 +25,7 @@ from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED, with_reachabil
 from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.p2p import SwarmStartError
 from swarmnode.swarm.relay import relay_limit_warning
-from swarmnode.node.roles.base import Emit
+from swarmnode.node.roles.base import Emit, ready_line
 from swarmnode.node.roles.learner_role import LearnerRole
 from swarmnode.node.roles.sampler_role import SamplerRole
 from swarmnode.node.sapo.role import SapoRole
@@ -120,7 +120,6 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
         if role == "none":
             emit("this node cannot run the configured model; leaving")
             return
-        emit(f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s:.2f}")
         relay_check: asyncio.Future | None = None
         reach = member.dht.reachability
         if role == "learner" and reach is not None and reach.status == RELAYED and reach.relay:
@@ -135,9 +134,11 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
 
 async def _run_role(cfg: NodeConfig, identity: Identity, member: Membership, role: str, stop: asyncio.Event,
                     emit: Emit, watch: "CardWatch | None") -> None:
-    """Construct the role, serve /metrics if asked, run it until `stop` (following the run card if `watch`)."""
+    """Construct the role, serve /metrics if asked, say `ready` (the role can work now: `ready_line`), run it until
+    `stop` (following the run card if `watch`)."""
     if cfg.mode == "sapo":
         node = await asyncio.to_thread(SapoRole, cfg, identity, member, emit)
+        await node.start()
     else:
         runner = LearnerRole if role == "learner" else SamplerRole
         node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow
@@ -145,6 +146,7 @@ async def _run_role(cfg: NodeConfig, identity: Identity, member: Membership, rol
         port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role,
                              cfg.metrics.addr)
         emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
+    emit(ready_line(identity, role, cfg, member))
     if watch is None:
         await node.run(stop)
         return

@@ -8,6 +8,7 @@
 - `census`      counts over a run from some of its record shards: exact, or an estimate with its interval; paging
 - `status_census` what `status` reads (the learners, a census of shards) and the document's counts from it
 - `status_text` `status` as text: a table, or past a page a summary and a page of the worst peers
+- `card_view`   the run card in `status <invite>` and the dashboard: summary, old-card warnings, panel
 - `dashboard`   the live terminal view
 - `metrics`     Prometheus on every node
 - `progress`    transfer progress for a person

@@ -28,7 +28,9 @@ from rich.text import Text
 from swarmnode.observe.census import page_of, worst_first
 from swarmnode.observe.health import rejected_by_reason
 from swarmnode.staleness import bucket_label
-from swarmnode.observe.status import client_member, other_runs_hint, read_status
+from swarmnode.observe.card_view import CardStatus, card_panel
+from swarmnode.observe.status import client_member, other_runs_hint
+from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.p2p import SwarmStartError
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -254,7 +256,8 @@ def build_view(doc: dict[str, Any], history: History | None = None, max_rows: in
     for _ in range(len(shown) + 1):
         middle.add_column(ratio=1)
     middle.add_row(*[_learner_panel(p) for p in shown], _versions_panel(doc))
-    parts = [_header(doc, history), _peers_table(doc, max_rows, history.page), middle]
+    parts = [_header(doc, history), *([card_panel(doc)] if "card" in doc else []),
+             _peers_table(doc, max_rows, history.page), middle]
     if rest:
         parts.append(_other_learners(rest))
     return Group(*parts, _alerts_panel(doc))
@@ -349,9 +352,9 @@ def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop,
 
 
 async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once: bool = False,
-                        console: Console | None = None) -> dict[str, Any]:
-    """Poll the run's health every `refresh` s and draw it until `stop` (q, Ctrl-C); returns the last document."""
-    console = console or Console()
+                        console: Console | None = None, card: RunCard | None = None) -> dict[str, Any]:
+    """Poll the run's health (and `card`: `CardStatus`) every `refresh` s and draw it until `stop` (q, Ctrl-C)."""
+    console, status = console or Console(), CardStatus(card)
     poll_timeout = max(10.0, 3 * refresh)
     member = client_member(cfg)
     try:
@@ -360,7 +363,7 @@ async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once:
         raise SwarmStartError(f"no answer from the swarm within {cfg.network.startup_timeout + 30:.0f} s") from None
     try:
         history = History()
-        doc = await asyncio.wait_for(read_status(member), poll_timeout)
+        doc = await asyncio.wait_for(status.read(member), poll_timeout)
         history.add(doc)
 
         def rows() -> int:
@@ -390,7 +393,7 @@ async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once:
                 except asyncio.TimeoutError:
                     pass
                 try:
-                    fresh = await asyncio.wait_for(read_status(member), poll_timeout)
+                    fresh = await asyncio.wait_for(status.read(member), poll_timeout)
                     if not fresh["peers"] and not await member.dht.p2p.list_peers():
                         raise ConnectionError("lost contact with the swarm: connected to none of its peers "
                                               "(is the bootstrap down?)")

@@ -105,10 +105,11 @@ class SapoRole:
         self.compute = ComputeThread("sapo-compute")  # generation, steps and saving, all on one thread
         self.peers: list[PeerID] = []  # the run's other nodes that can be dialled
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def start(self) -> None:
+        """Open the text streams (receive, send) and find the run's peers: after this the node works."""
         cfg, policy = self.cfg, self.policy
         limits = TextRolloutLimits.from_config(cfg)
-        arrived = asyncio.Event()
+        self.arrived = arrived = asyncio.Event()
 
         def admit(group: TextRolloutGroup) -> str:
             status = policy.receive(group)
@@ -128,6 +129,10 @@ class SapoRole:
         self.emit(f"sapo node ready: I={cfg.sapo.local_groups} local + J={cfg.sapo.external_groups} external "
                   f"groups per step, external weighting {cfg.sapo.external_weighting}, model {policy.model_id}")
         self._publish(step=policy.learner.step_count)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Generate, share, wait for external groups and train, until `stop` (after `start`)."""
+        cfg, policy, arrived = self.cfg, self.policy, self.arrived
         refresher = asyncio.create_task(self._refresher(stop))
         pulling = asyncio.create_task(self.puller.run(self._pull_from, stop))
         if self.member.reachability == CLIENT_ONLY:
