@@ -118,6 +118,23 @@ def test_validator_owner_only_signed_and_schema_checked():
     assert v_owner.rejected >= 5 and v_other.rejected >= 4
 
 
+def test_the_validator_keeps_one_decoded_record_a_peer_not_one_a_heartbeat():
+    """A 2-hour soak's nodes grew ~30 MB/h while the validator kept every heartbeat's decoded record (up to 16,384);
+    a peer's new record replaces its previous one, and an older one read late does not displace the newer."""
+    owner, reader = Identity.generate(), Identity.generate()
+    v = SwarmValidator(RUN, reader)
+    exp = get_dht_time() + 60
+    payloads = []
+    for beat in range(50):
+        record = PeerRecord.create(owner, role="sampler", version=beat)
+        payloads.append(record.encode())
+        assert v.validate(_record(SwarmValidator(RUN, owner), shard_of(owner), owner.peer_id, payloads[-1], exp))
+    assert len(v._records) == 1 and v.peer_record(payloads[-1]).version == 49
+    assert v.peer_record(payloads[0]) is None  # replaced: a reader decodes and verifies it itself
+    old = _record(SwarmValidator(RUN, owner), shard_of(owner), owner.peer_id, payloads[10], exp + 1)
+    assert v.validate(old) and v.peer_record(payloads[-1]).version == 49 and len(v._records) == 1
+
+
 def test_parse_initial_peer_errors():
     with pytest.raises(SwarmStartError, match="/p2p/"):
         parse_initial_peer("/ip4/127.0.0.1/tcp/1")

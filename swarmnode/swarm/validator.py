@@ -168,7 +168,10 @@ class SwarmValidator(RecordValidatorBase):
         self.rejected = 0  # records refused since start (for health output)
         self.foreign_keys: Counter[bytes] = Counter()  # refusals by key (hashed): other runs' records, see `runs_seen`
         self._valid: OrderedDict[bytes, None] = OrderedDict()  # see `validate`
-        self._records: OrderedDict[bytes, PeerRecord] = OrderedDict()  # payload digest -> decoded: `peer_record`
+        # payload digest -> decoded, the newest record of each peer only (`peer_record`): a heartbeat's record
+        # replaces its peer's previous one, so the cache holds one record a peer, not one a heartbeat
+        self._records: OrderedDict[bytes, PeerRecord] = OrderedDict()
+        self._newest_of: dict[str, bytes] = {}  # peer id -> the digest of its record in `_records`
 
     def runs_seen(self, candidates: list[str]) -> dict[str, int]:
         """Refused records by run id, for the candidate run ids whose keys they were under (a DHT key is a hash:
@@ -252,9 +255,23 @@ class SwarmValidator(RecordValidatorBase):
             raise InvalidRecord("value must be a binary record")
         decoded = schema(owner, label, payload)
         if isinstance(decoded, PeerRecord):
-            self._records[_digest(payload)] = decoded
-            if len(self._records) > VALID_MEMORY:
-                self._records.popitem(last=False)
+            self._keep_record(_digest(payload), decoded)
+
+    def _keep_record(self, digest: bytes, record: PeerRecord) -> None:
+        """Keep `record` for `peer_record`, in place of its peer's previous record (bounded by VALID_MEMORY peers)."""
+        previous = self._newest_of.get(record.peer_id)
+        if previous is not None and previous != digest:
+            old = self._records.pop(previous, None)
+            if old is not None and old.timestamp > record.timestamp:  # an older record read late: keep the newer
+                self._records[previous] = old
+                return
+        self._records[digest] = record
+        self._records.move_to_end(digest)
+        self._newest_of[record.peer_id] = digest
+        if len(self._records) > VALID_MEMORY:
+            _, evicted = self._records.popitem(last=False)
+            if self._newest_of.get(evicted.peer_id) not in self._records:
+                self._newest_of.pop(evicted.peer_id, None)
 
     def peer_record(self, payload: bytes) -> PeerRecord | None:
         """The PeerRecord of `payload` as this validator decoded it when it accepted it (its owner's signature
