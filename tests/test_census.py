@@ -166,3 +166,23 @@ def test_few_shards_read_widen_the_interval_by_students_t():
     assert t95(1) == 12.706 and t95(12) == 2.179 and t95(30) == 2.042 and t95(31) == Z95
     narrow, wide = estimate_total([9, 10, 8, 11] * 8, 64), estimate_total([9, 10, 8, 11], 64)
     assert wide.high - wide.low > 4 * (narrow.high - narrow.low) / 2.9  # 4 shards: t(3) = 3.18, not 1.96
+
+
+def test_sapo_nodes_generation_counts_in_the_runs_tokens_per_second():
+    """A SAPO node advertises as a learner and generates: its record's tokens/s counts in the run's (both the
+    exact read and the census), and its health record declares the field."""
+    from swarmnode.observe.health import record_health
+    from swarmnode.observe.health_record import SapoHealth
+
+    sapo = [PeerRecord(peer_id=f"12D3KooWsapo{i:06d}", role="learner", version=3, timestamp=999.0,
+                       health=record_health(SapoHealth(mode="sapo", tokens_per_s=25.0, uptime=1.0)))
+            for i in range(2)]
+    sampler = fake(9)
+    census = Census(sharded([*sapo, sampler], 4), 4)
+    fields = census_fields(census, run_learners(census.records, sapo, []))
+    assert fields["tokens_per_s"] == 60.0  # 2 x 25 + 10
+    doc = status_document(load_config(None, [f"run_id={RUN}"]), [*sapo, sampler], now=1000.0)
+    validate(doc)
+    assert doc["tokens_per_s"] == 60.0
+    assert status_document(load_config(None, [f"run_id={RUN}"]), [fake(1, role="learner")], now=1000.0)[
+        "tokens_per_s"] == 0.0  # a GEPO learner generates nothing (unless it samples its own: not counted)

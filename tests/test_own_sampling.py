@@ -64,6 +64,9 @@ def test_a_learner_alone_trains_on_its_own_batches(tmp_path):
                              extra=[*WORK, "--set", f"data_dir={learner_dir}",
                                     "--set", "learner.sample_when_idle=true"])
         assert_ready_after(learner.stdout(), "loading the model...", "learner ready: version 0")
+        output = learner.stdout() + learner.stderr()  # a quiet start: no housekeeping, no progress bars
+        for noise in ("stale p2pd sockets", "was not stored by any DHT peer", "Loading weights", "it/s]"):
+            assert noise not in output, (noise, output[-2000:])
         rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 5 and r, 180,
                         "5 learner steps with no sampler", lambda: learner.stderr()[-2000:])
     last = rows[-1]

@@ -124,6 +124,11 @@ def _num(value: Any, default: float = 0.0) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
+def generates(role: str, health: dict[str, Any]) -> bool:
+    """Whether a peer generates tokens: a sampler, or a SAPO node (it advertises as a learner)."""
+    return role == "sampler" or health.get("mode") == "sapo"
+
+
 def swarm_summary(peers: list[dict[str, Any]]) -> dict[str, Any]:
     """Newest version, swarm throughput and how many samplers hold each version, from peer summaries."""
     versions = [p["version"] for p in peers if p.get("version", -1) >= 0]
@@ -132,9 +137,10 @@ def swarm_summary(peers: list[dict[str, Any]]) -> dict[str, Any]:
         if p["role"] == "sampler" and p.get("version", -1) >= 0:
             holders[str(p["version"])] = holders.get(str(p["version"]), 0) + 1
     samplers = [p for p in peers if p["role"] == "sampler"]
+    generating = [p for p in peers if generates(p["role"], p.get("health") or {})]
     return {
         "newest_version": max(versions, default=-1),
-        "tokens_per_s": round(sum(_num(p.get("health", {}).get("tokens_per_s")) for p in samplers), 2),
+        "tokens_per_s": round(sum(_num(p.get("health", {}).get("tokens_per_s")) for p in generating), 2),
         "rollouts_per_s": round(sum(_num(p.get("health", {}).get("rollouts_per_s")) for p in samplers), 3),
         "versions": dict(sorted(holders.items(), key=lambda kv: -int(kv[0]))),
     }

@@ -34,6 +34,11 @@ def _field(help: str, *, metric: str | None = None, kind: str = "gauge", label: 
         "minimum": minimum, "maximum": maximum, "wire": wire})
 
 
+def _tokens_per_s() -> Any:
+    """The generation rate field: samplers and SAPO nodes generate."""
+    return _field("tokens generated per second", metric="swarmnode_tokens_per_second", minimum=0)
+
+
 @dataclasses.dataclass
 class NodeHealth:
     """What every node's record holds. Fields left at None are not set yet (left out of every output)."""
@@ -95,8 +100,7 @@ class SamplerHealth(HolderHealth):
                              minimum=0)
     rollouts_per_s: float | None = _field("rollout groups generated per second",
                                           metric="swarmnode_rollouts_per_second", minimum=0)
-    tokens_per_s: float | None = _field("tokens generated per second", metric="swarmnode_tokens_per_second",
-                                        minimum=0)
+    tokens_per_s: float | None = _tokens_per_s()
     groups_sent: int | None = _field("rollout groups sent", metric="swarmnode_groups_sent", kind="counter",
                                      minimum=0)
     groups_acked: int | None = _field("rollout groups acknowledged by a learner", metric="swarmnode_groups_acked",
@@ -191,6 +195,7 @@ class SapoHealth(LearnerHealth):
     ROLES: ClassVar[tuple[str, ...]] = ("sapo",)
 
     mode: str | None = _field("sapo: the node's mode")
+    tokens_per_s: float | None = _tokens_per_s()
     local_groups: int | None = _field("sapo: own groups trained on", metric="swarmnode_sapo_local_groups",
                                       kind="counter", minimum=0)
     external_groups: int | None = _field("sapo: peers' text groups trained on",

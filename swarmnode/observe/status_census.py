@@ -9,6 +9,7 @@ import random
 from typing import Any, Callable
 
 from swarmnode.observe.census import CENSUS_RECORDS, Census, estimates_doc, values_of
+from swarmnode.observe.health import generates
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import reachability_of
 from swarmnode.swarm.dht import SwarmDHT
@@ -21,6 +22,10 @@ async def read_census(dht: SwarmDHT, records: int = CENSUS_RECORDS, *, exact: bo
     """Live records of shards of the run read in random order until `records` records or every shard (`exact`:
     every shard); a `Census` of PeerRecords."""
     return Census(await dht.sample_shards(1 << 62 if exact else records, SHARDS_PER_READ, rng), dht.shards)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def census_fields(census: Census, learners: list[PeerRecord]) -> dict[str, Any]:
@@ -38,8 +43,7 @@ def census_fields(census: Census, learners: list[PeerRecord]) -> dict[str, Any]:
 
     def health(name: str) -> Callable[[PeerRecord], float]:
         def amount(r: PeerRecord) -> float:
-            value = r.health.get(name) if sampler(r) else None
-            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+            return _number(r.health.get(name) if sampler(r) else None)
         return amount
 
     count = census.count(other)
@@ -60,7 +64,8 @@ def census_fields(census: Census, learners: list[PeerRecord]) -> dict[str, Any]:
         "roles": role_counts,
         "reachability": reachability,
         "versions": dict(sorted(values_of(versions).items(), key=lambda kv: -int(kv[0]))),
-        "tokens_per_s": round(census.total(health("tokens_per_s")), 2),
+        "tokens_per_s": round(census.total(health("tokens_per_s")) + sum(  # SAPO nodes generate too
+            _number(r.health.get("tokens_per_s")) for r in learners if generates(r.role, r.health)), 2),
         "rollouts_per_s": round(census.total(health("rollouts_per_s")), 3),
         "census": {
             "exact": census.exact,

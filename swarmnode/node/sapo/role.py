@@ -239,7 +239,7 @@ class SapoRole:
             implausible_groups=sum(counts["implausible_by_peer"].values()),
             distrusted_peers=[peer[-12:] for peer in counts["distrusted"][:TOP_PEERS]],
             implausible_peers=[peer[-12:] for peer, _ in implausible], implausible_counts=[n for _, n in implausible],
-            uptime=round(time.monotonic() - self.started, 1),
+            uptime=round(time.monotonic() - self.started, 1), tokens_per_s=round(self.policy.engine.tokens_per_second, 2),
             reward_mean=self.policy.last_own_reward if self.policy.last_own_reward is not None else 0.0,
             external_peers=[peer[-12:] for peer, _ in top], external_counts=[n for _, n in top],
             local_groups=counts["local_groups_trained"], external_groups=counts["external_groups_trained"],
