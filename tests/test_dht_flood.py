@@ -3,6 +3,8 @@ swarm (real bootstrap, learner and sampler processes on 127.0.0.1, the flooder a
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import time
 from collections import Counter
@@ -119,6 +121,7 @@ def test_a_flood_of_2000_fake_learner_records_neither_pauses_a_sampler_nor_hides
     assert (before["newest_version"], after["newest_version"]) == (4, 5)
 
 
+@pytest.mark.slow  # ~20-40 s quiet: CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
 def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_path: Path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     # records live 8 s (the defaults: 15 s): a DHT read that returns a few hundred records takes ~1 s on a busy

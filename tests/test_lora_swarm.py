@@ -34,6 +34,7 @@ def _sets(*sets: str) -> list[str]:
     return [a for s in sets for a in ("--set", s)]
 
 
+@pytest.mark.slow  # ~20-40 s quiet: CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
 def test_lora_learner_publishes_adapter_versions_the_sampler_applies(tmp_path):
     run_lora_swarm(tmp_path, restart=False)
 
