@@ -111,7 +111,8 @@ def test_two_sizes_train_on_each_others_text_and_a_liar_stays_bounded(tmp_path):
             health = _health(doc, ids[name])
             assert health["mode"] == "sapo" and health["external_groups"] > 0 and health["step"] > 0
             assert health["tokens_per_s"] > 0  # it generates: status counts it (not "0 tokens/s")
-        assert doc["tokens_per_s"] >= sum(_health(doc, ids[name])["tokens_per_s"] for name in nodes) > 0
+        nodes_rate = sum(_health(doc, ids[name])["tokens_per_s"] for name in nodes)
+        assert nodes_rate > 0 and doc["tokens_per_s"] >= nodes_rate - 1e-6 * nodes_rate  # summed in another order
         assert ids["b"][-12:] in _health(doc, ids["a"])["external_peers"]
         port = nodes["a"].wait_line("metrics: ").rsplit(":", 1)[1].split("/")[0]
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
