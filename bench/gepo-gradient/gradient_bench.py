@@ -287,6 +287,7 @@ def figure(table: list[dict], path: Path) -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         print("matplotlib not installed: no figure")
         return
@@ -304,6 +305,8 @@ def figure(table: list[dict], path: Path) -> None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.axvspan(0.3, 3, color="grey", alpha=0.1)
         ax.set_xscale("log")
+        ax.set_xticks([0.2, 0.3, 0.5, 1, 2, 3, 5], ["0.2", "0.3", "0.5", "1", "2", "3", "5"])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("staleness spread / GEPO's on-policy spread (sd of log-weights)")
         ax.set_title(f"cosine({a}) − cosine({b})", fontsize=9)
         ax.grid(alpha=0.3)
@@ -320,7 +323,7 @@ def main() -> None:
     ap.add_argument("--digits", type=int, nargs="+", default=[32, 8], help="completion length - 1 (digitmap)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.6, 1.0])
     ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-4], help="in the order they run")
-    ap.add_argument("--taus", type=int, nargs="+", default=[0, 8])
+    ap.add_argument("--taus", type=int, nargs="+", default=[0, 8, 32])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--batches", type=int, default=32, help="stale batches per cell")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per stale batch and per on-policy step (x G rows)")
