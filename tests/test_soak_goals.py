@@ -56,3 +56,54 @@ def test_an_rss_slope_well_above_the_goal_fails_it():
     summary = report.goals(run(flat(rss_per_s=30 / 3600)))["summary"]  # 30 MB/h
     assert summary["worst_rss_slope_mb_h"] == 30.0 and not summary["ci_pass"]
     assert report.goals(run(flat(rss_per_s=4 / 3600)))["summary"]["rss_goal_met"]
+
+
+def sending(node: str, sent_at: list[int], *, until: int = 900) -> list[dict]:
+    """Samples of one sampler life whose `sent` counter rises at each time of `sent_at`."""
+    return [{"node": node, "life": 1, "t": float(t), "age": float(t), "rss": 400.0, "version": t // 10,
+             "sent": float(sum(1 for x in sent_at if x <= t))} for t in range(0, until + 1, 10)]
+
+
+def test_a_sampler_that_sends_late_after_a_fault_is_late():
+    doc = run([*flat("learner"), *sending("sampler1", [0, 50, 400])])
+    doc["faults"] = [{"at": 60.0, "end": 100.0, "kind": "sampler_kill", "target": "sampler2"}]
+    (row,) = report.sampler_resume(doc)
+    assert row["sampler"] == "sampler1" and row["resume_s"] == 300.0
+    assert report.goals(doc)["summary"]["late_resumes"] == 1
+
+
+def test_a_sampler_frozen_meanwhile_is_judged_from_its_own_fault():
+    doc = run([*flat("learner"), *sending("sampler1", [0, 50, 400])])
+    doc["faults"] = [{"at": 60.0, "end": 100.0, "kind": "sampler_kill", "target": "sampler2"},
+                     {"at": 150.0, "end": 390.0, "kind": "freeze", "target": "sampler1"}]
+    rows = report.sampler_resume(doc)
+    assert [(r["fault"], r["resume_s"]) for r in rows] == [("freeze", 10.0)]  # not 300 s late after the kill
+
+
+def stepping(rates: list[tuple[float, float, float]]) -> list[dict]:
+    """The learner's steps file: `rate` steps a second over each (from, to, rate) stretch."""
+    out = []
+    for begin, end, rate in rates:
+        out += [{"time": begin + i / rate} for i in range(int((end - begin) * rate))] if rate else []
+    return out
+
+
+def test_recovery_is_judged_against_the_rate_before_each_fault_not_the_runs_median():
+    """The rate halves as the task is solved: a fault in the slow half that costs nothing is recovered at once,
+    though against the run's median rate it never would be."""
+    doc = run(flat(), minutes=30)
+    doc["steps"] = stepping([(0, 1200, 2.0), (1200, 1800, 1.0)])
+    doc["faults"] = [{"at": 1500.0, "end": 1510.0, "kind": "sampler_kill", "target": "sampler3"}]
+    rec = report.recoveries(doc, report.step_rate(doc), 300)
+    (row,) = rec["faults"]
+    assert row["baseline_steps_per_s"] == 1.0 and row["recovery_s"] == 0.0 and rec["p95_s"] == 0.0
+    assert rec["steady_steps_per_s"] == 2.0 and rec["p95_run_median_s"] == float("inf")
+
+
+def test_a_learner_that_stays_slow_after_a_fault_has_not_recovered():
+    doc = run(flat(), minutes=30)
+    doc["steps"] = stepping([(0, 1200, 2.0), (1200, 1800, 1.0)])
+    doc["faults"] = [{"at": 1190.0, "end": 1200.0, "kind": "learner_kill", "target": "learner"}]
+    rec = report.recoveries(doc, report.step_rate(doc), 300)
+    assert rec["faults"][0]["baseline_steps_per_s"] == 2.0 and rec["p95_s"] == float("inf")
+    assert not report.goals(doc)["summary"]["recovery_goal_met"]
