@@ -86,7 +86,7 @@ STEPS = 150  # learner steps before the reward's trend is judged (as the demo's 
 CLIMB, TREND_T = 0.015, 2.0
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # CI's long-scenario step runs it (.ci/run)
 @pytest.mark.timeout(1800)
 def test_host_and_two_samplers_joined_by_invite_learn_and_follow_card_updates(tmp_path):
     run_id = f"inv-{secrets.token_hex(3)}"

@@ -119,7 +119,7 @@ def test_two_sizes_train_on_each_others_text_and_a_liar_stays_bounded(tmp_path):
         assert "swarmnode_sapo_external_groups_total" in metrics and "swarmnode_sapo_reward_lies_total" in metrics
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # CI's long-scenario step runs it (.ci/run)
 @pytest.mark.timeout(900)
 def test_three_nodes_of_two_sizes_each_train_on_both_others(tmp_path):
     with LocalSwarm(tmp_path, run_id="sapo-test") as swarm:
@@ -127,11 +127,16 @@ def test_three_nodes_of_two_sizes_each_train_on_both_others(tmp_path):
         nodes, ids = _start(swarm, tmp_path, {"a": SMALL, "b": [], "c": SMALL})
         _wait(lambda: _trained_on_all_others(tmp_path, nodes, ids),
               "every node trained on groups of both other nodes", nodes.values())
-        doc = swarm.status()
-        validate(doc)
-        for name in nodes:
-            peers = set(_health(doc, ids[name])["external_peers"])
-            assert peers >= {ids[o][-12:] for o in nodes if o != name}
+
+        def status_names_both_others_of_each() -> bool:  # status reads heartbeats: each node's, once it is there
+            doc = swarm.status()
+            validate(doc)
+            listed = {p["peer_id"]: p for p in doc["peers"]}
+            return all(ids[name] in listed and set((listed[ids[name]].get("health") or {}).get("external_peers", []))
+                       >= {ids[o][-12:] for o in nodes if o != name} for name in nodes)
+
+        _wait(status_names_both_others_of_each, "status naming both other nodes as each node's senders",
+              nodes.values())
 
 
 @pytest.mark.slow  # ~1-2 min quiet: CI's long-scenario step runs it (.ci/run)
