@@ -2,7 +2,8 @@
 `seconds` (or until its work is done) and returns its counts; each counts the hostile messages it sent.
 
 - `slot_flood`: throwaway keys hold the weight-server streams of the learner and the honest sampler, never idle
-  (tests/slot_flood_peer.py, its own process); `newcomer_fetch` times new samplers' first versions.
+  (tests/slot_flood_peer.py, its own process); `newcomer_fetch` times new samplers' first versions
+  (`newcomer_fetch_apart`: in a process of their own).
 - `dht_flood`: 2,000 throwaway-key learner records stored at every member (claiming version 1,000,000).
 - `stalling_holder`: a live peer advertising a sampler record with the learner's versions, answering `have` with
   every chunk and stalling on every chunk request (the honest sampler may pick it: it is alive).
@@ -93,6 +94,25 @@ async def newcomer_fetch(run_id: str, learner_id: str, holders: list[str], tmp: 
                 await newcomer.shutdown()
             shutil.rmtree(where, ignore_errors=True)
     return out
+
+
+async def newcomer_fetch_apart(run_id: str, learner_id: str, holders: list[str], tmp: Path, tries: int = 3) -> list:
+    """`newcomer_fetch` in a process of its own on every CPU (`newcomer.py`), so that the attacks running in this
+    process do not slow the newcomers' own event loop: each newcomer's seconds, None where it failed."""
+    cmd = [sys.executable, str(Path(__file__).with_name("newcomer.py")), "--run", run_id, "--learner", learner_id,
+           *[a for h in holders for a in ("--holder", h)], "--tmp", str(tmp), "--tries", str(tries)]
+    with (tmp / "newcomer.err").open("a") as err:
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE, stderr=err)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), 150 * tries + 60)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return [None] * tries
+    try:
+        return json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [None] * tries
 
 
 def wait_ready(proc: subprocess.Popen, ready: Path, timeout: float) -> None:
