@@ -5,7 +5,8 @@ Everything a node keeps is bounded by its config, not by how long it runs:
   for its checks, bounded by `trust.verify_keep_bytes`), plus the one being fetched or published;
 - one checkpoint (a learner), twice while the next one is written beside it;
 - the group journal (a learner), at most its hard limit (`learner.journal.journal_limits`) of groups;
-- the steps file (a learner), rotated at `STEPS_FILE_MAX_BYTES` (twice that at most).
+- the steps file (a learner), rotated at `STEPS_FILE_MAX_BYTES` (twice that at most);
+- the ids of the groups it accepted (a learner's exactly-once memory), compacted at twice `SEEN_CAPACITY` lines.
 Sizes are estimates (a rollout group's bytes from its token counts); deduplicated chunks make versions smaller.
 """
 
@@ -15,6 +16,8 @@ from swarmnode.config import NodeConfig
 from swarmnode.learner.journal import journal_limits
 from swarmnode.learner.steps_log import STEPS_FILE_MAX_BYTES
 from swarmnode.node.hardware import MemoryEstimate
+from swarmnode.swarm.rollout_push.receive import MAX_GROUPS_PER_READ, SEEN_CAPACITY
+from swarmnode.swarm.rollout_push.seen import journal_bytes_at_most
 
 GROUP_OVERHEAD_BYTES = 512  # ids, signature, rewards of one encoded group
 TOKEN_BYTES = 12  # a token id and its behaviour log-prob, encoded
@@ -37,11 +40,12 @@ def disk_need(cfg: NodeConfig, estimate: MemoryEstimate) -> dict[str, int]:
     checkpoint = int(estimate.training.get("weights", 0)) * (0 if lc.lora.enabled else 1) + version \
         + estimate.optimizer_bytes
     journal = journal_limits(cfg)["hard_limit"] * group_bytes(cfg)
+    seen = journal_bytes_at_most(SEEN_CAPACITY, MAX_GROUPS_PER_READ)
     sampler = (lc.keep_versions + 1) * version
-    learner = (learner_versions + 1) * version + 2 * checkpoint + journal + 2 * STEPS_FILE_MAX_BYTES
+    learner = (learner_versions + 1) * version + 2 * checkpoint + journal + 2 * STEPS_FILE_MAX_BYTES + seen
     return {"version_bytes": version, "sampler_versions": lc.keep_versions + 1, "sampler_bytes": sampler,
             "learner_versions": learner_versions + 1, "checkpoint_bytes": checkpoint, "journal_bytes": journal,
-            "steps_log_bytes": 2 * STEPS_FILE_MAX_BYTES, "learner_bytes": learner}
+            "steps_log_bytes": 2 * STEPS_FILE_MAX_BYTES, "seen_ids_bytes": seen, "learner_bytes": learner}
 
 
 def format_disk(disk: dict[str, int]) -> str:
@@ -51,5 +55,6 @@ def format_disk(disk: dict[str, int]) -> str:
     return (f"disk: sampler ~{gb(disk['sampler_bytes'])} ({disk['sampler_versions']} versions of "
             f"{gb(disk['version_bytes'])}); learner ~{gb(disk['learner_bytes'])} ({disk['learner_versions']} "
             f"versions, 2 x checkpoint {gb(disk['checkpoint_bytes'])}, group journal <= {gb(disk['journal_bytes'])}, "
-            f"steps file <= {gb(disk['steps_log_bytes'])}); bounded by learner.keep_versions and the config, not "
+            f"steps file <= {gb(disk['steps_log_bytes'])}, accepted ids <= {gb(disk['seen_ids_bytes'])}); "
+            "bounded by learner.keep_versions and the config, not "
             "by run length")

@@ -24,6 +24,7 @@ from swarmnode.swarm.rollout_push.streams import FULL, linger as _linger, pull_p
 
 logger = logging.getLogger(__name__)
 
+SEEN_CAPACITY = 200_000  # group ids remembered (and journaled) for exactly-once delivery
 MAX_GROUPS_PER_READ = 64  # groups already buffered on one stream admitted together (one journal sync, one write)
 INLINE_DECODE_BYTES = 4096  # messages up to this size are decoded on the event loop (see RolloutReceiver)
 
@@ -77,7 +78,7 @@ class RolloutReceiver:
 
     def __init__(self, run_id: str, on_group: Callable[[RolloutGroup], str], limits: RolloutLimits, *,
                  rate: float = 50.0, burst: float = 100.0, strikes_to_ban: int = 3, ban_seconds: float = 60.0,
-                 seen_capacity: int = 200_000, journal: str | Path | None = None, idle_timeout: float = 300.0,
+                 seen_capacity: int = SEEN_CAPACITY, journal: str | Path | None = None, idle_timeout: float = 300.0,
                  read_timeout: float = 30.0, version: Callable[[], int] | None = None,
                  durable: Callable[[list[tuple[Any, bytes]]], Awaitable[None]] | None = None,
                  max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",

@@ -6,6 +6,14 @@ import collections
 import os
 from pathlib import Path
 
+ID_LINE_BYTES = 65  # one journal line: a group id (64 hex digits) and its newline
+
+
+def journal_bytes_at_most(capacity: int, batch: int) -> int:
+    """The journal's largest size: it is rewritten with the `capacity` ids remembered once it holds more than twice
+    that many lines, which the last `batch` of ids written may pass."""
+    return (2 * capacity + batch) * ID_LINE_BYTES
+
 
 class SeenIds:
     """Bounded set of accepted group ids, optionally journaled to disk so a restarted receiver stays exactly-once."""
