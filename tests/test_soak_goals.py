@@ -28,7 +28,8 @@ def test_the_schedule_is_seeded_and_never_hits_a_node_twice_at_once():
 
 def run(samples, *, journal=10, offered=10, minutes=15.0):
     """A soak document of `samples` rows (node, life, t, age, rss, version) and one learner kill."""
-    return {"args": {"minutes": minutes}, "t_ready": 0.0, "t0_wall": 0.0, "samples": samples, "events": [],
+    return {"args": {"minutes": minutes, "config": "tiny-cpu", "sets": []}, "t_ready": 0.0, "t0_wall": 0.0,
+            "samples": samples, "events": [],
             "faults": [], "heldout": [], "steps": [], "replays": [{"life": 1}, {"life": 2, "offered": {"ok": offered}}],
             "journal_at_kill": [{"t": 100.0, "life": 1, "journal": journal}], "p2pds_left": []}
 
@@ -107,3 +108,30 @@ def test_a_learner_that_stays_slow_after_a_fault_has_not_recovered():
     rec = report.recoveries(doc, report.step_rate(doc), 300)
     assert rec["faults"][0]["baseline_steps_per_s"] == 2.0 and rec["p95_s"] == float("inf")
     assert not report.goals(doc)["summary"]["recovery_goal_met"]
+
+
+def test_a_restarted_learners_settling_memory_is_not_the_goals_slope():
+    """The learner is SIGKILLed every 30 minutes: its lives' RSS settles for their whole span, and the goal is for
+    processes never restarted."""
+    learner = [{**r, "node": "learner", "life": 2, "rss": 400 + 75 / 3600 * r["t"]} for r in flat()]
+    summary = report.goals(run([*flat(), *learner]))["summary"]
+    assert summary["worst_rss_slope_mb_h"] == 0.0 and summary["ci_pass"]
+
+
+def test_a_directory_is_judged_against_its_configured_bound():
+    """A learner's steps file and accepted-ids journal grow toward their caps for hours: within the bound the
+    config sets, that is flat; a sampler's directory past its bound is not."""
+    rows = [{"node": node, "life": 1, "t": float(t), "age": float(t), "rss": 400.0, "version": t // 10,
+             "dir_bytes": int(mb(t))} for t in range(0, 7201, 30)
+            for node, mb in (("learner", lambda t: 40e6 + 10e6 * t / 3600),
+                             ("sampler1", lambda t: 5e6 + 5e9 * t / 3600))]
+    dirs = {d["node"]: d for d in report.dir_growth(run(rows, minutes=120), 900)}
+    assert dirs["learner"]["flat"] and dirs["learner"]["second_half_max_mb"] < dirs["learner"]["bound_mb"]
+    assert not dirs["sampler1"]["flat"] and dirs["sampler1"]["second_half_max_mb"] > dirs["sampler1"]["bound_mb"]
+
+
+def test_the_intake_is_the_groups_received_a_second_across_learner_lives():
+    doc = run(flat(), minutes=30)
+    doc["steps"] = [{"time": float(t), "groups_received": (t % 600) * 4} for t in range(0, 1800)]  # restarts
+    rates = dict(report.intake_rate(doc))
+    assert rates[300.0] == 4.0 and rates[630.0] > 3.8  # the counter's restart at 600 s is not a drop
