@@ -103,3 +103,27 @@ def test_the_model_predicts_a_later_run_it_was_not_fitted_to() -> None:
         (n, calls, real), = later[key]
         guess = calls * model.predict(doc["coefficients"][key][1], "bucket", n)
         assert n == 34 and abs(guess - real) <= 0.25 * real, (key, guess, real)
+
+
+def test_bytes_a_call_stop_growing_at_the_results_bucket_size() -> None:
+    def results(k: int) -> list[dict]:
+        return [{"samplers": n - 2, "dht_bucket_size": k,
+                 "control_calls_per_min": {"median_sampler": 1000.0},
+                 "control_bytes_per_min": {"median_sampler": 1000.0 * (500 + 60 * min(n - 1, k))}}
+                for n in (6, 10, 18, 34)]
+    for k in (8, 20):
+        doc = model.build(results(k), model.SHARDED)
+        assert doc["bucket"] == k and doc["check"]["median"]["error"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(SystemExit, match="bucket sizes"):
+        model.build(results(8) + results(20), model.SHARDED)
+
+
+def test_calls_grow_past_the_measured_sizes_as_the_lookup_bench_counts_them() -> None:
+    rows = [{"nodes": n, "bucket": 8, "store": {"calls": 10.0}, "read_key": {"calls": 8.0},
+             "read_8_shards": {"calls": 20.0 + 10 * math.log2(n)}} for n in (10, 20, 40, 80)]
+    growth = model.lookup_growth(rows, 8)
+    assert growth(80) / growth(20) == pytest.approx((38 + 10 * math.log2(80)) / (38 + 10 * math.log2(20)))
+    calls = [(18, 1000.0), (34, 1000.0)]
+    assert model.calls_at(20, calls, 8, growth) == 1000.0  # within the sizes measured: the measurement
+    assert model.calls_at(10_000, calls, 8, growth) == pytest.approx(1000.0 * growth(10_000) / growth(26))
+    assert model.lookup_growth(rows, 20) is None  # no rows of that k

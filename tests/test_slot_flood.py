@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Coroutine
 
+import pytest
 import torch
 
 from swarmnode.identity import Identity
@@ -89,6 +90,7 @@ def stop_flood(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
+@pytest.mark.slow  # ~25 s: runs in CI's long-scenario step
 def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
     learner = Identity.generate()
     flood: dict = {}

@@ -323,11 +323,13 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
             served_by_samplers = sum(s.served_chunks for s in servers)
             print(f"served by samplers {served_by_samplers}, by the learner {learner_server.served_chunks}")
             assert served_by_samplers >= 1, "no sampler served another sampler"
-            # and peers carry a real share: the learner uploaded well under three copies (measured 1.5-1.7)
+            # and peers carry most of it: a chunk just sent to one fetcher is "not yet" to the others for a moment
+            # (first serves), so the learner uploads about one copy (1.5-1.7 before first serves)
             learner_served = learner_server.served_chunks
-            assert learner_served < 2.5 * len(m.chunks), (learner_served, served_by_samplers)
-            # holders are asked only for chunks their have-maps show, so no request meets a "not yet"
-            assert sum(f.last_stats.missing_chunks for f in fetchers) == 0
+            assert learner_served < 1.3 * len(m.chunks), (learner_served, served_by_samplers)
+            # holders are asked only for chunks their have-maps show: every "not yet" was a first serve's hold
+            deferred = learner_server.first_serves.deferred + sum(s.first_serves.deferred for s in servers)
+            assert sum(f.last_stats.missing_chunks for f in fetchers) == deferred
             # counters agree between both sides
             from_samplers = sum(f.last_stats.chunks_by_holder[str(q.peer_id)] for f in fetchers for q in samplers)
             assert from_samplers == served_by_samplers

@@ -193,6 +193,13 @@ class ScaleLab:
                      "ready_after_import_s_max": max(after_import, default=None)}
         return self.wave
 
+    @property
+    def dht_bucket_size(self) -> int:
+        """The run's `network.dht_bucket_size` (Kademlia's k), as its nodes load it."""
+        from swarmnode.config import load_config
+
+        return load_config(self.config, self.run_sets).network.dht_bucket_size
+
     def _learner_rate(self, since: float, until: float) -> float | None:
         """The learner's steps per second between two times (from its host's lines)."""
         rows = [ln for ln in read_lines([self.workdir / "learner.jsonl"])
@@ -287,7 +294,7 @@ def main() -> None:
             lab.run_for(args.seconds)
             until = time.time()
             doc = {"since": since, "until": until, "load_start": load0, "load_end": os.getloadavg()[0],
-                   **lab.summary(since, until),
+                   "dht_bucket_size": lab.dht_bucket_size, **lab.summary(since, until),
                    "join_wave": wave}
             results.append(doc)
             if args.json:  # saved before the status probe, which may be slow

@@ -16,17 +16,19 @@ the goal is within 25 %). The forms, with the peer records in one DHT key (`<run
 | bootstrap connections | a + b N, at most 512 | every node keeps one, until p2pd's connection manager trims |
 
 With the records sharded over keys and each node reading a bounded part (`--design sharded`) status becomes a
-bounded census, and the control bytes of the median node, the busiest node and the bootstrap are modelled as
-what the lab counts them to be, DHT calls a minute x bytes a call (`per_call`):
+bounded census (measured over 10,000 records in bench/status-scale, not fitted), and the control bytes of the
+median node, the busiest node and the bootstrap are modelled as what the lab counts them to be, DHT calls a minute
+x bytes a call (`per_call`), with k the results' `network.dht_bucket_size` (20 where a result does not say):
 
 | factor | form | why |
 |---|---|---|
-| bytes a call | h + p min(N - 1, K) | a find reply lists, for each key asked, the nearest peers the answerer knows: every other node while the run is smaller than hivemind's bucket (K = 20), then K. p is one listed peer (node id + peer id, ~62 B) times the keys a call asks (1-2) |
-| calls a minute | c, x log2 N / log2(K + 1) past K + 1 nodes | set by the node's timers (heartbeat stores, refresh reads) and the machine's load, not by N: 739-1,459 over 6-26 nodes in no order of N; a lookup asks ~log N nodes once the run outgrows a bucket |
+| bytes a call | h + p min(N - 1, k) | a find reply lists, for each key asked, the nearest peers the answerer knows: every other node while the run is smaller than k, then k. p is one listed peer (node id + peer id, ~62 B) times the keys a call asks |
+| calls a minute | the lab's median, grown past the sizes measured as `dht_lookup.py` counts a lookup's calls grow (`--lookup`: a + b log2 N past k); without it x log2 N / log2(k + 1) | set by the node's timers (heartbeat stores, refresh reads) and the machine's load, not by N; a lookup asks about k nodes and a hop more as the run doubles |
 
-The held-out check fits h and p without the largest N and predicts its bytes from its measured calls: the bytes'
-growth with N is the model's, the load's calls are the measurement's. (Forms of the total bytes in N alone,
-a + b log2 N, missed the largest point by 46-62 %: below 20 nodes a reply grows with every node that joins.)
+The held-out check fits h and p without the largest N (the two largest, given four sizes or more) and predicts
+their bytes from their measured calls: the bytes' growth with N is the model's, the load's calls are the
+measurement's. (Forms of the total bytes in N alone, a + b log2 N, missed the largest point by 46-62 %: below k
+nodes a reply grows with every node that joins.)
 `limits()` names, at each N, the first resource to run out and the setting that moves it.
 """
 
@@ -49,7 +51,8 @@ CONTROL_SHARE = 0.10  # control traffic may take at most this share of an uplink
 FD_LIMIT = 1024  # a default `ulimit -n`: one process's open connections before raising it
 CONN_HIGH_WATER = 512  # p2pd's connection manager (hivemind starts it with connManager on) trims above this
 SCALES = (8, 16, 32, 64, 128, 1000, 10_000)
-BUCKET = 20  # hivemind's bucket_size: a find reply lists at most this many nearest peers a key
+BUCKET = 20  # hivemind's bucket_size, the k of results that do not say theirs (network.dht_bucket_size since)
+LOOKUP_OPS = ("store", "read_key", "read_8_shards")  # dht_lookup.py's operations: one of each is the growth's unit
 PER_CALL = {"median": "median_sampler", "busiest": "busiest_node", "bootstrap": "bootstrap"}  # figure -> results key
 
 Basis = Callable[[np.ndarray], list[np.ndarray]]
@@ -57,12 +60,24 @@ FORMS: dict[str, Basis] = {
     "linear": lambda n: [np.ones_like(n), n],
     "quadratic": lambda n: [np.ones_like(n), n, n ** 2],
     "log": lambda n: [np.ones_like(n), np.log2(n)],
-    "bucket": lambda n: [np.ones_like(n), np.minimum(n - 1, BUCKET)],  # bytes a call: the reply's neighbour list
 }
+
+
+def bucket_basis(k: int) -> Basis:
+    """Bytes a call: a constant and the find reply's neighbour list, min(N - 1, k) peers."""
+    return lambda n: [np.ones_like(n), np.minimum(n - 1, k)]
+
+
+def basis(form: str) -> Basis:
+    """The basis functions of `form` ("bucket" or "bucket:K" for a k of K)."""
+    if form.startswith("bucket"):
+        return bucket_basis(int(form.split(":")[1]) if ":" in form else BUCKET)
+    return FORMS[form]
 ONE_KEY = {"median": "linear", "busiest": "quadratic", "bootstrap": "quadratic", "spread_p95": "log",
            "status_s": "linear", "status_bytes": "linear", "connections": "linear"}
-SHARDED = {**ONE_KEY, "median": "per_call", "busiest": "per_call", "bootstrap": "per_call", "status_bytes": "log",
-           "status_s": "log"}
+SHARDED = {**ONE_KEY, "median": "per_call", "busiest": "per_call", "bootstrap": "per_call", "status_bytes": None,
+           "status_s": None,  # sharded status reads a bounded census: measured over 10,000 records, not fitted
+           "spread_p95": None}  # the lab's spreads are its CPU's (load 24-150 past 16 samplers): not fitted
 
 
 def fit(ns: list[float], ys: list[float], form: str) -> np.ndarray:
@@ -70,18 +85,18 @@ def fit(ns: list[float], ys: list[float], form: str) -> np.ndarray:
     that would bend down (no cause for a fall at large N), is fitted as a line (its N^2 coefficient 0)."""
     n, y = np.asarray(ns, float), np.asarray(ys, float)
     if form == "quadratic" and len(ns) >= 3:
-        coef, *_ = np.linalg.lstsq(np.stack(FORMS[form](n), axis=1), y, rcond=None)
+        coef, *_ = np.linalg.lstsq(np.stack(basis(form)(n), axis=1), y, rcond=None)
         if coef[2] >= 0:
             return coef
     if form == "quadratic":
         return np.append(fit(ns, ys, "linear"), 0.0)
-    coef, *_ = np.linalg.lstsq(np.stack(FORMS[form](n), axis=1), y, rcond=None)
+    coef, *_ = np.linalg.lstsq(np.stack(basis(form)(n), axis=1), y, rcond=None)
     return coef
 
 
 def predict(coef: np.ndarray, form: str, n: float) -> float:
     """The fitted value at `n` nodes."""
-    return float(sum(c * b for c, b in zip(coef, FORMS[form](np.array(float(n))))))
+    return float(sum(c * b for c, b in zip(coef, basis(form)(np.array(float(n))))))
 
 
 def measured_points(results: list[dict]) -> dict[str, list[tuple[int, float]]]:
@@ -122,40 +137,71 @@ def listed_peer_bytes() -> int:
     return one.ByteSize() - dht_pb2.FindResult().ByteSize()
 
 
-def calls_at(n: float, calls: list[float]) -> float:
-    """DHT calls a minute at `n` nodes: the measured median, x log2 N / log2(K + 1) past one bucket."""
-    return float(np.median(calls)) * max(1.0, math.log2(n) / math.log2(BUCKET + 1))
+def lookup_growth(rows: list[dict], k: int) -> Callable[[float], float] | None:
+    """Calls per operation at N nodes, fitted as a + b log2 N through `dht_lookup.py`'s rows of bucket `k` past
+    one bucket (one store, one key read and one 8-shard read together); None without two such rows."""
+    pts = [(r["nodes"], sum(r[op]["calls"] for op in LOOKUP_OPS)) for r in rows if r["bucket"] == k and r["nodes"] > k]
+    if len(pts) < 2:
+        return None
+    coef = fit([p[0] for p in pts], [p[1] for p in pts], "log")
+    return lambda n: predict(coef, "log", max(n, k + 1))
 
 
-def _per_call(key: str, pts: list[tuple[int, float, float]], model: dict, checks: dict) -> None:
+def calls_at(n: float, calls: list[tuple[int, float]], k: int = BUCKET,
+             growth: Callable[[float], float] | None = None) -> float:
+    """DHT calls a minute at `n` nodes: the median measured (at sizes `calls`: (N, calls a minute)), grown with a
+    lookup's calls from the median size measured to `n` (`growth`, measured in a DHT of up to 80 nodes; without
+    it, log2 N / log2(k + 1) past one bucket)."""
+    base = float(np.median([c for _, c in calls]))
+    if growth is None:
+        return base * max(1.0, math.log2(n) / math.log2(k + 1))
+    at = float(np.median([m for m, _ in calls]))
+    return base * max(1.0, growth(n) / growth(at)) if n > at else base
+
+
+def _per_call(key: str, pts: list[tuple[int, float, float]], model: dict, checks: dict, k: int) -> None:
     """Fit bytes a call (the `bucket` form) and its held-out check (the largest N's bytes from its own calls)."""
-    ns, per = [p[0] for p in pts], [p[2] / p[1] for p in pts]
-    model[key] = ("per_call", fit(ns, per, "bucket"), [p[1] for p in pts])
+    ns, per, form = [p[0] for p in pts], [p[2] / p[1] for p in pts], f"bucket:{k}"
+    model[key] = ("per_call", fit(ns, per, form), [(p[0], p[1]) for p in pts], k)
+    held_out = 2 if len({p[0] for p in pts}) >= 4 else 1  # the two largest sizes where the fit has 2 left
     if len({p[0] for p in pts}) >= 3:
-        held = fit(ns[:-1], per[:-1], "bucket")
-        n, calls, real = pts[-1]
-        guess = calls * predict(held, "bucket", n)
-        checks[key] = {"n": n, "measured": real, "predicted": guess, "error": (guess - real) / real}
+        held = fit(ns[:-held_out], per[:-held_out], form)
+        for i, (n, calls, real) in enumerate(pts[-held_out:]):
+            guess = calls * predict(held, form, n)
+            name = key if i == held_out - 1 else f"{key} (N = {n})"
+            checks[name] = {"n": n, "measured": real, "predicted": guess, "error": (guess - real) / real}
 
 
-def _value(entry: tuple, n: float) -> float:
+def _value(entry: tuple, n: float, growth: Callable[[float], float] | None) -> float:
     form, coef = entry[0], entry[1]
     if form == "per_call":
-        return calls_at(n, entry[2]) * predict(coef, "bucket", n)
+        k = entry[3]
+        return calls_at(n, entry[2], k, growth) * predict(coef, f"bucket:{k}", n)
     return predict(coef, form, n)
 
 
-def build(results: list[dict], design: dict[str, str] = ONE_KEY) -> dict:
-    """Fitted coefficients, the held-out check at the largest N, and the table to 10,000."""
+def bucket_of(results: list[dict]) -> int:
+    """The k the results were measured with (one for all of them)."""
+    ks = {doc.get("dht_bucket_size", BUCKET) for doc in results}
+    if len(ks) != 1:
+        raise SystemExit(f"results of different DHT bucket sizes {sorted(ks)}: model one at a time")
+    return ks.pop()
+
+
+def build(results: list[dict], design: dict[str, str] = ONE_KEY, lookup: list[dict] | None = None) -> dict:
+    """Fitted coefficients, the held-out check at the largest N, and the table to 10,000 (`lookup`: the rows of
+    `dht_lookup.py`, for the calls' growth past the sizes measured)."""
+    k = bucket_of(results)
+    growth = lookup_growth(lookup or [], k)
     points = measured_points(results)
     model, checks = {}, {}
     per_call = per_call_points(results)
     for key, pts in points.items():
         if design[key] == "per_call":
             if len(per_call[key]) >= 2:
-                _per_call(key, per_call[key], model, checks)
+                _per_call(key, per_call[key], model, checks, k)
             continue
-        if len(pts) < 2:
+        if len(pts) < 2 or design[key] is None:
             continue
         pts = sorted(pts)
         form = design[key]
@@ -166,11 +212,12 @@ def build(results: list[dict], design: dict[str, str] = ONE_KEY) -> dict:
             guess = predict(held, form, n)
             checks[key] = {"n": n, "measured": real, "predicted": guess,
                            "error": (guess - real) / real if real else None}
-    table = [{"n": n, **{k: max(0.0, _value(entry, n)) for k, entry in model.items()}} for n in SCALES]
+    table = [{"n": n, **{key: max(0.0, _value(entry, n, growth)) for key, entry in model.items()}} for n in SCALES]
     for row in table:  # the connection manager trims a node's connections to its low water above the high
         if "connections" in row:
             row["connections"] = min(row["connections"], CONN_HIGH_WATER)
-    return {"design": design, "points": points, "per_call_points": per_call,
+    return {"design": design, "bucket": k, "calls_growth": "measured" if growth else "log2 N / log2(k + 1)",
+            "points": points, "per_call_points": per_call,
             "coefficients": {k: [e[0], list(map(float, e[1]))] for k, e in model.items()},
             "check": checks, "table": table}
 
@@ -215,7 +262,7 @@ def markdown(doc: dict, record_bytes: float, shards: int = 1) -> str:
     lines += ["", "| figure | form | N checked | measured | predicted | error |", "|---|---|---|---|---|---|"]
     for key, c in doc["check"].items():
         err = f"{100 * c['error']:+.0f} %" if c["error"] is not None else "-"
-        lines.append(f"| {key} | {doc['design'][key]} | {c['n']} | {c['measured']:,.2f} | {c['predicted']:,.2f} | "
+        lines.append(f"| {key.split(' ')[0]} | {doc['design'][key.split(' ')[0]]} | {c['n']} | {c['measured']:,.2f} | {c['predicted']:,.2f} | "
                      f"{err} |")
     return "\n".join(lines)
 
@@ -237,10 +284,12 @@ def main() -> None:
     ap.add_argument("--record-bytes", type=float, default=800.0,
                     help="one heartbeat store's bytes (curves' bootstrap rpc_store mean; measured 0.74-0.81 KB)")
     ap.add_argument("--shards", type=int, default=64, help="network.peer_shards of the sharded design")
+    ap.add_argument("--lookup", type=Path, help="dht_lookup.py --json output: the calls' growth past the lab's sizes")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = [d for p in args.results for d in json.loads(p.read_text())]
-    doc = build(results, ONE_KEY if args.design == "one-key" else SHARDED)
+    lookup = json.loads(args.lookup.read_text())["rows"] if args.lookup else None
+    doc = build(results, ONE_KEY if args.design == "one-key" else SHARDED, lookup)
     rb = args.record_bytes
     doc["record_bytes"] = rb
     shards = 1 if args.design == "one-key" else args.shards

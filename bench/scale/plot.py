@@ -12,11 +12,13 @@ from pathlib import Path
 
 PANELS = [
     ("control bytes/min, median sampler", lambda d: d["control_bytes_per_min"]["median_sampler"]),
-    ("control bytes/min, busiest node", lambda d: d["control_bytes_per_min"]["busiest_node"]),
+    ("control bytes per DHT call, median sampler (not load-bound)",
+     lambda d: d["control_bytes_per_min"]["median_sampler"] / d["control_calls_per_min"]["median_sampler"]
+     if d.get("control_calls_per_min") else None),
     ("control bytes/min, bootstrap", lambda d: d["control_bytes_per_min"]["bootstrap"]),
     ("version spread p95, s", lambda d: d["spread"].get("p95_s")),
     ("learner upload, copies/version", lambda d: (d.get("learner") or {}).get("upload_copies_per_version")),
-    ("status snapshot, bytes in", lambda d: (d.get("status") or {}).get("bytes_in")),
+    ("status snapshot, s", lambda d: (d.get("status") or {}).get("read_s")),
 ]
 
 

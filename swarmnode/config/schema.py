@@ -47,6 +47,9 @@ class NetworkConfig(_Section):
     heartbeat_interval: float = Field(5.0, gt=0, le=600, description="seconds between peer-record refreshes")
     missed_beats_to_expire: int = Field(3, ge=1, le=100,
         description="heartbeats a peer record outlives its last refresh by")
+    dht_bucket_size: int = Field(8, ge=5, le=64, description="Kademlia's k: peers a DHT node keeps per routing "
+        "bucket, lists in each lookup reply and keeps in a lookup's beam (hivemind's default is 20, BitTorrent's DHT "
+        "uses 8): a lookup's calls and reply bytes stop growing with the run past about this many nodes")
     peer_shards: int = Field(64, ge=1, le=4096, description="DHT keys the run's peer records are sharded over "
                              "(by a prefix of the peer id's hash); every node of a run must use the same count")
     peer_sample: int = Field(64, ge=1, le=100_000, description="peer records a sampler reads per look for weight "

@@ -48,6 +48,7 @@ from swarmnode.swarm.validator import (
 logger = logging.getLogger(__name__)
 
 CARD_TTL_S = 120.0  # a stored run card lives this long unless stored again
+STORE_REPLICAS = 5  # DHT nodes nearest a key that each store asks to keep it (hivemind's default)
 VERSION_TTL_MIN_S = 10.0  # announcements live max(this, heartbeat x missed beats) unless re-announced
 
 
@@ -103,6 +104,8 @@ class SwarmDHT:
                 client_mode=client_mode,
                 record_validator=validator,
                 ensure_bootstrap_success=False,
+                bucket_size=cfg.network.dht_bucket_size,  # also a lookup's beam and a reply's list of nearest peers
+                num_replicas=STORE_REPLICAS,
                 cache_locally=False,  # a cached copy would outlive withdrawn ("leaving") records
                 cache_nearest=0,
             )

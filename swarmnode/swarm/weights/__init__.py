@@ -6,6 +6,7 @@ Modules, one concept each:
 - `store`    `WeightStore`: versions on disk (publish, GC, partial fetches), buffers and state dicts
 - `server`   `WeightServer`: the store's wire protocol (manifests, have-maps, chunks) on a P2P host
 - `slots`    `SlotTable`: the server's streams, capped per peer and shared fairly among strangers
+- `first_serve` `FirstServes`: a chunk just sent to one fetcher is "not yet" to the others for a moment
 - `havemap`  have-maps: which chunks of a version a holder has, as bitmaps
 - `schedule` `ChunkSchedule`: which chunk to ask which holder for next (rarest first)
 - `fetch`    `WeightFetcher`: pull a version from many holders in parallel, verifying every chunk

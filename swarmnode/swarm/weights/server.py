@@ -10,6 +10,8 @@ streams).
 Every stream holds a file descriptor here (hivemind hands each one over a unix socket) for as long as it is
 open, so streams are slots, capped per peer and in total and shared fairly among strangers (`slots`). A stream
 that moved no chunks for `idle_timeout` is closed: a manifest or a have-map every few seconds keeps no slot.
+A chunk just sent to one fetcher is "not yet" to the others for a moment (`first_serve`), so concurrent fetchers
+of a new version take it from each other rather than each from the publisher.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from hivemind.p2p import P2P
 
 from swarmnode.protocol.codec import InvalidRecord, unpack
 from swarmnode.swarm.frames import read_frame, write_frame
+from swarmnode.swarm.weights.first_serve import FirstServes
 from swarmnode.swarm.weights.slots import Slot, SlotTable, address_group
 from swarmnode.swarm.weights.store import WeightStore
 
@@ -43,8 +46,10 @@ class WeightServer:
 
     def __init__(self, store: WeightStore, *, idle_timeout: float = 20.0, max_streams_per_peer: int = 8,
                  max_streams: int = 256, stranger_streams_per_peer: int = 4, stranger_share: float = 0.5,
-                 evict_after: float = 5.0, trusted: Callable[[str], bool] | None = None):
+                 evict_after: float = 5.0, trusted: Callable[[str], bool] | None = None,
+                 first_serves: FirstServes | None = None):
         self.store = store
+        self.first_serves = first_serves or FirstServes()  # a chunk just sent to one fetcher: "not yet" to others
         self.idle_timeout, self.evict_after = idle_timeout, evict_after
         self.max_streams_per_peer, self.max_streams = max_streams_per_peer, max_streams
         self.stranger_streams_per_peer = min(stranger_streams_per_peer, max_streams_per_peer)
@@ -90,6 +95,7 @@ class WeightServer:
                                self.max_streams, self.stranger_streams_per_peer, self.max_stranger_streams, peer[-8:])
             writer.close()
             return
+        self.first_serves.opened(peer)
         try:
             while not slot.evicted:
                 left = self.idle_timeout - (time.monotonic() - slot.useful_at)
@@ -104,6 +110,7 @@ class WeightServer:
         finally:
             writer.close()
             self.slots.release(slot)
+            self.first_serves.closed(peer)
 
     async def _answer(self, req: dict, writer: asyncio.StreamWriter, slot: Slot) -> bool:
         """Answer one request; False ends the stream."""
@@ -129,9 +136,13 @@ class WeightServer:
             for h in hashes:
                 if not isinstance(h, bytes) or len(h) != 32:
                     raise InvalidRecord("chunk hash must be 32 bytes")
+                if self.first_serves.defer(h.hex(), peer, slot.trusted):  # another fetcher just got it: "not yet"
+                    await write_frame(writer, b"")
+                    continue
                 data = self.store.read_chunk(h.hex())
                 await write_frame(writer, data if data is not None else b"")
                 if data is not None:
+                    self.first_serves.served(h.hex(), peer, slot.trusted)
                     slot.useful_at = time.monotonic()  # only chunks make a slot useful
                     self.served_chunks += 1
                     self.served_bytes += len(data)
