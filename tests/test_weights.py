@@ -131,6 +131,35 @@ def test_work_queue_rarest_first_requeues_and_exclusions():
     asyncio.run(scenario())
 
 
+def test_a_publisher_is_asked_only_for_chunks_no_other_live_holder_shows():
+    async def scenario():
+        n = 4
+        work = ChunkSchedule(range(n), ["L", "P", "Q"], max_failures=5, n_chunks=n, seeds=["L"])
+        work.set_have("L", have(n, set(range(n))))
+        work.set_have("P", have(n, {0, 1}))
+        assert work.take("L", 4) == []  # Q has not said what it has: the publisher waits for it (a second at most)
+        work.set_have("Q", have(n, set()))
+        assert work.take("L", 4) == [2, 3]  # 0 and 1 are with P: the publisher is asked for the rest only
+        work.give_back([2, 3], "L", missing=True)  # "not yet" (a first serve's hold): 2 and 3 wait
+        assert work.take("P", 4) == [0, 1]
+        work.give_back([0], "P", missing=True)  # P says "not yet" for 0: while P may not be asked, L may
+        assert work.take("L", 4) == [0]
+        work.give_back([0], "L")  # L failed it: back to P once P's "not yet" is over
+        work.set_have("Q", have(n, {1}))
+        work.lose("P")  # P failed as a whole: what only P and Q had goes to Q, then to the publisher
+        work.give_back([1], "P")
+        assert work.take("L", 4) == []  # 1 is with Q; 0 failed from L this round; 2, 3 still "not yet" from L
+        assert work.take("Q", 4) == [1]
+
+        work = ChunkSchedule(range(n), ["L", "P"], max_failures=5, n_chunks=n, seeds=["L"])
+        work.set_have("L", have(n, set(range(n))))
+        assert work.take("L", 4) == []  # P may hold some: wait for its have-map ...
+        work.started -= ChunkSchedule.SEED_WAIT_S  # ... a second at most
+        assert sorted(work.take("L", 4)) == [0, 1, 2, 3]
+
+    asyncio.run(scenario())
+
+
 def test_fetch_progress_lines_for_slow_fetches_and_nothing_for_quick_ones():
     lines: list[str] = []
     with fetch_progress("weights v3", emit=lines.append, interactive=False, after_s=0, every_s=0) as update:
@@ -300,18 +329,25 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
     assert f"holder {bad_name[-8:]} failed" in text  # the truncated stream dropped its holder (logged)
 
 
+async def _learner_and_samplers(tmp_path, peers, learner, chunks: int):
+    """peers[0] serves version 1 (`chunks` chunks, signed by `learner`); the others serve empty stores:
+    (learner server, state, manifest, sampler stores, sampler servers)."""
+    ls = store(tmp_path, "l")
+    learner_server = await WeightServer(ls).start(peers[0])
+    state = {f"t{i}": torch.full((CHUNK // 4,), float(i)) for i in range(chunks)}  # one chunk a tensor
+    m = ls.publish(1, state, learner)
+    stores = [store(tmp_path, f"s{i}") for i in range(len(peers) - 1)]
+    servers = [await WeightServer(s).start(p) for s, p in zip(stores, peers[1:])]
+    return learner_server, state, m, stores, servers
+
+
 def test_three_fetchers_concurrently_serve_each_other(tmp_path):
     learner = Identity.generate()
 
     async def scenario():
         async with daemons(4) as peers:
             lp, samplers = peers[0], peers[1:]
-            ls = store(tmp_path, "l")
-            learner_server = await WeightServer(ls).start(lp)
-            state = {f"t{i}": torch.full((CHUNK // 4,), float(i)) for i in range(160)}  # 160 chunks, 10 MiB
-            m = ls.publish(1, state, learner)
-            stores = [store(tmp_path, f"s{i}") for i in range(3)]
-            servers = [await WeightServer(s).start(p) for s, p in zip(stores, samplers)]
+            learner_server, state, m, stores, servers = await _learner_and_samplers(tmp_path, peers, learner, 160)
             fetchers = [WeightFetcher(p, s, [learner.peer_id], layout=None, chunks_per_request=1)
                         for p, s in zip(samplers, stores)]
             await asyncio.gather(*[
@@ -336,6 +372,31 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
             assert learner_server.served_chunks + served_by_samplers == 3 * len(m.chunks)
 
     asyncio.run(scenario())
+
+
+FIRST_SERVE_HOLD_S = 1.2  # > first_serve.HOLD_S
+
+
+def test_fetchers_one_after_another_take_the_version_from_the_earlier_ones(tmp_path):
+    """A publisher is asked only for chunks no other live holder shows: the first fetcher takes the version from
+    the learner, the next ones from the samplers that hold it (before: each took a share from the learner too)."""
+    learner = Identity.generate()
+
+    async def scenario():
+        async with daemons(4) as peers:
+            lp, samplers = peers[0], peers[1:]
+            learner_server, state, m, stores, servers = await _learner_and_samplers(tmp_path, peers, learner, 64)
+            for k, (p, s) in enumerate(zip(samplers, stores)):  # one after another, each told of the earlier ones
+                await asyncio.sleep(FIRST_SERVE_HOLD_S)  # past the first serves' holds: not what is tested here
+                # the learner's daemon is not its signing key here: both are its identity in a real node
+                fetcher = WeightFetcher(p, s, [learner.peer_id, str(lp.peer_id)], layout=None, chunks_per_request=1)
+                await fetcher.fetch([lp.peer_id] + [q.peer_id for q in samplers[:k]], 1)
+                assert_same(s.state_dict(1), state)
+            return learner_server.served_chunks, [x.served_chunks for x in servers], len(m.chunks)
+
+    learner_served, sampler_served, chunks = asyncio.run(scenario())
+    assert learner_served == chunks, (learner_served, sampler_served)  # one copy: the first fetcher's
+    assert sum(sampler_served) == 2 * chunks
 
 
 def test_pull_mode_asks_learners_for_their_newest_version_directly(tmp_path, caplog):

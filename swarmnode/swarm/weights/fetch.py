@@ -221,7 +221,8 @@ class WeightFetcher:
         if progress:
             progress(done_bytes, manifest.total_bytes)
         work = ChunkSchedule(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)),
-                     n_chunks=len(manifest.chunks), incoming=self.store.incoming(manifest.version))
+                     n_chunks=len(manifest.chunks), incoming=self.store.incoming(manifest.version),
+                     seeds=self.allowed_publishers)
         writes: list[asyncio.Future] = []
 
         def on_chunk(i: int, holder: str) -> None:

@@ -1,16 +1,15 @@
 """First serves: a weight server sends a chunk to one fetcher, then lets that fetcher spread it for a moment.
 
 When a version appears, its publisher is every chunk's only holder, and every fetcher that arrives within the same
-second asks it first: rarest-first cannot help while no peer holds anything, so the publisher uploaded a copy per
-few fetchers (2.4-4.1 copies for 8-32 samplers in bench/scale). As BitTorrent's super-seeding does, a server that
-has just sent chunk c to one peer answers another peer's request for c "not yet" (an empty answer) while that
-peer is still fetching from it (its stream open), for at least `hold_s` and at most `max_hold_s`: the asker tries
-again later and meanwhile finds c in the first receiver's have-map, so the publisher's upload goes to chunks
-nobody has yet. (A fixed 1-s hold was shorter than a version's spread among 24 samplers on a loaded machine, 3-6
-s, and the publisher still uploaded 2.4-3.4 copies.) A lone fetcher is never held (each chunk's first serve is its
-own), and a receiver that does not pass the chunk on delays the others by `max_hold_s` at most. A stranger's
-first serve holds strangers only: a flood of strangers racing for every chunk's first serve cannot keep the
-publisher's chunks from its trusted peers (see `slots` for who is trusted).
+second asks it first: rarest-first cannot help while no peer holds anything. As BitTorrent's super-seeding does, a
+server that has just sent chunk c to one peer answers another peer's request for c "not yet" (an empty answer)
+while that peer is still fetching from it (its stream open), for at least `hold_s` and at most `max_hold_s`: the
+asker tries again later and meanwhile finds c in the first receiver's have-map, so the publisher's upload goes to
+chunks nobody has yet. A lone fetcher is never held (each chunk's first serve is its own), and a receiver that does
+not pass the chunk on delays the others by `max_hold_s` at most. A stranger's first serve holds strangers only: a
+flood of strangers racing for every chunk's first serve cannot keep the publisher's chunks from its trusted peers
+(see `slots` for who is trusted). Fetches that do not overlap are the fetcher's side (`schedule`: a publisher is
+asked only for chunks no other live holder shows).
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ class ChunkSchedule:
     """The chunks still wanted, who holds which (holders' have-maps), and which holder not to ask for what.
 
     A holder is asked only for chunks its latest have-map shows, rarest first (fewest known holders, then this
-    fetcher's random order), so the publisher's upload goes to chunks no peer has yet and peers serve the rest.
+    fetcher's random order), and a publisher (`seeds`) only for chunks no other live holder shows, so the
+    publisher's upload goes to chunks no peer has yet and peers serve the rest (a fetch that starts after others
+    finished takes the version from them, not a share from the publisher).
     A holder that failed a chunk (bad hash, broken stream) is not asked for it again this round; one that
     answered "not yet" is asked again after `MISS_RETRY_S`.
 
@@ -30,10 +32,11 @@ class ChunkSchedule:
     """
 
     MISS_RETRY_S = 0.3
+    SEED_WAIT_S = 1.0  # a publisher waits this long at most for the other holders' have-maps
     HAVE_REFRESH_S = 0.05
 
     def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int, n_chunks: int,
-                 incoming: set[int] | None = None):
+                 incoming: set[int] | None = None, seeds: Iterable[str] = ()):
         self.pending: dict[int, int] = {i: rank for rank, i in enumerate(indices)}  # chunk -> random rank
         self.rank = dict(self.pending)
         self.in_flight = 0
@@ -42,6 +45,7 @@ class ChunkSchedule:
         self.misses: collections.Counter[int] = collections.Counter()
         self.excluded: dict[int, dict[str, float]] = collections.defaultdict(dict)  # chunk -> holder -> until
         self.holders = set(holders)
+        self.seeds = set(seeds) & self.holders  # publishers: asked only for chunks no other live holder shows
         self.lost: set[str] = set()  # holders that failed (stalled, broke the stream): not asked again
         self.max_failures = max_failures
         self.max_misses = 100 * max(1, len(holders))
@@ -53,7 +57,7 @@ class ChunkSchedule:
         self.heaps: dict[str, list[tuple[int, int, int]]] = {}  # holder -> (count, rank, chunk) it holds
         self.incoming = incoming if incoming is not None else set()  # ours, in flight (advertised to others)
         self.have_asked: dict[str, float] = {}  # holder -> when its have-map was last requested
-        self.last_progress = time.monotonic()  # a chunk arrived or a holder gained one
+        self.last_progress = self.started = time.monotonic()  # a chunk arrived or a holder gained one
         self.changed = asyncio.Event()
 
     def finished(self) -> bool:
@@ -131,8 +135,8 @@ class ChunkSchedule:
             until = self.excluded[i].get(holder, 0.0) if i in self.excluded else 0.0
             if until == math.inf:
                 continue  # failed from this holder this round (new_round queues it again)
-            if until > now:
-                later.append((count, rank, i))  # "not yet" from this holder: ask again after a while
+            if until > now or (holder in self.seeds and self._elsewhere(i, holder, now)):
+                later.append((count, rank, i))  # "not yet" from this holder, or a peer has it: look again later
                 continue
             got.append(i)
             del self.pending[i]
@@ -141,6 +145,16 @@ class ChunkSchedule:
         self.incoming.update(got)
         self.in_flight += len(got)
         return got
+
+    def _elsewhere(self, i: int, holder: str, now: float) -> bool:
+        """Whether a live holder other than `holder` and the publishers shows chunk `i` and may be asked now, or
+        (for the first `SEED_WAIT_S`) has not yet said what it has."""
+        if now - self.started < self.SEED_WAIT_S and any(
+                h not in self.have and h not in self.seeds and h not in self.lost for h in self.holders):
+            return True
+        excluded = self.excluded.get(i, {})
+        return any(h != holder and h not in self.seeds and h not in self.lost and excluded.get(h, 0.0) <= now
+                   and bit(bits, i) for h, bits in self.have.items())
 
     def give_back(self, indices: Iterable[int], holder: str | None = None, *, missing: bool = False) -> None:
         """Return chunks not delivered: `holder` failed them (or, with `missing`, did not have them yet)."""
