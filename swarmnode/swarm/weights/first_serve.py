@@ -34,8 +34,8 @@ class FirstServes:
         self.deferred = 0
 
     def defer(self, chunk: str, peer: str, trusted: bool = True) -> bool:
-        """True: answer `peer` "not yet" for `chunk` (another peer got it less than `hold_s` ago; for a `trusted`
-        peer, another trusted one)."""
+        """True: answer `peer` "not yet" for `chunk` (another peer got it first and its hold lasts: `hold_s`, or
+        while that peer still fetches, `max_hold_s` at most; for a `trusted` peer, another trusted one)."""
         entry = self._first.get(chunk)
         if entry is None or entry[1] == peer or not self._holding(entry) or (trusted and not entry[2]):
             return False

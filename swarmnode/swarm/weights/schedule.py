@@ -125,6 +125,9 @@ class ChunkSchedule:
     def take(self, holder: str, n: int) -> list[int]:
         """Up to `n` pending chunks `holder` has, rarest first."""
         heap, now, got, later = self.heaps.get(holder, []), time.monotonic(), [], []
+        seed = holder in self.seeds
+        if seed and self._unheard(now):
+            return []  # a publisher waits (a second at most) until the other holders said what they have
         while heap and len(got) < n:
             count, rank, i = heapq.heappop(heap)
             if i not in self.pending or not bit(self.have[holder], i):
@@ -135,7 +138,7 @@ class ChunkSchedule:
             until = self.excluded[i].get(holder, 0.0) if i in self.excluded else 0.0
             if until == math.inf:
                 continue  # failed from this holder this round (new_round queues it again)
-            if until > now or (holder in self.seeds and self._elsewhere(i, holder, now)):
+            if until > now or (seed and self._elsewhere(i, holder, now)):
                 later.append((count, rank, i))  # "not yet" from this holder, or a peer has it: look again later
                 continue
             got.append(i)
@@ -146,12 +149,14 @@ class ChunkSchedule:
         self.in_flight += len(got)
         return got
 
+    def _unheard(self, now: float) -> bool:
+        """Within the first `SEED_WAIT_S`: whether a live holder other than the publishers has not yet said what
+        it has."""
+        return now - self.started < self.SEED_WAIT_S and any(
+            h not in self.have and h not in self.seeds and h not in self.lost for h in self.holders)
+
     def _elsewhere(self, i: int, holder: str, now: float) -> bool:
-        """Whether a live holder other than `holder` and the publishers shows chunk `i` and may be asked now, or
-        (for the first `SEED_WAIT_S`) has not yet said what it has."""
-        if now - self.started < self.SEED_WAIT_S and any(
-                h not in self.have and h not in self.seeds and h not in self.lost for h in self.holders):
-            return True
+        """Whether a live holder other than `holder` and the publishers shows chunk `i` and may be asked now."""
         excluded = self.excluded.get(i, {})
         return any(h != holder and h not in self.seeds and h not in self.lost and excluded.get(h, 0.0) <= now
                    and bit(bits, i) for h, bits in self.have.items())
