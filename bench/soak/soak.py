@@ -410,6 +410,9 @@ def main() -> int:
     args = ap.parse_args()
     args.plan = fault_plan.scaled_plan(args.minutes * 60)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="soak-"))
+    if workdir.is_dir() and any(workdir.iterdir()):  # its learner would resume the old run's checkpoint
+        ap.error(f"--workdir {workdir} is not empty: a soak there would resume the nodes of the run before it; "
+                 "give a new directory or remove that one")
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.minutes:g} min, seed {args.seed}, work dir {workdir}", flush=True)
     root = os.geteuid() == 0 and not args.no_root_faults
