@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from scale import model  # noqa: E402
-from scale.curves import spread, summarise  # noqa: E402
+from scale.curves import sampler_states, spread, summarise, version_lag  # noqa: E402
 
 
 def _have(name: str, role: str, v: int, t: float) -> dict:
@@ -127,3 +127,25 @@ def test_calls_grow_past_the_measured_sizes_as_the_lookup_bench_counts_them() ->
     assert model.calls_at(20, calls, 8, growth) == 1000.0  # within the sizes measured: the measurement
     assert model.calls_at(10_000, calls, 8, growth) == pytest.approx(1000.0 * growth(10_000) / growth(26))
     assert model.lookup_growth(rows, 20) is None  # no rows of that k
+
+
+def test_version_lag_compares_the_samplers_that_sent_nothing_with_those_that_sent() -> None:
+    haves = [{"role": "learner", "name": "learner", "t": t, "v": int(t)} for t in range(0, 101, 10)]
+    haves += [{"role": "sampler", "name": "near", "t": t, "v": int(t) - 2} for t in range(0, 101, 10)]
+    haves += [{"role": "sampler", "name": "far", "t": 0.0, "v": 0}]
+    nodes = {"near": [{"t": 0.0, "sent": 0}, {"t": 100.0, "sent": 40}],
+             "far": [{"t": 0.0, "sent": 5}, {"t": 100.0, "sent": 5}]}
+    got = version_lag(haves, nodes, ["near", "far"], since=0.0, until=100.0, behind=8, step=10.0)
+    assert got["sending"]["samplers"] == 1 and got["sending"]["lag_mean"] == pytest.approx(2.0)
+    assert got["sending"]["share_far_behind"] == 0.0
+    assert got["silent"]["samplers"] == 1 and got["silent"]["lag_mean"] == pytest.approx(50.0)
+    assert got["silent"]["share_far_behind"] == pytest.approx(10 / 11)  # behind more than 8 from t = 10 on
+
+
+def test_sampler_states_are_shares_of_the_window_per_kind_of_sampler() -> None:
+    nodes = {"a": [{"t": t, "sent": t, "state": "generating" if t < 30 else "credit"} for t in (0, 10, 20, 30)],
+             "b": [{"t": t, "sent": 0, "state": "too stale"} for t in (0, 10, 20, 30)]}
+    got = sampler_states(nodes, ["a", "b"], since=0.0, until=30.0)
+    assert got["sending"] == {"samplers": 1, "credit": 0.25, "generating": 0.75}
+    assert got["silent"] == {"samplers": 1, "too stale": 1.0}
+    assert sampler_states({"a": [{"t": 0, "sent": 0}, {"t": 9, "sent": 1}]}, ["a"], 0.0, 10.0) == {}  # older rows

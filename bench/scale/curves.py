@@ -3,7 +3,9 @@
 `summarise(lines, since)` measures over the window from `since` (every sampler ready) to the last line:
 control-plane bytes per node per minute (median sampler, busiest node, learner, bootstrap), a version's spread
 (seconds from the learner holding it until 50 / 95 / 100 % of samplers hold it or a newer one), the learner's
-upload in copies per version, its ingress (steps/s, groups/s, busy fraction, waste, ack p99, per-sampler spread),
+upload in copies per version, its ingress (steps/s, groups/s, busy fraction, waste, ack p99, per-sampler spread;
+for the samplers that sent nothing against those that did, how far behind the learner's version they were and
+what their rows say they were doing),
 the join (seconds to `ready`), the bootstrap's CPU, memory and connections, and the lab's own footprint.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -73,6 +75,56 @@ def spread(haves: list[dict], samplers: list[str], since: float, end: float) -> 
         out[f"{label}_s"] = statistics.median(values)
         out[f"{label}_worst_s"] = max(values)
     return out
+
+
+def version_lag(haves: list[dict], nodes: dict[str, list[dict]], samplers: list[str], since: float, until: float,
+                behind: int = 8, step: float = 2.0) -> dict[str, Any]:
+    """How far behind the learner's newest version the samplers that sent nothing in [since, until] were, against
+    those that sent: the mean lag in versions, and the mean share of the window spent more than `behind`
+    versions behind (a sampler that far behind fetches before it generates: half the lab's `sync.max_staleness`
+    of 16), sampled every `step` seconds."""
+    learner = sorted((h["t"], h["v"]) for h in haves if h["role"] == "learner")
+    held = defaultdict(list)
+    for h in haves:
+        if h["role"] == "sampler":
+            held[h["name"]].append((h["t"], h["v"]))
+
+    def newest(points: list[tuple[float, int]], t: float) -> int:
+        return max((v for when, v in points if when <= t), default=0)
+
+    ticks = [since + i * step for i in range(int((until - since) / step) + 1)]
+    groups: dict[str, list[tuple[float, float]]] = {"silent": [], "sending": []}
+    for name in samplers:
+        rows = [r for r in nodes.get(name, []) if since <= r["t"] <= until]
+        if len(rows) < 2:
+            continue
+        lags = [newest(learner, t) - newest(held[name], t) for t in ticks]
+        sent = rows[-1].get("sent", 0) - rows[0].get("sent", 0)
+        groups["sending" if sent else "silent"].append(
+            (statistics.fmean(lags), sum(lag > behind for lag in lags) / len(lags)))
+    return {key: {"samplers": len(vals), "lag_mean": statistics.fmean(v[0] for v in vals) if vals else None,
+                  "share_far_behind": statistics.fmean(v[1] for v in vals) if vals else None}
+            for key, vals in groups.items()}
+
+
+def sampler_states(nodes: dict[str, list[dict]], samplers: list[str], since: float, until: float) -> dict[str, Any]:
+    """The share of the window [since, until] the samplers that sent nothing in it, and those that sent, spent in
+    each state their rows tell (`host.sampler_state`: "too stale", "undelivered", "credit", "generating", ...),
+    averaged over the samplers of each kind; {} for a run whose rows carry no state."""
+    shares: dict[str, list[Counter]] = {"silent": [], "sending": []}
+    for name in samplers:
+        rows = [r for r in nodes.get(name, []) if since <= r["t"] <= until]
+        states = Counter(r["state"] for r in rows if "state" in r)
+        if len(rows) < 2 or not states:
+            continue
+        sent = rows[-1].get("sent", 0) - rows[0].get("sent", 0)
+        total = sum(states.values())
+        shares["sending" if sent else "silent"].append(Counter({k: v / total for k, v in states.items()}))
+    if not any(shares.values()):
+        return {}
+    return {kind: {"samplers": len(rows), **{state: round(sum(c[state] for c in rows) / len(rows), 3)
+                                             for state in sorted(set().union(*rows))}} if rows else {"samplers": 0}
+            for kind, rows in shares.items()}
 
 
 def control_calls(row: dict) -> int:
@@ -168,6 +220,8 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
                                           "max": max(acked, default=None),
                                           "none": sum(1 for a in acked if a == 0)}
     doc["ack_p99_s"] = max(ack_p99, default=None)
+    doc["version_lag"] = version_lag(haves_all, nodes, sampler_names, since, end)
+    doc["sampler_states"] = sampler_states(nodes, sampler_names, since, end)
     joins = [rows[-1].get("join_s") for n, rows in nodes.items() if roles[n] == "sampler" and rows[-1].get("join_s")]
     first_have = {}
     for h in haves:

@@ -111,6 +111,17 @@ def use_pacing(spec: dict) -> None:
         PACING["pace"] = SharedPace(float(spec["groups_per_s"]))
 
 
+def sampler_state(node: SamplerRole) -> str:
+    """What a sampler is doing now, as its role knows it: its health's pause reason ("too stale": fetching a
+    newer version before it generates; "no learner"), "undelivered" (its delivery guard stopped it: nobody took
+    its last groups), "credit" (waiting for a learner's invitation) or "generating"."""
+    if node.health.paused:
+        return str(node.health.paused).split(":")[0]  # "undelivered: <why>" -> "undelivered"
+    if node.guard.stopped:
+        return "undelivered"
+    return "credit" if node.self_record.extra.get("waiting_for") == "credit" else "generating"
+
+
 def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
     """One node's counters now."""
     by_handle = counters.snapshot(peer)
@@ -135,7 +146,8 @@ def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
         row.update(sent=node.loop.groups_sent, acked=node.sender.delivered,
                    dropped=node.sender.dropped + node.sender.unrouted,
                    ack_p50=lat[len(lat) // 2] if lat else None,
-                   ack_p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None)
+                   ack_p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
+                   state=sampler_state(node))
     else:
         stats = node.learner.buffer.stats()["counters"]
         row.update(steps=node.learner.step_count, version=node.learner.version,
