@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -166,6 +167,34 @@ def test_acks_tell_the_credit_and_the_sender_knows_what_the_learner_invites(tmp_
 
     sender, plain = asyncio.run(scenario())
     assert sender.delivered == 8 and plain.credit is None
+
+
+def test_a_sender_answered_full_waits_what_the_ack_tells_before_it_pushes_again(tmp_path):
+    """A learner whose door is shut tells a wait of 1 s in each "full" ack (`turn_wait`): the sender's pushes come
+    at least that far apart (its own flat wait is 10 ms), and once the door opens the group goes in."""
+    sid = Identity.generate()
+    buffer = Buffer()
+    door = {"shut": True}
+    told_at: list[float] = []
+
+    def turn_wait(peer: str) -> float:
+        told_at.append(time.monotonic())
+        return 1.0
+
+    async def scenario():
+        async with daemons(2, [sid, Identity.generate()], tmp_path) as (sp, lp):
+            receiver = RolloutReceiver(RUN, buffer, LIMITS, full=lambda: door["shut"], turn_wait=turn_wait)
+            await receiver.start(lp)
+            sender = await pushing(sp, lp, [make_group(sid, random.Random(4), "told", 0)], window=1, full_wait=0.01)
+            await wait_for(lambda: len(told_at) >= 3)
+            door["shut"] = False
+            await wait_for(lambda: sender.delivered == 1)
+            await sender.close()
+            receiver.close()
+
+    asyncio.run(scenario())
+    gaps = [b - a for a, b in zip(told_at, told_at[1:])]
+    assert len(buffer.held) == 1 and gaps and min(gaps) >= 0.95, gaps  # flat, they would be ~10 ms apart
 
 
 def test_a_sender_with_no_credit_told_invites_none():

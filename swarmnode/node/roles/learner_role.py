@@ -107,6 +107,7 @@ class LearnerRole(NodeRole):
                                         rate=rate, burst=2 * rate, full=full,
                                         credit=credits.grant if credits is not None else None,
                                         turn=credits.in_turn if credits is not None else None,  # fair turns
+                                        turn_wait=credits.turn_wait if credits is not None else None,
                                         # acks tell the newest version published (training may be ahead)
                                         version=lambda: self.publisher.newest, durable=self.inbox.durable)
         await self.receiver.start(self.p2p)

@@ -22,7 +22,10 @@ is room: whoever's resend lands first after a step would win, and a slow or far 
 So then the room goes by turns: the senders whose last admitted group is the oldest (or who never had one) are
 `in_turn`, as many as there are groups of room; only they are invited (credit 1) and let through the door, the
 others are held "full" until their turn comes. With S senders and a step of P groups, a sender waits about S / P
-steps at most.
+steps at most. A sender held "full" is told how long to wait before it pushes again (`turn_wait`, the ack's
+`"w"`): about half the steps until its turn, from its place in the queue and the learner's step interval, so a
+learner with S senders waiting is asked again a few times per turn each, not S times every 50 ms (each push
+carries its whole group); the head of the queue is told nothing and comes back after its own short wait.
 
 Sender side (`RolloutSender`): each destination's last told credit minus the groups still waiting for its ack
 is what it invites now. A sampler generates what is invited, up to a batch (`sampler.pacing.Pacer`), and with
@@ -37,6 +40,8 @@ import time
 from typing import Callable
 
 MAX_CREDIT = 1 << 20  # a told credit above this is a malformed ack's, ignored
+MAX_TURN_WAIT_S = 30.0  # the longest wait a "full" ack tells (and a sender obeys)
+TURN_WAIT_SHARE = 0.5  # a sender is told half its expected wait: early is one refused push, late an idle slot
 
 
 def credit_target(prompts_per_step: int, publish_every: int, max_staleness: int, high_water: int = 0) -> int:
@@ -67,9 +72,16 @@ class CreditPolicy:
         self._serial = 0
         self._swept = -float("inf")  # when `senders` last forgot the quiet ones
         self._turn: tuple[int, frozenset[str]] | None = None  # (room, senders in turn), until something changes
+        self._last_ready: float | None = None
+        self.step_s: float | None = None  # seconds a step takes, moving average (`turn_wait`; waits for data not in)
 
     def ready(self) -> None:
         """The learner is about to draw a step (`floor` groups): adapt the target to what it holds now."""
+        now = self.clock()
+        if self._last_ready is not None and not self._starving:  # the last call found a step's draw: a step's time
+            took = now - self._last_ready
+            self.step_s = took if self.step_s is None else 0.8 * self.step_s + 0.2 * took
+        self._last_ready = now
         starving, aging = self.held() < self.floor, self.oldest_behind() > self.aging
         if starving and not self._starving:
             self.target = min(self.cap, self.target + self.floor)
@@ -99,7 +111,7 @@ class CreditPolicy:
     def _hear(self, peer: str) -> None:
         if peer not in self._heard:
             self._turn = None
-        self._heard[peer] = self.clock()
+        self._heard[peer] = max(self.clock(), self._heard.get(peer, 0.0))  # (a told wait keeps it heard)
 
     def _in_turn(self, peer: str, room: int) -> bool:
         """Whether `peer` is among the `room` heard senders served longest ago (see the module docstring)."""
@@ -121,6 +133,27 @@ class CreditPolicy:
         self._served[peer] = self._serial
         self._turn = None
         return True
+
+    def turn_wait(self, peer: str) -> float:
+        """Seconds `peer`, just answered "full", should wait before it pushes again: 0 (at once, as before) near
+        the head of the queue or before two steps have been timed; else `TURN_WAIT_SHARE` of the steps until its
+        turn (the groups of senders ahead of it beyond the room now, a step's draw a step) times the step
+        interval, at most `MAX_TURN_WAIT_S`. It stays heard meanwhile (its turn is kept)."""
+        if self.step_s is None or peer not in self._heard:
+            return 0.0
+        mine, ahead, before = self._served.get(peer, -1), 0, True
+        for other in self._heard:  # the queue's order (`_in_turn`): served longest ago first, then heard first
+            if other == peer:
+                before = False
+                continue
+            served = self._served.get(other, -1)
+            ahead += served < mine or (before and served == mine)
+        steps = (ahead - max(0, self.target - self.held())) // self.floor
+        if steps <= 0:
+            return 0.0
+        wait = min(MAX_TURN_WAIT_S, TURN_WAIT_SHARE * steps * self.step_s)
+        self._heard[peer] = max(self._heard[peer], self.clock() + wait)
+        return wait
 
     def grant(self, peer: str) -> int:
         """The credit told to `peer` (who just pushed): its share of the room below the target, rounded up; with
@@ -151,3 +184,12 @@ def told_credit(ack: dict) -> int | None:
     if isinstance(credit, int) and not isinstance(credit, bool) and 0 <= credit <= MAX_CREDIT:
         return credit
     return None
+
+
+def told_wait(ack: dict) -> float:
+    """The seconds a "full" ack tells its sender to wait before pushing again (its `"w"`), 0.0 when it tells none
+    or a malformed one; at most `MAX_TURN_WAIT_S`."""
+    wait = ack.get("w")
+    if isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 <= wait <= MAX_TURN_WAIT_S:
+        return float(wait)
+    return 0.0

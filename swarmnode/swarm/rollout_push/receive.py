@@ -70,7 +70,8 @@ class RolloutReceiver:
     it (`credit.CreditPolicy`), and its sampler generates no more than that (instead of making groups nobody
     takes in time: without credits, a fast sampler's surplus aged past the staleness bound and was dropped).
     With `turn`, a push whose sender's turn it is not (more senders than room: `CreditPolicy.in_turn`) is
-    answered "full" too, so the room goes round the senders instead of to whoever resends first.
+    answered "full" too, so the room goes round the senders instead of to whoever resends first; with
+    `turn_wait`, a "full" ack also tells the sender how long to wait before it pushes again (`"w"`, seconds).
 
     `stream` and `decode` carry another record over the same machinery (SAPO's text groups: stream
     "text-rollouts"); a decoded record has `group_id`, `run_id` and its signer `sampler_id`.
@@ -84,7 +85,8 @@ class RolloutReceiver:
                  max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
                  decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES,
                  full: Callable[[], bool] | None = None, credit: Callable[[str], int] | None = None,
-                 settings: dict[str, Any] | None = None, turn: Callable[[str], bool] | None = None):
+                 settings: dict[str, Any] | None = None, turn: Callable[[str], bool] | None = None,
+                 turn_wait: Callable[[str], float] | None = None):
         self.run_id = run_id
         self.stream = stream
         self.decode = decode or (lambda body: RolloutGroup.decode(body, limits))
@@ -94,6 +96,7 @@ class RolloutReceiver:
         self.full = full  # True while the consumer wants no more groups for now (see the class docstring)
         self.credit = credit  # (sender) -> groups the consumer invites from it now, told in its acks
         self.turn = turn  # (sender) -> whether its push may pass now (False: "full"; `credit.CreditPolicy.in_turn`)
+        self.turn_wait = turn_wait  # (sender) -> seconds a "full" ack tells it to wait (`CreditPolicy.turn_wait`)
         self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
@@ -334,11 +337,15 @@ class RolloutReceiver:
         """One ack frame per (group id, status), in order, in one write; each tells the learner's version and
         (to a `peer` that pushed, with `credit`) the groups it invites from that peer after these."""
         told: dict[str, int] = {}
+        told_full: dict[str, float] = {}
         if self.version is not None:
             told["v"] = int(self.version())
         if self.credit is not None and peer is not None:
             told["c"] = int(self.credit(peer))
-        acks = [{"id": group_id, "status": status, **told,
+        if self.turn_wait is not None and peer is not None and any(status == FULL for _, status in results):
+            if wait := self.turn_wait(peer):
+                told_full = {"w": round(wait, 2)}
+        acks = [{"id": group_id, "status": status, **told, **(told_full if status == FULL else {}),
                  **({"run": self.settings} if status == SETTINGS_STATUS and self.settings else {})}
                 for group_id, status in results]
         await write_frames(writer, [pack(ack) for ack in acks])

@@ -16,7 +16,7 @@ from hivemind.p2p import P2P, PeerID
 from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame, write_frames
-from swarmnode.swarm.rollout_push.credit import told_credit
+from swarmnode.swarm.rollout_push.credit import told_credit, told_wait
 from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.swarm.rollout_push.streams import CLOSING_STATUSES, FULL, RETRY_STATUSES, pull_protocol, push_protocol
 
@@ -39,6 +39,7 @@ class _Link:
         self.writer: asyncio.StreamWriter | None = None
         self.queued = 0  # groups queued to this destination so far (spread mode balances on it)
         self.credit: int | None = None  # groups its last ack invited beyond those acked (None: it told none)
+        self.full_wait = 0.0  # seconds its last "full" ack told us to wait before pushing again (0: it told none)
 
     def invites(self) -> int:
         """Groups this destination invites now: its last credit less the groups still waiting for its ack."""
@@ -57,7 +58,8 @@ class RolloutSender:
     persistent stream: up to `window` groups written back to back, then their acks read in order (one group in
     flight per round trip when `window` is 1); an ack per group, exponential backoff with jitter on failures
     and on "rate_limited"/"busy"; "full" (the learner holds enough for now) is resent after `full_wait` seconds,
-    flat: the learner is healthy and will want groups again within a step or two. A group leaves the outbox only when its own ack says "ok" or "duplicate", so
+    flat: the learner is healthy and will want groups again within a step or two; or after the wait the "full"
+    ack told (`"w"`: with more senders than a step takes, about half the time until this sender's turn). A group leaves the outbox only when its own ack says "ok" or "duplicate", so
     a failure part-way through a window resends the rest (the receiver's dedup keeps it exactly-once). A
     bounded ring of recent groups is served to learners that pull.
 
@@ -269,8 +271,8 @@ class RolloutSender:
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 continue
             failures = 0
-            if full:
-                await asyncio.sleep(self.full_wait)
+            if full:  # the learner's told wait (our turn is further off), else a short flat one
+                await asyncio.sleep(max(self.full_wait, link.full_wait))
         link.close_stream()
         if self._links.get(str(link.peer)) is link:
             del self._links[str(link.peer)]
@@ -311,6 +313,8 @@ class RolloutSender:
             if (credit := told_credit(ack)) is not None:
                 link.credit = credit
                 self._answered.set()
+            if status == FULL:
+                link.full_wait = told_wait(ack)
             if status == SETTINGS_STATUS and self.on_settings is not None:
                 self.on_settings(str(link.peer), ack.get("run"))
             statuses.append(status)
