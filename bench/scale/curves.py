@@ -16,7 +16,7 @@ import math
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 SPREAD_TAIL_S = 30.0  # versions published in the window's last seconds are not counted (not yet spread)
 
@@ -77,6 +77,16 @@ def spread(haves: list[dict], samplers: list[str], since: float, end: float) -> 
     return out
 
 
+def _silent_or_sending(nodes: dict[str, list[dict]], samplers: list[str], since: float,
+                       until: float) -> Iterator[tuple[str, str, list[dict]]]:
+    """(name, "silent" or "sending", its rows in [since, until]) for each sampler with two rows or more there:
+    silent when it sent no group in the window."""
+    for name in samplers:
+        rows = [r for r in nodes.get(name, []) if since <= r["t"] <= until]
+        if len(rows) >= 2:
+            yield name, "sending" if rows[-1].get("sent", 0) - rows[0].get("sent", 0) else "silent", rows
+
+
 def version_lag(haves: list[dict], nodes: dict[str, list[dict]], samplers: list[str], since: float, until: float,
                 behind: int = 8, step: float = 2.0) -> dict[str, Any]:
     """How far behind the learner's newest version the samplers that sent nothing in [since, until] were, against
@@ -94,14 +104,9 @@ def version_lag(haves: list[dict], nodes: dict[str, list[dict]], samplers: list[
 
     ticks = [since + i * step for i in range(int((until - since) / step) + 1)]
     groups: dict[str, list[tuple[float, float]]] = {"silent": [], "sending": []}
-    for name in samplers:
-        rows = [r for r in nodes.get(name, []) if since <= r["t"] <= until]
-        if len(rows) < 2:
-            continue
+    for name, kind, _ in _silent_or_sending(nodes, samplers, since, until):
         lags = [newest(learner, t) - newest(held[name], t) for t in ticks]
-        sent = rows[-1].get("sent", 0) - rows[0].get("sent", 0)
-        groups["sending" if sent else "silent"].append(
-            (statistics.fmean(lags), sum(lag > behind for lag in lags) / len(lags)))
+        groups[kind].append((statistics.fmean(lags), sum(lag > behind for lag in lags) / len(lags)))
     return {key: {"samplers": len(vals), "lag_mean": statistics.fmean(v[0] for v in vals) if vals else None,
                   "share_far_behind": statistics.fmean(v[1] for v in vals) if vals else None}
             for key, vals in groups.items()}
@@ -112,14 +117,11 @@ def sampler_states(nodes: dict[str, list[dict]], samplers: list[str], since: flo
     each state their rows tell (`host.sampler_state`: "too stale", "undelivered", "credit", "generating", ...),
     averaged over the samplers of each kind; {} for a run whose rows carry no state."""
     shares: dict[str, list[Counter]] = {"silent": [], "sending": []}
-    for name in samplers:
-        rows = [r for r in nodes.get(name, []) if since <= r["t"] <= until]
+    for _, kind, rows in _silent_or_sending(nodes, samplers, since, until):
         states = Counter(r["state"] for r in rows if "state" in r)
-        if len(rows) < 2 or not states:
-            continue
-        sent = rows[-1].get("sent", 0) - rows[0].get("sent", 0)
-        total = sum(states.values())
-        shares["sending" if sent else "silent"].append(Counter({k: v / total for k, v in states.items()}))
+        if states:
+            total = sum(states.values())
+            shares[kind].append(Counter({k: v / total for k, v in states.items()}))
     if not any(shares.values()):
         return {}
     return {kind: {"samplers": len(rows), **{state: round(sum(c[state] for c in rows) / len(rows), 3)

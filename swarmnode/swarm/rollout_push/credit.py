@@ -135,7 +135,7 @@ class CreditPolicy:
         return True
 
     def turn_wait(self, peer: str) -> float:
-        """Seconds `peer`, just answered "full", should wait before it pushes again: 0 (at once, as before) near
+        """Seconds `peer`, just answered "full", should wait before it pushes again: 0 (its own short wait) near
         the head of the queue or before two steps have been timed; else `TURN_WAIT_SHARE` of the steps until its
         turn (the groups of senders ahead of it beyond the room now, a step's draw a step) times the step
         interval, at most `MAX_TURN_WAIT_S`. It stays heard meanwhile (its turn is kept)."""

@@ -59,9 +59,10 @@ class RolloutSender:
     flight per round trip when `window` is 1); an ack per group, exponential backoff with jitter on failures
     and on "rate_limited"/"busy"; "full" (the learner holds enough for now) is resent after `full_wait` seconds,
     flat: the learner is healthy and will want groups again within a step or two; or after the wait the "full"
-    ack told (`"w"`: with more senders than a step takes, about half the time until this sender's turn). A group leaves the outbox only when its own ack says "ok" or "duplicate", so
-    a failure part-way through a window resends the rest (the receiver's dedup keeps it exactly-once). A
-    bounded ring of recent groups is served to learners that pull.
+    ack told (`"w"`: with more senders than a step takes, about half the time until this sender's turn). A group
+    leaves the outbox only when its own ack says "ok" or "duplicate", so a failure part-way through a window
+    resends the rest (the receiver's dedup keeps it exactly-once). A bounded ring of recent groups is served to
+    learners that pull.
 
     Self-declared membership is not trusted: a destination counts as alive only while it answers (an ack within
     `alive_window` seconds, or a new link still within its first window). `pending`, the sampler's
