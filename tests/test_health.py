@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import random
+import re
 import sys
 
 import pytest
@@ -304,3 +305,13 @@ def test_a_flood_of_self_declared_learners_makes_one_alert_that_counts_them():
     flagged = [a for a in doc["alerts"] if a["kind"] == "self_declared_learner"]
     assert len(flagged) == 1 and flagged[0]["peer_id"] is None and "50 peers" in flagged[0]["message"]
     assert doc["newest_version"] == 12 and doc["peers"][0]["peer_id"] == records[1].peer_id
+
+
+def test_the_staleness_histogram_shows_a_block_for_every_bucket_that_has_groups():
+    """A bucket with a few groups beside one with thousands still shows: a lone block, not an empty bar."""
+    doc = simulated_status(4, learners=1)
+    learner = next(p for p in doc["peers"] if p["role"] == "learner")
+    learner["health"]["staleness_hist"] = [3, 5000, 0]
+    text = render(doc)
+    assert re.search(r"τ 0 +█ +3\b", text) and re.search(r"τ 1 +█{24} +5000", text), text
+    assert re.search(r"τ 2-3 +0\b", text), text

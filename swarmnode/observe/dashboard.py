@@ -165,7 +165,7 @@ def _histogram(counts: list[int], width: int = 24) -> Table:
     grid = Table.grid(padding=(0, 1))
     top = max(counts, default=0) or 1
     for i, n in enumerate(counts):
-        grid.add_row(Text(f"τ {bucket_label(i)}", style="dim"), Text("█" * max(0, round(n / top * width)),
+        grid.add_row(Text(f"τ {bucket_label(i)}", style="dim"), Text("█" * max(int(n > 0), round(n / top * width)),
                                                                          style="cyan"), str(n))
     return grid
 
