@@ -281,6 +281,51 @@ def test_samplers_send_only_to_learners_holding_a_version():
     assert ready == [learner]
 
 
+async def _starved_learner_scenario():
+    """A learner whose record expired from the DHT (too starved of CPU to heartbeat in time) while it still acks
+    the reader's groups; then one that stopped acking; then one seen leaving."""
+    learner = Identity.generate()
+    node = await SwarmDHT.create(cfg_with(), learner)  # heartbeat 1 s, 2 missed beats: a record lives 2 s
+    try:
+        peers = LivePeers(node, "someone-else", max_age=0.0, live_window=1.0)
+        seen = {}
+
+        async def read(label: str) -> None:
+            seen[label] = [str(p) for p in await peers.learners()]
+
+        await node.store_learner(PeerRecord.create(learner, role="learner", version=0))
+        peers.acked(learner.peer_id)
+        await read("fresh")
+        await asyncio.sleep(1.5)
+        peers.acked(learner.peer_id)  # its groups' acks keep coming
+        await asyncio.sleep(1.0)  # its record expired (2 s) and is older than the live window (1 s)
+        seen["in the DHT"] = [r.peer_id for r in await node.learners()]
+        peers.acked(learner.peer_id)
+        await read("acking, no record")
+        await asyncio.sleep(1.2)  # no ack within the live window
+        await read("silent, no record")
+        await node.store_learner(PeerRecord.create(learner, role="learner", version=0))
+        peers.acked(learner.peer_id)
+        await read("back")
+        await node.store_learner(PeerRecord.create(learner, role="learner", version=0, state="leaving"))
+        peers.acked(learner.peer_id)
+        await read("leaving")
+        return seen, learner.peer_id
+    finally:
+        await node.shutdown()
+
+
+def test_a_learner_that_acks_stays_a_send_target_when_its_record_lapses():
+    """A sampler on a machine short of CPU: the learner's heartbeat record expires, but its acks prove it takes
+    groups, so the sampler keeps sending (it paused before); a learner that neither heartbeats nor acks, or that
+    says it is leaving, is dropped."""
+    seen, learner = asyncio.run(_starved_learner_scenario())
+    assert seen["fresh"] == [learner] and seen["in the DHT"] == []
+    assert seen["acking, no record"] == [learner]
+    assert seen["silent, no record"] == []
+    assert seen["back"] == [learner] and seen["leaving"] == []
+
+
 # ---------------------------------------------------------------- real subprocess swarms
 
 

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from scale import model  # noqa: E402
-from scale.curves import sampler_states, spread, summarise, version_lag  # noqa: E402
+from scale.curves import publisher_chunks, sampler_states, spread, summarise, version_lag  # noqa: E402
 
 
 def _have(name: str, role: str, v: int, t: float) -> dict:
@@ -149,3 +149,10 @@ def test_sampler_states_are_shares_of_the_window_per_kind_of_sampler() -> None:
     assert got["sending"] == {"samplers": 1, "credit": 0.25, "generating": 0.75}
     assert got["silent"] == {"samplers": 1, "too stale": 1.0}
     assert sampler_states({"a": [{"t": 0, "sent": 0}, {"t": 9, "sent": 1}]}, ["a"], 0.0, 10.0) == {}  # older rows
+
+
+def test_publisher_chunks_counts_the_learners_chunks_asked_while_a_holder_was_unheard() -> None:
+    nodes = {"a": [{"t": 0, "seed_chunks": {"asked": 5, "unheard": 1}}, {"t": 9, "seed_chunks": {"asked": 15, "unheard": 5}}],
+             "b": [{"t": 0}, {"t": 9, "seed_chunks": {"asked": 10}}]}
+    assert publisher_chunks(nodes, ["a", "b"], since=0.0) == {"asked": 20, "unheard": 4, "unheard_share": 0.2}
+    assert publisher_chunks({"a": [{"t": 0}, {"t": 9}]}, ["a"], since=0.0) == {}  # older rows

@@ -129,6 +129,23 @@ def sampler_states(nodes: dict[str, list[dict]], samplers: list[str], since: flo
             for kind, rows in shares.items()}
 
 
+def publisher_chunks(nodes: dict[str, list[dict]], samplers: list[str], since: float) -> dict[str, Any]:
+    """Chunks the samplers asked of the learner (the publisher) in the window, and how many of them were asked
+    after the fetch's wait for other holders' have-maps ran out with a holder still unheard (`ChunkSchedule.
+    seed_taken_unheard`): the learner's upload that a longer wait might have spared; {} for rows without them."""
+    asked = unheard = 0
+    for name in samplers:
+        w = _window(nodes.get(name, []), since)
+        if w is None or "seed_chunks" not in w[1]:
+            continue
+        first, last = (row.get("seed_chunks", {}) for row in w)
+        asked += last.get("asked", 0) - first.get("asked", 0)
+        unheard += last.get("unheard", 0) - first.get("unheard", 0)
+    if not asked and not unheard:
+        return {}
+    return {"asked": asked, "unheard": unheard, "unheard_share": round(unheard / asked, 3) if asked else None}
+
+
 def control_calls(row: dict) -> int:
     """DHT calls a node row counts so far (made and answered, every `DHTProtocol` handler)."""
     return sum(v[2] for k, v in row.get("handles", {}).items() if k.startswith("DHTProtocol."))
@@ -224,6 +241,7 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
     doc["ack_p99_s"] = max(ack_p99, default=None)
     doc["version_lag"] = version_lag(haves_all, nodes, sampler_names, since, end)
     doc["sampler_states"] = sampler_states(nodes, sampler_names, since, end)
+    doc["publisher_chunks"] = publisher_chunks(nodes, sampler_names, since)
     joins = [rows[-1].get("join_s") for n, rows in nodes.items() if roles[n] == "sampler" and rows[-1].get("join_s")]
     first_have = {}
     for h in haves:

@@ -147,7 +147,8 @@ def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
                    dropped=node.sender.dropped + node.sender.unrouted,
                    ack_p50=lat[len(lat) // 2] if lat else None,
                    ack_p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
-                   state=sampler_state(node))
+                   state=sampler_state(node),
+                   seed_chunks=dict(node.puller.seed_chunks))  # the learner's chunks: asked, of them while unheard
     else:
         stats = node.learner.buffer.stats()["counters"]
         row.update(steps=node.learner.step_count, version=node.learner.version,

@@ -239,10 +239,12 @@ class SwarmDHT:
             return await self.learners()
         return [r for r in await self.all_peers(run_id) if r.state == "up" and (role is None or r.role == role)]
 
-    async def learners(self) -> list[PeerRecord]:
-        """The live records in the run's index of learners (`peer_keys.learners_key`), whoever they are."""
+    async def learners(self, leaving: bool = False) -> list[PeerRecord]:
+        """The live records in the run's index of learners (`peer_keys.learners_key`), whoever they are (with
+        `leaving`, those marked leaving too)."""
         records = self._decoded(await self._subkeys(learners_key(self.cfg.run_id)))
-        return sorted((r for r in records if r.state == "up" and r.role == "learner"), key=lambda r: r.peer_id)
+        return sorted((r for r in records if (leaving or r.state == "up") and r.role == "learner"),
+                      key=lambda r: r.peer_id)
 
     async def own_record(self) -> PeerRecord | None:
         """This node's record as the DHT holds it now (a read of its own shard alone), or None."""

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -186,6 +187,7 @@ class LivePeers:
         self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
                                           probe=lambda peer: ping_holder(dht.p2p, run_id, peer))
         self._records: list = []
+        self._acked: dict[str, float] = {}  # learner -> monotonic time it last acked our groups (`acked`)
         self.window = ShardWindow(dht.shards, self.sample, window=window, every=self.SHARED_EVERY)
         self._read_at = -float("inf")
 
@@ -198,16 +200,12 @@ class LivePeers:
 
     async def refresh(self) -> None:
         """Re-read the learners (and now and then a sample of the others); peers connected to us now are proven,
-        unproven candidates are probed. A designated learner that this read missed (a DHT read that timed out
-        under a flood) keeps its last record while that is younger than the live window: one missed read does not
-        pause a sampler."""
+        unproven candidates are probed. A learner this read missed keeps its last record (`_missed_learners`)."""
         if self.designated:
-            learners = await self.dht.designated_learners(self.designated)
-            found = {r.peer_id for r in learners}
-            learners += [r for r in self._records if r.peer_id in self.designated and r.peer_id not in found
-                         and r.role == "learner" and r.age() <= self.alive.window]
+            read = await self.dht.designated_learners(self.designated)
         else:
-            learners = await self.dht.learners()
+            read = await self.dht.learners(leaving=True)  # a learner seen leaving is not kept as missed
+        learners = [r for r in read if r.state == "up"] + self._missed_learners(read)
         shared = await self.window.look(self.dht.read_shards, self.dht.sample_shards)
         self._records = with_designated(shared, learners)
         self._read_at = time.monotonic()
@@ -215,6 +213,29 @@ class LivePeers:
         connected = {str(info.peer_id) for info in await self.dht.p2p.list_peers()}
         self.alive.mark(candidates & connected)
         self.alive.refresh(candidates)
+
+    def _missed_learners(self, found: list) -> list:
+        """The learners of the last read that this one (`found`) missed, kept while their record is younger than
+        the live window or they answered us within it (acked our groups, served chunks): a DHT read that timed out
+        under a flood, or the record of a learner too starved of CPU to heartbeat in time, does not pause a
+        sampler. A learner this read found leaving is not kept."""
+        seen = {r.peer_id for r in found}
+        return [r for r in self._records if r.role == "learner" and r.peer_id not in seen
+                and (not self.designated or r.peer_id in self.designated)
+                and (r.age() <= self.alive.window or self.alive.alive(r.peer_id) or self.taking(r.peer_id))]
+
+    def acked(self, peer: object) -> None:
+        """`peer` acknowledged our groups just now (any answer on the authenticated push stream): a send target
+        for the live window whatever its record's age or a probe that timed out on a machine short of CPU. As a
+        weight holder it stays judged by `alive` (a holder that stalled a fetch waits out its failure)."""
+        now = time.monotonic()
+        self._acked[str(peer)] = now
+        if len(self._acked) > 64:  # only learners ack: a handful; forget the silent ones
+            self._acked = {p: t for p, t in self._acked.items() if now - t <= self.alive.window}
+
+    def taking(self, peer: str) -> bool:
+        """Whether `peer` acked our groups within the live window."""
+        return time.monotonic() - self._acked.get(str(peer), -float("inf")) <= self.alive.window
 
     def proven(self, peers: Iterable[object]) -> None:
         """`peers` (ids or PeerIDs) just answered us: a fetch's holders, learners that told their version."""
@@ -224,6 +245,10 @@ class LivePeers:
         """`peers` failed us in a fetch (stalled, broke the protocol): not holders until their wait is over
         (`ProvenAlive.fail`); the designated learners stay eligible."""
         self.alive.fail(str(p) for p in peers)
+
+    def _may_send_to(self, record) -> bool:
+        """Designated, proven alive, or acking our groups (`acked`)."""
+        return record.peer_id in self.designated or self.alive.alive(record.peer_id) or self.taking(record.peer_id)
 
     def eligible(self, records: list) -> list:
         """The records of designated learners and of peers proven alive."""
@@ -241,9 +266,9 @@ class LivePeers:
     async def learners(self) -> list[PeerID]:
         """Learners that accept groups: their record holds a version (-1 while a learner loads its model and
         opens its inbox, when a push would only fail and back off), someone can dial them (not client-only; not
-        relayed when this node does not use relays: those are in `relayed_only`), and they are designated or
-        proven alive."""
-        targets = send_targets(self.eligible(await self._current()))
+        relayed when this node does not use relays: those are in `relayed_only`), and they are designated, proven
+        alive or acking our groups."""
+        targets = send_targets([r for r in await self._current() if self._may_send_to(r)])
         self.relayed_only = [] if self.use_relay else [r.peer_id for r in targets if reachability_of(r) == RELAYED]
         return [PeerID.from_base58(r.peer_id) for r in targets if r.peer_id not in self.relayed_only]
 
@@ -281,6 +306,7 @@ class WeightPuller:
         self.trusted = list(trusted)
         self.emit, self.progress, self.hold = emit, progress, hold
         self.last_stats: FetchStats | None = None
+        self.seed_chunks = collections.Counter()  # "asked", "unheard": a publisher's chunks over every fetch
 
     async def newest_from(self, learners: Iterable[PeerID], timeout: float = 2.0,
                           grace: float = 0.25) -> tuple[int, Pointer] | None:
@@ -339,6 +365,7 @@ class WeightPuller:
                                 manifest=known if isinstance(known, WeightManifest) else None)
         if (stats := fetcher.last_stats) is not None and stats.version == version:
             self.last_stats = stats
+            self.seed_chunks.update(asked=stats.seed_chunks, unheard=stats.seed_chunks_unheard)
             self.peers.proven(stats.chunks_by_holder or ())  # they served chunks: alive
             self.peers.failed(stats.lost_holders)  # a stalling holder is not picked again for a while
             if stats.seconds >= 2.0:  # worth a line (a small model's fetches take milliseconds)

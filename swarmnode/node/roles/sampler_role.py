@@ -83,6 +83,7 @@ class SamplerRole(NodeRole):
             logger.warning("trust.accept_any_learner: trusting weights from whichever learner announces them")
         self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval,
                                designated=cfg.trust.learner_keys, use_relay=cfg.network.use_relay)
+        self.sender.on_delivered = lambda peer, _group, _status: self.peers.acked(peer)  # a send target still
         self._relayed_told: set[str] = set()
         self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.trust.learner_keys,
                                    emit=emit, progress=functools.partial(fetch_progress, emit=emit),

@@ -61,6 +61,8 @@ class FetchStats:
     seconds: float = 0.0
     chunks_by_holder: collections.Counter | None = None
     lost_holders: frozenset[str] = frozenset()  # holders dropped (stalled, timed out, broke the protocol)
+    seed_chunks: int = 0  # chunks asked of a publisher (`ChunkSchedule.seeds`)
+    seed_chunks_unheard: int = 0  # of those, asked after its wait while another holder was still unheard
 
     @property
     def bytes_per_second(self) -> float:
@@ -250,6 +252,7 @@ class WeightFetcher:
         if writes:
             await asyncio.gather(*writes)
         stats.lost_holders = frozenset(work.lost)
+        stats.seed_chunks, stats.seed_chunks_unheard = work.seed_taken, work.seed_taken_unheard
         missing = len(work.pending) + len(work.failed)
         if missing:
             if not stats.fetched_bytes and not stats.reused_bytes:

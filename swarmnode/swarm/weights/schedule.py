@@ -59,6 +59,8 @@ class ChunkSchedule:
         self.have_asked: dict[str, float] = {}  # holder -> when its have-map was last requested
         self.last_progress = self.started = time.monotonic()  # a chunk arrived or a holder gained one
         self.changed = asyncio.Event()
+        self.seed_taken = 0  # chunks asked of a publisher
+        self.seed_taken_unheard = 0  # of those, asked while a live holder had not yet said what it has
 
     def finished(self) -> bool:
         return not self.pending and not self.in_flight
@@ -145,6 +147,9 @@ class ChunkSchedule:
             del self.pending[i]
         for entry in later:
             heapq.heappush(heap, entry)
+        if seed:
+            self.seed_taken += len(got)
+            self.seed_taken_unheard += len(got) if self._unheard_holders() else 0
         self.incoming.update(got)
         self.in_flight += len(got)
         return got
@@ -152,8 +157,10 @@ class ChunkSchedule:
     def _unheard(self, now: float) -> bool:
         """Within the first `SEED_WAIT_S`: whether a live holder other than the publishers has not yet said what
         it has."""
-        return now - self.started < self.SEED_WAIT_S and any(
-            h not in self.have and h not in self.seeds and h not in self.lost for h in self.holders)
+        return now - self.started < self.SEED_WAIT_S and self._unheard_holders()
+
+    def _unheard_holders(self) -> bool:
+        return any(h not in self.have and h not in self.seeds and h not in self.lost for h in self.holders)
 
     def _elsewhere(self, i: int, holder: str, now: float) -> bool:
         """Whether a live holder other than `holder` and the publishers shows chunk `i` and may be asked now."""
