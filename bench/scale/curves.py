@@ -202,7 +202,9 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
         if (w := _window(nodes[name], since)) is not None and "shards_read" in w[0]:
             shard_reads.append(_rate_per_min(*w, "shards_read"))
     doc["sampler_shard_reads_per_min"] = {"median": quantile(shard_reads, 0.5), "max": max(shard_reads, default=None)}
+    sampler_calls = [calls[n] for n in sampler_names if n in calls]
     doc["control_calls_per_min"] = {"median_sampler": calls.get(median_name) if median_name else None,
+                                    "median_of_samplers": statistics.median(sampler_calls) if sampler_calls else None,
                                     "busiest_node": calls.get(busiest) if busiest else None,
                                     "bootstrap": calls.get("bootstrap")}
     doc["spread"] = spread(haves_all, sampler_names, since, end)

@@ -53,7 +53,10 @@ CONN_HIGH_WATER = 512  # p2pd's connection manager (hivemind starts it with conn
 SCALES = (8, 16, 32, 64, 128, 1000, 10_000)
 BUCKET = 20  # hivemind's bucket_size, the k of results that do not say theirs (network.dht_bucket_size since)
 LOOKUP_OPS = ("store", "read_key", "read_8_shards")  # dht_lookup.py's operations: one of each is the growth's unit
-PER_CALL = {"median": "median_sampler", "busiest": "busiest_node", "bootstrap": "bootstrap"}  # figure -> results key
+# figure -> (results keys of its calls a minute, first found; of its bytes a minute): the median node's bytes
+# are the median calls x bytes a call (the median node's own calls carry its own bytes a call, noise at one node)
+PER_CALL = {"median": (("median_of_samplers", "median_sampler"), "median_sampler"),
+            "busiest": (("busiest_node",), "busiest_node"), "bootstrap": (("bootstrap",), "bootstrap")}
 
 Basis = Callable[[np.ndarray], list[np.ndarray]]
 FORMS: dict[str, Basis] = {
@@ -121,9 +124,10 @@ def per_call_points(results: list[dict]) -> dict[str, list[tuple[int, float, flo
     for doc in results:
         n = doc.get("samplers_working", doc["samplers"]) + 2
         calls, ctl = doc.get("control_calls_per_min") or {}, doc.get("control_bytes_per_min", {})
-        for key, field in PER_CALL.items():
-            if calls.get(field) and ctl.get(field):
-                out[key].append((n, float(calls[field]), float(ctl[field])))
+        for key, (call_fields, field) in PER_CALL.items():
+            called = next((calls[f] for f in call_fields if calls.get(f)), None)
+            if called and ctl.get(field):
+                out[key].append((n, float(called), float(ctl[field])))
     return {k: sorted(v) for k, v in out.items()}
 
 

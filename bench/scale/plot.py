@@ -12,8 +12,9 @@ from pathlib import Path
 
 PANELS = [
     ("control bytes/min, median sampler", lambda d: d["control_bytes_per_min"]["median_sampler"]),
-    ("control bytes per DHT call, median sampler (not load-bound)",
-     lambda d: d["control_bytes_per_min"]["median_sampler"] / d["control_calls_per_min"]["median_sampler"]
+    ("control bytes per DHT call: median bytes / median calls (not load-bound)",
+     lambda d: d["control_bytes_per_min"]["median_sampler"] / (d["control_calls_per_min"].get("median_of_samplers")
+                                                                or d["control_calls_per_min"]["median_sampler"])
      if d.get("control_calls_per_min") else None),
     ("control bytes/min, bootstrap", lambda d: d["control_bytes_per_min"]["bootstrap"]),
     ("version spread p95, s", lambda d: d["spread"].get("p95_s")),
