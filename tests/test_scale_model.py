@@ -152,7 +152,8 @@ def test_sampler_states_are_shares_of_the_window_per_kind_of_sampler() -> None:
 
 
 def test_publisher_chunks_counts_the_learners_chunks_asked_while_a_holder_was_unheard() -> None:
-    nodes = {"a": [{"t": 0, "seed_chunks": {"asked": 5, "unheard": 1}}, {"t": 9, "seed_chunks": {"asked": 15, "unheard": 5}}],
+    nodes = {"a": [{"t": 0, "seed_chunks": {"asked": 5, "unheard": 1}},
+                   {"t": 9, "seed_chunks": {"asked": 15, "unheard": 5}}],
              "b": [{"t": 0}, {"t": 9, "seed_chunks": {"asked": 10}}]}
     assert publisher_chunks(nodes, ["a", "b"], since=0.0) == {"asked": 20, "unheard": 4, "unheard_share": 0.2}
     assert publisher_chunks({"a": [{"t": 0}, {"t": 9}]}, ["a"], since=0.0) == {}  # older rows

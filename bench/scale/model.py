@@ -53,10 +53,7 @@ CONN_HIGH_WATER = 512  # p2pd's connection manager (hivemind starts it with conn
 SCALES = (8, 16, 32, 64, 128, 1000, 10_000)
 BUCKET = 20  # hivemind's bucket_size, the k of results that do not say theirs (network.dht_bucket_size since)
 LOOKUP_OPS = ("store", "read_key", "read_8_shards")  # dht_lookup.py's operations: one of each is the growth's unit
-# figure -> (results keys of its calls a minute, first found; of its bytes a minute): the median node's bytes
-# are the median calls x bytes a call (the median node's own calls carry its own bytes a call, noise at one node)
-PER_CALL = {"median": (("median_of_samplers", "median_sampler"), "median_sampler"),
-            "busiest": (("busiest_node",), "busiest_node"), "bootstrap": (("bootstrap",), "bootstrap")}
+PER_CALL = {"median": "median_sampler", "busiest": "busiest_node", "bootstrap": "bootstrap"}  # figure -> results key
 
 Basis = Callable[[np.ndarray], list[np.ndarray]]
 FORMS: dict[str, Basis] = {
@@ -118,15 +115,22 @@ def measured_points(results: list[dict]) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+def calls_per_min(doc: dict, field: str) -> float | None:
+    """DHT calls a minute of a results document's `field` (a `PER_CALL` key). The median node's bytes are taken as
+    the samplers' median calls x bytes a call (that node's own calls carry its own bytes a call, one node's
+    noise); documents from before `median_of_samplers` give that node's calls."""
+    calls = doc.get("control_calls_per_min") or {}
+    return (calls.get("median_of_samplers") or calls.get(field)) if field == "median_sampler" else calls.get(field)
+
+
 def per_call_points(results: list[dict]) -> dict[str, list[tuple[int, float, float]]]:
     """(N, DHT calls a minute, control bytes a minute) per figure of `PER_CALL`, where the lab counted calls."""
     out: dict[str, list[tuple[int, float, float]]] = {k: [] for k in PER_CALL}
     for doc in results:
         n = doc.get("samplers_working", doc["samplers"]) + 2
-        calls, ctl = doc.get("control_calls_per_min") or {}, doc.get("control_bytes_per_min", {})
-        for key, (call_fields, field) in PER_CALL.items():
-            called = next((calls[f] for f in call_fields if calls.get(f)), None)
-            if called and ctl.get(field):
+        ctl = doc.get("control_bytes_per_min", {})
+        for key, field in PER_CALL.items():
+            if (called := calls_per_min(doc, field)) and ctl.get(field):
                 out[key].append((n, float(called), float(ctl[field])))
     return {k: sorted(v) for k, v in out.items()}
 

@@ -10,12 +10,13 @@ import argparse
 import json
 from pathlib import Path
 
+from model import calls_per_min  # bench/scale/model.py (this script's directory is on sys.path)
+
 PANELS = [
     ("control bytes/min, median sampler", lambda d: d["control_bytes_per_min"]["median_sampler"]),
     ("control bytes per DHT call: median bytes / median calls (not load-bound)",
-     lambda d: d["control_bytes_per_min"]["median_sampler"] / (d["control_calls_per_min"].get("median_of_samplers")
-                                                                or d["control_calls_per_min"]["median_sampler"])
-     if d.get("control_calls_per_min") else None),
+     lambda d: d["control_bytes_per_min"]["median_sampler"] / calls
+     if (calls := calls_per_min(d, "median_sampler")) else None),
     ("control bytes/min, bootstrap", lambda d: d["control_bytes_per_min"]["bootstrap"]),
     ("version spread p95, s", lambda d: d["spread"].get("p95_s")),
     ("learner upload, copies/version", lambda d: (d.get("learner") or {}).get("upload_copies_per_version")),

@@ -246,13 +246,12 @@ class LivePeers:
         (`ProvenAlive.fail`); the designated learners stay eligible."""
         self.alive.fail(str(p) for p in peers)
 
-    def _may_send_to(self, record) -> bool:
-        """Designated, proven alive, or acking our groups (`acked`)."""
-        return record.peer_id in self.designated or self.alive.alive(record.peer_id) or self.taking(record.peer_id)
+    def _eligible(self, record) -> bool:
+        return record.peer_id in self.designated or self.alive.alive(record.peer_id)
 
     def eligible(self, records: list) -> list:
         """The records of designated learners and of peers proven alive."""
-        return [r for r in records if r.peer_id in self.designated or self.alive.alive(r.peer_id)]
+        return [r for r in records if self._eligible(r)]
 
     async def close(self) -> None:
         """Stop a running probe round."""
@@ -268,7 +267,7 @@ class LivePeers:
         opens its inbox, when a push would only fail and back off), someone can dial them (not client-only; not
         relayed when this node does not use relays: those are in `relayed_only`), and they are designated, proven
         alive or acking our groups."""
-        targets = send_targets([r for r in await self._current() if self._may_send_to(r)])
+        targets = send_targets([r for r in await self._current() if self._eligible(r) or self.taking(r.peer_id)])
         self.relayed_only = [] if self.use_relay else [r.peer_id for r in targets if reachability_of(r) == RELAYED]
         return [PeerID.from_base58(r.peer_id) for r in targets if r.peer_id not in self.relayed_only]
 
