@@ -33,5 +33,7 @@ def keep_freed_memory() -> bool:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
         return False
-    return all(libc.mallopt(param, value) == 1
-               for param, value in ((M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_MMAP_THRESHOLD, MMAP_THRESHOLD)))
+    return all(
+        libc.mallopt(param, value) == 1
+        for param, value in ((M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    )

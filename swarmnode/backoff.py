@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class Backoff:
@@ -12,8 +12,14 @@ class Backoff:
     [delay/2, delay] ("equal jitter": retries of many peers spread out instead of arriving together);
     `success()` starts over. `ready()` says whether the next attempt may start now."""
 
-    def __init__(self, base: float = 0.5, cap: float = 30.0, *, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        base: float = 0.5,
+        cap: float = 30.0,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not 0 < base <= cap:
             raise ValueError(f"need 0 < base <= cap (got base {base}, cap {cap})")
         self.base, self.cap = base, cap
@@ -24,7 +30,7 @@ class Backoff:
 
     def failure(self) -> float:
         """Count a failure; returns the delay before the next attempt (also kept as `not_before`)."""
-        ceiling = min(self.cap, self.base * 2 ** self.failures)
+        ceiling = min(self.cap, self.base * 2**self.failures)
         self.failures += 1
         delay = self._rng.uniform(ceiling / 2, ceiling)
         self.not_before = self._clock() + delay

@@ -15,7 +15,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 import typer
 
@@ -23,8 +23,8 @@ from swarmnode.allocator import keep_freed_memory
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
 from swarmnode.config.addresses import check_initial_peers
 from swarmnode.delay import DelaySpecError, parse_delay
-from swarmnode.local.swarm import MAX_DEMO_LEARNERS
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
+from swarmnode.local.swarm import MAX_DEMO_LEARNERS
 
 # The command modules that start a node (join, idle, bootstrap, status, dashboard, local.trainer, and identity and
 # preflight, which they share) import hivemind and torch: seconds before anything prints. Each command imports
@@ -42,8 +42,9 @@ ConfigOpt = typer.Option(None, "--config", "-c", help="preset name (e.g. tiny-cp
 SetOpt = typer.Option(None, "--set", "-s", help="override a config key, e.g. learner.cppo_beta=0.005 (repeatable)")
 JsonOpt = typer.Option(False, "--json", help="print machine-readable JSON")
 PeersOpt = typer.Option(None, "--initial-peers", help="bootstrap multiaddr(s), repeatable")
-InviteArg = typer.Argument(None, help="the run's invite (swarmnode1:..., printed by `swarmnode host`)",
-                           show_default=False)
+InviteArg = typer.Argument(
+    None, help="the run's invite (swarmnode1:..., printed by `swarmnode host`)", show_default=False
+)
 
 
 DEBUG_ENV = "SWARMNODE_DEBUG"
@@ -60,7 +61,7 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
     raise SwarmnodeError(message, exit_code=code)
 
 
-def config_from_cli(config: Optional[str], overrides: Optional[list[str]], **extra: Any) -> NodeConfig:
+def config_from_cli(config: str | None, overrides: list[str] | None, **extra: Any) -> NodeConfig:
     """Load the config, then apply `--set` overrides and any command-line flags given (not None); a malformed
     initial peer fails here too, before any heavy import."""
     cfg = load_config(config, cli_sets(overrides, **extra))
@@ -68,7 +69,7 @@ def config_from_cli(config: Optional[str], overrides: Optional[list[str]], **ext
     return cfg
 
 
-def cli_sets(overrides: Optional[list[str]], **extra: Any) -> list[str]:
+def cli_sets(overrides: list[str] | None, **extra: Any) -> list[str]:
     """`--set` overrides plus one `key=value` per command-line flag given (not None)."""
     sets = list(overrides or [])
     for key, value in extra.items():
@@ -86,16 +87,27 @@ RoleOpt = typer.Option(None, "--role", help="auto | sampler | learner (overrides
 
 
 @app.command()
-def hardware(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-             as_json: bool = JsonOpt,
-             role: Optional[str] = RoleOpt,
-             measure: bool = typer.Option(False, "--measure", help="run the self-check: one learner step, one "
-                                          "generation batch per engine, the bf16 log-prob floor, the fp16 check"),
-             device: str = typer.Option("auto", "--device", help="self-check device: auto | cpu | cuda")) -> None:
+def hardware(
+    invite: str | None = InviteArg,
+    config: str | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    as_json: bool = JsonOpt,
+    role: str | None = RoleOpt,
+    measure: bool = typer.Option(
+        False,
+        "--measure",
+        help="run the self-check: one learner step, one "
+        "generation batch per engine, the bf16 log-prob floor, the fp16 check",
+    ),
+    device: str = typer.Option("auto", "--device", help="self-check device: auto | cpu | cuda"),
+) -> None:
     """Probe this machine and show the role it would take for the configured model, or an invite's run (`--measure`:
     self-check)."""
-    cfg = _invite_config(invite, config, cli_sets(set_, role=role))[0] if invite else config_from_cli(config, set_,
-                                                                                                        role=role)
+    cfg = (
+        _invite_config(invite, config, cli_sets(set_, role=role))[0]
+        if invite
+        else config_from_cli(config, set_, role=role)
+    )
     if measure:
         from swarmnode.node.selfcheck import format_selfcheck, run_selfcheck
 
@@ -122,16 +134,26 @@ HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeata
 AnnounceOpt = typer.Option(None, "--announce-maddrs", help="public multiaddr(s) to advertise, repeatable")
 IdentityOpt = typer.Option(None, "--identity-path", help="key file (created 0600 on first use); keeps the peer id")
 StartupOpt = typer.Option(None, "--startup-timeout", help="seconds to start p2pd and reach an initial peer")
-MetricsPortOpt = typer.Option(None, "--metrics-port", min=0, max=65535,
-                              help="serve Prometheus /metrics on this port (0 = any free port; = metrics.port)")
+MetricsPortOpt = typer.Option(
+    None,
+    "--metrics-port",
+    min=0,
+    max=65535,
+    help="serve Prometheus /metrics on this port (0 = any free port; = metrics.port)",
+)
 BOOTSTRAP_MADDRS = ["/ip4/0.0.0.0/tcp/31337", "/ip4/0.0.0.0/udp/31337/quic-v1"]
 
 
-def _network_flags(initial_peers=None, host_maddrs=None, announce_maddrs=None, identity_path=None,
-                   startup_timeout=None) -> dict[str, Any]:
-    return {"network.initial_peers": initial_peers, "network.host_maddrs": host_maddrs,
-            "network.announce_maddrs": announce_maddrs, "network.identity_path": identity_path,
-            "network.startup_timeout": startup_timeout}
+def _network_flags(
+    initial_peers=None, host_maddrs=None, announce_maddrs=None, identity_path=None, startup_timeout=None
+) -> dict[str, Any]:
+    return {
+        "network.initial_peers": initial_peers,
+        "network.host_maddrs": host_maddrs,
+        "network.announce_maddrs": announce_maddrs,
+        "network.identity_path": identity_path,
+        "network.startup_timeout": startup_timeout,
+    }
 
 
 def _run_node_command(main) -> NoReturn:
@@ -158,23 +180,37 @@ def _run_swarm_command(main, timeout: float | None = None) -> Any:
 
 
 @app.command()
-def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-         initial_peers: Optional[list[str]] = PeersOpt,
-         role: Optional[str] = typer.Option(None, "--role", help="auto | sampler | learner"),
-         host_maddrs: Optional[list[str]] = HostOpt, announce_maddrs: Optional[list[str]] = AnnounceOpt,
-         identity_path: Optional[str] = IdentityOpt, startup_timeout: Optional[float] = StartupOpt,
-         simulate_delay: Optional[str] = typer.Option(
-             None, "--simulate-delay", help="hold back deliveries: fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]"),
-         idle: bool = typer.Option(False, "--idle", help="only advertise the role (no model, no work): a network check"),
-         metrics_port: Optional[int] = MetricsPortOpt,
-         insecure_accept_any_learner: bool = typer.Option(
-             False, "--insecure-accept-any-learner",
-             help="with no trust.learner_keys, load weights from whichever key announces them (local tests only)"),
-         ) -> None:
+def join(
+    invite: str | None = InviteArg,
+    config: str | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    initial_peers: list[str] | None = PeersOpt,
+    role: str | None = typer.Option(None, "--role", help="auto | sampler | learner"),
+    host_maddrs: list[str] | None = HostOpt,
+    announce_maddrs: list[str] | None = AnnounceOpt,
+    identity_path: str | None = IdentityOpt,
+    startup_timeout: float | None = StartupOpt,
+    simulate_delay: str | None = typer.Option(
+        None,
+        "--simulate-delay",
+        help="hold back deliveries: fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]",
+    ),
+    idle: bool = typer.Option(False, "--idle", help="only advertise the role (no model, no work): a network check"),
+    metrics_port: int | None = MetricsPortOpt,
+    insecure_accept_any_learner: bool = typer.Option(
+        False,
+        "--insecure-accept-any-learner",
+        help="with no trust.learner_keys, load weights from whichever key announces them (local tests only)",
+    ),
+) -> None:
     """Join a run's swarm (by its invite, or every setting by hand) and work as a sampler or learner."""
-    flags = {"role": role, "sync.simulate_delay": simulate_delay, "metrics.port": metrics_port,
-             "trust.accept_any_learner": insecure_accept_any_learner or None,
-             **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout)}
+    flags = {
+        "role": role,
+        "sync.simulate_delay": simulate_delay,
+        "metrics.port": metrics_port,
+        "trust.accept_any_learner": insecure_accept_any_learner or None,
+        **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout),
+    }
     cfg, card = _config_and_card(invite, config, set_, flags)
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
@@ -203,8 +239,9 @@ def join(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, s
 
 
 @app.command()
-def identity(identity_path: str = typer.Option(..., "--identity-path", help="the key file (created if missing)")
-             ) -> None:
+def identity(
+    identity_path: str = typer.Option(..., "--identity-path", help="the key file (created if missing)"),
+) -> None:
     """Print the peer id of an identity key file: what samplers list in trust.learner_keys for a learner."""
     from swarmnode.identity import Identity
 
@@ -212,41 +249,69 @@ def identity(identity_path: str = typer.Option(..., "--identity-path", help="the
 
 
 @app.command()
-def bootstrap(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt, as_json: bool = JsonOpt,
-              host_maddrs: Optional[list[str]] = HostOpt, announce_maddrs: Optional[list[str]] = AnnounceOpt,
-              identity_path: Optional[str] = IdentityOpt, startup_timeout: Optional[float] = StartupOpt,
-              initial_peers: Optional[list[str]] = PeersOpt,
-              log_interval: float = typer.Option(30.0, "--log-interval", min=0.1, help="seconds between health logs"),
-              metrics_port: Optional[int] = MetricsPortOpt,
-              card: Optional[str] = typer.Option(None, "--card", hidden=True, help="keep this run card file in the DHT"),
-              ) -> None:
+def bootstrap(
+    config: str | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    as_json: bool = JsonOpt,
+    host_maddrs: list[str] | None = HostOpt,
+    announce_maddrs: list[str] | None = AnnounceOpt,
+    identity_path: str | None = IdentityOpt,
+    startup_timeout: float | None = StartupOpt,
+    initial_peers: list[str] | None = PeersOpt,
+    log_interval: float = typer.Option(30.0, "--log-interval", min=0.1, help="seconds between health logs"),
+    metrics_port: int | None = MetricsPortOpt,
+    card: str | None = typer.Option(None, "--card", hidden=True, help="keep this run card file in the DHT"),
+) -> None:
     """Host a long-lived bootstrap DHT peer for a run."""
-    cfg = config_from_cli(config, set_, **{"metrics.port": metrics_port},
-                          **_network_flags(initial_peers, host_maddrs or BOOTSTRAP_MADDRS,
-                                           announce_maddrs, identity_path, startup_timeout))
+    cfg = config_from_cli(
+        config,
+        set_,
+        **{"metrics.port": metrics_port},
+        **_network_flags(
+            initial_peers, host_maddrs or BOOTSTRAP_MADDRS, announce_maddrs, identity_path, startup_timeout
+        ),
+    )
     from swarmnode.node.preflight import check_peer_addresses, check_ports
 
     check_peer_addresses(cfg)
     check_ports(cfg.network.host_maddrs)
-    from swarmnode.node.bootstrap import run_bootstrap
     from swarmnode.identity import identity_for
+    from swarmnode.node.bootstrap import run_bootstrap
 
     identity = identity_for(cfg, "bootstrap.key")
-    _run_node_command(lambda stop: run_bootstrap(cfg, identity, stop, as_json=as_json, log_interval=log_interval,
-                                                 emit=_emit, card=card and Path(card)))
+    _run_node_command(
+        lambda stop: run_bootstrap(
+            cfg, identity, stop, as_json=as_json, log_interval=log_interval, emit=_emit, card=card and Path(card)
+        )
+    )
 
 
 @app.command()
-def host(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-         host_maddrs: Optional[list[str]] = typer.Option(None, "--host-maddrs", help="the bootstrap's listen "
-                                                         "multiaddr(s), repeatable (default: the config's, or port 31337)"),
-         owner_key: Optional[str] = typer.Option(None, "--owner-key", help="the run owner's key file (created if "
-                                                 "missing; default <data dir>/owner.key): it signs the run card"),
-         bootstrap_only: bool = typer.Option(False, "--bootstrap-only", help="start the bootstrap and publish the "
-                                             "card only (the learner joins elsewhere; needs trust.learner_keys)"),
-         update: bool = typer.Option(False, "--update", help="sign the next card version with the --set shared "
-                                     "settings changed; the running nodes take it within two heartbeats"),
-         ) -> None:
+def host(
+    config: str | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    host_maddrs: list[str] | None = typer.Option(
+        None,
+        "--host-maddrs",
+        help="the bootstrap's listen multiaddr(s), repeatable (default: the config's, or port 31337)",
+    ),
+    owner_key: str | None = typer.Option(
+        None,
+        "--owner-key",
+        help="the run owner's key file (created if missing; default <data dir>/owner.key): it signs the run card",
+    ),
+    bootstrap_only: bool = typer.Option(
+        False,
+        "--bootstrap-only",
+        help="start the bootstrap and publish the card only (the learner joins elsewhere; needs trust.learner_keys)",
+    ),
+    update: bool = typer.Option(
+        False,
+        "--update",
+        help="sign the next card version with the --set shared "
+        "settings changed; the running nodes take it within two heartbeats",
+    ),
+) -> None:
     """Host a run: a bootstrap and a learner, the run's signed card, and one invite line (`swarmnode join ...`)."""
     cfg = config_from_cli(config, set_)
     from swarmnode.node.host import default_owner_key, run_host, update_card
@@ -255,13 +320,15 @@ def host(config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
     if update:
         update_card(config, list(set_ or []), key, _emit)
         return
-    maddrs = host_maddrs or (cfg.network.host_maddrs if "host_maddrs" in cfg.network.model_fields_set
-                             else BOOTSTRAP_MADDRS)
+    maddrs = host_maddrs or (
+        cfg.network.host_maddrs if "host_maddrs" in cfg.network.model_fields_set else BOOTSTRAP_MADDRS
+    )
     from swarmnode.node.preflight import check_ports
 
     check_ports(maddrs)
-    run_host(config, list(set_ or []), owner_key=key, bootstrap_only=bootstrap_only, bootstrap_maddrs=maddrs,
-             emit=_emit)
+    run_host(
+        config, list(set_ or []), owner_key=key, bootstrap_only=bootstrap_only, bootstrap_maddrs=maddrs, emit=_emit
+    )
 
 
 def _emit(line: str) -> None:
@@ -282,14 +349,14 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
     return cfg, card
 
 
-def _invite_config(invite: str, config: Optional[str], sets: list[str]):
+def _invite_config(invite: str, config: str | None, sets: list[str]):
     """The node's config and the run card from an invite (`swarmnode.node.invite.config_for_invite`)."""
     from swarmnode.node.invite import config_for_invite
 
     return config_for_invite(invite, config, sets)
 
 
-def _config_and_card(invite: Optional[str], config: Optional[str], set_: Optional[list[str]], flags: dict):
+def _config_and_card(invite: str | None, config: str | None, set_: list[str] | None, flags: dict):
     """(config, run card) from an invite, or (config, None) from --config/--set and the flags alone."""
     if invite is not None:
         return _invite_config(invite, config, cli_sets(set_, **flags))
@@ -297,16 +364,29 @@ def _config_and_card(invite: Optional[str], config: Optional[str], set_: Optiona
 
 
 @app.command()
-def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-           initial_peers: Optional[list[str]] = PeersOpt, as_json: bool = JsonOpt,
-           host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt,
-           self_: bool = typer.Option(False, "--self", help="this machine's node only, from its data directory, "
-                                      "in one line; exit 0 contributing, 1 idle, 2 failing, 3 no node found"),
-           on_alert: Optional[str] = typer.Option(None, "--on-alert", help="with --self: shell command run when "
-                                                  "the node's state changes (SWARMNODE_ALERT_* in its environment)"),
-           watch: Optional[float] = typer.Option(None, "--watch", min=1, help="with --self: check every N s"),
-           page: int = typer.Option(1, "--page", min=1, help="a large run's page of peers, the worst first"),
-           exact: bool = typer.Option(False, "--exact", help="read every peer record, however many")) -> None:
+def status(
+    invite: str | None = InviteArg,
+    config: str | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    initial_peers: list[str] | None = PeersOpt,
+    as_json: bool = JsonOpt,
+    host_maddrs: list[str] | None = HostOpt,
+    startup_timeout: float | None = StartupOpt,
+    self_: bool = typer.Option(
+        False,
+        "--self",
+        help="this machine's node only, from its data directory, "
+        "in one line; exit 0 contributing, 1 idle, 2 failing, 3 no node found",
+    ),
+    on_alert: str | None = typer.Option(
+        None,
+        "--on-alert",
+        help="with --self: shell command run when the node's state changes (SWARMNODE_ALERT_* in its environment)",
+    ),
+    watch: float | None = typer.Option(None, "--watch", min=1, help="with --self: check every N s"),
+    page: int = typer.Option(1, "--page", min=1, help="a large run's page of peers, the worst first"),
+    exact: bool = typer.Option(False, "--exact", help="read every peer record, however many"),
+) -> None:
     """The run's health: peers (role, version, lag, last seen), newest version, alerts; --json: schema v2 (docs/status-and-metrics.md)."""
     if self_ or on_alert or watch:
         _self_status(config, set_, as_json, on_alert, watch)
@@ -326,23 +406,36 @@ def status(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt,
             raise typer.Exit(int(ExitCode.FAILURE))
 
 
-def _self_status(config, set_, as_json: bool, on_alert: Optional[str], watch: Optional[float]) -> NoReturn:
+def _self_status(config, set_, as_json: bool, on_alert: str | None, watch: float | None) -> NoReturn:
     """`status --self`: the local node's one-line answer and its exit code (docs/status-and-metrics.md)."""
     from pathlib import Path
 
     from swarmnode.observe.self_status import run_self_status
 
     cfg = config_from_cli(config, set_)
-    raise typer.Exit(run_self_status(Path(cfg.resolved_data_dir()), bool(cfg.data_dir), as_json=as_json,
-                                     on_alert=on_alert, watch=watch, echo=typer.echo))
+    raise typer.Exit(
+        run_self_status(
+            Path(cfg.resolved_data_dir()),
+            bool(cfg.data_dir),
+            as_json=as_json,
+            on_alert=on_alert,
+            watch=watch,
+            echo=typer.echo,
+        )
+    )
 
 
 @app.command()
-def dashboard(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigOpt, set_: Optional[list[str]] = SetOpt,
-              initial_peers: Optional[list[str]] = PeersOpt,
-              host_maddrs: Optional[list[str]] = HostOpt, startup_timeout: Optional[float] = StartupOpt,
-              refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
-              once: bool = typer.Option(False, "--once", help="draw one view and exit")) -> None:
+def dashboard(
+    invite: str | None = InviteArg,
+    config: str | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
+    initial_peers: list[str] | None = PeersOpt,
+    host_maddrs: list[str] | None = HostOpt,
+    startup_timeout: float | None = StartupOpt,
+    refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
+    once: bool = typer.Option(False, "--once", help="draw one view and exit"),
+) -> None:
     """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
     cfg, card = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
     from swarmnode.observe.dashboard import run_dashboard
@@ -357,15 +450,20 @@ def dashboard(invite: Optional[str] = InviteArg, config: Optional[str] = ConfigO
 def demo(
     config: str = typer.Option("tiny-cpu", "--config", "-c", help="preset name (tiny-cpu, smollm2-135m) or YAML path"),
     as_json: bool = JsonOpt,
-    set_: Optional[list[str]] = SetOpt,
-    steps: Optional[int] = typer.Option(300, "--steps", min=1, help="stop after this many learner steps"),
+    set_: list[str] | None = SetOpt,
+    steps: int | None = typer.Option(300, "--steps", min=1, help="stop after this many learner steps"),
     minutes: float = typer.Option(10.0, "--minutes", min=0.1, help="stop after this many minutes at most"),
-    workdir: Optional[str] = typer.Option(None, "--workdir", help="where the nodes keep keys, logs and data"),
-    kill_sampler_at: Optional[int] = typer.Option(
-        None, "--kill-sampler-at", min=1, help="at this learner step, kill sampler2 (SIGKILL) and start it again"),
+    workdir: str | None = typer.Option(None, "--workdir", help="where the nodes keep keys, logs and data"),
+    kill_sampler_at: int | None = typer.Option(
+        None, "--kill-sampler-at", min=1, help="at this learner step, kill sampler2 (SIGKILL) and start it again"
+    ),
     keep: bool = typer.Option(False, "--keep", help="keep the temporary work dir (logs, data) instead of removing it"),
-    learners: int = typer.Option(1, "--learners", help=f"learners to run (1 to {MAX_DEMO_LEARNERS}); above 1 they "
-                                 "average through hivemind (learner.max_learners) and --steps counts each one's"),
+    learners: int = typer.Option(
+        1,
+        "--learners",
+        help=f"learners to run (1 to {MAX_DEMO_LEARNERS}); above 1 they "
+        "average through hivemind (learner.max_learners) and --steps counts each one's",
+    ),
 ) -> None:
     """Run a local swarm (bootstrap, one learner or --learners N, two samplers), by default with the tiny model, and
     watch it learn."""
@@ -374,8 +472,17 @@ def demo(
     config_from_cli(config, set_)  # a bad --config or --set fails here, before any process starts
     from swarmnode.local.demo import format_summary, run_demo
 
-    summary = run_demo(steps=steps, minutes=minutes, quiet=as_json, sets=list(set_ or []), workdir=workdir,
-                       kill_sampler_at=kill_sampler_at, keep=keep, config=config, learners=learners)
+    summary = run_demo(
+        steps=steps,
+        minutes=minutes,
+        quiet=as_json,
+        sets=list(set_ or []),
+        workdir=workdir,
+        kill_sampler_at=kill_sampler_at,
+        keep=keep,
+        config=config,
+        learners=learners,
+    )
     if as_json:
         print_json(summary)
     else:
@@ -386,27 +493,38 @@ def demo(
 
 @app.command("train-local")
 def train_local(
-    config: Optional[str] = ConfigOpt,
-    set_: Optional[list[str]] = SetOpt,
+    config: str | None = ConfigOpt,
+    set_: list[str] | None = SetOpt,
     as_json: bool = JsonOpt,
-    steps: int = typer.Option(100, "--steps", min=1, help="learner steps in total (a resumed run counts its earlier ones)"),
+    steps: int = typer.Option(
+        100, "--steps", min=1, help="learner steps in total (a resumed run counts its earlier ones)"
+    ),
     staleness: int = typer.Option(0, "--staleness", min=0, help="train on rollouts from the weights of k versions ago"),
-    algorithm: Optional[str] = typer.Option(
-        None, "--algorithm", help="gepo | gspo | grpo (= learner.importance_sampling_level group | sequence | token)"),
-    old_algorithm: Optional[str] = typer.Option(None, "--loss-type", hidden=True,
-                                                help="the old name of --algorithm (warns once)"),
-    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="checkpoint here; resume from it"),
-    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0, help="stop (with a checkpoint) after this long"),
-    delay: Optional[str] = typer.Option(
-        None, "--delay", help="per-version weight delay in LEARNER STEPS, drawn as in --simulate-delay "
-        "(fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]); replaces --staleness"),
+    algorithm: str | None = typer.Option(
+        None, "--algorithm", help="gepo | gspo | grpo (= learner.importance_sampling_level group | sequence | token)"
+    ),
+    old_algorithm: str | None = typer.Option(
+        None, "--loss-type", hidden=True, help="the old name of --algorithm (warns once)"
+    ),
+    checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="checkpoint here; resume from it"),
+    max_seconds: float | None = typer.Option(
+        None, "--max-seconds", min=0, help="stop (with a checkpoint) after this long"
+    ),
+    delay: str | None = typer.Option(
+        None,
+        "--delay",
+        help="per-version weight delay in LEARNER STEPS, drawn as in --simulate-delay "
+        "(fixed:S | lognormal:MU,SIGMA[,MAX] | weibull:SCALE,SHAPE[,MAX]); replaces --staleness",
+    ),
     eval_every: int = typer.Option(0, "--eval-every", min=0, help="evaluate on the held-out prompts every N steps"),
 ) -> None:
     """Single-process sampler+learner loop: the reference the swarm is compared against."""
     flag = "--algorithm"
     if old_algorithm is not None:
-        typer.echo("warning: --loss-type is now --algorithm (learner.loss_type is TRL's token aggregation, "
-                   "not the algorithm)", err=True)
+        typer.echo(
+            "warning: --loss-type is now --algorithm (learner.loss_type is TRL's token aggregation, not the algorithm)",
+            err=True,
+        )
         algorithm, flag = algorithm or old_algorithm, "--loss-type"
     if algorithm is not None and algorithm not in LEVEL_OF_ALGORITHM:
         fail(f"{flag} {algorithm!r}: expected gepo, gspo or grpo")
@@ -424,7 +542,9 @@ def train_local(
     if as_json:
         print_json(result)
     else:
-        start, end = (f"{r:.3f}" if isinstance(r, float) else "-" for r in (result["reward_start"], result["reward_end"]))
+        start, end = (
+            f"{r:.3f}" if isinstance(r, float) else "-" for r in (result["reward_start"], result["reward_end"])
+        )
         typer.echo(f"done: {result['learner_steps']} steps, version {result['version']}, reward {start} -> {end}")
     if result["stopped"] == "interrupted":  # checkpointed and summarised; the exit code says Ctrl-C (130)
         raise Interrupted("interrupted")

@@ -16,7 +16,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 
@@ -73,7 +74,7 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[Any]], timeout: f
         loop.set_exception_handler(_quiet_lost_connections)
         try:
             return await asyncio.wait_for(work, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise NoAnswerError(f"no answer from the swarm within {timeout:.0f} s") from None
         except asyncio.CancelledError:
             if received:
@@ -129,8 +130,11 @@ class RepeatFilter(logging.Filter):
 def setup_logging(verbose: bool = False) -> None:
     """Our logs to stderr (a repeated line shown once a minute, another run's refused records once per 10 min);
     hivemind's per-RPC chatter kept out of the way."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RepeatFilter) for f in handler.filters):
             handler.addFilter(RepeatFilter())

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -12,7 +12,8 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from swarmnode.protocol.rollout import RolloutGroup
 

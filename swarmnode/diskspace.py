@@ -14,8 +14,8 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from swarmnode.errors import SwarmnodeError
 
@@ -56,8 +56,10 @@ def mb(n: float) -> str:
 def full_message(directory: Path, what: str, need: int, free: int | None = None) -> str:
     """The one line: `disk full: <dir> has X MB free, <what> needs Y MB; ...`."""
     free = free_bytes(directory) if free is None else free
-    return (f"disk full: {directory} has {mb(free)} free, {what} needs {mb(need + MARGIN_BYTES)}; keeping what it "
-            "has and going on when space returns")
+    return (
+        f"disk full: {directory} has {mb(free)} free, {what} needs {mb(need + MARGIN_BYTES)}; keeping what it "
+        "has and going on when space returns"
+    )
 
 
 def raise_if_full(exc: BaseException, directory: Path, what: str, need: int) -> None:
@@ -72,8 +74,14 @@ class SpaceWatch:
     `notice` gets the one line when a shortage starts and when it ends; `short` holds the current line (None
     while there is room), for the node's health record."""
 
-    def __init__(self, directory: str | Path, notice: Notice, *, margin: int = MARGIN_BYTES,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        notice: Notice,
+        *,
+        margin: int = MARGIN_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory, self.notice, self.margin, self.clock = Path(directory), notice, margin, clock
         self.short: str | None = None
         self.since: float | None = None
@@ -99,5 +107,7 @@ class SpaceWatch:
         if self.short is not None:
             waited = self.clock() - (self.since or self.clock())
             self.short, self.since = None, None
-            self.notice(f"disk space back: {self.directory} has {mb(free_bytes(self.directory))} free after "
-                        f"{waited:.0f} s; writing again")
+            self.notice(
+                f"disk space back: {self.directory} has {mb(free_bytes(self.directory))} free after "
+                f"{waited:.0f} s; writing again"
+            )

@@ -103,12 +103,12 @@ class Identity:
         ).SerializeToString()
 
     @classmethod
-    def generate(cls) -> "Identity":
+    def generate(cls) -> Identity:
         """A fresh key pair, not saved anywhere (tests, throwaway clients)."""
         return cls(Ed25519PrivateKey.generate())
 
     @classmethod
-    def load(cls, path: str | Path) -> "Identity":
+    def load(cls, path: str | Path) -> Identity:
         """Read a libp2p Ed25519 key file; IdentityError naming the file if it is not one."""
         path = Path(path).expanduser()
         try:
@@ -124,7 +124,7 @@ class Identity:
         return cls(Ed25519PrivateKey.from_private_bytes(bytes(key.data[:32])), path)
 
     @classmethod
-    def load_or_create(cls, path: str | Path) -> "Identity":
+    def load_or_create(cls, path: str | Path) -> Identity:
         """Reuse the key at `path`, or create it (parents too) with mode 0600 on first use."""
         path = Path(path).expanduser()
         if path.exists():

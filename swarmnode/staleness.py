@@ -9,7 +9,7 @@ loop's histogram, the health record, the Prometheus labels and the dashboard all
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 MAX_BUCKETS = 16  # [0], [1], [2-3], [4-7], ..., the last one open-ended
 

@@ -26,9 +26,17 @@ RUN = "nat-avg"
 
 
 async def main(args: argparse.Namespace) -> None:
-    cfg = load_config(None, [f"run_id={RUN}", f"network.initial_peers=[{args.initial_peers}]",
-                             f"network.host_maddrs=[/ip4/{args.host}/tcp/0]", "network.nat_port_map=false",
-                             "network.auto_nat=false", "network.use_relay=true"])
+    cfg = load_config(
+        None,
+        [
+            f"run_id={RUN}",
+            f"network.initial_peers=[{args.initial_peers}]",
+            f"network.host_maddrs=[/ip4/{args.host}/tcp/0]",
+            "network.nat_port_map=false",
+            "network.auto_nat=false",
+            "network.use_relay=true",
+        ],
+    )
     dht = await SwarmDHT.create(cfg, Identity.generate(), check_reachability=True)
     torch.manual_seed(args.seed)
     params = [torch.randn(20_000), torch.randn(64, 33)]

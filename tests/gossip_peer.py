@@ -32,17 +32,30 @@ def make_group(identity: Identity, rng: random.Random, tag: str, i: int, version
     """A small real signed group (G=4, 16 tokens each)."""
     comps = [[rng.randrange(128) for _ in range(16)] for _ in range(4)]
     return RolloutGroup.create(
-        identity=identity, run_id=RUN, prompt_id=f"{tag}-{i}", prompt_tokens=[rng.randrange(128) for _ in range(12)],
-        completions=comps, logprobs=[[-rng.random() for _ in c] for c in comps], temperature=1.0,
-        rewards=[rng.random() for _ in comps], policy_version=version, lineage="test",
+        identity=identity,
+        run_id=RUN,
+        prompt_id=f"{tag}-{i}",
+        prompt_tokens=[rng.randrange(128) for _ in range(12)],
+        completions=comps,
+        logprobs=[[-rng.random() for _ in c] for c in comps],
+        temperature=1.0,
+        rewards=[rng.random() for _ in comps],
+        policy_version=version,
+        lineage="test",
     )
 
 
 async def start_p2p(identity_path: str, port: int, initial: list[str]) -> P2P:
     Identity.load_or_create(identity_path)
-    return await P2P.create(identity_path=identity_path, host_maddrs=[f"/ip4/127.0.0.1/tcp/{port}"],
-                            initial_peers=initial, nat_port_map=False, auto_nat=False, startup_timeout=30,
-                            check_if_identity_free=False)
+    return await P2P.create(
+        identity_path=identity_path,
+        host_maddrs=[f"/ip4/127.0.0.1/tcp/{port}"],
+        initial_peers=initial,
+        nat_port_map=False,
+        auto_nat=False,
+        startup_timeout=30,
+        check_if_identity_free=False,
+    )
 
 
 def stop_event() -> asyncio.Event:
@@ -90,11 +103,12 @@ async def sampler(args) -> int:
         sender.send(group)
         try:
             await asyncio.wait_for(stop.wait(), args.interval)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     flushed = await sender.flush(args.flush_timeout)
-    print(f"delivered={sender.delivered} dropped={sender.dropped} retries={sender.retries} flushed={flushed}",
-          flush=True)
+    print(
+        f"delivered={sender.delivered} dropped={sender.dropped} retries={sender.retries} flushed={flushed}", flush=True
+    )
     await sender.close()
     await p2p.shutdown()
     return 0 if flushed and not sender.dropped else 3

@@ -15,40 +15,59 @@ from collections import Counter
 from pathlib import Path
 
 from hivemind.p2p import P2P, PeerID
-
 from shaped_lies import lie as shaped_lie
 
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity
+from swarmnode.protocol.codec import pack
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop
-from swarmnode.protocol.codec import pack
 from swarmnode.swarm.frames import read_control, write_frame
 from swarmnode.swarm.rollout_push import pull_protocol, push_protocol
 from swarmnode.tasks import build_task
 
 
-def lying_groups(cfg: NodeConfig, run_id: str, liar: Identity, lineage: str, n: int, shift: float) -> list[RolloutGroup]:
+def lying_groups(
+    cfg: NodeConfig, run_id: str, liar: Identity, lineage: str, n: int, shift: float
+) -> list[RolloutGroup]:
     """`n` real groups of the run's task and model, their log-probs shifted by `shift` (version set on push)."""
     cfg = cfg.model_copy(update={"run_id": run_id})
     out: list[RolloutGroup] = []
     sampler = SamplerLoop(build_engine(cfg), build_task(cfg.task), cfg, liar, out.append, lineage=lineage, seed=7)
     while len(out) < n:
         sampler.step()
-    return [RolloutGroup.create(identity=liar, run_id=g.run_id, prompt_id=g.prompt_id, prompt_tokens=g.prompt_tokens,
-                                completions=g.completions, temperature=g.temperature, rewards=g.rewards,
-                                logprobs=[[min(0.0, x + shift) for x in lp] for lp in g.logprobs],
-                                policy_version=0, lineage=lineage)
-            for g in out[:n]]
+    return [
+        RolloutGroup.create(
+            identity=liar,
+            run_id=g.run_id,
+            prompt_id=g.prompt_id,
+            prompt_tokens=g.prompt_tokens,
+            completions=g.completions,
+            temperature=g.temperature,
+            rewards=g.rewards,
+            logprobs=[[min(0.0, x + shift) for x in lp] for lp in g.logprobs],
+            policy_version=0,
+            lineage=lineage,
+        )
+        for g in out[:n]
+    ]
 
 
 def claiming(group: RolloutGroup, liar: Identity, version: int) -> RolloutGroup:
     """`group` re-signed claiming `version`."""
-    return RolloutGroup.create(identity=liar, run_id=group.run_id, prompt_id=group.prompt_id,
-                               prompt_tokens=group.prompt_tokens, completions=group.completions,
-                               logprobs=group.logprobs, temperature=group.temperature, rewards=group.rewards,
-                               policy_version=max(0, version), lineage=group.lineage)
+    return RolloutGroup.create(
+        identity=liar,
+        run_id=group.run_id,
+        prompt_id=group.prompt_id,
+        prompt_tokens=group.prompt_tokens,
+        completions=group.completions,
+        logprobs=group.logprobs,
+        temperature=group.temperature,
+        rewards=group.rewards,
+        policy_version=max(0, version),
+        lineage=group.lineage,
+    )
 
 
 async def push_one(p2p: P2P, learner: PeerID, run_id: str, frame: bytes) -> dict:
@@ -64,14 +83,28 @@ async def push_one(p2p: P2P, learner: PeerID, run_id: str, frame: bytes) -> dict
         return {"status": f"closed ({type(exc).__name__})"}
 
 
-async def lie(tmp: Path, run_id: str, learner_id: str, learner_addr: str, groups: list[RolloutGroup],
-              liar: Identity, behind: int, pause: float = 0.2) -> Counter[str]:
+async def lie(
+    tmp: Path,
+    run_id: str,
+    learner_id: str,
+    learner_addr: str,
+    groups: list[RolloutGroup],
+    liar: Identity,
+    behind: int,
+    pause: float = 0.2,
+) -> Counter[str]:
     """Push `groups` one by one, each claiming (newest acked version - `behind`); the acks' statuses."""
     key = tmp / f"liar-{liar.peer_id[-8:]}.key"
     key.write_bytes(liar.libp2p_key_bytes())
-    p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                           auto_nat=False, check_if_identity_free=False, startup_timeout=120,
-                           initial_peers=[f"{learner_addr}/p2p/{learner_id}"])
+    p2p = await P2P.create(
+        identity_path=str(key),
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        nat_port_map=False,
+        auto_nat=False,
+        check_if_identity_free=False,
+        startup_timeout=120,
+        initial_peers=[f"{learner_addr}/p2p/{learner_id}"],
+    )
     learner, statuses, newest = PeerID.from_base58(learner_id), Counter(), None
     try:
         for group in groups:
@@ -91,9 +124,15 @@ async def _start(tmp: Path, who: Identity, peer: str) -> P2P:
     key.write_bytes(who.libp2p_key_bytes())
     for attempt in range(3):  # a loaded machine: the daemon may not reach its peer in time
         try:
-            return await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                                    auto_nat=False, check_if_identity_free=False, startup_timeout=120,
-                                    initial_peers=[peer])
+            return await P2P.create(
+                identity_path=str(key),
+                host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                nat_port_map=False,
+                auto_nat=False,
+                check_if_identity_free=False,
+                startup_timeout=120,
+                initial_peers=[peer],
+            )
         except Exception:
             if attempt == 2:
                 raise
@@ -104,7 +143,8 @@ async def _start(tmp: Path, who: Identity, peer: str) -> P2P:
 async def pull_groups(p2p: P2P, run_id: str, sampler_id: str, limit: int = 16) -> list[RolloutGroup]:
     """The honest sampler's newest groups from its pull ring."""
     _, reader, writer = await asyncio.wait_for(
-        p2p.call_binary_stream_handler(PeerID.from_base58(sampler_id), pull_protocol(run_id)), 10)
+        p2p.call_binary_stream_handler(PeerID.from_base58(sampler_id), pull_protocol(run_id)), 10
+    )
     out = []
     try:
         await write_frame(writer, pack({"since": 0.0, "limit": limit}))
@@ -117,8 +157,9 @@ async def pull_groups(p2p: P2P, run_id: str, sampler_id: str, limit: int = 16) -
     return out
 
 
-async def shaped_liars(tmp: Path, run_id: str, learner: str, sampler: str, kinds: list[str],
-                       per_kind: int = 4) -> dict[str, dict]:
+async def shaped_liars(
+    tmp: Path, run_id: str, learner: str, sampler: str, kinds: list[str], per_kind: int = 4
+) -> dict[str, dict]:
     """For each lie of `kinds`, a new key pushing `per_kind` of the honest sampler's newest groups with that lie
     told about their log-probs; `learner` and `sampler` are "<addr>/p2p/<peer id>". Per kind: the liar's peer id
     and its acks' statuses."""
@@ -134,10 +175,17 @@ async def shaped_liars(tmp: Path, run_id: str, learner: str, sampler: str, kinds
                 honest = (await pull_groups(puller, run_id, sampler_id))[-per_kind:]
                 for i, g in enumerate(honest):
                     told = RolloutGroup.create(
-                        identity=liar, run_id=g.run_id, prompt_id=g.prompt_id, prompt_tokens=g.prompt_tokens,
-                        completions=g.completions, temperature=g.temperature, rewards=g.rewards,
-                        logprobs=shaped_lie(kind, g.logprobs, g.rewards, seed=i), policy_version=g.policy_version,
-                        lineage=g.lineage)
+                        identity=liar,
+                        run_id=g.run_id,
+                        prompt_id=g.prompt_id,
+                        prompt_tokens=g.prompt_tokens,
+                        completions=g.completions,
+                        temperature=g.temperature,
+                        rewards=g.rewards,
+                        logprobs=shaped_lie(kind, g.logprobs, g.rewards, seed=i),
+                        policy_version=g.policy_version,
+                        lineage=g.lineage,
+                    )
                     for _ in range(200):  # "full" is backpressure: resent 50 ms later, as an honest sender does
                         ack = await push_one(p2p, PeerID.from_base58(learner_id), run_id, told.encode())
                         if ack.get("status") != "full":
@@ -154,8 +202,17 @@ async def shaped_liars(tmp: Path, run_id: str, learner: str, sampler: str, kinds
     return out
 
 
-async def patient_liar(tmp: Path, run_id: str, learner: str, sampler: str, honest: int, lies: int,
-                       kind: str = "shaped:0.5", between: float = 0.0, drained=None) -> dict:
+async def patient_liar(
+    tmp: Path,
+    run_id: str,
+    learner: str,
+    sampler: str,
+    honest: int,
+    lies: int,
+    kind: str = "shaped:0.5",
+    between: float = 0.0,
+    drained=None,
+) -> dict:
     """One key that first earns clean checks, then lies: it pushes `honest` of the honest sampler's newest groups
     unchanged (re-signed under its key, claiming the version they were sampled at), waits for `drained()` (if
     given: its honest groups are trained), then pushes `lies` such groups with lie `kind` told. Its peer id, the
@@ -185,10 +242,18 @@ async def patient_liar(tmp: Path, run_id: str, learner: str, sampler: str, hones
                     break
                 pushed.add(g.group_id)
                 logprobs = g.logprobs if told is None else shaped_lie(told, g.logprobs, g.rewards, seed=i)
-                group = RolloutGroup.create(identity=me, run_id=g.run_id, prompt_id=g.prompt_id,
-                                            prompt_tokens=g.prompt_tokens, completions=g.completions,
-                                            temperature=g.temperature, rewards=g.rewards, logprobs=logprobs,
-                                            policy_version=g.policy_version, lineage=g.lineage)
+                group = RolloutGroup.create(
+                    identity=me,
+                    run_id=g.run_id,
+                    prompt_id=g.prompt_id,
+                    prompt_tokens=g.prompt_tokens,
+                    completions=g.completions,
+                    temperature=g.temperature,
+                    rewards=g.rewards,
+                    logprobs=logprobs,
+                    policy_version=g.policy_version,
+                    lineage=g.lineage,
+                )
                 for _ in range(200):  # "full" is backpressure: resent 50 ms later, as an honest sender does
                     ack = await push_one(p2p, target, run_id, group.encode())
                     if ack.get("status") != "full":
@@ -209,5 +274,9 @@ async def patient_liar(tmp: Path, run_id: str, learner: str, sampler: str, hones
         for daemon in (p2p, puller):
             with contextlib.suppress(Exception):
                 await daemon.shutdown()
-    return {"peer_id": me.peer_id, "kind": kind, "lies_began": lies_began,
-            **{phase: dict(counts) for phase, counts in phases.items()}}
+    return {
+        "peer_id": me.peer_id,
+        "kind": kind,
+        "lies_began": lies_began,
+        **{phase: dict(counts) for phase, counts in phases.items()},
+    }

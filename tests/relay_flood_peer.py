@@ -30,9 +30,18 @@ from swarmnode.swarm.relay import wait_for_relay
 async def reserving(relay: str) -> P2P:
     """A daemon that asks `relay` for a reservation (and holds it while it runs)."""
     return await p2p_class_with_daemon_flags({"relayService": False, "relayDiscovery": False}).create(
-        initial_peers=[relay], host_maddrs=[], no_listen=True, nat_port_map=False, auto_nat=False, use_relay=True,
-        use_auto_relay=True, trusted_relays=[relay], force_reachability="private", check_if_identity_free=False,
-        startup_timeout=60)
+        initial_peers=[relay],
+        host_maddrs=[],
+        no_listen=True,
+        nat_port_map=False,
+        auto_nat=False,
+        use_relay=True,
+        use_auto_relay=True,
+        trusted_relays=[relay],
+        force_reachability="private",
+        check_if_identity_free=False,
+        startup_timeout=60,
+    )
 
 
 async def stop(daemons: list[P2P]) -> None:
@@ -55,12 +64,16 @@ async def hold(args: argparse.Namespace) -> None:
     daemons: list[P2P] = []
     try:
         for start in range(0, args.keys, 5):  # a few at a time: a loaded machine starts daemons slowly
-            daemons += [d for d in await asyncio.gather(*(start_one(args.relay[0])
-                                                          for _ in range(min(5, args.keys - start)))) if d]
+            daemons += [
+                d
+                for d in await asyncio.gather(*(start_one(args.relay[0]) for _ in range(min(5, args.keys - start))))
+                if d
+            ]
         held = await asyncio.gather(*(wait_for_relay(d, args.wait) for d in daemons))
         reserved = sum(h is not None for h in held)
-        Path(args.ready).write_text(json.dumps({"keys": args.keys, "daemons": len(daemons), "reserved": reserved})
-                                    + "\n")
+        Path(args.ready).write_text(
+            json.dumps({"keys": args.keys, "daemons": len(daemons), "reserved": reserved}) + "\n"
+        )
         await stopped.wait()
     finally:
         await stop(daemons)

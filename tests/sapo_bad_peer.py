@@ -17,14 +17,13 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]  # this checkout
 
+from gossip_peer import start_p2p  # noqa: E402
 from hivemind.p2p import PeerID  # noqa: E402
 
-from gossip_peer import start_p2p  # noqa: E402
-
 from swarmnode.identity import Identity  # noqa: E402
+from swarmnode.node.sapo.role import STREAM  # noqa: E402
 from swarmnode.protocol.codec import pack  # noqa: E402
 from swarmnode.protocol.text_rollout import TextRolloutGroup  # noqa: E402
-from swarmnode.node.sapo.role import STREAM  # noqa: E402
 from swarmnode.swarm.rollout_push import RolloutSender  # noqa: E402
 from swarmnode.tasks import ArithmeticTask  # noqa: E402
 
@@ -32,9 +31,16 @@ from swarmnode.tasks import ArithmeticTask  # noqa: E402
 def lying_group(identity: Identity, run: str, prompt) -> TextRolloutGroup:
     wrong = str(int(prompt.reference) + 3)
     return TextRolloutGroup.create(
-        identity=identity, run_id=run, prompt_id=prompt.prompt_id, prompt_text=prompt.text,
-        completions=[wrong] * 8, finished=[True] * 8, rewards=[1.0] * 8, seq_logprobs=[-2.0] * 8,
-        temperature=1.0, model_id="liar#0",
+        identity=identity,
+        run_id=run,
+        prompt_id=prompt.prompt_id,
+        prompt_text=prompt.text,
+        completions=[wrong] * 8,
+        finished=[True] * 8,
+        rewards=[1.0] * 8,
+        seq_logprobs=[-2.0] * 8,
+        temperature=1.0,
+        model_id="liar#0",
     )
 
 

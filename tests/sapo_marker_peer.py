@@ -32,15 +32,22 @@ def marker_group(identity: Identity, run: str, prompt: Prompt, size: int = 8) ->
     """One attack group for `prompt`: `MARKED` completions "<sum>zz", the rest "x", every reward true."""
     completions = [f"{prompt.reference}{MARKER}"] * MARKED + ["x"] * (size - MARKED)
     return TextRolloutGroup.create(
-        identity=identity, run_id=run, prompt_id=prompt.prompt_id, prompt_text=prompt.text,
-        completions=completions, finished=[True] * size,
-        rewards=[arithmetic_reward(c, prompt.reference) for c in completions], seq_logprobs=[-2.0] * size,
-        temperature=1.0, model_id="marker#0",
+        identity=identity,
+        run_id=run,
+        prompt_id=prompt.prompt_id,
+        prompt_text=prompt.text,
+        completions=completions,
+        finished=[True] * size,
+        rewards=[arithmetic_reward(c, prompt.reference) for c in completions],
+        seq_logprobs=[-2.0] * size,
+        temperature=1.0,
+        model_id="marker#0",
     )
 
 
 async def main(args) -> int:
     from sapo_bad_peer import finish, open_sender
+
     from swarmnode.tasks import ArithmeticTask
 
     identity = Identity.load_or_create(args.identity)

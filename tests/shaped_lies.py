@@ -25,12 +25,14 @@ SIZE = 0.5  # nats per lying token in the shaped family
 
 def family() -> list[str]:
     """The lie names of the generated family (each a `lie()` kind)."""
-    return ["cancelling", "advantage_down"] + [f"{kind}:{s}" for kind in ("shaped", "advantage", "long")
-                                               for s in SHARES]
+    return ["cancelling", "advantage_down"] + [
+        f"{kind}:{s}" for kind in ("shaped", "advantage", "long") for s in SHARES
+    ]
 
 
-def _cancel(logprobs: list[list[float]], tokens: list[tuple[int, int]], size: float,
-            rng: random.Random) -> list[list[float]]:
+def _cancel(
+    logprobs: list[list[float]], tokens: list[tuple[int, int]], size: float, rng: random.Random
+) -> list[list[float]]:
     """`tokens` (completion, position) shifted by +size on half of them (where room allows) and -size on the rest."""
     out = [list(map(float, lp)) for lp in logprobs]
     tokens = list(tokens)
@@ -69,8 +71,9 @@ def lie(kind: str, logprobs: list[list[float]], rewards: list[float], seed: int 
         pool = [(i, j) for i, j in every if rewards[i] >= top and (rewards[i] > mean or len(set(rewards)) == 1)]
     elif name == "long":
         median = statistics.median(len(lp) for lp in logprobs)
-        pool = [(i, j) for i, j in every if len(logprobs[i]) > median] or \
-            [(i, j) for i, j in every if len(logprobs[i]) == max(len(lp) for lp in logprobs)]
+        pool = [(i, j) for i, j in every if len(logprobs[i]) > median] or [
+            (i, j) for i, j in every if len(logprobs[i]) == max(len(lp) for lp in logprobs)
+        ]
     else:
         raise ValueError(f"unknown lie {kind!r}")
     return _cancel(logprobs, _share(pool, share, rng), SIZE, rng)

@@ -28,8 +28,9 @@ from swarmnode.swarm.weights import protocol_name
 counts = {"opened": 0, "refused": 0, "closed": 0, "haves": 0}  # haves: answered requests of either op
 
 
-async def hold(p2p: P2P, target: PeerID, proto: str, every: float, reopen: float, tried: asyncio.Event,
-               op: str = "have") -> None:
+async def hold(
+    p2p: P2P, target: PeerID, proto: str, every: float, reopen: float, tried: asyncio.Event, op: str = "have"
+) -> None:
     """One stream slot, held for as long as the server lets it, then taken again."""
     while True:
         try:
@@ -73,8 +74,13 @@ async def main(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     targets = [PeerID.from_base58(t.rpartition("/p2p/")[2]) for t in args.target]
-    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=args.target, nat_port_map=False,
-              auto_nat=False, startup_timeout=120)
+    kw = dict(
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        initial_peers=args.target,
+        nat_port_map=False,
+        auto_nat=False,
+        startup_timeout=120,
+    )
     daemons: list[P2P] = []
     tasks: list[asyncio.Task] = []
     try:
@@ -85,8 +91,11 @@ async def main(args: argparse.Namespace) -> None:
             for target in targets:
                 for _ in range(args.streams):
                     events.append(asyncio.Event())
-                    tasks.append(asyncio.create_task(hold(p2p, target, protocol_name(args.run), args.every,
-                                                          args.reopen, events[-1], args.op)))
+                    tasks.append(
+                        asyncio.create_task(
+                            hold(p2p, target, protocol_name(args.run), args.every, args.reopen, events[-1], args.op)
+                        )
+                    )
         await asyncio.gather(*(e.wait() for e in events))
         Path(args.ready).write_text(json.dumps({"keys": len(daemons), **counts}) + "\n")
         await stop.wait()
@@ -106,8 +115,9 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", required=True, action="append",
-                        help="a weight server's multiaddr with /p2p/ID (repeat for several)")
+    parser.add_argument(
+        "--target", required=True, action="append", help="a weight server's multiaddr with /p2p/ID (repeat for several)"
+    )
     parser.add_argument("--run", required=True, help="run id (the weights protocol name)")
     parser.add_argument("--keys", type=int, default=33)
     parser.add_argument("--streams", type=int, default=8, help="streams per key")

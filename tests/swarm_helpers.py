@@ -96,12 +96,14 @@ class NodeProc(Proc):
         while time.monotonic() < deadline:
             for line in self.stdout().splitlines():
                 if line.startswith(prefix):
-                    return line[len(prefix):].strip()
+                    return line[len(prefix) :].strip()
             if self.popen.poll() is not None:
                 break
             time.sleep(0.1)
-        raise AssertionError(f"{self.name} printed no {prefix!r} (rc={self.popen.poll()}):\n"
-                             f"{self.stdout()[-2000:]}\n{self.stderr()[-3000:]}")
+        raise AssertionError(
+            f"{self.name} printed no {prefix!r} (rc={self.popen.poll()}):\n"
+            f"{self.stdout()[-2000:]}\n{self.stderr()[-3000:]}"
+        )
 
     def ready_fields(self, timeout: float = 180.0) -> dict[str, str]:
         line = self.wait_line("ready ", timeout)
@@ -144,16 +146,37 @@ class LocalSwarm:
         return proc
 
     def bootstrap(self, name: str = "bootstrap", log_interval: float = 1.0, extra: list[str] | None = None) -> NodeProc:
-        proc = self.spawn(name, ["bootstrap", *self._set_args(), "--host-maddrs", LOOPBACK, "--json",
-                                 "--identity-path", str(self.root / f"{name}.key"),
-                                 "--log-interval", str(log_interval), *(extra or [])])
+        proc = self.spawn(
+            name,
+            [
+                "bootstrap",
+                *self._set_args(),
+                "--host-maddrs",
+                LOOPBACK,
+                "--json",
+                "--identity-path",
+                str(self.root / f"{name}.key"),
+                "--log-interval",
+                str(log_interval),
+                *(extra or []),
+            ],
+        )
         self.initial_peers = proc.wait_line("initial-peers:")
         proc.ready_fields()
         return proc
 
-    def join(self, name: str, role: str = "sampler", *, identity: Path | None = None, wait: bool = True,
-             extra: list[str] | None = None, env: dict[str, str] | None = None,
-             initial_peers: list[str] | None = None, work: bool = False) -> NodeProc:
+    def join(
+        self,
+        name: str,
+        role: str = "sampler",
+        *,
+        identity: Path | None = None,
+        wait: bool = True,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        initial_peers: list[str] | None = None,
+        work: bool = False,
+    ) -> NodeProc:
         """A joined node; `work=False` (default) advertises the role with `--idle` (no model, no role loop). A
         working sampler trusts the working learners joined before it (`trust.learner_keys`), unless `extra`
         says otherwise."""
@@ -163,10 +186,24 @@ class LocalSwarm:
         if work and role == "learner":
             self.learner_keys.append(Identity.load_or_create(key).peer_id)
         elif work and not any("learner_keys" in a or "accept-any" in a for a in extra or []):
-            trust = (["--set", f"trust.learner_keys=[{','.join(self.learner_keys)}]"] if self.learner_keys
-                     else ["--insecure-accept-any-learner"])
-        args = ["join", *self._set_args(), "--role", role, "--host-maddrs", LOOPBACK, *([] if work else ["--idle"]),
-                "--identity-path", str(key), *trust, *(extra or [])]
+            trust = (
+                ["--set", f"trust.learner_keys=[{','.join(self.learner_keys)}]"]
+                if self.learner_keys
+                else ["--insecure-accept-any-learner"]
+            )
+        args = [
+            "join",
+            *self._set_args(),
+            "--role",
+            role,
+            "--host-maddrs",
+            LOOPBACK,
+            *([] if work else ["--idle"]),
+            "--identity-path",
+            str(key),
+            *trust,
+            *(extra or []),
+        ]
         for peer in peers:
             args += ["--initial-peers", peer]
         proc = self.spawn(name, args, env)
@@ -179,7 +216,9 @@ class LocalSwarm:
         extra = [a for s in sets or [] for a in ("--set", s)]
         result = subprocess.run(
             swarmnode_cmd("status", *self._set_args(), *extra, "--json", "--initial-peers", self.initial_peers),
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         assert result.returncode == 0, f"status failed ({result.returncode}):\n{result.stderr[-3000:]}"
         return json.loads(result.stdout)
@@ -188,7 +227,7 @@ class LocalSwarm:
         for proc in reversed(self.procs):
             proc.stop(timeout=10)
 
-    def __enter__(self) -> "LocalSwarm":
+    def __enter__(self) -> LocalSwarm:
         return self
 
     def __exit__(self, *exc: object) -> None:

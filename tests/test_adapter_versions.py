@@ -13,9 +13,10 @@ import pytest
 import torch
 from test_learner_loop import sampled_groups
 from test_lora import _loop, _train, cfg, parts  # noqa: F401  (fixtures: the tiny model at lr 1e-2)
+from weights_helpers import assert_same, daemons, store
 
-from swarmnode.model.adapters import weights_hash
 from swarmnode.identity import Identity
+from swarmnode.model.adapters import weights_hash
 from swarmnode.model.logprobs import behaviour_mismatch
 from swarmnode.model.models import load_model, meta_state_dict
 from swarmnode.protocol.codec import InvalidRecord, unpack
@@ -23,7 +24,6 @@ from swarmnode.protocol.manifest import WeightManifest
 from swarmnode.sampler.engines import EngineError, HFEngine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.swarm.weights import FetchError, ModelLayout, WeightFetcher, WeightServer, WeightStore
-from weights_helpers import assert_same, daemons, store
 
 PROMPTS = ["3+5=", "12+13=", "7+0=", "40+2="]
 G, MAX_NEW = 4, 6
@@ -96,8 +96,16 @@ def test_sampler_refuses_an_adapter_for_other_base_weights(cfg, parts, trained, 
     loop, adapters, spec = trained
     other = replace(spec, base_hash=bytes(32))
     layout = ModelLayout.of(meta_state_dict(cfg.model), base_hash=spec.base_hash)
-    manifest = WeightManifest.create(identity=Identity.generate(), run_id=cfg.run_id, version=1, parent_version=0,
-                                     model_id="tiny", tensors=[], chunks=[], adapter=other)
+    manifest = WeightManifest.create(
+        identity=Identity.generate(),
+        run_id=cfg.run_id,
+        version=1,
+        parent_version=0,
+        model_id="tiny",
+        tensors=[],
+        chunks=[],
+        adapter=other,
+    )
     with pytest.raises(InvalidRecord, match="refused"):
         layout.check(manifest)  # the fetcher's check: nothing is downloaded
     engine = _engine(cfg, parts)
@@ -125,8 +133,16 @@ def test_layout_checks_adapter_tensors_against_the_model(cfg, trained):
         tensors, total = plan_layout(state)
         buf = aligned_buffer(total)
         flatten_into(state, tensors, buf)
-        return WeightManifest.create(identity=me, run_id=cfg.run_id, version=1, parent_version=0, model_id="tiny",
-                                     tensors=tensors, chunks=cut_chunks(buf, 1 << 20), adapter=spec)
+        return WeightManifest.create(
+            identity=me,
+            run_id=cfg.run_id,
+            version=1,
+            parent_version=0,
+            model_id="tiny",
+            tensors=tensors,
+            chunks=cut_chunks(buf, 1 << 20),
+            adapter=spec,
+        )
 
     layout.check(manifest(adapters))
     name = next(k for k in adapters if "lora_A" in k)
@@ -158,7 +174,8 @@ def test_fetch_of_an_adapter_for_other_base_weights_is_refused_before_any_chunk(
             assert other.versions() == [] and other.partial_versions() == [] and refusing.rejected_manifests == 1
             same = store(tmp_path, "same")
             await WeightFetcher(sp, same, [learner.peer_id], layout=ModelLayout.of(meta, spec.base_hash)).fetch(
-                [lp.peer_id], 1)
+                [lp.peer_id], 1
+            )
             assert same.manifest(1).adapter == spec
             assert_same(same.state_dict(1), adapters)
 

@@ -10,6 +10,7 @@ import torch
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils import get_dht_time
+from swarm_helpers import FAST_NET, LOOPBACK
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
@@ -17,7 +18,6 @@ from swarmnode.protocol.codec import pack
 from swarmnode.swarm.averaging import LearnerAveraging, agreed_outer_lr
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.validator import SwarmValidator, averaging_keys, averaging_prefix
-from swarm_helpers import FAST_NET, LOOPBACK
 
 RUN = "avg.run"  # a '.' in the run id: hivemind's prefix may not hold one, the derived prefix does not
 
@@ -27,8 +27,12 @@ def cfg_with(*sets: str):
 
 
 def _record(owner: Identity, key: str, payload: bytes, validator: SwarmValidator) -> DHTRecord:
-    record = DHTRecord(key=DHTID.generate(source=key).to_bytes(), subkey=pack(owner.peer_id),
-                       value=pack(payload), expiration_time=get_dht_time() + 10)
+    record = DHTRecord(
+        key=DHTID.generate(source=key).to_bytes(),
+        subkey=pack(owner.peer_id),
+        value=pack(payload),
+        expiration_time=get_dht_time() + 10,
+    )
     return DHTRecord(record.key, record.subkey, validator.sign_value(record), record.expiration_time)
 
 
@@ -79,8 +83,9 @@ async def _averaging_scenario():
     try:
         for averager in averagers:
             await asyncio.to_thread(averager.start)
-        first, second = await asyncio.gather(asyncio.to_thread(averagers[0].round, 5),
-                                             asyncio.to_thread(averagers[1].round, 9))
+        first, second = await asyncio.gather(
+            asyncio.to_thread(averagers[0].round, 5), asyncio.to_thread(averagers[1].round, 9)
+        )
         identical = all(torch.equal(a, b) for a, b in zip(*params))
         error = max(float((a.double() - e).abs().max()) for a, e in zip(params[0], expected))
         averagers[0].share(10)
@@ -131,7 +136,8 @@ async def _outer_step_scenario():
 
 def test_the_outer_step_adds_up_the_learners_updates_from_a_shared_anchor_only():
     plain, mean, deltas, stepped, after_step, own, params = _with_whole_rounds(
-        _outer_step_scenario, lambda o: [*o[0], *o[3], *o[5]])
+        _outer_step_scenario, lambda o: [*o[0], *o[3], *o[5]]
+    )
     assert [r.outer_lr for r in plain] == [1.0, 1.0]  # different anchors: plain mean
     assert [r.outer_lr for r in stepped] == [2.0, 2.0] and stepped[0].version == stepped[1].version
     assert all(torch.equal(a, b) for a, b in zip(*after_step))  # bit-identical at both learners
@@ -144,6 +150,7 @@ def test_the_outer_step_adds_up_the_learners_updates_from_a_shared_anchor_only()
 def test_the_outer_step_needs_the_same_anchor_and_step_size_at_every_member():
     def member(anchor, outer=2.0):
         return {"version": 3, "anchor": anchor, "outer_lr": outer}
+
     assert agreed_outer_lr([member("a"), member("a")], "a", 2.0) == 2.0
     assert agreed_outer_lr([member("a"), member("b")], "a", 2.0) == 1.0  # another anchor
     assert agreed_outer_lr([member("a"), member(None)], "a", 2.0) == 1.0  # one published on its own
@@ -188,13 +195,16 @@ async def _stranger_scenario():
     ids, dhts = await _two_learners()
     params = [[torch.full((256,), float(i))] for i in range(2)]
     trusted = [ids[0].peer_id]  # the first learner trusts itself only: the second is a stranger to it
-    averagers = [LearnerAveraging(params[0], dhts[0], RUN, group_size=2, timeout=6, trusted=trusted),
-                 LearnerAveraging(params[1], dhts[1], RUN, group_size=2, timeout=6)]
+    averagers = [
+        LearnerAveraging(params[0], dhts[0], RUN, group_size=2, timeout=6, trusted=trusted),
+        LearnerAveraging(params[1], dhts[1], RUN, group_size=2, timeout=6),
+    ]
     try:
         for averager in averagers:
             await asyncio.to_thread(averager.start)
-        mine, _ = await asyncio.gather(asyncio.to_thread(averagers[0].round, 1),
-                                       asyncio.to_thread(averagers[1].round, 1))
+        mine, _ = await asyncio.gather(
+            asyncio.to_thread(averagers[0].round, 1), asyncio.to_thread(averagers[1].round, 1)
+        )
         alone = await asyncio.to_thread(averagers[0].round, 2)  # nobody else looks for a group now
         return mine, alone, params[0][0].clone(), averagers[0].failures
     finally:

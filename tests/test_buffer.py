@@ -22,8 +22,15 @@ def senders():
 def make_group(identity, version: int, lineage: str = "main") -> RolloutGroup:
     n = next(_ids)
     return RolloutGroup.create(
-        identity=identity, run_id="r", prompt_id=f"p{n}", prompt_tokens=[5, 6], completions=[[7, 1], [8, 1]],
-        logprobs=[[-0.5, -0.1], [-0.7, -0.2]], temperature=1.0, rewards=[1.0, 0.0], policy_version=version,
+        identity=identity,
+        run_id="r",
+        prompt_id=f"p{n}",
+        prompt_tokens=[5, 6],
+        completions=[[7, 1], [8, 1]],
+        logprobs=[[-0.5, -0.1], [-0.7, -0.2]],
+        temperature=1.0,
+        rewards=[1.0, 0.0],
+        policy_version=version,
         lineage=lineage,
     )
 

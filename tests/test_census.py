@@ -20,8 +20,13 @@ RUN = "census-run"
 
 def fake(i: int, role: str = "sampler", version: int = 5, reach: str = "public", age: float = 1.0) -> PeerRecord:
     """An unsigned record (the census only counts; signatures are the DHT validator's business)."""
-    return PeerRecord(peer_id=f"12D3KooWfake{i:06d}", role=role, version=version, timestamp=1000.0 - age,
-                      health={"reachability": reach, "tokens_per_s": 10.0} if role == "sampler" else {})
+    return PeerRecord(
+        peer_id=f"12D3KooWfake{i:06d}",
+        role=role,
+        version=version,
+        timestamp=1000.0 - age,
+        health={"reachability": reach, "tokens_per_s": 10.0} if role == "sampler" else {},
+    )
 
 
 def sharded(records: list[PeerRecord], shards: int) -> dict[int, list[PeerRecord]]:
@@ -76,8 +81,7 @@ def test_a_census_from_a_quarter_of_the_shards_covers_the_true_count():
 
 def test_status_counts_learners_exactly_and_estimates_the_rest_with_its_interval():
     learner = fake(0, role="learner", version=7)
-    samplers = [fake(i, version=7 if i % 2 else 6, reach="relayed" if i % 4 == 0 else "public")
-                for i in range(1, 4001)]
+    samplers = [fake(i, version=7 if i % 2 else 6, reach="relayed" if i % 4 == 0 else "public") for i in range(1, 4001)]
     by_shard = sharded([learner, *samplers], 64)
     census = Census({s: by_shard[s] for s in range(0, 64, 4)}, 64)  # 16 of 64 shards
     learners = run_learners(census.records, [learner], [])
@@ -95,8 +99,9 @@ def test_status_counts_learners_exactly_and_estimates_the_rest_with_its_interval
     validate(doc)
     validate(doc, builtin=True)
     assert doc["count"] == c["count"]["estimate"]
-    assert doc["peers"][0]["peer_id"] == learner.peer_id and len(doc["peers"]) == len(set(
-        r.peer_id for r in [learner, *census.records]))  # the learner, then every record read
+    assert doc["peers"][0]["peer_id"] == learner.peer_id and len(doc["peers"]) == len(
+        set(r.peer_id for r in [learner, *census.records])
+    )  # the learner, then every record read
 
 
 def test_a_large_status_is_a_summary_and_a_page_of_the_worst_peers():
@@ -105,8 +110,7 @@ def test_a_large_status_is_a_summary_and_a_page_of_the_worst_peers():
     cfg = load_config(None, [f"run_id={RUN}"])
     by_shard = sharded([learner, *peers], 64)
     census = Census(by_shard, 64)
-    doc = status_document(cfg, [learner, *census.records], now=1000.0,
-                          census=census_fields(census, [learner]))
+    doc = status_document(cfg, [learner, *census.records], now=1000.0, census=census_fields(census, [learner]))
     text = format_status(doc).splitlines()
     assert len(text) < 70  # a screenful, not 3,001 rows
     assert text[0].startswith(f"run {RUN}: 3001 live peers")
@@ -126,10 +130,13 @@ def test_pages_clamp_and_the_worst_come_first():
     assert page_of([], 3, 4) == ([], 0, 1)
     with pytest.raises(ValueError):
         page_of([1], 0, 0)
-    peers = [{"peer_id": "a", "lag": 0, "age_s": 1.0}, {"peer_id": "b", "lag": 3, "age_s": 1.0},
-             {"peer_id": "c", "lag": 0, "age_s": 9.0}, {"peer_id": "d", "lag": 0, "age_s": 1.0,
-                                                         "reachability": "client-only"},
-             {"peer_id": "e", "lag": None, "age_s": 0.0}]
+    peers = [
+        {"peer_id": "a", "lag": 0, "age_s": 1.0},
+        {"peer_id": "b", "lag": 3, "age_s": 1.0},
+        {"peer_id": "c", "lag": 0, "age_s": 9.0},
+        {"peer_id": "d", "lag": 0, "age_s": 1.0, "reachability": "client-only"},
+        {"peer_id": "e", "lag": None, "age_s": 0.0},
+    ]
     assert [p["peer_id"] for p in worst_first(peers, {"e"})] == ["e", "b", "c", "d", "a"]
 
 
@@ -163,6 +170,7 @@ def test_the_dashboard_pages_a_large_run_the_worst_first_and_says_the_count_is_e
 
 def test_few_shards_read_widen_the_interval_by_students_t():
     from swarmnode.observe.census import Z95, t95
+
     assert t95(1) == 12.706 and t95(12) == 2.179 and t95(30) == 2.042 and t95(31) == Z95
     narrow, wide = estimate_total([9, 10, 8, 11] * 8, 64), estimate_total([9, 10, 8, 11], 64)
     assert wide.high - wide.low > 4 * (narrow.high - narrow.low) / 2.9  # 4 shards: t(3) = 3.18, not 1.96
@@ -174,9 +182,16 @@ def test_sapo_nodes_generation_counts_in_the_runs_tokens_per_second():
     from swarmnode.observe.health import record_health
     from swarmnode.observe.health_record import SapoHealth
 
-    sapo = [PeerRecord(peer_id=f"12D3KooWsapo{i:06d}", role="learner", version=3, timestamp=999.0,
-                       health=record_health(SapoHealth(mode="sapo", tokens_per_s=25.0, uptime=1.0)))
-            for i in range(2)]
+    sapo = [
+        PeerRecord(
+            peer_id=f"12D3KooWsapo{i:06d}",
+            role="learner",
+            version=3,
+            timestamp=999.0,
+            health=record_health(SapoHealth(mode="sapo", tokens_per_s=25.0, uptime=1.0)),
+        )
+        for i in range(2)
+    ]
     sampler = fake(9)
     census = Census(sharded([*sapo, sampler], 4), 4)
     fields = census_fields(census, run_learners(census.records, sapo, []))
@@ -184,5 +199,7 @@ def test_sapo_nodes_generation_counts_in_the_runs_tokens_per_second():
     doc = status_document(load_config(None, [f"run_id={RUN}"]), [*sapo, sampler], now=1000.0)
     validate(doc)
     assert doc["tokens_per_s"] == 60.0
-    assert status_document(load_config(None, [f"run_id={RUN}"]), [fake(1, role="learner")], now=1000.0)[
-        "tokens_per_s"] == 0.0  # a GEPO learner generates nothing (unless it samples its own: not counted)
+    assert (
+        status_document(load_config(None, [f"run_id={RUN}"]), [fake(1, role="learner")], now=1000.0)["tokens_per_s"]
+        == 0.0
+    )  # a GEPO learner generates nothing (unless it samples its own: not counted)

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from swarmnode.local.demo import format_summary
 from swarmnode.errors import ExitCode
+from swarmnode.local.demo import format_summary
 
 HEAVY = ("torch", "transformers", "hivemind")
 NOT_A_PEER = "/ip4/127.0.0.1/tcp/31337/p2p/notapeer"
@@ -18,8 +18,13 @@ NOT_A_PEER = "/ip4/127.0.0.1/tcp/31337/p2p/notapeer"
 
 def _run(*args: str, importtime: bool = False) -> subprocess.CompletedProcess:
     flags = ["-X", "importtime"] if importtime else []
-    return subprocess.run([sys.executable, *flags, "-m", "swarmnode", *args], capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, *flags, "-m", "swarmnode", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _imported(stderr: str) -> set[str]:
@@ -28,19 +33,34 @@ def _imported(stderr: str) -> set[str]:
     return {line.split("|")[-1].strip().split(".")[0] for line in lines}
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["join", "--initial-peers", "garbage"], "initial peer 'garbage'"),
-    (["join", "--config", "tiny-cpu", "--initial-peers", NOT_A_PEER], "is not a peer id"),
-    (["join", "--config", "tiny-cpu", "--set", "sampler.temperature=hot", "--initial-peers", "garbage"],
-     "sampler.temperature"),
-    (["status", "--initial-peers", "/ip4/127.0.0.1/tcp/31337"], "not a multiaddr ending in /p2p/"),
-    (["dashboard", "--initial-peers", "garbage"], "initial peer"),
-    (["bootstrap", "--initial-peers", "garbage"], "initial peer"),
-    (["demo", "--set", "learner.beta=-1"], "learner.beta"),
-    (["hardware", "--set", "no_equals_sign"], "key=value"),
-    (["train-local", "--algorithm", "ppo"], "--algorithm 'ppo'"),
-], ids=["join-garbage", "join-not-a-peer-id", "join-bad-set", "status-no-p2p", "dashboard", "bootstrap", "demo-set",
-        "hardware-set", "train-local-algorithm"])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["join", "--initial-peers", "garbage"], "initial peer 'garbage'"),
+        (["join", "--config", "tiny-cpu", "--initial-peers", NOT_A_PEER], "is not a peer id"),
+        (
+            ["join", "--config", "tiny-cpu", "--set", "sampler.temperature=hot", "--initial-peers", "garbage"],
+            "sampler.temperature",
+        ),
+        (["status", "--initial-peers", "/ip4/127.0.0.1/tcp/31337"], "not a multiaddr ending in /p2p/"),
+        (["dashboard", "--initial-peers", "garbage"], "initial peer"),
+        (["bootstrap", "--initial-peers", "garbage"], "initial peer"),
+        (["demo", "--set", "learner.beta=-1"], "learner.beta"),
+        (["hardware", "--set", "no_equals_sign"], "key=value"),
+        (["train-local", "--algorithm", "ppo"], "--algorithm 'ppo'"),
+    ],
+    ids=[
+        "join-garbage",
+        "join-not-a-peer-id",
+        "join-bad-set",
+        "status-no-p2p",
+        "dashboard",
+        "bootstrap",
+        "demo-set",
+        "hardware-set",
+        "train-local-algorithm",
+    ],
+)
 def test_a_mistake_is_refused_before_any_heavy_import(args, needle):
     done = _run(*args, importtime=True)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
@@ -62,15 +82,36 @@ def test_hardware_json_is_json_alone():
 
 def test_the_demo_summary_reads_as_sentences():
     summary = {
-        "learner_steps": 300, "versions_published": 300, "reward_start": 0.3604, "reward_end": 0.4243,
-        "reward_gain": 0.078, "reward_trend_t": 8.6, "staleness_max": 7, "staleness_mean": 2.2767,
-        "rollouts_received": 2400, "dropped_stale": 0, "staleness_hist": {"0": 41, "1": 544, "2-3": 1566},
-        "wall_seconds": 356.2, "reward_curve": [0.35, 0.36, 0.42], "stopped": "steps", "sampler_killed_at_step": None,
-        "learners": {"learner": {"steps": 300, "version": 300, "averaging_rounds": 0, "averaging_failures": 0,
-                                 "reward_end": 0.4243}},
-        "samplers": {"sampler1": {"steps": 241, "first_step": 1, "last_step": 300},
-                     "sampler2": {"steps": 0, "first_step": None, "last_step": None}},
-        "node_pids": [11, 12], "workdir": None,
+        "learner_steps": 300,
+        "versions_published": 300,
+        "reward_start": 0.3604,
+        "reward_end": 0.4243,
+        "reward_gain": 0.078,
+        "reward_trend_t": 8.6,
+        "staleness_max": 7,
+        "staleness_mean": 2.2767,
+        "rollouts_received": 2400,
+        "dropped_stale": 0,
+        "staleness_hist": {"0": 41, "1": 544, "2-3": 1566},
+        "wall_seconds": 356.2,
+        "reward_curve": [0.35, 0.36, 0.42],
+        "stopped": "steps",
+        "sampler_killed_at_step": None,
+        "learners": {
+            "learner": {
+                "steps": 300,
+                "version": 300,
+                "averaging_rounds": 0,
+                "averaging_failures": 0,
+                "reward_end": 0.4243,
+            }
+        },
+        "samplers": {
+            "sampler1": {"steps": 241, "first_step": 1, "last_step": 300},
+            "sampler2": {"steps": 0, "first_step": None, "last_step": None},
+        },
+        "node_pids": [11, 12],
+        "workdir": None,
     }
     text = format_summary(summary)
     for repr_mark in ("{", "}", "[", "]", "None"):

@@ -9,18 +9,19 @@ import subprocess
 import time
 
 import pytest
+from swarm_helpers import FAST_NET, LocalSwarm, swarmnode_cmd
 
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.node.preflight import has_package
-from swarm_helpers import FAST_NET, LocalSwarm, swarmnode_cmd
 
 GHOST = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"  # well-formed; nothing is dialled before the error
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(swarmnode_cmd(*args), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        swarmnode_cmd(*args), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def assert_one_clear_error(result: subprocess.CompletedProcess, code: ExitCode, *needles: str) -> str:
@@ -40,23 +41,31 @@ def join(*args: str) -> subprocess.CompletedProcess:
     return run_cli("join", "--config", "tiny-cpu", "--initial-peers", GHOST, *args)
 
 
-@pytest.mark.parametrize("args, code, needles", [
-    (["--set", "task.name=math", "--set", "task.path=/nonexistent.jsonl"], ExitCode.MISSING,
-     ["task.path", "/nonexistent.jsonl", "cannot read"]),
-    (["--set", "model.name=/nonexistent/model"], ExitCode.MISSING, ["model.name", "no such directory"]),
-    (["--set", "model.name=not/a/model/id"], ExitCode.MISSING, ["not a Hugging Face model id"]),
-    (["--set", "sampler.top_p=0.9"], ExitCode.USAGE, ["sampler.top_p", "only 1.0"]),
-    (["--set", "sampler.temperature=hot"], ExitCode.USAGE, ["sampler.temperature", "'hot'"]),
-    (["--set", "learner.loss_type=ppo"], ExitCode.USAGE, ["learner.loss_type", "'ppo' is not allowed"]),
-    (["--set", "no_equals_sign"], ExitCode.USAGE, ["key=value"]),
-], ids=["missing-task-file", "missing-model-dir", "bad-model-id", "top-p", "bad-type", "bad-choice", "bad-set"])
+@pytest.mark.parametrize(
+    "args, code, needles",
+    [
+        (
+            ["--set", "task.name=math", "--set", "task.path=/nonexistent.jsonl"],
+            ExitCode.MISSING,
+            ["task.path", "/nonexistent.jsonl", "cannot read"],
+        ),
+        (["--set", "model.name=/nonexistent/model"], ExitCode.MISSING, ["model.name", "no such directory"]),
+        (["--set", "model.name=not/a/model/id"], ExitCode.MISSING, ["not a Hugging Face model id"]),
+        (["--set", "sampler.top_p=0.9"], ExitCode.USAGE, ["sampler.top_p", "only 1.0"]),
+        (["--set", "sampler.temperature=hot"], ExitCode.USAGE, ["sampler.temperature", "'hot'"]),
+        (["--set", "learner.loss_type=ppo"], ExitCode.USAGE, ["learner.loss_type", "'ppo' is not allowed"]),
+        (["--set", "no_equals_sign"], ExitCode.USAGE, ["key=value"]),
+    ],
+    ids=["missing-task-file", "missing-model-dir", "bad-model-id", "top-p", "bad-type", "bad-choice", "bad-set"],
+)
 def test_join_refuses_a_bad_config_before_joining(args, code, needles):
     assert_one_clear_error(join(*args), code, *needles)
 
 
 def test_unknown_preset_lists_the_presets():
-    line = assert_one_clear_error(run_cli("join", "--config", "tiny-gpu", "--initial-peers", GHOST), ExitCode.USAGE,
-                                  "'tiny-gpu'")
+    line = assert_one_clear_error(
+        run_cli("join", "--config", "tiny-gpu", "--initial-peers", GHOST), ExitCode.USAGE, "'tiny-gpu'"
+    )
     assert "tiny-cpu" in line and "qwen3-0.6b-math" in line  # the presets there are
 
 
@@ -95,8 +104,14 @@ def test_second_bootstrap_on_a_port_in_use_is_refused(tmp_path):
     addr = f"/ip4/127.0.0.1/tcp/{port}"
     with LocalSwarm(tmp_path) as swarm:
         first = swarm.bootstrap(extra=["--host-maddrs", addr])
-        result = run_cli("bootstrap", *[a for s in FAST_NET for a in ("--set", s)], "--host-maddrs", addr,
-                         "--identity-path", str(tmp_path / "second.key"))
+        result = run_cli(
+            "bootstrap",
+            *[a for s in FAST_NET for a in ("--set", s)],
+            "--host-maddrs",
+            addr,
+            "--identity-path",
+            str(tmp_path / "second.key"),
+        )
         assert_one_clear_error(result, ExitCode.IN_USE, f"tcp port {port}", "already in use")
         assert first.popen.poll() is None  # the first one is untouched
 
@@ -109,7 +124,9 @@ def test_a_run_id_mismatch_is_named_by_status_and_the_bootstrap(tmp_path):
         result = run_cli("status", *[a for s in FAST_NET for a in ("--set", s)], "--initial-peers", swarm.initial_peers)
         assert result.returncode == ExitCode.FAILURE and "Traceback" not in result.stderr, result.stderr[-3000:]
         assert "error: " in result.stdout  # no learner: an error line, and the exit code says so
-        assert "no nodes in run swarmnode-demo" in result.stdout and "tiny-demo (1 live)" in result.stdout, result.stdout
+        assert "no nodes in run swarmnode-demo" in result.stdout and "tiny-demo (1 live)" in result.stdout, (
+            result.stdout
+        )
 
         def bootstrap_named_the_run() -> bool:
             docs = [json.loads(line) for line in boot.stdout().splitlines() if line.startswith("{")]
@@ -121,9 +138,20 @@ def test_a_run_id_mismatch_is_named_by_status_and_the_bootstrap(tmp_path):
             time.sleep(0.5)
         # the node says what it refuses once, not on every heartbeat
         assert node.stderr().count("rejected DHT record: key is not one of this run's keys") <= 1, node.stderr()
-        right = subprocess.run(swarmnode_cmd("status", *[a for s in FAST_NET for a in ("--set", s)], "--json",
-                                             "--set", "run_id=tiny-demo", "--initial-peers", swarm.initial_peers),
-                               capture_output=True, text=True, timeout=120)
+        right = subprocess.run(
+            swarmnode_cmd(
+                "status",
+                *[a for s in FAST_NET for a in ("--set", s)],
+                "--json",
+                "--set",
+                "run_id=tiny-demo",
+                "--initial-peers",
+                swarm.initial_peers,
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert "other_runs" not in json.loads(right.stdout)  # in the nodes' own run: no hint
 
 

@@ -59,8 +59,14 @@ def test_preset_by_path_equals_preset_by_name():
 def test_overrides_apply_with_yaml_types():
     cfg = load_config(
         "tiny-cpu",
-        ["learner.loss_type=grpo", "sampler.temperature=0.7", "network.nat_port_map=true",
-         "network.initial_peers=[/ip4/1.2.3.4/tcp/1/p2p/QmX]", "metrics.port=null", "run_id=other"],
+        [
+            "learner.loss_type=grpo",
+            "sampler.temperature=0.7",
+            "network.nat_port_map=true",
+            "network.initial_peers=[/ip4/1.2.3.4/tcp/1/p2p/QmX]",
+            "metrics.port=null",
+            "run_id=other",
+        ],
     )
     assert cfg.learner.loss_type == "grpo"
     assert cfg.sampler.temperature == pytest.approx(0.7)

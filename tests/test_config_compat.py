@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from swarmnode.config import compat as config_compat
 from swarmnode.config import ConfigError, LearnerConfig, load_config
+from swarmnode.config import compat as config_compat
 
 
 @pytest.fixture(autouse=True)
@@ -20,23 +20,37 @@ def _fresh_warnings():
 def test_defaults_are_gepo_unscaled_trl_clip():
     lc = LearnerConfig()
     assert (lc.algorithm, lc.loss_type, lc.scale_rewards, lc.epsilon, lc.epsilon_high, lc.beta) == (
-        "gepo", "grpo", "none", 0.2, None, 0.0)
+        "gepo",
+        "grpo",
+        "none",
+        0.2,
+        None,
+        0.0,
+    )
     assert LearnerConfig(importance_sampling_level="sequence").algorithm == "gspo"
     assert LearnerConfig(importance_sampling_level="token", loss_type="dapo").algorithm == "grpo"
 
 
-@pytest.mark.parametrize("old,new", [
-    ({"loss_type": "gepo"}, {"importance_sampling_level": "group"}),
-    ({"loss_type": "gspo"}, {"importance_sampling_level": "sequence"}),
-    ({"loss_type": "grpo"}, {"importance_sampling_level": "token", "loss_type": "grpo"}),
-    ({"kl_coef": 0.005}, {"cppo_beta": 0.005, "beta": 0.0}),
-    ({"token_aggregation": "bnpo", "loss_type": "grpo"}, {"loss_type": "bnpo", "importance_sampling_level": "token"}),
-    ({"token_aggregation": "sequence"}, {"loss_type": "grpo"}),
-    ({"defensive_lambda": 0.5, "defensive_schedule": "staleness", "group_scope": "microbatch"},
-     {"gepo_defensive_lambda": 0.5, "gepo_defensive_schedule": "staleness", "gepo_group_scope": "microbatch"}),
-    ({"scale_rewards": "auto"}, {"scale_rewards": "none"}),
-    ({"epsilon": None}, {"epsilon": 0.2}),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ({"loss_type": "gepo"}, {"importance_sampling_level": "group"}),
+        ({"loss_type": "gspo"}, {"importance_sampling_level": "sequence"}),
+        ({"loss_type": "grpo"}, {"importance_sampling_level": "token", "loss_type": "grpo"}),
+        ({"kl_coef": 0.005}, {"cppo_beta": 0.005, "beta": 0.0}),
+        (
+            {"token_aggregation": "bnpo", "loss_type": "grpo"},
+            {"loss_type": "bnpo", "importance_sampling_level": "token"},
+        ),
+        ({"token_aggregation": "sequence"}, {"loss_type": "grpo"}),
+        (
+            {"defensive_lambda": 0.5, "defensive_schedule": "staleness", "group_scope": "microbatch"},
+            {"gepo_defensive_lambda": 0.5, "gepo_defensive_schedule": "staleness", "gepo_group_scope": "microbatch"},
+        ),
+        ({"scale_rewards": "auto"}, {"scale_rewards": "none"}),
+        ({"epsilon": None}, {"epsilon": 0.2}),
+    ],
+)
 def test_old_names_map_to_new_ones_with_a_warning(old, new, caplog):
     with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
         lc = LearnerConfig(**old)
@@ -56,8 +70,15 @@ def test_each_old_name_warns_once(caplog):
 
 def test_new_names_do_not_warn_and_trl_grpo_with_a_level_is_aggregation(caplog):
     with caplog.at_level(logging.WARNING, logger="swarmnode.config"):
-        cfg = load_config("tiny-cpu", ["learner.loss_type=grpo", "learner.importance_sampling_level=sequence",
-                                       "learner.cppo_beta=0.01", "learner.scale_rewards=batch"])
+        cfg = load_config(
+            "tiny-cpu",
+            [
+                "learner.loss_type=grpo",
+                "learner.importance_sampling_level=sequence",
+                "learner.cppo_beta=0.01",
+                "learner.scale_rewards=batch",
+            ],
+        )
     assert cfg.learner.algorithm == "gspo" and cfg.learner.loss_type == "grpo"
     assert "deprecated" not in caplog.text
 
@@ -79,8 +100,9 @@ def test_beta_is_trls_reference_kl_and_warns_once_what_changed(caplog):
     assert "learner.cppo_beta" in caplog.text
 
 
-@pytest.mark.parametrize("value,meaning", [(True, "group"), (False, "none"), ("true", "group"), ("false", "none"),
-                                           ("batch", "batch")])
+@pytest.mark.parametrize(
+    "value,meaning", [(True, "group"), (False, "none"), ("true", "group"), ("false", "none"), ("batch", "batch")]
+)
 def test_scale_rewards_takes_trls_booleans(value, meaning):
     if isinstance(value, str):
         assert load_config("tiny-cpu", [f"learner.scale_rewards={value}"]).learner.scale_rewards == meaning

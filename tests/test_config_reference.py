@@ -12,7 +12,8 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 def test_the_documented_reference_is_the_generated_one():
     assert reference_markdown() in DOC.read_text(), (
         "docs/configuration.md differs from the schema: replace its generated part with "
-        "`python -m swarmnode.config.reference`")
+        "`python -m swarmnode.config.reference`"
+    )
 
 
 def test_every_key_has_a_type_default_and_meaning():

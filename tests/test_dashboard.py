@@ -14,12 +14,12 @@ import time
 import urllib.request
 
 import pytest
+from swarm_helpers import LocalSwarm, pid_alive, swarmnode_cmd
 
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.observe.metrics import HEALTH_METRICS
 from swarmnode.observe.status_schema import validate
-from swarm_helpers import LocalSwarm, pid_alive, swarmnode_cmd
 
 pytestmark = pytest.mark.timeout(240)
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20", "--metrics-port", "0"]
@@ -47,12 +47,12 @@ def swarm(tmp_path_factory):
     root = tmp_path_factory.mktemp("dash-swarm")
     with LocalSwarm(root) as swarm:
         boot = swarm.bootstrap(extra=["--metrics-port", "0"])
-        learner = swarm.join("learner", "learner", work=True,
-                             extra=[*WORK, "--set", f"data_dir={root / 'learner'}"])
-        sampler = swarm.join("sampler", "sampler", work=True,
-                             extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
-        urls = {name: proc.wait_line("metrics:", 120) for name, proc in
-                (("bootstrap", boot), ("learner", learner), ("sampler", sampler))}
+        learner = swarm.join("learner", "learner", work=True, extra=[*WORK, "--set", f"data_dir={root / 'learner'}"])
+        sampler = swarm.join("sampler", "sampler", work=True, extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
+        urls = {
+            name: proc.wait_line("metrics:", 120)
+            for name, proc in (("bootstrap", boot), ("learner", learner), ("sampler", sampler))
+        }
 
         def trained():
             doc = swarm.status()
@@ -76,7 +76,7 @@ def scrape(url: str) -> dict[str, float]:
 
 def series(name: str, role: str) -> str:
     kind = HEALTH_METRICS[name][1]
-    return f"{HEALTH_METRICS[name][0]}{'_total' if kind == 'counter' else ''}{{role=\"{role}\"}}"
+    return f'{HEALTH_METRICS[name][0]}{"_total" if kind == "counter" else ""}{{role="{role}"}}'
 
 
 def test_status_json_fits_the_schema_during_a_run(swarm):
@@ -109,8 +109,21 @@ def test_status_json_fits_the_schema_during_a_run(swarm):
 def test_metrics_of_learner_sampler_and_bootstrap(swarm):
     _, urls = swarm
     learner = scrape(urls["learner"])
-    for key in ("version", "step", "reward_mean", "kl", "is_weight_var", "ratio_peqq_var", "entropy", "clip_frac",
-                "grad_norm", "step_time", "dropped_stale", "groups_received", "uptime"):
+    for key in (
+        "version",
+        "step",
+        "reward_mean",
+        "kl",
+        "is_weight_var",
+        "ratio_peqq_var",
+        "entropy",
+        "clip_frac",
+        "grad_norm",
+        "step_time",
+        "dropped_stale",
+        "groups_received",
+        "uptime",
+    ):
         assert series(key, "learner") in learner, key
     assert learner[series("step", "learner")] >= 3
     assert learner[series("version", "learner")] >= 3
@@ -134,11 +147,19 @@ def test_metrics_of_learner_sampler_and_bootstrap(swarm):
     assert sampler['swarmnode_reachability{reachability="public"}'] == 1.0
 
     boot = scrape(urls["bootstrap"])
-    wait_for(lambda: scrape(urls["bootstrap"]).get(series("peers_seen", "bootstrap"), 0) >= 2, 15,
-             what="the bootstrap to count its peers")
+    wait_for(
+        lambda: scrape(urls["bootstrap"]).get(series("peers_seen", "bootstrap"), 0) >= 2,
+        15,
+        what="the bootstrap to count its peers",
+    )
     assert boot[series("uptime", "bootstrap")] >= 0
-    boot = wait_for(lambda: (b := scrape(urls["bootstrap"])).get(
-        'swarmnode_peers_by_reachability{reachability="public"}', 0) >= 3 and b, 15, what="peers by reachability")
+    boot = wait_for(
+        lambda: (
+            (b := scrape(urls["bootstrap"])).get('swarmnode_peers_by_reachability{reachability="public"}', 0) >= 3 and b
+        ),
+        15,
+        what="peers by reachability",
+    )
     assert boot['swarmnode_reachability{reachability="public"}'] == 1.0
 
 
@@ -150,13 +171,28 @@ class TmuxDashboard:
         self.root, self.name = root, f"dash-{os.getpid()}"
         self.tmux = ["tmux", "-S", str(root / "tmux.sock")]
         self.rc, self.stty, self.err = root / "dashboard.rc", root / "stty.txt", root / "dashboard.err"
-        command = shlex.join(swarmnode_cmd("dashboard", *swarm._set_args(), "--initial-peers", swarm.initial_peers,
-                                           "--refresh", "1"))
+        command = shlex.join(
+            swarmnode_cmd("dashboard", *swarm._set_args(), "--initial-peers", swarm.initial_peers, "--refresh", "1")
+        )
         # os.environ explicitly: readline in the pytest process may have set COLUMNS/LINES at the C level (80x24)
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50",
-                        f"{command} 2>{self.err}; echo $? > {self.rc}.tmp; stty -a > {self.stty}; "
-                        f"mv {self.rc}.tmp {self.rc}"], check=True, timeout=20, env=env)
+        subprocess.run(
+            [
+                *self.tmux,
+                "new-session",
+                "-d",
+                "-s",
+                self.name,
+                "-x",
+                "160",
+                "-y",
+                "50",
+                f"{command} 2>{self.err}; echo $? > {self.rc}.tmp; stty -a > {self.stty}; mv {self.rc}.tmp {self.rc}",
+            ],
+            check=True,
+            timeout=20,
+            env=env,
+        )
         self.pane_pid = int(self._tmux("display-message", "-p", "-t", self.name, "#{pane_pid}"))
 
     def _tmux(self, *args: str) -> str:
@@ -185,14 +221,26 @@ def test_dashboard_in_a_real_terminal_shows_the_swarm_and_q_quits(swarm, tmp_pat
     swarm, _ = swarm
     dash = TmuxDashboard(swarm, tmp_path)
     try:
+
         def ready():
             """A view with every panel filled: the first views of a young swarm may lack the learner's reward,
             its staleness histogram (no group trained yet) or a sampler holding a version."""
             text = dash.capture()
-            wanted = ("learner", "sampler", "bootstrap", "newest version", "reward mean", "versions held",
-                      "1 learner, 1 sampler, 1 bootstrap")
-            patterns = (r"reward mean\s+\d\.\d{3}", r"τ [\d-]+ +█+ +[1-9]", r"v\d+ +█+ +1 sampler",
-                        r"newest version ([3-9]|\d\d)")
+            wanted = (
+                "learner",
+                "sampler",
+                "bootstrap",
+                "newest version",
+                "reward mean",
+                "versions held",
+                "1 learner, 1 sampler, 1 bootstrap",
+            )
+            patterns = (
+                r"reward mean\s+\d\.\d{3}",
+                r"τ [\d-]+ +█+ +[1-9]",
+                r"v\d+ +█+ +1 sampler",
+                r"newest version ([3-9]|\d\d)",
+            )
             return text if all(w in text for w in wanted) and all(re.search(p, text) for p in patterns) else None
 
         text = wait_for(ready, 120, what="the dashboard to show the swarm with every panel filled", shown=dash.capture)
@@ -235,6 +283,7 @@ def test_dashboard_says_when_it_lost_contact_with_the_swarm(tmp_path):
         try:
             wait_for(lambda: "1 bootstrap" in dash.capture(), 60, what="the dashboard to show the bootstrap")
             boot.stop(signal.SIGKILL)
+
             def lost() -> str | None:
                 text = dash.capture()
                 return text if "lost contact with the swarm" in text else None
@@ -249,8 +298,13 @@ def test_dashboard_says_when_it_lost_contact_with_the_swarm(tmp_path):
 
 def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
     ghost = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"
-    result = subprocess.run(swarmnode_cmd("dashboard", "--initial-peers", ghost, "--startup-timeout", "2"),
-                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        swarmnode_cmd("dashboard", "--initial-peers", ghost, "--startup-timeout", "2"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == ExitCode.NETWORK and "Traceback" not in result.stderr
     # nothing listens on port 9: a refused connection is final, no retries until the timeout
     assert result.stderr.strip().splitlines()[-1].startswith("error: every initial peer refused the connection")
@@ -258,7 +312,14 @@ def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
 
 def test_the_learner_panel_names_the_averaging_rounds_and_an_outer_step():
     from swarmnode.observe.dashboard import _averaging
-    h = {"averaging_rounds": 5, "averaging_failures": 1, "averaging_group": 2, "averaging_seconds": 0.25,
-         "averaging_mb": 5.5, "averaging_outer_lr": 1.0}
+
+    h = {
+        "averaging_rounds": 5,
+        "averaging_failures": 1,
+        "averaging_group": 2,
+        "averaging_seconds": 0.25,
+        "averaging_mb": 5.5,
+        "averaging_outer_lr": 1.0,
+    }
     assert _averaging(h) == "5 rounds, 1 failed; last: 2 learners, 0.25 s, 5.5 MB"  # the plain mean: not named
     assert _averaging({**h, "averaging_outer_lr": 2.0}).endswith("5.5 MB, outer step 2")

@@ -11,22 +11,26 @@ import sys
 import psutil
 import pytest
 
-DEMO_KEYS = ("learner_steps", "versions_published", "reward_start", "reward_end", "staleness_max",
-             "rollouts_received")
+DEMO_KEYS = ("learner_steps", "versions_published", "reward_start", "reward_end", "staleness_max", "rollouts_received")
 
 
 def run_demo(tmp_path, *args: str, timeout: float = 840) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "swarmnode", "demo", "--json", "--workdir", str(tmp_path / "demo"), *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert result.returncode == 0, f"demo failed ({result.returncode}):\n{result.stderr[-4000:]}"
     return json.loads(result.stdout)
 
 
 def assert_no_node_left(doc: dict) -> None:
-    alive = [pid for pid in doc["node_pids"] if psutil.pid_exists(pid)
-             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    alive = [
+        pid
+        for pid in doc["node_pids"]
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
     assert not alive, f"demo left nodes running: {alive}"
 
 
@@ -85,8 +89,9 @@ def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
 @pytest.mark.timeout(600)
 def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
     kill_at = 40
-    doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6", "--set", "sync.mode=pull",
-                   "--kill-sampler-at", str(kill_at))
+    doc = run_demo(
+        tmp_path, "--steps", str(STEPS), "--minutes", "6", "--set", "sync.mode=pull", "--kill-sampler-at", str(kill_at)
+    )
     assert doc["learner_steps"] >= STEPS and doc["sampler_killed_at_step"] >= kill_at, doc
     restarted = doc["samplers"]["sampler2"]
     assert restarted["last_step"] > doc["sampler_killed_at_step"] + 20, doc["samplers"]  # it came back and served
@@ -99,8 +104,17 @@ def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
 @pytest.mark.slow  # ~90 s alone; the other two demos keep the swarm covered in the default suite
 @pytest.mark.timeout(600)
 def test_demo_learns_with_simulated_weight_delay(tmp_path):
-    doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6", "--set", "sync.delay_target=weights",
-                   "--set", "sync.simulate_delay=lognormal:1.0,0.5,6")
+    doc = run_demo(
+        tmp_path,
+        "--steps",
+        str(STEPS),
+        "--minutes",
+        "6",
+        "--set",
+        "sync.delay_target=weights",
+        "--set",
+        "sync.simulate_delay=lognormal:1.0,0.5,6",
+    )
     assert doc["learner_steps"] >= STEPS, doc
     assert doc["staleness_max"] >= 3, "held-back weights must show up as staler rollouts"
     assert_climbs(doc)
@@ -113,10 +127,14 @@ def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_pat
     from swarmnode.local.swarm import DemoRun, Proc
 
     run = DemoRun(tmp_path)
-    slow_checkpoint = ("import signal, sys, time\n"
-                       "def done(*_):\n    time.sleep(3); open(sys.argv[1], 'w').write('ok'); sys.exit(0)\n"
-                       "signal.signal(signal.SIGTERM, done)\nprint('up', flush=True)\ntime.sleep(60)\n")
-    stuck = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n"
+    slow_checkpoint = (
+        "import signal, sys, time\n"
+        "def done(*_):\n    time.sleep(3); open(sys.argv[1], 'w').write('ok'); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, done)\nprint('up', flush=True)\ntime.sleep(60)\n"
+    )
+    stuck = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n"
+    )
     marker = tmp_path / "checkpoint-written"
     for name, code, args in (("learner", slow_checkpoint, [str(marker)]), ("sampler1", stuck, [])):
         popen = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, start_new_session=True)
@@ -155,19 +173,26 @@ def test_demo_nodes_share_the_cores_instead_of_each_taking_them_all(tmp_path, mo
 
 @pytest.mark.parametrize("count", ["0", "-1", "9"])
 def test_demo_refuses_a_bad_learner_count_in_one_line(count):
-    result = subprocess.run([sys.executable, "-m", "swarmnode", "demo", f"--learners={count}"], capture_output=True,
-                            text=True, timeout=120, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "demo", f"--learners={count}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.strip().splitlines() == [f"error: --learners {count}: expected 1 to 8 (each learner is a "
-                                                  "process on this machine)"]
+    assert result.stderr.strip().splitlines() == [
+        f"error: --learners {count}: expected 1 to 8 (each learner is a process on this machine)"
+    ]
 
 
 @pytest.mark.slow  # two learners, two samplers and a bootstrap on 2 shared cores: about a minute
 @pytest.mark.timeout(600)
 def test_demo_with_two_learners_shows_both_stepping_and_averaging(tmp_path):
     steps = 24
-    doc = run_demo(tmp_path, "--learners", "2", "--steps", str(steps), "--minutes", "6",
-                   "--set", "learner.average_every=4")
+    doc = run_demo(
+        tmp_path, "--learners", "2", "--steps", str(steps), "--minutes", "6", "--set", "learner.average_every=4"
+    )
     assert doc["stopped"] == "steps", doc["stopped"]
     learners = doc["learners"]
     assert set(learners) == {"learner1", "learner2"}, learners

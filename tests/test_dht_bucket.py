@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from swarm_helpers import FAST_NET, LOOPBACK
+
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
@@ -17,8 +18,17 @@ BUCKET = STORE_REPLICAS  # the smallest k allowed: a beam as wide as a store's r
 
 
 def cfg_with(*sets: str):
-    return load_config(None, [*FAST_NET, "run_id=bucket-run", f"network.host_maddrs=[{LOOPBACK}]",
-                              "network.missed_beats_to_expire=60", f"network.dht_bucket_size={BUCKET}", *sets])
+    return load_config(
+        None,
+        [
+            *FAST_NET,
+            "run_id=bucket-run",
+            f"network.host_maddrs=[{LOOPBACK}]",
+            "network.missed_beats_to_expire=60",
+            f"network.dht_bucket_size={BUCKET}",
+            *sets,
+        ],
+    )
 
 
 def count_finds(node: SwarmDHT) -> list[int]:
@@ -43,8 +53,7 @@ async def _scenario():
             nodes.append(await SwarmDHT.create(joined, Identity.generate()))
         for node in nodes:  # the routing tables fill as the nodes look each other up
             await node.node.find_nearest_nodes([nodes[-1].node.node_id])
-        stored = [await node.store_peer(PeerRecord.create(node.identity, role="sampler", version=1))
-                  for node in nodes]
+        stored = [await node.store_peer(PeerRecord.create(node.identity, role="sampler", version=1)) for node in nodes]
         counters = [count_finds(node) for node in nodes]
         reads = [await node.learners() for node in nodes]  # one key each
         finds = [c[0] for c in counters]

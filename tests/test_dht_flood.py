@@ -3,26 +3,25 @@ swarm (real bootstrap, learner and sampler processes on 127.0.0.1, the flooder a
 
 from __future__ import annotations
 
-import pytest
-
 import asyncio
 import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+from flood_helpers import fake_peer_records, record_lifetime, store_records
 from hivemind.dht.routing import DHTID
 from hivemind.utils import get_dht_time
-
-from flood_helpers import fake_peer_records, record_lifetime, store_records
 from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm
+from test_learner_restart import WORK, learner_args, steps, wait_rows
+
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.observe.status import client_member, read_status
 from swarmnode.swarm.dht import SwarmDHT
+from swarmnode.swarm.dht_storage import MAX_BYTES_PER_KEY, CappedStorage
 from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.membership import Membership
-from swarmnode.swarm.dht_storage import MAX_BYTES_PER_KEY, CappedStorage
-from test_learner_restart import WORK, learner_args, steps, wait_rows
 
 RUN = "test-run"
 FAKES = 2000  # ~2.3 KB each: ~4.6 MB under one key, over p2pd's 4 MiB cap on one reply
@@ -71,8 +70,7 @@ async def _in_process_flood(tmp_path: Path):
     nodes: list = []
     try:
         boot_addr = str((await boot.p2p.get_visible_maddrs())[0])  # with its /p2p/ part
-        joined = cfg_with(f"network.initial_peers=[{boot_addr}]",
-                          f"trust.learner_keys=[{learner_key.peer_id}]")
+        joined = cfg_with(f"network.initial_peers=[{boot_addr}]", f"trust.learner_keys=[{learner_key.peer_id}]")
         learner = Membership(joined, learner_key, "learner")
         nodes.append(learner)
         learner.update(version=4)
@@ -104,13 +102,14 @@ async def _in_process_flood(tmp_path: Path):
 
 
 def cfg_with(*sets: str):
-    return load_config(None, [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]",
-                              "network.missed_beats_to_expire=30", *sets])
+    return load_config(
+        None,
+        [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]", "network.missed_beats_to_expire=30", *sets],
+    )
 
 
 def test_a_flood_of_2000_fake_learner_records_neither_pauses_a_sampler_nor_hides_the_learner(tmp_path: Path):
-    accepted, largest, learners, holders, before, after, learner, n_targets = asyncio.run(
-        _in_process_flood(tmp_path))
+    accepted, largest, learners, holders, before, after, learner, n_targets = asyncio.run(_in_process_flood(tmp_path))
     assert 0 < accepted <= n_targets * FAKES and largest < MAX_BYTES_PER_KEY // 4, (accepted, largest)
     assert learners == [learner]  # the sampler's send targets: the designated learner alone, so no pause
     assert holders == {learner}  # no fake record is a weight holder (none proved alive)
@@ -130,8 +129,13 @@ def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path))
         learner_id = learner.ready_fields(timeout=300)["peer_id"]  # generous: the machine may be busy
-        sampler = swarm.join("sampler", "sampler", work=True, wait=False,  # names the learner's key
-                             extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+        sampler = swarm.join(
+            "sampler",
+            "sampler",
+            work=True,
+            wait=False,  # names the learner's key
+            extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"],
+        )
         sampler.ready_fields(timeout=300)
         wait_rows(steps_file, lambda rows: len(rows) >= 3, 240, "3 learner steps")
         keys = [f"trust.learner_keys=[{learner_id}]"]  # how an operator reads a run: its designated learner

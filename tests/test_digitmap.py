@@ -8,8 +8,8 @@ import random
 import pytest
 
 from swarmnode.config import ConfigError, TaskConfig, load_config
-from swarmnode.tasks.digitmap import DigitMapTask, digitmap_reward, mapped
 from swarmnode.tasks import build_task
+from swarmnode.tasks.digitmap import DigitMapTask, digitmap_reward, mapped
 
 
 def test_reference_maps_each_digit_plus_one_mod_ten():
@@ -45,7 +45,8 @@ def test_splits_are_disjoint_and_sized():
     assert len(held) == 64 and len(val) == 64
     assert not held & val and not held & train and not val & train
     assert [p.prompt_id for p in DigitMapTask(digits=12, eval_size=64).eval_prompts()] == [
-        p.prompt_id for p in task.eval_prompts()]  # deterministic
+        p.prompt_id for p in task.eval_prompts()
+    ]  # deterministic
     assert {p.prompt_id for p in DigitMapTask(digits=12, seed=1, eval_size=64).eval_prompts()} != held
 
 

@@ -54,7 +54,12 @@ def test_lora_versions_are_the_adapters():
 
 def test_hardware_reports_the_disk():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-P", "-m", "swarmnode", "hardware", "--json"], capture_output=True,
-                          text=True, timeout=280, env=env)
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "swarmnode", "hardware", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["disk"]["sampler_bytes"] > 0

@@ -28,9 +28,18 @@ ME = Identity.generate()
 def group(i: int, version: int = 0, who: Identity = ME) -> RolloutGroup:
     rng = random.Random(i)
     comps = [[rng.randrange(128) for _ in range(4)] for _ in range(2)]
-    return RolloutGroup.create(identity=who, run_id="r", prompt_id=f"p{i}", prompt_tokens=[1, 2, 3],
-                               completions=comps, logprobs=[[-0.5] * 4] * 2, temperature=1.0, rewards=[0.0, 1.0],
-                               policy_version=version, lineage="L")
+    return RolloutGroup.create(
+        identity=who,
+        run_id="r",
+        prompt_id=f"p{i}",
+        prompt_tokens=[1, 2, 3],
+        completions=comps,
+        logprobs=[[-0.5] * 4] * 2,
+        temperature=1.0,
+        rewards=[0.0, 1.0],
+        policy_version=version,
+        lineage="L",
+    )
 
 
 def test_journal_appends_syncs_compacts_and_replays(tmp_path):
@@ -42,6 +51,7 @@ def test_journal_appends_syncs_compacts_and_replays(tmp_path):
         async def one(g):
             journal.append(g.encode())
             await journal.sync()
+
         await asyncio.gather(*(one(g) for g in groups))
 
     asyncio.run(ack_all())
@@ -100,7 +110,6 @@ def test_bounds_ask_for_a_checkpoint_then_refuse(tmp_path):
     assert journal.records == 0 and not journal.over_soft_limit
 
 
-
 def test_a_closed_journal_refuses_new_groups_and_a_late_sync_is_harmless(tmp_path):
     """A learner stopping closes its journal while a stream may still be handing a group over: the group is
     refused "busy" (the sampler keeps it and retries), and a sync racing the close returns quietly."""
@@ -115,6 +124,7 @@ def test_a_closed_journal_refuses_new_groups_and_a_late_sync_is_harmless(tmp_pat
     assert journal.closed and inbox.admit(group(1)) == "busy"
     assert len(inbox.buffer) == 1
 
+
 @pytest.fixture(scope="module")
 def parts():
     cfg = load_config("tiny-cpu", ["model.tiny.warm_start_steps=0", "learner.device=cpu"])
@@ -127,8 +137,16 @@ def test_a_learner_killed_after_publishing_resumes_above_every_version_it_announ
 
     def loop() -> LearnerLoop:
         model = load_model(cfg.model, cfg.task, "cpu")
-        return LearnerLoop(model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg),
-                           lambda v, _: published.append(v), tmp_path, published_path=tmp_path / "published")
+        return LearnerLoop(
+            model,
+            tokenizer,
+            task,
+            cfg,
+            ReplayBuffer.from_config(cfg),
+            lambda v, _: published.append(v),
+            tmp_path,
+            published_path=tmp_path / "published",
+        )
 
     first = loop()
     first.publish_current()
@@ -154,9 +172,17 @@ def test_a_background_publishing_learner_records_versions_ahead_and_a_checkpoint
 
     def loop() -> LearnerLoop:
         model = load_model(cfg.model, cfg.task, "cpu")
-        return LearnerLoop(model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg),
-                           lambda v, _: published.append(v), tmp_path, published_path=tmp_path / "published",
-                           publish_in_background=True)
+        return LearnerLoop(
+            model,
+            tokenizer,
+            task,
+            cfg,
+            ReplayBuffer.from_config(cfg),
+            lambda v, _: published.append(v),
+            tmp_path,
+            published_path=tmp_path / "published",
+            publish_in_background=True,
+        )
 
     first = loop()
     first.publish_current()

@@ -134,8 +134,10 @@ def vllm_engine(cfg):
     from swarmnode.sampler.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(
-        resolve_model_path(cfg.model, cfg.task), load_tokenizer(cfg.model, cfg.task),
-        gpu_memory_utilization=0.2, max_model_len=128,
+        resolve_model_path(cfg.model, cfg.task),
+        load_tokenizer(cfg.model, cfg.task),
+        gpu_memory_utilization=0.2,
+        max_model_len=128,
     )
     try:
         yield engine

@@ -140,6 +140,7 @@ def test_a_failing_fetch_backs_off_exponentially_with_jitter_up_to_the_cap():
 def test_a_paused_sampler_waits_out_the_backoff_instead_of_retrying_hot():
     """The too-stale branch calls poll(wait=True) in a loop: with the fetch failing, attempts stay bounded by
     the backoff (each wait sleeps until the next try), not by how fast the loop spins."""
+
     async def main():
         swarm = Swarm()
         swarm.failing = True
@@ -179,8 +180,12 @@ def test_pull_mode_asks_the_learners_and_looks_in_the_dht_only_when_none_answers
             looked.append(1)
             return swarm.announced
 
-        f = WeightFollower(newest, swarm.fetch, ask_learners=ask_learners,
-                           backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(0), clock=Clock()))
+        f = WeightFollower(
+            newest,
+            swarm.fetch,
+            ask_learners=ask_learners,
+            backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(0), clock=Clock()),
+        )
         await f.poll(wait=True, direct=True)
         assert swarm.fetched == [(5, "L")] and not looked  # the learner's answer alone: no DHT look
         told[0] = None  # no learner answered: the DHT's announcement is the fallback

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_durability import LIMITS, group
+from weights_helpers import assert_same, make_state, store
 
 from swarmnode.diskspace import DiskFullError, SpaceWatch, free_bytes, is_disk_full
 from swarmnode.identity import Identity
@@ -20,8 +22,6 @@ from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from swarmnode.learner.journal import GroupJournal
 from swarmnode.swarm.follower import DISK_RETRY_S, WeightFollower
-from test_durability import LIMITS, group
-from weights_helpers import assert_same, make_state, store
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 
@@ -142,6 +142,7 @@ def test_a_fetch_that_finds_the_disk_full_waits_a_few_seconds_not_a_growing_back
         for _ in range(3):
             follower.backoff.not_before = -float("inf")
             await follower.poll(wait=True, timeout=5)
+
     began = time.monotonic()
     asyncio.run(tries())
     assert follower.failures == 0 and follower.backoff.failures == 0 and follower.offered == -1

@@ -89,9 +89,13 @@ class Procs:
     def start(self, *args: str, ready: Path, timeout: float = 60.0) -> subprocess.Popen:
         ready.unlink(missing_ok=True)
         log = open(self.tmp / f"{ready.stem}.{len(self.procs)}.log", "w")
-        proc = subprocess.Popen([sys.executable, PEER_SCRIPT, *args, "--ready", str(ready)], stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        proc = subprocess.Popen(
+            [sys.executable, PEER_SCRIPT, *args, "--ready", str(ready)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         self.procs.append(proc)
         deadline = time.monotonic() + timeout
         while not (ready.exists() and ready.read_text()):
@@ -131,16 +135,38 @@ def procs(tmp_path):
 
 def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
     port = free_port()
-    learner_args = ["learner", "--identity", str(tmp_path / "learner.key"), "--port", str(port),
-                    "--journal", str(tmp_path / "journal"), "--received", str(tmp_path / "received")]
+    learner_args = [
+        "learner",
+        "--identity",
+        str(tmp_path / "learner.key"),
+        "--port",
+        str(port),
+        "--journal",
+        str(tmp_path / "journal"),
+        "--received",
+        str(tmp_path / "received"),
+    ]
     ready = tmp_path / "learner.ready"
     learner = procs.start(*learner_args, ready=ready)
     addr = ready.read_text()
 
     def start_sampler(i: int, part: int, count: int) -> subprocess.Popen:
-        return procs.start("sampler", "--identity", str(tmp_path / f"s{i}.key"), "--learner", addr,
-                           "--count", str(count), "--interval", "0.05", "--created", str(tmp_path / f"created{i}"),
-                           "--tag", f"s{i}p{part}", ready=tmp_path / f"s{i}.ready")
+        return procs.start(
+            "sampler",
+            "--identity",
+            str(tmp_path / f"s{i}.key"),
+            "--learner",
+            addr,
+            "--count",
+            str(count),
+            "--interval",
+            "0.05",
+            "--created",
+            str(tmp_path / f"created{i}"),
+            "--tag",
+            f"s{i}p{part}",
+            ready=tmp_path / f"s{i}.ready",
+        )
 
     # sampler 0 is stopped mid-run below: its first part must outlast the others' start-up (one that had already
     # sent its count and was exiting, asyncio's signal handlers gone, died of the SIGTERM: a flaky -15)
@@ -242,8 +268,16 @@ def test_bad_traffic_rejected_with_reasons_while_good_traffic_continues(tmp_path
     assert junk["replayed"] == ["invalid"] and junk["oversized"] == ["oversized"]
     assert junk["after ban"] == ["banned"]
     text = caplog.text
-    for reason in ("does not match the content hash", "bad signature", "not valid msgpack", "but sent by", "oversized message", "truncated stream",
-                   "flood", "ignoring"):
+    for reason in (
+        "does not match the content hash",
+        "bad signature",
+        "not valid msgpack",
+        "but sent by",
+        "oversized message",
+        "truncated stream",
+        "flood",
+        "ignoring",
+    ):
         assert reason in text, reason
 
 
@@ -419,8 +453,10 @@ def test_small_groups_decode_on_the_loop_large_ones_in_the_pool():
         forged[-5] ^= 0x55  # inside the signed payload or the signature: verification fails
 
         async def push_all():
-            return [await receiver.accept_bytes(body, sid.peer_id)
-                    for body in (group.encode(), group.encode(), bytes(forged))]
+            return [
+                await receiver.accept_bytes(body, sid.peer_id)
+                for body in (group.encode(), group.encode(), bytes(forged))
+            ]
 
         statuses = [status for _, status in asyncio.run(push_all())]
         receiver.close()

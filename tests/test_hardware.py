@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_config import run_cli
 
 from swarmnode.config import load_config
 from swarmnode.node.hardware import (
@@ -21,16 +22,25 @@ from swarmnode.node.hardware import (
     estimate_memory,
     probe_hardware,
 )
-from test_config import run_cli
 
 GB = 10**9
-QWEN3_4B = ModelShape(parameters=4_022_468_096, hidden_size=2560, num_layers=36, num_kv_heads=8, head_dim=128,
-                      vocab_size=151_936, num_heads=32, intermediate_size=9728)  # published config.json
+QWEN3_4B = ModelShape(
+    parameters=4_022_468_096,
+    hidden_size=2560,
+    num_layers=36,
+    num_kv_heads=8,
+    head_dim=128,
+    vocab_size=151_936,
+    num_heads=32,
+    intermediate_size=9728,
+)  # published config.json
 
 
 def gpu_machine(total_gb: float, used_gb: float = 0.5) -> HardwareProbe:
     total = int(total_gb * GB)
-    return HardwareProbe((GPUInfo(0, f"Synthetic {total_gb:g}GB", total, total - int(used_gb * GB)),), 8, 64 * GB, 60 * GB)
+    return HardwareProbe(
+        (GPUInfo(0, f"Synthetic {total_gb:g}GB", total, total - int(used_gb * GB)),), 8, 64 * GB, 60 * GB
+    )
 
 
 def cpu_machine(ram_gb: float = 16) -> HardwareProbe:
@@ -44,8 +54,13 @@ def estimates():
         "0.6b": estimate_memory(load_config("qwen3-0.6b-math")),
         "1.7b": estimate_memory(load_config("qwen3-1.7b-math-gepo")),
         "1.7b-lora": estimate_memory(load_config("qwen3-1.7b-math-gepo", ["learner.lora.enabled=true"])),
-        "4b-lora": estimate_from_shape(QWEN3_4B, load_config("qwen3-1.7b-math-gepo", [
-            "model.name=Qwen/Qwen3-4B", "learner.lora.enabled=true", "learner.max_tokens_per_microbatch=16384"])),
+        "4b-lora": estimate_from_shape(
+            QWEN3_4B,
+            load_config(
+                "qwen3-1.7b-math-gepo",
+                ["model.name=Qwen/Qwen3-4B", "learner.lora.enabled=true", "learner.max_tokens_per_microbatch=16384"],
+            ),
+        ),
     }
 
 
@@ -151,11 +166,7 @@ RANK = {"none": 0, "sampler": 1, "learner": 2}
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    free_gb=st.floats(0.1, 200),
-    more_gb=st.floats(0, 200),
-    model=st.sampled_from(["tiny", "0.6b", "1.7b"]),
-)
+@given(free_gb=st.floats(0.1, 200), more_gb=st.floats(0, 200), model=st.sampled_from(["tiny", "0.6b", "1.7b"]))
 def test_more_free_memory_never_demotes(estimates, free_gb, more_gb, model):
     def on(gb):
         return HardwareProbe((GPUInfo(0, "g", int(400 * GB), int(gb * GB)),), 4, 16 * GB, 8 * GB)

@@ -11,20 +11,27 @@ import re
 import sys
 
 import pytest
+from health_fixtures import HARDWARE, learner_health, simulated_records, simulated_status
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 
-from swarmnode.observe.dashboard import History, build_view, sparkline
-from swarmnode.observe.health import (HISTORY_LEN, MAX_BUCKETS, bucket_label, bucket_of, record_health, reward_collapse,
-                              swarm_summary)
-from swarmnode.observe.health_record import UnknownHealthKey
-from swarmnode.identity import Identity
-from swarmnode.observe.metrics import HEALTH_METRICS, HealthCollector
-from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
-from swarmnode.observe.status_schema import SchemaError, validate
-from health_fixtures import HARDWARE, learner_health, simulated_records, simulated_status
 from swarmnode.config import load_config
+from swarmnode.identity import Identity
+from swarmnode.observe.dashboard import History, build_view, sparkline
+from swarmnode.observe.health import (
+    HISTORY_LEN,
+    MAX_BUCKETS,
+    bucket_label,
+    bucket_of,
+    record_health,
+    reward_collapse,
+    swarm_summary,
+)
+from swarmnode.observe.health_record import UnknownHealthKey
+from swarmnode.observe.metrics import HEALTH_METRICS, HealthCollector
 from swarmnode.observe.status import format_status, status_document
+from swarmnode.observe.status_schema import SchemaError, validate
+from swarmnode.protocol.peer import MAX_PEER_RECORD_BYTES, PeerRecord
 
 
 def as_json(doc: dict) -> dict:
@@ -52,11 +59,16 @@ def test_full_learner_health_record_stays_well_under_the_size_limit():
     assert len(small) <= 32
     assert len(small["reward_history"]) == HISTORY_LEN and len(small["staleness_hist"]) <= HISTORY_LEN
     assert "time" not in small and "loss" not in small and "rejected" not in small
-    record = PeerRecord.create(Identity.generate(), role="learner", version=500, versions=list(range(460, 500)),
-                               hardware={"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "gpu_mem_gb": 79.2,
-                                         "cpus": 64, "ram_gb": 1007.5},
-                               addrs=[f"/ip4/203.0.113.{i}/tcp/31337/p2p/{'x' * 52}" for i in range(8)],
-                               software="swarmnode/0.1.0", health=small)
+    record = PeerRecord.create(
+        Identity.generate(),
+        role="learner",
+        version=500,
+        versions=list(range(460, 500)),
+        hardware={"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "gpu_mem_gb": 79.2, "cpus": 64, "ram_gb": 1007.5},
+        addrs=[f"/ip4/203.0.113.{i}/tcp/31337/p2p/{'x' * 52}" for i in range(8)],
+        software="swarmnode/0.1.0",
+        health=small,
+    )
     size = len(record.encode())
     assert size < MAX_PEER_RECORD_BYTES // 4, f"{size} bytes: keep the record well under the 16 KiB limit"
     assert PeerRecord.decode(record.encode()).health == small
@@ -70,10 +82,24 @@ def test_staleness_buckets_are_powers_of_two():
 
 
 def test_record_health_turns_rejections_into_parallel_lists_and_drops_junk_values():
-    small = record_health({"version": 3, "kl": float("nan"), "paused": "", "grad_norm": object(),
-                           "reward_mean": 0.5, "rejected": {"invalid": 2, "stale": 7}, "step": True})
-    assert small == {"version": 3, "paused": "", "reward_mean": 0.5,
-                     "rejected_reasons": ["stale", "invalid"], "rejected_counts": [7, 2]}
+    small = record_health(
+        {
+            "version": 3,
+            "kl": float("nan"),
+            "paused": "",
+            "grad_norm": object(),
+            "reward_mean": 0.5,
+            "rejected": {"invalid": 2, "stale": 7},
+            "step": True,
+        }
+    )
+    assert small == {
+        "version": 3,
+        "paused": "",
+        "reward_mean": 0.5,
+        "rejected_reasons": ["stale", "invalid"],
+        "rejected_counts": [7, 2],
+    }
 
 
 def test_record_health_refuses_a_key_no_record_declares():
@@ -117,25 +143,34 @@ def test_alerts_reward_collapse_is_an_error_and_comes_first():
     assert "0.600 to 0.100" in doc["alerts"][0]["message"]
 
 
-@pytest.mark.parametrize("rewards, collapsed", [
-    ([0.3, 0.32, 0.35, 0.31, 0.33, 0.36, 0.34], False),      # noise
-    ([0.6, 0.6, 0.6, 0.1, 0.1, 0.1], True),                  # fell by 5/6
-    ([0.6, 0.6, 0.6, 0.35, 0.35, 0.35], False),              # fell by less than half
-    ([0.06, 0.06, 0.06, 0.0, 0.0, 0.0], False),              # never learned: not a collapse
-    ([0.6, 0.6, 0.1, 0.1], False),                           # too short to tell
-    ([0.6, None, 0.6, 0.6, 0.1, 0.1, 0.1], True),            # gaps are skipped
-])
+@pytest.mark.parametrize(
+    "rewards, collapsed",
+    [
+        ([0.3, 0.32, 0.35, 0.31, 0.33, 0.36, 0.34], False),  # noise
+        ([0.6, 0.6, 0.6, 0.1, 0.1, 0.1], True),  # fell by 5/6
+        ([0.6, 0.6, 0.6, 0.35, 0.35, 0.35], False),  # fell by less than half
+        ([0.06, 0.06, 0.06, 0.0, 0.0, 0.0], False),  # never learned: not a collapse
+        ([0.6, 0.6, 0.1, 0.1], False),  # too short to tell
+        ([0.6, None, 0.6, 0.6, 0.1, 0.1, 0.1], True),  # gaps are skipped
+    ],
+)
 def test_reward_collapse(rewards, collapsed):
     assert (reward_collapse(rewards) is not None) == collapsed
 
 
 def test_swarm_summary_counts_version_holders():
-    peers = [{"peer_id": "a", "role": "sampler", "version": 3, "health": {"tokens_per_s": 10.0}},
-             {"peer_id": "b", "role": "sampler", "version": 3, "health": {"tokens_per_s": 5.5}},
-             {"peer_id": "c", "role": "sampler", "version": -1, "health": {}},
-             {"peer_id": "d", "role": "learner", "version": 4, "health": {"tokens_per_s": 99.0}}]
-    assert swarm_summary(peers) == {"newest_version": 4, "tokens_per_s": 15.5, "rollouts_per_s": 0.0,
-                                    "versions": {"3": 2}}
+    peers = [
+        {"peer_id": "a", "role": "sampler", "version": 3, "health": {"tokens_per_s": 10.0}},
+        {"peer_id": "b", "role": "sampler", "version": 3, "health": {"tokens_per_s": 5.5}},
+        {"peer_id": "c", "role": "sampler", "version": -1, "health": {}},
+        {"peer_id": "d", "role": "learner", "version": 4, "health": {"tokens_per_s": 99.0}},
+    ]
+    assert swarm_summary(peers) == {
+        "newest_version": 4,
+        "tokens_per_s": 15.5,
+        "rollouts_per_s": 0.0,
+        "versions": {"3": 2},
+    }
 
 
 # ------------------------------------------------------------------------------------------------- schema
@@ -145,7 +180,7 @@ def test_status_document_fits_its_schema_and_bad_ones_do_not():
     doc = as_json(simulated_status(12, lags=[20], invalid_peers=["12D3KooWdead"], rewards=[0.5] * 10 + [0.0] * 5))
     for builtin in (False, True):
         validate(doc, builtin=builtin)
-        for mutate, where in [
+        for mutate, _where in [
             (lambda d: d.pop("alerts"), "alerts"),
             (lambda d: d.update(schema_version=99), "schema_version"),
             (lambda d: d["peers"][1].update(role="wizard"), "role"),
@@ -175,9 +210,23 @@ def test_view_shows_peers_roles_versions_learner_figures_and_alerts():
     history = History()
     history.add(doc)
     text = render(doc, history=history)
-    for needle in ("run sim-run", "newest version 40", "1 learner", "6 sampler", "1 bootstrap",
-                   learner["peer_id"][-8:], "reward mean", "0.100", "best 0.600", "versions held", "v40",
-                   "τ 0", "error: learner", "25 versions behind", "q to quit"):
+    for needle in (
+        "run sim-run",
+        "newest version 40",
+        "1 learner",
+        "6 sampler",
+        "1 bootstrap",
+        learner["peer_id"][-8:],
+        "reward mean",
+        "0.100",
+        "best 0.600",
+        "versions held",
+        "v40",
+        "τ 0",
+        "error: learner",
+        "25 versions behind",
+        "q to quit",
+    ):
         assert needle in text, needle
     for p in doc["peers"]:
         assert p["peer_id"][-8:] in text
@@ -237,10 +286,21 @@ def test_prometheus_rendering_of_a_learner_health_dict():
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HealthCollector(lambda: health, "learner"))
     text = generate_latest(registry).decode()
-    for key in ("version", "step", "reward_mean", "kl", "is_weight_var", "ratio_peqq_var", "entropy", "clip_frac",
-                "step_time", "dropped_stale", "groups_received"):
+    for key in (
+        "version",
+        "step",
+        "reward_mean",
+        "kl",
+        "is_weight_var",
+        "ratio_peqq_var",
+        "entropy",
+        "clip_frac",
+        "step_time",
+        "dropped_stale",
+        "groups_received",
+    ):
         name, kind, _ = HEALTH_METRICS[key]
-        assert f"{name}{'_total' if kind == 'counter' else ''}{{role=\"learner\"}}" in text, name
+        assert f'{name}{"_total" if kind == "counter" else ""}{{role="learner"}}' in text, name
     assert 'swarmnode_groups_rejected_total{reason="stale"} 3.0' in text
     assert 'swarmnode_staleness_groups_total{bucket="0"}' in text
 
@@ -263,10 +323,19 @@ def test_a_50_peer_view_renders_every_peer_and_the_lagging_alert():
 def test_dashboard_shows_a_sapo_nodes_own_policy():
     doc = simulated_status(6, learners=2)
     learner = next(p for p in doc["peers"] if p["role"] == "learner")
-    learner["health"].update(mode="sapo", local_groups=40, external_groups=36, reward_lies=3,
-                             external_peers=["a1b2c3d4e5f6", "0f9e8d7c6b5a"], external_counts=[20, 16],
-                             implausible_groups=8, implausible_peers=["99aa88bb77cc"], implausible_counts=[8],
-                             distrusted_peers=["99aa88bb77cc"], plausibility_floor=-3.5)
+    learner["health"].update(
+        mode="sapo",
+        local_groups=40,
+        external_groups=36,
+        reward_lies=3,
+        external_peers=["a1b2c3d4e5f6", "0f9e8d7c6b5a"],
+        external_counts=[20, 16],
+        implausible_groups=8,
+        implausible_peers=["99aa88bb77cc"],
+        implausible_counts=[8],
+        distrusted_peers=["99aa88bb77cc"],
+        plausibility_floor=-3.5,
+    )
     validate(as_json(doc))
     text = render(doc)
     assert "sapo node" in text and "40 own + 36 external" in text
@@ -279,10 +348,16 @@ def test_status_reads_the_designated_learners_first_and_marks_a_self_declared_on
     marked, and believed in nothing: not the newest version, not the lag, not an alert naming the sampler."""
     records = simulated_records(6, learners=1, newest=40)
     honest = records[1]
-    rogue = PeerRecord.create(Identity.generate(), role="learner", version=10_000, versions=[10_000],
-                              hardware=HARDWARE, throughput=0.0, software="swarmnode/0.1.0",
-                              health=record_health(learner_health(40, random.Random(1),
-                                                                  invalid_peers=[records[3].peer_id])))
+    rogue = PeerRecord.create(
+        Identity.generate(),
+        role="learner",
+        version=10_000,
+        versions=[10_000],
+        hardware=HARDWARE,
+        throughput=0.0,
+        software="swarmnode/0.1.0",
+        health=record_health(learner_health(40, random.Random(1), invalid_peers=[records[3].peer_id])),
+    )
     rogue = PeerRecord.decode(rogue.encode())
     cfg = load_config("tiny-cpu", ["run_id=sim-run", f"trust.learner_keys=[{honest.peer_id}]"])
     doc = status_document(cfg, [rogue, *records])

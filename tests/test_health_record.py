@@ -10,8 +10,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from swarmnode.observe.health import record_health
-from swarmnode.observe.health_record import (FIELDS, WIRE_FIELDS, BootstrapHealth, LearnerHealth, SamplerHealth,
-                                     UnknownHealthKey, markdown_tables)
+from swarmnode.observe.health_record import (
+    FIELDS,
+    WIRE_FIELDS,
+    BootstrapHealth,
+    LearnerHealth,
+    SamplerHealth,
+    UnknownHealthKey,
+    markdown_tables,
+)
 from swarmnode.observe.metrics import HealthCollector
 from swarmnode.observe.status_schema import HEALTH_SCHEMA
 
@@ -22,7 +29,8 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "status-and-metrics.md"
 def test_the_documented_tables_are_the_generated_ones(name):
     table = markdown_tables()[name]
     assert table in DOC.read_text(), (
-        f"docs/status-and-metrics.md's {name} table differs from the health records; paste `python -m swarmnode.observe.health_record`")
+        f"docs/status-and-metrics.md's {name} table differs from the health records; paste `python -m swarmnode.observe.health_record`"
+    )
 
 
 def test_an_unknown_key_is_an_error_not_a_silent_drop():
@@ -43,15 +51,22 @@ def test_the_status_schema_takes_exactly_the_wire_fields():
 
 
 def test_a_record_renders_as_metrics_and_as_its_small_dht_form():
-    health = LearnerHealth(uptime=3.0, version=2, step=7, reward_mean=0.25, staleness_hist=[4, 1],
-                           rejected={"stale": 3})
+    health = LearnerHealth(
+        uptime=3.0, version=2, step=7, reward_mean=0.25, staleness_hist=[4, 1], rejected={"stale": 3}
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HealthCollector(lambda: health, "learner"))
     text = generate_latest(registry).decode()
     assert 'swarmnode_learner_steps_total{role="learner"} 7.0' in text
     assert 'swarmnode_staleness_groups_total{bucket="1"} 1.0' in text
     assert 'swarmnode_groups_rejected_total{reason="stale"} 3.0' in text
-    assert record_health(health) == {"uptime": 3.0, "version": 2, "step": 7, "reward_mean": 0.25,
-                                     "staleness_hist": [4, 1], "rejected_reasons": ["stale"],
-                                     "rejected_counts": [3]}
+    assert record_health(health) == {
+        "uptime": 3.0,
+        "version": 2,
+        "step": 7,
+        "reward_mean": 0.25,
+        "staleness_hist": [4, 1],
+        "rejected_reasons": ["stale"],
+        "rejected_counts": [3],
+    }
     assert record_health(BootstrapHealth(uptime=1.0, peers_seen=4)) == {"uptime": 1.0, "peers_seen": 4}

@@ -19,11 +19,19 @@ from hivemind.utils.multiaddr import Multiaddr
 
 import swarmnode
 from swarmnode.identity import Identity
-from swarmnode.swarm.p2p import SOCKET_GLOB
 from swarmnode.swarm.dht_storage import CappedStorage
-from swarmnode.swarm.hivemind_compat import (PINNED_HIVEMIND, HivemindVersionError, check_hivemind_version, connect,
-                                             daemon_listen_maddr, daemon_socket_paths, has_buffered_bytes,
-                                             p2pd_process, use_local_storage)
+from swarmnode.swarm.hivemind_compat import (
+    PINNED_HIVEMIND,
+    HivemindVersionError,
+    check_hivemind_version,
+    connect,
+    daemon_listen_maddr,
+    daemon_socket_paths,
+    has_buffered_bytes,
+    p2pd_process,
+    use_local_storage,
+)
+from swarmnode.swarm.p2p import SOCKET_GLOB
 
 KW = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False)
 
@@ -109,8 +117,13 @@ def test_a_second_client_of_the_same_daemon():
 def test_no_other_module_touches_these_internals():
     root = Path(swarmnode.__file__).parent
     pattern = re.compile(r"\._(child|client|buffer|daemon_listen_maddr|client_listen_maddr|swarmnode_\w+)\b")
-    offenders = [f"{path.relative_to(root)}:{n}" for path in root.rglob("*.py") if path.name != "hivemind_compat.py"
-                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    offenders = [
+        f"{path.relative_to(root)}:{n}"
+        for path in root.rglob("*.py")
+        if path.name != "hivemind_compat.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert offenders == []
 
 
@@ -118,8 +131,9 @@ def test_a_daemon_gets_the_extra_flags_and_they_replace_create_s_own():
     from swarmnode.swarm.hivemind_compat import disconnect, p2p_class_with_daemon_flags, p2pd_process
 
     async def main():
-        flagged = await p2p_class_with_daemon_flags({"relayService": False, "relayDataLimit": 12345,
-                                                     "natPortMap": True}).create(**KW)
+        flagged = await p2p_class_with_daemon_flags(
+            {"relayService": False, "relayDataLimit": 12345, "natPortMap": True}
+        ).create(**KW)
         other = await P2P.create(initial_peers=await flagged.get_visible_maddrs(), **KW)
         try:
             args = Path(f"/proc/{p2pd_process(flagged).pid}/cmdline").read_text().split("\0")

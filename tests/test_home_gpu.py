@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -15,8 +14,8 @@ import torch
 
 from swarmnode.config import load_config
 from swarmnode.config.advice import warn_lora_learning_rate
-from swarmnode.node.hardware import GiB, GPUInfo, HardwareProbe
 from swarmnode.learner.precision import Precision
+from swarmnode.node.hardware import GiB, GPUInfo, HardwareProbe
 from swarmnode.node.preset_fit import preset_fit
 from swarmnode.node.selfcheck.fp16 import fp16_gradients
 
@@ -41,8 +40,15 @@ def test_fp16_gradients_with_the_scaler_match_fp32_with_no_silent_zeros():
 def test_a_fp16_learner_step_trains_through_the_scaler():
     from swarmnode.node.selfcheck.step import learner_step
 
-    cfg = load_config("tiny-cpu", ["model.dtype=float16", "learner.precision=autocast",
-                                   "learner.prompts_per_step=1", "sampler.num_generations=4"])
+    cfg = load_config(
+        "tiny-cpu",
+        [
+            "model.dtype=float16",
+            "learner.precision=autocast",
+            "learner.prompts_per_step=1",
+            "sampler.num_generations=4",
+        ],
+    )
     step = learner_step(cfg, torch.device("cpu"))
     assert "loss scaler" in step["precision"] and step["tokens_per_s"] > 0
 
@@ -50,9 +56,28 @@ def test_a_fp16_learner_step_trains_through_the_scaler():
 @pytest.mark.timeout(900)
 def test_self_check_prints_one_table_and_json_on_cpu():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-m", "swarmnode", "hardware", "--measure", "--config", "tiny-cpu",
-                           "--set", "sampler.num_generations=4", "--set", "learner.prompts_per_step=1",
-                           "--device", "cpu", "--json"], capture_output=True, text=True, timeout=850, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "swarmnode",
+            "hardware",
+            "--measure",
+            "--config",
+            "tiny-cpu",
+            "--set",
+            "sampler.num_generations=4",
+            "--set",
+            "learner.prompts_per_step=1",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=850,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     step = report["step"]
@@ -69,12 +94,24 @@ def test_self_check_prints_one_table_and_json_on_cpu():
 
 
 def _gpu(gib: float) -> HardwareProbe:
-    return HardwareProbe(gpus=(GPUInfo(0, "home GPU", int(gib * GiB), int(gib * GiB)),), cpu_count=8,
-                         ram_total_bytes=32 * GiB, ram_available_bytes=24 * GiB)
+    return HardwareProbe(
+        gpus=(GPUInfo(0, "home GPU", int(gib * GiB), int(gib * GiB)),),
+        cpu_count=8,
+        ram_total_bytes=32 * GiB,
+        ram_available_bytes=24 * GiB,
+    )
 
 
-@pytest.mark.parametrize("gib,learner", [(8, "qwen3-0.6b-lora"), (12, "qwen3-1.7b-lora"), (16, "qwen3-1.7b-lora"),
-                                         (24, "qwen3-4b-lora"), (80, "qwen3-4b-lora")])
+@pytest.mark.parametrize(
+    "gib,learner",
+    [
+        (8, "qwen3-0.6b-lora"),
+        (12, "qwen3-1.7b-lora"),
+        (16, "qwen3-1.7b-lora"),
+        (24, "qwen3-4b-lora"),
+        (80, "qwen3-4b-lora"),
+    ],
+)
 def test_hardware_names_the_lora_preset_that_fits_each_card(gib, learner):
     fit = preset_fit(_gpu(gib))
     assert fit["learner"] == learner
@@ -108,7 +145,11 @@ def test_packaged_model_alias_passes_preflight_with_hf_hub_offline(monkeypatch):
 def test_a_bad_self_check_device_is_a_usage_error(device, says):
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    done = subprocess.run([sys.executable, "-m", "swarmnode", "hardware", "--measure", "--device", device],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "hardware", "--measure", "--device", device],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]

@@ -27,8 +27,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def swarmnode(*args: str, env: dict | None = None, timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-P", "-m", "swarmnode", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "swarmnode", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
 
 
 def free_port() -> int:
@@ -39,8 +45,11 @@ def free_port() -> int:
 
 def test_an_invite_whose_bootstraps_are_all_down_answers_at_once_with_one_line():
     peer = Identity.generate().peer_id
-    invite = Invite("some-run", Identity.generate().peer_id,
-                    (f"/ip4/127.0.0.1/tcp/{free_port()}/p2p/{peer}", f"/ip4/127.0.0.1/tcp/{free_port()}/p2p/{peer}"))
+    invite = Invite(
+        "some-run",
+        Identity.generate().peer_id,
+        (f"/ip4/127.0.0.1/tcp/{free_port()}/p2p/{peer}", f"/ip4/127.0.0.1/tcp/{free_port()}/p2p/{peer}"),
+    )
     started = time.monotonic()
     done = swarmnode("join", invite.encode(), timeout=90)
     took = time.monotonic() - started
@@ -126,16 +135,38 @@ def test_host_and_two_samplers_joined_by_invite_learn_and_follow_card_updates(tm
         assert "only cards signed by other keys" in other.stderr, other.stderr
 
         # the old way: every key by hand
-        old = spawn("old", ["join", "--config", "tiny-cpu", *set_args, "--role", "sampler", "--initial-peers",
-                            Invite.parse(invite).bootstraps[0], "--set", f"trust.learner_keys=[{learner_key}]",
-                            "--identity-path", str(tmp_path / "old.key")])
+        old = spawn(
+            "old",
+            [
+                "join",
+                "--config",
+                "tiny-cpu",
+                *set_args,
+                "--role",
+                "sampler",
+                "--initial-peers",
+                Invite.parse(invite).bootstraps[0],
+                "--set",
+                f"trust.learner_keys=[{learner_key}]",
+                "--identity-path",
+                str(tmp_path / "old.key"),
+            ],
+        )
         old.wait_line("sampler ready", timeout=240)
         old.stop()
 
         # card updates reach the running samplers: a second learner key, then a new staleness bound
         second = Identity.load_or_create(tmp_path / "learner2.key").peer_id
-        update = ["host", "--update", "--config", "tiny-cpu", "--set", f"run_id={run_id}", "--owner-key",
-                  str(owner_key)]
+        update = [
+            "host",
+            "--update",
+            "--config",
+            "tiny-cpu",
+            "--set",
+            f"run_id={run_id}",
+            "--owner-key",
+            str(owner_key),
+        ]
         done = swarmnode(*update, "--set", f"trust.learner_keys=[{learner_key},{second}]")
         assert done.returncode == 0 and "run card v2: trust.learner_keys" in done.stdout, done.stderr
         for s in samplers:
@@ -157,8 +188,12 @@ def test_host_and_two_samplers_joined_by_invite_learn_and_follow_card_updates(tm
             assert "role=sampler" in s.stdout(), s.stdout()[-2000:]
 
         steps_file = Path(os.environ["SWARMNODE_HOME"]) / run_id / learner_key / "learner_steps.jsonl"
-        wait_for(lambda: len(learner_rewards(steps_file)) >= STEPS, 600, f"{STEPS} learner steps",
-                 lambda: host.stdout()[-3000:] + host.stderr()[-2000:])
+        wait_for(
+            lambda: len(learner_rewards(steps_file)) >= STEPS,
+            600,
+            f"{STEPS} learner steps",
+            lambda: host.stdout()[-3000:] + host.stderr()[-2000:],
+        )
         trend = reward_trend(learner_rewards(steps_file)[:STEPS])
         assert trend["reward_gain"] > CLIMB and trend["reward_trend_t"] > TREND_T, trend
     finally:

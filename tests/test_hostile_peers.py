@@ -13,13 +13,13 @@ from pathlib import Path
 import msgpack
 import pytest
 from hivemind.p2p import P2P, PeerID
-
 from swarm_helpers import LocalSwarm
+from test_learner_restart import start_learner_and_sampler, steps, wait_rows
+
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame
 from swarmnode.swarm.rollout_push import push_protocol
-from test_learner_restart import start_learner_and_sampler, steps, wait_rows
 
 MAX_STREAMS = 4  # RolloutReceiver's default per-peer cap
 
@@ -35,12 +35,18 @@ async def attack(tmp_path: Path, run_id: str, learner_id: str, learner_addr: str
     attacker = Identity.generate()
     key = tmp_path / "attacker.key"
     key.write_bytes(attacker.libp2p_key_bytes())
-    p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                           auto_nat=False, check_if_identity_free=False,
-                           initial_peers=[f"{learner_addr}/p2p/{learner_id}"])
+    p2p = await P2P.create(
+        identity_path=str(key),
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        nat_port_map=False,
+        auto_nat=False,
+        check_if_identity_free=False,
+        initial_peers=[f"{learner_addr}/p2p/{learner_id}"],
+    )
     learner = PeerID.from_base58(learner_id)
     out: dict[str, list[str]] = {}
     try:
+
         async def push(frame: bytes) -> str:
             _, reader, writer = await p2p.call_binary_stream_handler(learner, push_protocol(run_id))
             try:
@@ -49,9 +55,18 @@ async def attack(tmp_path: Path, run_id: str, learner_id: str, learner_addr: str
             finally:
                 writer.close()
 
-        absurd = RolloutGroup.create(identity=attacker, run_id=run_id, prompt_id="add:1:2", prompt_tokens=[5, 6, 7],
-                                     completions=[[5, 6]] * 8, logprobs=[[-1e30, -1e30]] * 8, temperature=1.0,
-                                     rewards=[float(i % 2) for i in range(8)], policy_version=0, lineage=learner_id)
+        absurd = RolloutGroup.create(
+            identity=attacker,
+            run_id=run_id,
+            prompt_id="add:1:2",
+            prompt_tokens=[5, 6, 7],
+            completions=[[5, 6]] * 8,
+            logprobs=[[-1e30, -1e30]] * 8,
+            temperature=1.0,
+            rewards=[float(i % 2) for i in range(8)],
+            policy_version=0,
+            lineage=learner_id,
+        )
         out["absurd"] = [await push(absurd.encode())]
         empty_arrays = msgpack.packb({"completions": [[]] * (8 * 1024 * 1024 - 64)})
         out["8M empty arrays"] = [await push(empty_arrays)]
@@ -89,8 +104,13 @@ def test_a_hostile_peer_costs_only_itself(tmp_path):
         record = next(p for p in swarm.status()["peers"] if p["peer_id"] == learner_id)
         rss_before = peak_rss_mb(learner.pid)
         statuses, attacker = asyncio.run(attack(tmp_path, swarm.run_id, learner_id, record["addrs"][0]))
-        assert statuses == {"absurd": ["invalid"], "8M empty arrays": ["invalid"], "extra streams": ["busy", "busy"],
-                            "third strike": ["invalid"], "after ban": ["banned"]}, statuses
+        assert statuses == {
+            "absurd": ["invalid"],
+            "8M empty arrays": ["invalid"],
+            "extra streams": ["busy", "busy"],
+            "third strike": ["invalid"],
+            "after ban": ["banned"],
+        }, statuses
         grown = peak_rss_mb(learner.pid) - rss_before
         assert grown < 100, f"the learner's peak memory grew {grown:.0f} MB (decoding the whole frame: ~1 GB)"
         seen = len(steps(steps_file))

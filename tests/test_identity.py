@@ -41,8 +41,9 @@ def test_garbage_key_file_is_a_clear_error(tmp_path):
 
 def test_p2pd_uses_our_peer_id(tmp_path):
     identity = Identity.load_or_create(tmp_path / "node.key")
-    cfg = load_config(None, ["network.nat_port_map=false", "network.auto_nat=false",
-                             "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]"])
+    cfg = load_config(
+        None, ["network.nat_port_map=false", "network.auto_nat=false", "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]"]
+    )
 
     async def scenario() -> str:
         p2p = await start_p2p(cfg, identity)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from swarm_helpers import LocalSwarm, pid_alive
 
 from swarmnode.errors import ExitCode
-from swarm_helpers import LocalSwarm, pid_alive
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,11 +56,29 @@ def test_ctrl_c_stops_the_demo_run_from_a_clones_parent_and_removes_its_work_dir
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(REPO)}
     demo = subprocess.Popen(
         # -P: as the installed `swarmnode` script runs, the cwd is not on the demo's own path
-        [sys.executable, "-P", "-m", "swarmnode", "demo", "--steps", "100000", "--minutes", "30",
-         "--set", "model.tiny.warm_start_steps=0"],
-        cwd=parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "swarmnode",
+            "demo",
+            "--steps",
+            "100000",
+            "--minutes",
+            "30",
+            "--set",
+            "model.tiny.warm_start_steps=0",
+        ],
+        cwd=parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     nodes: list[int] = []
     try:
+
         def learner_ready() -> bool:
             logs = list(scratch.glob("swarmnode-demo-*/learner.log"))
             assert demo.poll() is None, demo.communicate()[1][-3000:]
@@ -85,12 +103,31 @@ def test_ctrl_c_stops_the_demo_run_from_a_clones_parent_and_removes_its_work_dir
 
 def test_ctrl_c_stops_train_local_with_a_checkpoint_and_exit_code_130(tmp_path, swarmnode_home):
     ckpt = tmp_path / "ckpt"
-    fast = ["model.tiny.warm_start_steps=0", "sampler.device=cpu", "learner.device=cpu", "sampler.prompts_per_batch=4",
-            "learner.prompts_per_step=4", "sampler.max_completion_length=6", "learner.checkpoint_every=1000"]
-    cmd = [sys.executable, "-m", "swarmnode", "train-local", "-c", "tiny-cpu", "--steps", "100000",
-           "--checkpoint-dir", str(ckpt), *sum((["--set", s] for s in fast), [])]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    fast = [
+        "model.tiny.warm_start_steps=0",
+        "sampler.device=cpu",
+        "learner.device=cpu",
+        "sampler.prompts_per_batch=4",
+        "learner.prompts_per_step=4",
+        "sampler.max_completion_length=6",
+        "learner.checkpoint_every=1000",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "swarmnode",
+        "train-local",
+        "-c",
+        "tiny-cpu",
+        "--steps",
+        "100000",
+        "--checkpoint-dir",
+        str(ckpt),
+        *sum((["--set", s] for s in fast), []),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     try:
         for line in proc.stdout:  # wait for the first trained step, then Ctrl-C
             if line.startswith("step"):

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from swarm_helpers import FAST_NET, NodeProc
+from test_host_invite import machine_env, swarmnode
+from test_run_card_sources import problems
 
 from swarmnode.config import load_config
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.local.swarm import spawn_node
 from swarmnode.node.hardware import estimate_memory
-from test_host_invite import machine_env, swarmnode
-from test_run_card_sources import problems
-from swarm_helpers import FAST_NET, NodeProc
 
 RUN_SETS = ["task.name=math", "model.tiny.warm_start_steps=0", "model.tiny.num_hidden_layers=3"]
 
@@ -46,11 +46,28 @@ def hosted(tmp_path_factory) -> Hosted:
     root = tmp_path_factory.mktemp("hosted")
     run_id = f"tools-{secrets.token_hex(3)}"
     learner = Identity.load_or_create(root / "learner.key").peer_id
-    sets = [f"run_id={run_id}", *FAST_NET, *RUN_SETS, f"task.path={problems(root / 'ours.jsonl', [1, 2, 3])}",
-            f"trust.learner_keys=[{learner}]"]
+    sets = [
+        f"run_id={run_id}",
+        *FAST_NET,
+        *RUN_SETS,
+        f"task.path={problems(root / 'ours.jsonl', [1, 2, 3])}",
+        f"trust.learner_keys=[{learner}]",
+    ]
     run = Hosted(root, run_id, "", root / "owner.key", learner, [])
-    host = run.spawn("host", ["host", "--bootstrap-only", "--config", "tiny-cpu", "--owner-key", str(run.owner_key),
-                              "--host-maddrs", "/ip4/127.0.0.1/tcp/0", *[a for s in sets for a in ("--set", s)]])
+    host = run.spawn(
+        "host",
+        [
+            "host",
+            "--bootstrap-only",
+            "--config",
+            "tiny-cpu",
+            "--owner-key",
+            str(run.owner_key),
+            "--host-maddrs",
+            "/ip4/127.0.0.1/tcp/0",
+            *[a for s in sets for a in ("--set", s)],
+        ],
+    )
     try:
         run.invite = host.wait_line("invite: swarmnode join ", timeout=180)
         yield run
@@ -69,8 +86,9 @@ def test_hardware_of_an_invite_sizes_the_runs_model(hosted):
 
 def test_a_joiner_whose_task_file_differs_is_refused_before_ready_naming_it(hosted):
     theirs = problems(hosted.root / "theirs.jsonl", [1, 2, 4])
-    done = swarmnode("join", hosted.invite, "--set", f"task.path={theirs}", env=machine_env(hosted.root, "other"),
-                     timeout=120)
+    done = swarmnode(
+        "join", hosted.invite, "--set", f"task.path={theirs}", env=machine_env(hosted.root, "other"), timeout=120
+    )
     assert done.returncode == ExitCode.USAGE and "ready" not in done.stdout, done.stdout[-2000:] + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "task data sha256" in lines[0] and str(theirs) in lines[0], lines
@@ -86,18 +104,34 @@ def _status(invite: str) -> dict:
 
 
 def test_status_and_dashboard_of_an_invite_show_the_card_and_flag_a_node_on_an_older_version(hosted):
-    idle = hosted.spawn("idle", ["join", hosted.invite, "--idle", "--role", "sampler"],
-                        env=machine_env(hosted.root, "idle"))
+    idle = hosted.spawn(
+        "idle", ["join", hosted.invite, "--idle", "--role", "sampler"], env=machine_env(hosted.root, "idle")
+    )
     idle_id = idle.ready_fields()["peer_id"]
-    update = swarmnode("host", "--update", "--config", "tiny-cpu", "--set", f"run_id={hosted.run_id}",
-                       "--owner-key", str(hosted.owner_key), "--set", "sync.max_staleness=4")
+    update = swarmnode(
+        "host",
+        "--update",
+        "--config",
+        "tiny-cpu",
+        "--set",
+        f"run_id={hosted.run_id}",
+        "--owner-key",
+        str(hosted.owner_key),
+        "--set",
+        "sync.max_staleness=4",
+    )
     assert update.returncode == 0 and "run card v2: sync.max_staleness 16 -> 4" in update.stdout, update.stderr
     deadline = time.monotonic() + 90  # the bootstrap stores it within a heartbeat (1 s here)
     while (doc := _status(hosted.invite))["card"]["version"] < 2 and time.monotonic() < deadline:
         time.sleep(1)
     card = doc["card"]
     assert (card["run_id"], card["version"], card["model"], card["task"], card["learners"]) == (
-        hosted.run_id, 2, "builtin:tiny", "math", [hosted.learner]), card
+        hosted.run_id,
+        2,
+        "builtin:tiny",
+        "math",
+        [hosted.learner],
+    ), card
     assert card["owner"] == Identity.load(hosted.owner_key).peer_id and card["bootstraps"], card
     old = [a for a in doc["alerts"] if a["kind"] == "old_card"]  # the idle node joined at v1 and does not follow
     assert [a["peer_id"] for a in old] == [idle_id] and "runs card v1, the run's is v2" in old[0]["message"], old

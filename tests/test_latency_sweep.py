@@ -63,8 +63,9 @@ def test_held_out_evaluation_every_n_steps(swarmnode_home):
     result = trainer.run(6)
     assert [e["step"] for e in result["evals"]] == [0, 3, 6]
     held_out = {p.prompt_id for p in trainer.task.eval_prompts()}
-    assert held_out and all(0.0 <= e["eval_reward"] <= 1.0 and e["eval_prompts"] == len(held_out)
-                            for e in result["evals"])
+    assert held_out and all(
+        0.0 <= e["eval_reward"] <= 1.0 and e["eval_prompts"] == len(held_out) for e in result["evals"]
+    )
     # evaluation uses its own random stream: a run without it trains identically
     plain = _trainer([]).run(6)
     assert [p["loss"] for p in plain["curve"]] == [p["loss"] for p in result["curve"]]
@@ -72,10 +73,21 @@ def test_held_out_evaluation_every_n_steps(swarmnode_home):
 
 def test_train_local_delay_flag(swarmnode_home, tmp_path):
     env = {"SWARMNODE_HOME": str(swarmnode_home), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    base = [sys.executable, "-m", "swarmnode", "train-local", "-c", "tiny-cpu", "--steps", "4", "--json",
-            *sum((["--set", s] for s in FAST), [])]
-    ok = subprocess.run([*base, "--delay", "fixed:2", "--eval-every", "2"], capture_output=True, text=True,
-                        timeout=180, env=env)
+    base = [
+        sys.executable,
+        "-m",
+        "swarmnode",
+        "train-local",
+        "-c",
+        "tiny-cpu",
+        "--steps",
+        "4",
+        "--json",
+        *sum((["--set", s] for s in FAST), []),
+    ]
+    ok = subprocess.run(
+        [*base, "--delay", "fixed:2", "--eval-every", "2"], capture_output=True, text=True, timeout=180, env=env
+    )
     assert ok.returncode == 0, ok.stderr[-2000:]
     result = json.loads(ok.stdout)
     assert [p["staleness_mean"] for p in result["curve"]] == [0.0, 1.0, 2.0, 2.0]
@@ -97,12 +109,26 @@ def test_quick_sweep_writes_table_and_figure(swarmnode_home, tmp_path, capsys):
     rows = [line for line in table.splitlines() if line.startswith("| grpo") or line.startswith("| gepo-def0.5")]
     assert len(rows) == 4, table  # 2 variants x delays 0 and 8
     assert out.with_suffix(".png").stat().st_size > 10_000
-    cells = {(c["variant"].partition(":")[0], c["delay"]): c for c in map(json.loads, (out / "cells.jsonl").read_text().splitlines())}
+    cells = {
+        (c["variant"].partition(":")[0], c["delay"]): c
+        for c in map(json.loads, (out / "cells.jsonl").read_text().splitlines())
+    }
     assert sorted(cells) == [("gepo-def0.5", 0), ("gepo-def0.5", 8), ("grpo", 0), ("grpo", 8)]
     cell = cells[("grpo", 8)]
     assert cell["staleness_mean"] > 0 and 0 <= cell["eval_best"] <= 1 and cell["evals"][0][0] == 0
-    for key in ("is_weight_var", "ratio_peqq_var", "ratio_peqq_var_median", "ratio_peqq_var_last", "kl",
-                "kl_by_staleness", "entropy_end", "grad_norm_max", "staleness_p99", "eval_last", "completion_tokens"):
+    for key in (
+        "is_weight_var",
+        "ratio_peqq_var",
+        "ratio_peqq_var_median",
+        "ratio_peqq_var_last",
+        "kl",
+        "kl_by_staleness",
+        "entropy_end",
+        "grad_norm_max",
+        "staleness_p99",
+        "eval_last",
+        "completion_tokens",
+    ):
         assert key in cell
     assert cell["ratio_peqq_var"] > 0  # the paper's statistic is not ~0 for GRPO, unlike its own weights on-policy
     assert json.loads(out.with_suffix(".json").read_text())[0]["variant"] == "grpo"

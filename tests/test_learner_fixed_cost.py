@@ -14,8 +14,9 @@ TINY = ["--lengths", "1,4", "--prompts", "2", "--rows", "2", "--repeats", "1", "
 
 
 def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def test_the_bench_fits_fixed_and_per_token_cost_against_an_old_tree(tmp_path):
@@ -38,14 +39,14 @@ def test_a_learner_step_reads_back_few_values():
     """Outside the optimiser (whose step counters live on the host), a GEPO step converts at most a handful of
     tensors to Python; before the batched readbacks it was 37 on this configuration."""
     code = (
-        "import sys, copy; sys.argv=['x']; sys.path.insert(0, %r)\n"
+        f"import sys, copy; sys.argv=['x']; sys.path.insert(0, {str(BENCH.parent)!r})\n"
         "import fixed_cost as fc\n"
         "cfg, base, tok, task = fc.build('tiny', 'cpu', 'float32', 4, ['model.tiny.warm_start_steps=0'])\n"
         "groups = fc.make_groups(cfg, base, tok, task, 4, 4, 3)\n"
         "learner = fc.new_learner(cfg, copy.deepcopy(base), tok, task)\n"
         "fc.one_step(learner, groups, 'cpu')\n"
         "print(fc.count_syncs(learner, groups, 'cpu'))\n"
-    ) % str(BENCH.parent)
+    )
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     count = int(run.stdout.strip().splitlines()[-1])

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,8 +30,14 @@ from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 
 torch.set_num_threads(1)
-FAST = ["model.tiny.warm_start_steps=0", "sampler.device=cpu", "learner.device=cpu", "sampler.prompts_per_batch=4",
-        "learner.prompts_per_step=4", "sampler.max_completion_length=6"]
+FAST = [
+    "model.tiny.warm_start_steps=0",
+    "sampler.device=cpu",
+    "learner.device=cpu",
+    "sampler.prompts_per_batch=4",
+    "learner.prompts_per_step=4",
+    "sampler.max_completion_length=6",
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +66,13 @@ def test_logprobs_match_the_engine(cfg, parts):
     groups = sampled_groups(cfg, parts, 1)
     _, tokenizer, engine = parts
     rows = [(g.prompt_tokens, c, lq) for g in groups for c, lq in zip(g.completions, g.logprobs)]
-    logp, mask = completion_logprobs(engine.model, [r[0] for r in rows], [r[1] for r in rows],
-                                     cfg.sampler.temperature, tokenizer.pad_token_id)
+    logp, mask = completion_logprobs(
+        engine.model, [r[0] for r in rows], [r[1] for r in rows], cfg.sampler.temperature, tokenizer.pad_token_id
+    )
     for i, (_, comp, lq) in enumerate(rows):
         assert int(mask[i].sum()) == len(comp)
         assert torch.allclose(logp[i, : len(comp)], torch.tensor(lq), atol=1e-4)
-        assert torch.all(logp[i, len(comp):] == 0)
+        assert torch.all(logp[i, len(comp) :] == 0)
 
 
 def test_logprobs_temperature_and_errors(cfg, parts):
@@ -96,10 +102,18 @@ def test_step_trains_publishes_and_validates(cfg, parts):
     groups = sampled_groups(cfg, parts, 4)
     forged = groups[0]
     unknown = _unknown_prompt_group(forged)
-    mismatch = RolloutGroup.create(identity=Identity.generate(), run_id="r", prompt_id=forged.prompt_id,
-                                   prompt_tokens=forged.prompt_tokens + [5], completions=forged.completions,
-                                   logprobs=forged.logprobs, temperature=1.0, rewards=[1.0] * len(forged.rewards),
-                                   policy_version=0, lineage="")
+    mismatch = RolloutGroup.create(
+        identity=Identity.generate(),
+        run_id="r",
+        prompt_id=forged.prompt_id,
+        prompt_tokens=forged.prompt_tokens + [5],
+        completions=forged.completions,
+        logprobs=forged.logprobs,
+        temperature=1.0,
+        rewards=[1.0] * len(forged.rewards),
+        policy_version=0,
+        lineage="",
+    )
     for g in groups + [unknown, mismatch]:  # newest-first draw: these go first
         loop.buffer.add(g)
     before = {k: v.clone() for k, v in loop.model.state_dict().items()}
@@ -112,9 +126,22 @@ def test_step_trains_publishes_and_validates(cfg, parts):
     after = loop.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     d = trained[0]
-    for key in ("loss", "kl", "is_weight_mean", "is_weight_var", "clip_fraction", "grad_norm", "reward_mean",
-                "reward_std", "zero_signal_fraction", "staleness_min", "staleness_median", "staleness_max",
-                "dropped_fraction", "kl_tau_0"):
+    for key in (
+        "loss",
+        "kl",
+        "is_weight_mean",
+        "is_weight_var",
+        "clip_fraction",
+        "grad_norm",
+        "reward_mean",
+        "reward_std",
+        "zero_signal_fraction",
+        "staleness_min",
+        "staleness_median",
+        "staleness_max",
+        "dropped_fraction",
+        "kl_tau_0",
+    ):
         assert key in d and isinstance(d[key], float), key
     # published state is a detached CPU copy
     v, state = published[-1]
@@ -122,10 +149,18 @@ def test_step_trains_publishes_and_validates(cfg, parts):
 
 
 def _unknown_prompt_group(like: RolloutGroup) -> RolloutGroup:
-    return RolloutGroup.create(identity=Identity.generate(), run_id="r", prompt_id="add:99999:1",
-                               prompt_tokens=like.prompt_tokens, completions=like.completions,
-                               logprobs=like.logprobs, temperature=1.0, rewards=like.rewards,
-                               policy_version=0, lineage="")
+    return RolloutGroup.create(
+        identity=Identity.generate(),
+        run_id="r",
+        prompt_id="add:99999:1",
+        prompt_tokens=like.prompt_tokens,
+        completions=like.completions,
+        logprobs=like.logprobs,
+        temperature=1.0,
+        rewards=like.rewards,
+        policy_version=0,
+        lineage="",
+    )
 
 
 def test_checkpoint_resume_in_process(cfg, parts, tmp_path):
@@ -185,12 +220,24 @@ def _run_until_kill(cmd, sig, min_steps: int, timeout: float = 120) -> str:
     return "".join(lines)
 
 
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="sigterm", marks=pytest.mark.slow),  # CI: .ci/run
-                                 pytest.param(signal.SIGKILL, id="sigkill")])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGTERM, id="sigterm", marks=pytest.mark.slow),  # CI: .ci/run
+        pytest.param(signal.SIGKILL, id="sigkill"),
+    ],
+)
 def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
     ckpt = tmp_path / "ckpt"
-    args = ["--steps", "400", "--checkpoint-dir", str(ckpt), "--staleness", "1",
-            *sum((["--set", s] for s in FAST + ["learner.checkpoint_every=3"]), [])]
+    args = [
+        "--steps",
+        "400",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--staleness",
+        "1",
+        *sum((["--set", s] for s in FAST + ["learner.checkpoint_every=3"]), []),
+    ]
     out = _run_until_kill(_cli(*args, home=swarmnode_home), sig, min_steps=7)
     state = load_checkpoint(ckpt)
     assert state is not None, out
@@ -202,8 +249,9 @@ def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
     assert saved_step >= 6 and saved_version == saved_step  # publish_every=1
     final_steps = saved_step + 2
     args[1] = str(final_steps)
-    done = subprocess.run(_cli(*args, "--json", home=swarmnode_home), capture_output=True, text=True,
-                          timeout=180, env=_env())
+    done = subprocess.run(
+        _cli(*args, "--json", home=swarmnode_home), capture_output=True, text=True, timeout=180, env=_env()
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert result["resumed"] and result["learner_steps"] == final_steps and result["version"] == final_steps
@@ -218,9 +266,16 @@ def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
     bad = subprocess.run(_cli("--algorithm", "ppo", home=swarmnode_home), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--algorithm" in bad.stderr and "Traceback" not in bad.stderr
     (tmp_path / "checkpoint.pt").write_bytes(b"junk")
-    corrupt = subprocess.run(_cli("--checkpoint-dir", str(tmp_path), "--set", FAST[0], home=swarmnode_home),
-                             capture_output=True, text=True, timeout=120, env=_env())
-    assert corrupt.returncode == ExitCode.MISSING and "checkpoint" in corrupt.stderr and "Traceback" not in corrupt.stderr
+    corrupt = subprocess.run(
+        _cli("--checkpoint-dir", str(tmp_path), "--set", FAST[0], home=swarmnode_home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert (
+        corrupt.returncode == ExitCode.MISSING and "checkpoint" in corrupt.stderr and "Traceback" not in corrupt.stderr
+    )
 
 
 @pytest.fixture
@@ -242,9 +297,15 @@ def test_train_local_raises_reward(algorithm, swarmnode_home, one_torch_thread):
     from swarmnode.local.trainer import LocalTrainer
 
     torch.manual_seed(0)
-    cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu",
-                                   f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[algorithm]}",
-                                   "learner.learning_rate=3e-4"])
+    cfg = load_config(
+        "tiny-cpu",
+        [
+            "sampler.device=cpu",
+            "learner.device=cpu",
+            f"learner.importance_sampling_level={LEVEL_OF_ALGORITHM[algorithm]}",
+            "learner.learning_rate=3e-4",
+        ],
+    )
     result = LocalTrainer(cfg, progress=None).run(RISE_STEPS)
     rewards = [p["reward_mean"] for p in result["curve"]]
     assert len(rewards) == RISE_STEPS

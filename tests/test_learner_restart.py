@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from swarm_helpers import LocalSwarm
 
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
@@ -37,8 +36,9 @@ def wait_rows(path: Path, predicate, timeout: float, what: str) -> list[dict]:
 
 def learner_args(tmp_path: Path, *sets: str) -> dict:
     """`LocalSwarm.join` arguments of a working tiny-cpu learner with its data under tmp_path/learner."""
-    return dict(work=True, identity=tmp_path / "learner.key",
-                extra=[*WORK, *sets, "--set", f"data_dir={tmp_path / 'learner'}"])
+    return dict(
+        work=True, identity=tmp_path / "learner.key", extra=[*WORK, *sets, "--set", f"data_dir={tmp_path / 'learner'}"]
+    )
 
 
 def start_learner_and_sampler(swarm: LocalSwarm, tmp_path: Path, *sets: str):
@@ -64,7 +64,7 @@ def test_a_restarted_learner_resumes_its_checkpoint_and_version_numbering(tmp_pa
         match = re.fullmatch(r"version (\d+) \((\w+)\)", ready)
         assert match and match.group(2) == "resumed" and int(match.group(1)) == saved_version, ready
         after = wait_rows(steps_file, lambda rows: len(rows) >= len(before) + 5, 180, "5 steps after the restart")
-        new = after[len(before):]
+        new = after[len(before) :]
         # numbering goes on from the checkpoint: no version is published twice, none is skipped
         assert [r["step"] for r in new[:5]] == list(range(saved_step + 1, saved_step + 6)), new[:5]
         assert [r["version"] for r in new[:5]] == list(range(saved_version + 1, saved_version + 6)), new[:5]

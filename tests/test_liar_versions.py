@@ -9,12 +9,12 @@ import asyncio
 import re
 
 import pytest
-
 from liar_peer import lie, lying_groups
 from swarm_helpers import LocalSwarm
+from test_learner_restart import WORK, start_learner_and_sampler, steps, wait_rows
+
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
-from test_learner_restart import WORK, start_learner_and_sampler, steps, wait_rows
 
 LIES = 40
 BEHIND = 6
@@ -37,8 +37,11 @@ def test_a_liar_claiming_old_versions_is_caught_and_at_most_a_tenth_of_its_group
         wait_rows(steps_file, lambda rows: len(rows) >= seen + 20, 180, "20 steps after the lies")
         accepted = statuses["ok"]
         assert accepted >= 3, statuses  # the lies got past the door (they look like honest groups)
-        caught = re.findall(rf"caught sampler {liar.peer_id} claiming version (\d+): .*?; (\d+) of its groups "
-                            r"passed to training so far", learner.stdout())
+        caught = re.findall(
+            rf"caught sampler {liar.peer_id} claiming version (\d+): .*?; (\d+) of its groups "
+            r"passed to training so far",
+            learner.stdout(),
+        )
         assert caught, f"the liar was never caught; acks {statuses}\n{learner.stdout()[-3000:]}"
         passed = max(int(p) for _, p in caught)
         print(f"liar: acks {dict(statuses)}; caught {len(caught)} times; {passed} of its groups passed")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from flood_helpers import fake_peer_records, record_lifetime, store_records
+from swarm_helpers import FAST_NET, LOOPBACK
+
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
@@ -12,16 +15,16 @@ from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.liveness import ProvenAlive
 from swarmnode.swarm.weights import WeightServer, WeightStore
-from flood_helpers import fake_peer_records, record_lifetime, store_records
-from swarm_helpers import FAST_NET, LOOPBACK
 
 RUN = "test-run"
 DEAD = 40  # throwaway records: 20 claiming to be learners with a version, 20 samplers
 
 
 def cfg_with(*sets: str):
-    return load_config(None, [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]",
-                              "network.missed_beats_to_expire=30", *sets])
+    return load_config(
+        None,
+        [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]", "network.missed_beats_to_expire=30", *sets],
+    )
 
 
 def test_a_peer_is_alive_within_its_window_and_a_failed_probe_waits_longer_each_time():
@@ -84,8 +87,10 @@ async def _choice_scenario(tmp_path):
         assert await live.store_peer(PeerRecord.create(live_id, role="learner", version=3))
         # throwaway keys' records (validly signed, nobody behind them), stored through the reader's store path
         expiration = record_lifetime()
-        fakes = [*fake_peer_records(RUN, DEAD // 2, expiration, role="learner", version=10**6, pad=False),
-                 *fake_peer_records(RUN, DEAD // 2, expiration, role="sampler", version=3, pad=False)]
+        fakes = [
+            *fake_peer_records(RUN, DEAD // 2, expiration, role="learner", version=10**6, pad=False),
+            *fake_peer_records(RUN, DEAD // 2, expiration, role="sampler", version=3, pad=False),
+        ]
         assert await store_records(RUN, {reader_id.peer_id: boot}, fakes, expiration) == DEAD
         assert len(await reader.live_peers()) == DEAD + 1  # every record reads as a live member
         # no designated learners (accept-any): only proven peers; a designated key is eligible as the trust root

@@ -36,8 +36,14 @@ def _loop(cfg, parts, checkpoint_dir=None, lora=LORA, **learner):
     lc = cfg.learner.model_copy(update={**learner, "lora": cfg.learner.lora.model_copy(update=lora)})
     c = cfg.model_copy(update={"learner": lc})
     task, tokenizer, _ = parts
-    return LearnerLoop(load_model(c.model, c.task, "cpu"), tokenizer, task, c, ReplayBuffer.from_config(c),
-                       checkpoint_dir=checkpoint_dir)
+    return LearnerLoop(
+        load_model(c.model, c.task, "cpu"),
+        tokenizer,
+        task,
+        c,
+        ReplayBuffer.from_config(c),
+        checkpoint_dir=checkpoint_dir,
+    )
 
 
 def _train(loop, groups, steps=3):
@@ -54,8 +60,11 @@ def test_lora_trains_adapters_and_publishes_weights_a_plain_model_reproduces(cfg
     trainable = {n for n, p in loop.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
     _train(loop, groups)
-    assert all(torch.equal(p, base.state_dict()[k]) for k, p in loop.model.get_base_model().state_dict().items()
-               if "lora_" not in k and ".base_layer." not in k)  # frozen weights did not move
+    assert all(
+        torch.equal(p, base.state_dict()[k])
+        for k, p in loop.model.get_base_model().state_dict().items()
+        if "lora_" not in k and ".base_layer." not in k
+    )  # frozen weights did not move
     adapters = loop.adapter_snapshot()
     assert adapters and all("lora_" in k for k in adapters)
     assert any(float(v.abs().max()) > 0 for k, v in adapters.items() if "lora_B" in k)  # B starts at 0
@@ -76,8 +85,9 @@ def test_lora_trains_adapters_and_publishes_weights_a_plain_model_reproduces(cfg
     assert (learner.logp - before.logp)[m].abs().max() > 1e-3  # and the version changed the outputs
     # the spot checker re-scores an older version by swapping its adapters into the live model and back
     with torch.no_grad():
-        loop.model.load_state_dict({k: torch.zeros_like(v) if "lora_B" in k else v
-                                    for k, v in loop.model.state_dict().items()})  # now the base's outputs
+        loop.model.load_state_dict(
+            {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in loop.model.state_dict().items()}
+        )  # now the base's outputs
         with swapped(loop.model, adapters):
             again = completion_scores(loop.model, prompts, comps, 1.0, 0)
         after = completion_scores(loop.model, prompts, comps, 1.0, 0)

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 import torch
-from test_averaging import _close, _two_learners, RUN
+from test_averaging import RUN, _close, _two_learners
 from test_learner_loop import sampled_groups
 from test_lora import LORA, _train, cfg, parts  # noqa: F401 (module fixtures)
 
@@ -25,8 +25,14 @@ def _lora_learner(cfg, parts, published: list) -> LearnerLoop:  # noqa: F811
     lc = cfg.learner.model_copy(update={"lora": cfg.learner.lora.model_copy(update=LORA), "max_learners": 2})
     c = cfg.model_copy(update={"learner": lc})
     task, tokenizer, _ = parts
-    return LearnerLoop(load_model(c.model, c.task, "cpu"), tokenizer, task, c, ReplayBuffer.from_config(c),
-                       publish=lambda version, *payload: published.append((version, *payload)))
+    return LearnerLoop(
+        load_model(c.model, c.task, "cpu"),
+        tokenizer,
+        task,
+        c,
+        ReplayBuffer.from_config(c),
+        publish=lambda version, *payload: published.append((version, *payload)),
+    )
 
 
 async def _round(loops: list[LearnerLoop]) -> list:
@@ -71,24 +77,43 @@ def test_two_lora_learners_average_adapters_only_and_publish_the_same_adapter_ve
     assert all(torch.equal(state[k], v) for k, v in frozen.items())  # the base weights never moved
 
     stores = [WeightStore(tmp_path / name, cfg.run_id) for name in ("a", "b")]
-    manifests = [store.publish(1, adapters, Identity.generate(), parent_version=0, model_id=cfg.model.name,
-                               adapter=spec) for store, (_, adapters, spec) in zip(stores, (published[0][-1],
-                                                                                            published[1][-1]))]
+    manifests = [
+        store.publish(1, adapters, Identity.generate(), parent_version=0, model_id=cfg.model.name, adapter=spec)
+        for store, (_, adapters, spec) in zip(stores, (published[0][-1], published[1][-1]))
+    ]
     assert [c.sha256 for c in manifests[0].chunks] == [c.sha256 for c in manifests[1].chunks]
 
 
 @pytest.mark.slow  # the local demo with two LoRA learners and two samplers as processes: ~30-60 s
 @pytest.mark.timeout(600)
 def test_demo_with_two_lora_learners_publishes_identical_adapter_versions(tmp_path):
-    from swarmnode.protocol.manifest import WeightManifest
     from test_demo import assert_no_node_left, run_demo
 
-    doc = run_demo(tmp_path, "--learners", "2", "--steps", "12", "--minutes", "5", "--set", "learner.lora.enabled=true",
-                   "--set", "learner.average_every=4", "--set", "learner.keep_versions=1000")
+    from swarmnode.protocol.manifest import WeightManifest
+
+    doc = run_demo(
+        tmp_path,
+        "--learners",
+        "2",
+        "--steps",
+        "12",
+        "--minutes",
+        "5",
+        "--set",
+        "learner.lora.enabled=true",
+        "--set",
+        "learner.average_every=4",
+        "--set",
+        "learner.keep_versions=1000",
+    )
     assert all(each["averaging_rounds"] >= 1 for each in doc["learners"].values()), doc["learners"]
-    held = [{int(p.stem): WeightManifest.decode(p.read_bytes())
-             for p in (tmp_path / "demo" / name / "weights" / "manifests").glob("*.bin")}
-            for name in ("learner1", "learner2")]
+    held = [
+        {
+            int(p.stem): WeightManifest.decode(p.read_bytes())
+            for p in (tmp_path / "demo" / name / "weights" / "manifests").glob("*.bin")
+        }
+        for name in ("learner1", "learner2")
+    ]
     shared = sorted(set(held[0]) & set(held[1]))
     assert len(shared) >= 2 and shared[0] == 0, shared  # version 0 and at least one averaged version
     for version in shared:

@@ -20,9 +20,16 @@ from swarmnode.model.models import load_model, meta_state_dict
 from swarmnode.sampler.lora import PeftAdapter
 from swarmnode.swarm.weights import ModelLayout, WeightStore
 
-LORA = ["learner.lora.enabled=true", "learner.lora.r=4", "learner.lora.alpha=8", "learner.learning_rate=1e-2",
-        "learner.warmup_steps=100", "trust.verify_fraction=1.0", "trust.verify_tolerance=1e-5",
-        "learner.keep_versions=100"]
+LORA = [
+    "learner.lora.enabled=true",
+    "learner.lora.r=4",
+    "learner.lora.alpha=8",
+    "learner.learning_rate=1e-2",
+    "learner.warmup_steps=100",
+    "trust.verify_fraction=1.0",
+    "trust.verify_tolerance=1e-5",
+    "learner.keep_versions=100",
+]
 
 
 def _newest_group_version(row: dict) -> int:
@@ -52,13 +59,19 @@ def run_lora_swarm(tmp_path, restart: bool) -> None:
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path, *_sets(*LORA)))
         learner.ready_fields(timeout=180)  # generous: a loaded 2-core machine starts nodes slowly
-        sampler = swarm.join("sampler", "sampler", work=True, wait=False,
-                             extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+        sampler = swarm.join(
+            "sampler", "sampler", work=True, wait=False, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"]
+        )
         sampler.ready_fields(timeout=180)
         before = 8 if restart else 4  # steps before the learner stops (the restart check wants trained adapters)
-        rows = wait_rows(steps_file, lambda r: len(r) >= before and r[-1]["verified_groups"] >= 8
-                         and any(_newest_group_version(x) >= 2 for x in r), 240,
-                         f"{before} learner steps, 8 spot-checked groups, groups made with adapter version >= 2")
+        rows = wait_rows(
+            steps_file,
+            lambda r: (
+                len(r) >= before and r[-1]["verified_groups"] >= 8 and any(_newest_group_version(x) >= 2 for x in r)
+            ),
+            240,
+            f"{before} learner steps, 8 spot-checked groups, groups made with adapter version >= 2",
+        )
         assert sampler.popen.poll() is None and "not applied" not in sampler.stderr(), sampler.stderr()[-2000:]
         assert learner.stop(timeout=120) == 0, learner.stderr()[-2000:]  # SIGTERM: checkpoint, leave
         rows = steps(steps_file)
@@ -79,8 +92,14 @@ def run_lora_swarm(tmp_path, restart: bool) -> None:
         PeftAdapter(adapted, newest.adapter).load(store.state_dict(newest.version))
         prompt, completion = [[5, 6, 7, 8]], [[9, 10, 11, 12, 13, 14]]
         with torch.no_grad():
-            gap = (completion_scores(adapted, prompt, completion, 1.0, 0).logp
-                   - completion_scores(base, prompt, completion, 1.0, 0).logp).abs().max()
+            gap = (
+                (
+                    completion_scores(adapted, prompt, completion, 1.0, 0).logp
+                    - completion_scores(base, prompt, completion, 1.0, 0).logp
+                )
+                .abs()
+                .max()
+            )
         assert gap > 1e-3, gap
         if not restart:
             return
@@ -93,7 +112,7 @@ def run_lora_swarm(tmp_path, restart: bool) -> None:
         match = re.fullmatch(r"version (\d+) \((\w+)\)", ready)
         assert match and match.group(2) == "resumed" and int(match.group(1)) == saved_version, ready
         after = wait_rows(steps_file, lambda r: len(r) >= len(rows) + 2, 180, "2 steps after the restart")
-        new = after[len(rows):]
+        new = after[len(rows) :]
         assert [r["step"] for r in new[:2]] == [saved_step + 1, saved_step + 2]
         # the warmup goes on where it stopped (linear in the step): the schedule was restored
         slope = (rows[-1]["learning_rate"] - rows[-2]["learning_rate"]) / (rows[-1]["step"] - rows[-2]["step"])

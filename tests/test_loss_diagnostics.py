@@ -17,8 +17,9 @@ torch.set_num_threads(1)
 def _fixed_batch(rows: int, T: int = 3):
     """A fixed batch: hand-written per-token log-probs (rows of 4-member groups), a ragged mask, rewards."""
     lq = torch.tensor([[-0.2 - 0.13 * ((3 * i + t) % 7) for t in range(T)] for i in range(rows)], dtype=torch.float64)
-    lp = lq + torch.tensor([[0.05 * (((5 * i + 2 * t) % 9) - 4) for t in range(T)] for i in range(rows)],
-                           dtype=torch.float64)
+    lp = lq + torch.tensor(
+        [[0.05 * (((5 * i + 2 * t) % 9) - 4) for t in range(T)] for i in range(rows)], dtype=torch.float64
+    )
     mask = torch.tensor([[t < T - (i % 2) for t in range(T)] for i in range(rows)])
     rewards = torch.tensor([float((i * 7) % 3) / 2 for i in range(rows)], dtype=torch.float64)
     groups = torch.arange(rows) // 4
@@ -107,8 +108,15 @@ def test_kl_estimate_matches_exact_kl_in_expectation():
 def test_entropy_matches_exact_entropy_of_the_sampling_distribution():
     lp, lq = _tokens_from_q(seed=2)
     mask = torch.ones_like(lp, dtype=torch.bool)
-    _, diag = policy_loss("grpo", lp, lq, mask, torch.arange(N_SEQ, dtype=torch.float64) % 2,
-                          torch.arange(N_SEQ) // 8, LearnerConfig(importance_sampling_level="token"))
+    _, diag = policy_loss(
+        "grpo",
+        lp,
+        lq,
+        mask,
+        torch.arange(N_SEQ, dtype=torch.float64) % 2,
+        torch.arange(N_SEQ) // 8,
+        LearnerConfig(importance_sampling_level="token"),
+    )
     exact = float(-(Q * Q.log()).sum())
     stderr = float((-lq).std()) / math.sqrt(lq.numel())
     assert abs(diag["entropy"] - exact) < 4 * stderr

@@ -23,8 +23,23 @@ def lcfg(family: str, **opts) -> LearnerConfig:
     return LearnerConfig(importance_sampling_level=LEVEL_OF_ALGORITHM[family], **opts)
 
 
-def reference_loss(algorithm, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), kl_coef=0.0, lam=None,
-                   scope="prompt", scale="none", agg="grpo", ref=None, ref_coef=0.0):
+def reference_loss(
+    algorithm,
+    lp,
+    lq,
+    mask,
+    rewards,
+    groups,
+    *,
+    eps=(0.2, 0.2),
+    kl_coef=0.0,
+    lam=None,
+    scope="prompt",
+    scale="none",
+    agg="grpo",
+    ref=None,
+    ref_coef=0.0,
+):
     """Loss from the GEPO formulas, float64, loops. `lam` is a per-row list of defensive lambdas (None = plain)."""
     B, T = lp.shape
     all_r = [float(r) for r in rewards]
@@ -54,7 +69,7 @@ def reference_loss(algorithm, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
 
     # the GEPO authors' micro-batches: a seeded shuffle (seed 0, policy_loss's default) cut into sets of 8 rows
     perm = torch.randperm(B, generator=torch.Generator().manual_seed(0)).tolist()
-    sets = {row: perm[k - k % 8: k - k % 8 + 8] for k, row in enumerate(perm)}
+    sets = {row: perm[k - k % 8 : k - k % 8 + 8] for k, row in enumerate(perm)}
     per_seq = []
     if algorithm == "grpo":
         tok_losses = []
@@ -86,16 +101,20 @@ def reference_loss(algorithm, lp, lq, mask, rewards, groups, *, eps=(0.2, 0.2), 
             pg = sum(len(toks[i]) * per_seq[i] for i in range(B)) / (B * T)
         else:
             pg = sum(per_seq) / B
+
     # the k3 penalties per token (to the sampler: lq; to the reference model: ref), aggregated like the policy
     # loss (TRL adds its KL term before the aggregation)
     def kl(other):
-        kl_tok = [[torch.exp(float(other[i, t]) - lp[i, t]) - (float(other[i, t]) - lp[i, t]) - 1 for t in toks[i]]
-                  for i in range(B)]
+        kl_tok = [
+            [torch.exp(float(other[i, t]) - lp[i, t]) - (float(other[i, t]) - lp[i, t]) - 1 for t in toks[i]]
+            for i in range(B)
+        ]
         if agg in ("bnpo", "dapo"):
             return sum(sum(ks, zero) for ks in kl_tok) / max(1, sum(map(len, toks)))
         if agg == "dr_grpo":
             return sum(sum(ks, zero) for ks in kl_tok) / (B * T)
         return sum(sum(ks, zero) / length[i] for i, ks in enumerate(kl_tok)) / B
+
     return pg + kl_coef * kl(lq) + (ref_coef * kl(ref) if ref_coef else 0.0)
 
 
@@ -138,8 +157,14 @@ def _ref_kwargs(algorithm, opts, B):
     lo = opts.get("epsilon", 0.2)
     hi = opts.get("epsilon_high", lo)
     lam = [opts["gepo_defensive_lambda"]] * B if "gepo_defensive_lambda" in opts else None
-    return dict(eps=(lo, hi), kl_coef=opts.get("cppo_beta", 0.0), lam=lam, scope=opts.get("gepo_group_scope", "prompt"),
-                scale=opts.get("scale_rewards", "none"), agg=opts.get("loss_type", "grpo"))
+    return dict(
+        eps=(lo, hi),
+        kl_coef=opts.get("cppo_beta", 0.0),
+        lam=lam,
+        scope=opts.get("gepo_group_scope", "prompt"),
+        scale=opts.get("scale_rewards", "none"),
+        agg=opts.get("loss_type", "grpo"),
+    )
 
 
 @pytest.mark.parametrize("algorithm,opts", OPTIONS, ids=[f"{t}-{o}" for t, o in OPTIONS])
@@ -152,7 +177,9 @@ def test_matches_reference_value_and_gradient(algorithm, opts, shape):
     loss, diag = policy_loss(algorithm, lp, lq, mask, rewards, gi, cfg)
     loss.backward()
     lp_ref = lp0.clone().requires_grad_(True)
-    ref = reference_loss(algorithm, lp_ref, lq, mask, rewards, gi.tolist(), **_ref_kwargs(algorithm, opts, lp0.shape[0]))
+    ref = reference_loss(
+        algorithm, lp_ref, lq, mask, rewards, gi.tolist(), **_ref_kwargs(algorithm, opts, lp0.shape[0])
+    )
     ref.backward()
     assert loss.item() == pytest.approx(ref.item(), rel=1e-9, abs=1e-12)
     assert torch.allclose(lp.grad, lp_ref.grad, rtol=1e-8, atol=1e-12)
@@ -222,8 +249,15 @@ def test_gepo_denominator_is_q_weighted_mean():
     assert not torch.allclose(w, torch.ones_like(w))  # GEPO's weights are not 1 even on-policy
 
 
-@pytest.mark.parametrize("algorithm,opts", [("gepo", {"cppo_beta": 0.005}), ("gepo", {"gepo_defensive_lambda": 0.5}),
-                                            ("gspo", {"cppo_beta": 0.005}), ("grpo", {"cppo_beta": 0.005})])
+@pytest.mark.parametrize(
+    "algorithm,opts",
+    [
+        ("gepo", {"cppo_beta": 0.005}),
+        ("gepo", {"gepo_defensive_lambda": 0.5}),
+        ("gspo", {"cppo_beta": 0.005}),
+        ("grpo", {"cppo_beta": 0.005}),
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_long_completions_stay_finite(algorithm, opts, dtype):
     gen = torch.Generator().manual_seed(0)
@@ -290,6 +324,7 @@ def test_random_seeds_many_shapes():
 
 def test_cppo_kl_penalty_stays_finite_and_keeps_its_gradient_far_below_the_sampler():
     from swarmnode.learner.losses import KL_LINEAR_FROM, cppo_kl_penalty
+
     lq = torch.zeros(1, 4, dtype=torch.float64)
     lp = torch.tensor([[-0.5, -KL_LINEAR_FROM, -50.0, -1000.0]], dtype=torch.float64, requires_grad=True)
     k3 = cppo_kl_penalty(lp, lq)
@@ -311,8 +346,14 @@ def test_dr_grpo_divides_by_the_constant_max_completion_length():
     assert float(fixed) == pytest.approx(float(short) * 6 / 64, rel=1e-12)
 
 
-@pytest.mark.parametrize("loss_type,opts", [("grpo", {"beta": 0.04}), ("gepo", {"beta": 0.04, "cppo_beta": 0.01}),
-                                            ("gspo", {"beta": 0.1, "loss_type": "bnpo"})])
+@pytest.mark.parametrize(
+    "loss_type,opts",
+    [
+        ("grpo", {"beta": 0.04}),
+        ("gepo", {"beta": 0.04, "cppo_beta": 0.01}),
+        ("gspo", {"beta": 0.1, "loss_type": "bnpo"}),
+    ],
+)
 def test_trl_beta_is_a_kl_to_the_reference_model(loss_type, opts):
     lp0, lq, mask, rewards, gi = random_batch(3, 4, 5, seed=11)
     ref = lq + 0.2 * torch.randn(lq.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)

@@ -14,7 +14,9 @@ from swarmnode.protocol.peer import PeerRecord
 
 def test_peer_record_and_announcement_share_the_version_bound():
     key = Identity.generate()
-    assert PeerRecord.decode(PeerRecord.create(key, role="sampler", version=MAX_VERSION).encode()).version == MAX_VERSION
+    assert (
+        PeerRecord.decode(PeerRecord.create(key, role="sampler", version=MAX_VERSION).encode()).version == MAX_VERSION
+    )
     with pytest.raises(InvalidRecord):
         PeerRecord.decode(PeerRecord.create(key, role="sampler", version=MAX_VERSION + 1).encode())
     ok = VersionAnnouncement(key.peer_id, MAX_VERSION, {}, time.time())

@@ -11,12 +11,12 @@ import time
 
 import msgpack
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils import get_dht_time
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm, pid_alive, swarmnode_cmd
 
 from swarmnode.config import load_config
 from swarmnode.errors import ExitCode
@@ -28,7 +28,6 @@ from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.p2p import SwarmStartError, clean_stale_sockets, p2pd_pid, parse_initial_peer, stop_p2p
 from swarmnode.swarm.peer_keys import DEFAULT_PEER_SHARDS, peer_shard, peer_shard_key
 from swarmnode.swarm.validator import SwarmValidator
-from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm, pid_alive, swarmnode_cmd
 
 RUN = "test-run"
 
@@ -56,8 +55,15 @@ def wait_until(predicate, timeout: float, interval: float = 0.3):
 
 def test_peer_record_roundtrip_and_tamper():
     me = Identity.generate()
-    record = PeerRecord.create(me, role="sampler", version=3, versions=[2, 3], throughput=12.5,
-                               hardware={"gpu": "none", "ram_gb": 8.0}, health={"loss": [0.1, 0.2]})
+    record = PeerRecord.create(
+        me,
+        role="sampler",
+        version=3,
+        versions=[2, 3],
+        throughput=12.5,
+        hardware={"gpu": "none", "ram_gb": 8.0},
+        health={"loss": [0.1, 0.2]},
+    )
     again = PeerRecord.decode(record.encode())
     assert again == record
     tampered = dict(msgpack.unpackb(record.encode(), raw=False), role="learner")
@@ -77,8 +83,9 @@ def test_peer_record_decode_only_raises_invalid_record(blob):
 
 
 def _record(validator: SwarmValidator, key: str, subkey: str, payload: bytes, expiration: float) -> DHTRecord:
-    unsigned = DHTRecord(DHTID.generate(source=key).to_bytes(), msgpack.packb(subkey), msgpack.packb(payload),
-                         expiration)
+    unsigned = DHTRecord(
+        DHTID.generate(source=key).to_bytes(), msgpack.packb(subkey), msgpack.packb(payload), expiration
+    )
     return DHTRecord(unsigned.key, unsigned.subkey, validator.sign_value(unsigned), expiration)
 
 
@@ -108,12 +115,13 @@ def test_validator_owner_only_signed_and_schema_checked():
     # somebody else's (valid) peer record under my subkey
     assert not v_owner.validate(_record(v_other, shard_of(other), other.peer_id, payload, exp))
     # oversized
-    assert not v_other.validate(_record(v_other, shard_of(other), other.peer_id, bytes(MAX_PEER_RECORD_BYTES + 1),
-                                        exp))
+    assert not v_other.validate(_record(v_other, shard_of(other), other.peer_id, bytes(MAX_PEER_RECORD_BYTES + 1), exp))
     # properly signed, but claiming to live for a day: refused (nothing stays "live" without a process behind it)
     assert not v_other.validate(_record(v_owner, shard_of(owner), owner.peer_id, payload, get_dht_time() + 86400))
     # the owner's own record under another shard than its peer id's (each shard holds its own owners only)
-    elsewhere = next(peer_shard_key(RUN, s) for s in range(DEFAULT_PEER_SHARDS) if peer_shard_key(RUN, s) != shard_of(owner))
+    elsewhere = next(
+        peer_shard_key(RUN, s) for s in range(DEFAULT_PEER_SHARDS) if peer_shard_key(RUN, s) != shard_of(owner)
+    )
     assert not v_other.validate(_record(v_owner, elsewhere, owner.peer_id, payload, exp))
     assert v_owner.rejected >= 5 and v_other.rejected >= 4
 
@@ -207,7 +215,8 @@ async def _forgery_scenario():
             results["unknown key"] = await bad.node.store(f"{RUN}/free-storage", b"x", exp, subkey=attacker.peer_id)
             forger.mode = "garbage-signature"
             results["bad signature"] = await bad.node.store(
-                own_key, PeerRecord.create(attacker, role="sampler").encode(), exp, subkey=attacker.peer_id)
+                own_key, PeerRecord.create(attacker, role="sampler").encode(), exp, subkey=attacker.peer_id
+            )
         finally:
             await bad.shutdown()
         reader = await SwarmDHT.create(cfg, Identity.generate(), client_mode=True)
@@ -239,8 +248,9 @@ async def _versions_scenario():
         await node.store_peer(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
         await node.store_learner(PeerRecord.create(learner, role="learner", version=4, versions=[3, 4]))
         boot = str((await node.p2p.get_visible_maddrs())[0])
-        other = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]",
-                                               f"trust.learner_keys=[{learner.peer_id}]"), intruder)
+        other = await SwarmDHT.create(
+            cfg_with(f"network.initial_peers=[{boot}]", f"trust.learner_keys=[{learner.peer_id}]"), intruder
+        )
         try:
             await other.announce_version(99, {"manifest": "evil"})  # valid record, but not from a learner key
             newest = await other.newest_version()
@@ -332,8 +342,10 @@ def test_a_learner_that_acks_stays_a_send_target_when_its_record_lapses():
 def test_swarm_status_roles_expiry_and_no_orphans(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         boot = swarm.bootstrap()
-        nodes = {name: swarm.join(name, role, wait=False) for name, role in
-                 [("s1", "sampler"), ("l1", "learner"), ("s2", "sampler")]}  # started in parallel
+        nodes = {
+            name: swarm.join(name, role, wait=False)
+            for name, role in [("s1", "sampler"), ("l1", "learner"), ("s2", "sampler")]
+        }  # started in parallel
         ids = {name: node.ready_fields()["peer_id"] for name, node in nodes.items()}
         start = time.monotonic()
         doc = swarm.status()
@@ -397,10 +409,23 @@ def test_unreachable_bootstrap_names_peer_retries_and_exits(tmp_path):
     ghost = f"/ip4/127.0.0.1/tcp/{port}/p2p/{Identity.generate().peer_id}"
     start = time.monotonic()
     result = subprocess.run(
-        swarmnode_cmd("join", *[a for s in FAST_NET for a in ("--set", s)], "--host-maddrs", LOOPBACK,
-                      "--identity-path", str(tmp_path / "k.key"), "--initial-peers", ghost, "--startup-timeout", "3",
-                      "--set", f"trust.learner_keys=[{Identity.generate().peer_id}]"),
-        capture_output=True, text=True, timeout=60,
+        swarmnode_cmd(
+            "join",
+            *[a for s in FAST_NET for a in ("--set", s)],
+            "--host-maddrs",
+            LOOPBACK,
+            "--identity-path",
+            str(tmp_path / "k.key"),
+            "--initial-peers",
+            ghost,
+            "--startup-timeout",
+            "3",
+            "--set",
+            f"trust.learner_keys=[{Identity.generate().peer_id}]",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     elapsed = time.monotonic() - start
     assert result.returncode == ExitCode.NETWORK
@@ -423,7 +448,9 @@ def test_one_dead_initial_peer_does_not_stop_the_join(tmp_path):
 def test_bad_multiaddr_is_a_clear_error(tmp_path):
     result = subprocess.run(
         swarmnode_cmd("status", "--initial-peers", "/ip4/127.0.0.1/tcp/1", "--startup-timeout", "2"),
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == ExitCode.USAGE and "Traceback" not in result.stderr
     assert "/p2p/<peer id>" in result.stderr
@@ -457,13 +484,16 @@ def test_a_learner_key_holds_only_its_owners_learner_record():
     mine = PeerRecord.create(owner, role="learner").encode()
     assert v.validate(_record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id, mine, exp))
     theirs = PeerRecord.create(other, role="learner").encode()  # another key's record under the learner's key
-    assert not v.validate(_record(SwarmValidator(RUN, other), learner_key(RUN, owner.peer_id), other.peer_id,
-                                  theirs, exp))
+    assert not v.validate(
+        _record(SwarmValidator(RUN, other), learner_key(RUN, owner.peer_id), other.peer_id, theirs, exp)
+    )
     sampler = PeerRecord.create(owner, role="sampler").encode()  # a learner key holds a learner record only
-    assert not v.validate(_record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id,
-                                  sampler, exp))
+    assert not v.validate(
+        _record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id, sampler, exp)
+    )
     assert not SwarmValidator("other-run", owner).validate(
-        _record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id, mine, exp))
+        _record(SwarmValidator(RUN, owner), learner_key(RUN, owner.peer_id), owner.peer_id, mine, exp)
+    )
 
 
 async def _designated_scenario():
@@ -476,8 +506,9 @@ async def _designated_scenario():
         reader = await SwarmDHT.create(cfg_with(f"network.initial_peers=[{boot}]"), reader_id)
         try:
             shared = [r.peer_id for r in await reader.all_peers()]
-            found = [(r.peer_id, r.version) for r in await reader.designated_learners([learner.peer_id,
-                                                                                       reader_id.peer_id])]
+            found = [
+                (r.peer_id, r.version) for r in await reader.designated_learners([learner.peer_id, reader_id.peer_id])
+            ]
             peers = LivePeers(reader, reader_id.peer_id, max_age=0.0, designated=[learner.peer_id])
             learners = [str(p) for p in await peers.learners()]
         finally:

@@ -48,17 +48,20 @@ def _grads(loop, groups) -> tuple[dict[str, torch.Tensor], list[float]]:
     return grads, diag["ratio_peqq_var"]
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(importance_sampling_level="group"),
-    dict(importance_sampling_level="group", gepo_group_scope="microbatch", gradient_accumulation_steps=2),
-    dict(importance_sampling_level="sequence", cppo_beta=0.1, scale_rewards="batch"),
-    dict(importance_sampling_level="token", loss_type="bnpo", gradient_accumulation_steps=2),
-    dict(importance_sampling_level="token", loss_type="dr_grpo", gradient_accumulation_steps=2),
-    dict(importance_sampling_level="group", loss_type="dapo", gradient_accumulation_steps=2),
-    dict(importance_sampling_level="token", loss_type="dr_grpo", cppo_beta=0.1, gradient_accumulation_steps=2),
-    dict(importance_sampling_level="group", loss_type="bnpo", cppo_beta=0.1),
-    dict(importance_sampling_level="token", beta=0.1, learning_rate=1e-2, gradient_accumulation_steps=2),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(importance_sampling_level="group"),
+        dict(importance_sampling_level="group", gepo_group_scope="microbatch", gradient_accumulation_steps=2),
+        dict(importance_sampling_level="sequence", cppo_beta=0.1, scale_rewards="batch"),
+        dict(importance_sampling_level="token", loss_type="bnpo", gradient_accumulation_steps=2),
+        dict(importance_sampling_level="token", loss_type="dr_grpo", gradient_accumulation_steps=2),
+        dict(importance_sampling_level="group", loss_type="dapo", gradient_accumulation_steps=2),
+        dict(importance_sampling_level="token", loss_type="dr_grpo", cppo_beta=0.1, gradient_accumulation_steps=2),
+        dict(importance_sampling_level="group", loss_type="bnpo", cppo_beta=0.1),
+        dict(importance_sampling_level="token", beta=0.1, learning_rate=1e-2, gradient_accumulation_steps=2),
+    ],
+)
 def test_split_rows_give_the_unsplit_gradient(cfg, parts, overrides):
     groups = sampled_groups(cfg, parts, 2)
     whole = make_loop(cfg, parts, **overrides)

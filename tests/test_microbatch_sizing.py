@@ -20,8 +20,11 @@ def _largest_pass(cfg) -> tuple[int, int]:
     rows (every group with signal, every prompt and completion at the configured maximum)."""
     s, lc = cfg.sampler, cfg.learner
     sizes = [(s.max_prompt_length, s.max_completion_length)] * (lc.prompts_per_step * s.num_generations)
-    plan = plan_microbatches(sizes, rows_per_chunk(lc.prompts_per_step, s.num_generations,
-                                                   lc.gradient_accumulation_steps), lc.max_tokens_per_microbatch)
+    plan = plan_microbatches(
+        sizes,
+        rows_per_chunk(lc.prompts_per_step, s.num_generations, lc.gradient_accumulation_steps),
+        lc.max_tokens_per_microbatch,
+    )
     batches = [b for _, chunk in plan for b in chunk]
     assert sorted(i for b in batches for i in b) == list(range(len(sizes)))  # every row once
     widest = max(batches, key=len)
@@ -53,8 +56,10 @@ def test_measure_runs_the_pass_the_loop_runs(name):
     assert (step["rows"], step["tokens"]) == _largest_pass(cfg)
 
 
-@pytest.mark.parametrize("overrides", [dict(gradient_accumulation_steps=3),
-                                       dict(gradient_accumulation_steps=2, max_tokens_per_microbatch=60)])
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(gradient_accumulation_steps=3), dict(gradient_accumulation_steps=2, max_tokens_per_microbatch=60)],
+)
 def test_the_loop_runs_the_planned_micro_batches(overrides):
     cfg = load_config("tiny-cpu", FAST + ["sampler.temperature=1.3"])
     parts = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
@@ -65,9 +70,12 @@ def test_the_loop_runs_the_planned_micro_batches(overrides):
     loop._micro_loss = lambda rows, *a: (seen.append(len(rows)), micro_loss(rows, *a))[1]
     loop.accumulate_gradients(groups)
     trained = [r for g in groups if len({x.reward for x in g}) > 1 for r in g]
-    plan = plan_microbatches([(len(r.prompt_tokens), len(r.completion)) for r in trained],
-                             rows_per_chunk(loop.lc.prompts_per_step, cfg.sampler.num_generations,
-                                            loop.lc.gradient_accumulation_steps), loop.lc.max_tokens_per_microbatch)
+    plan = plan_microbatches(
+        [(len(r.prompt_tokens), len(r.completion)) for r in trained],
+        rows_per_chunk(loop.lc.prompts_per_step, cfg.sampler.num_generations, loop.lc.gradient_accumulation_steps),
+        loop.lc.max_tokens_per_microbatch,
+    )
     assert seen == [len(b) for _, chunk in plan for b in chunk]
-    assert max(seen) <= rows_per_chunk(loop.lc.prompts_per_step, cfg.sampler.num_generations,
-                                       loop.lc.gradient_accumulation_steps)
+    assert max(seen) <= rows_per_chunk(
+        loop.lc.prompts_per_step, cfg.sampler.num_generations, loop.lc.gradient_accumulation_steps
+    )

@@ -14,6 +14,7 @@ from swarmnode.model.models import (
     BUILTIN_TINY,
     TINY_VOCAB_SIZE,
     ModelLoadError,
+    build_char_tokenizer,
     count_parameters,
     ensure_tiny_model,
     load_model,
@@ -21,7 +22,6 @@ from swarmnode.model.models import (
     pick_device,
     resolve_model_path,
     tiny_config,
-    build_char_tokenizer,
 )
 
 torch.set_num_threads(2)

@@ -12,19 +12,33 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.local.demo import read_steps
 from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.local.swarm import (DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners,
-                                   start_samplers, wait_for_line)
+from swarmnode.local.demo import read_steps
+from swarmnode.local.swarm import (
+    DemoRun,
+    node_args,
+    prepare_swarm,
+    start_bootstrap,
+    start_learners,
+    start_samplers,
+    wait_for_line,
+)
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "bench" / d) for d in ("swarm-speedup", ".")]
 
-from benchlib.netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
 from swarm_value import namespaced  # noqa: E402
 
+from benchlib.netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
+
 NAMESPACES_LACK = missing_for_namespaces()  # None where namespaced hosts can be made (one is made and removed)
-FAST = ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=4", "learner.prompts_per_step=4",
-        "sampler.max_completion_length=6", "learner.publish_every=1", "sampler.max_groups_per_second=0"]
+FAST = [
+    "model.tiny.warm_start_steps=0",
+    "sampler.prompts_per_batch=4",
+    "learner.prompts_per_step=4",
+    "sampler.max_completion_length=6",
+    "learner.publish_every=1",
+    "sampler.max_groups_per_second=0",
+]
 
 
 def test_only_swarm_arms_named_netns_run_in_namespaces():
@@ -92,6 +106,10 @@ def test_a_learner_trains_on_groups_that_crossed_capped_links_and_the_namespaces
 
 def test_a_bad_upload_cap_is_refused_before_anything_runs():
     bench = Path(__file__).resolve().parents[1] / "bench" / "swarm-speedup" / "swarm_value.py"
-    done = subprocess.run([sys.executable, str(bench), "--arms", "local", "--netns-mbit", "0"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(bench), "--arms", "local", "--netns-mbit", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "--netns-mbit 0.0: expected a positive upload limit" in done.stderr

@@ -28,8 +28,9 @@ from swarmnode.swarm.weights import WeightStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 from test_nat_lab import _wait  # noqa: E402
+
+from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 
 LAB_LACKS = missing_for_nat_lab()
 HOME_RUN = ["network.use_relay=true"]  # the tiny-cpu preset as it is, relaying on (it is off for loopback)
@@ -39,8 +40,24 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(LAB_LACKS is not None, reason
 def _status(lab: NatLab, host, sets: list[str], peers: str) -> dict | None:
     args = [a for s in sets for a in ("--set", s)]
     try:
-        done = subprocess.run([*lab.prefix(host), sys.executable, "-m", "swarmnode", "status", "--config", "tiny-cpu",
-                               *args, "--json", "--initial-peers", peers], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                *lab.prefix(host),
+                sys.executable,
+                "-m",
+                "swarmnode",
+                "status",
+                "--config",
+                "tiny-cpu",
+                *args,
+                "--json",
+                "--initial-peers",
+                peers,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except subprocess.TimeoutExpired:
         return None  # a status client may fail or time out on a busy machine: asked again
     return json.loads(done.stdout) if done.returncode == 0 else None
@@ -57,8 +74,12 @@ def _earlier_run(data_dir: Path, run_id: str) -> None:
 def test_a_fresh_run_whose_learner_is_behind_a_nat_from_the_start(tmp_path):
     run = DemoRun(tmp_path)
     with NatLab() as lab:
-        hosts = {"bootstrap": lab.public("boot"), "learner": lab.behind_nat("home"),
-                 "sampler1": lab.behind_nat("s1", mbit=5), "sampler2": lab.behind_nat("s2", routers=2)}
+        hosts = {
+            "bootstrap": lab.public("boot"),
+            "learner": lab.behind_nat("home"),
+            "sampler1": lab.behind_nat("s1", mbit=5),
+            "sampler2": lab.behind_nat("s2", routers=2),
+        }
         run.host = lambda name: hosts[name].ip
         run.prefix = lambda name: lab.prefix(hosts[name])
         try:
@@ -68,8 +89,19 @@ def test_a_fresh_run_whose_learner_is_behind_a_nat_from_the_start(tmp_path):
             args = node_args("tiny-cpu", sets, peers)
 
             def start(name: str, role: str):
-                return run.start(name, [*args, "--role", role, "--set", f"data_dir={tmp_path / name}",
-                                        "--identity-path", str(tmp_path / f"{name}.key"), *run.host_args(name)])
+                return run.start(
+                    name,
+                    [
+                        *args,
+                        "--role",
+                        role,
+                        "--set",
+                        f"data_dir={tmp_path / name}",
+                        "--identity-path",
+                        str(tmp_path / f"{name}.key"),
+                        *run.host_args(name),
+                    ],
+                )
 
             learner = start("learner", "learner")
             line = wait_for_line(learner, "reachability:", 300)
@@ -82,15 +114,19 @@ def test_a_fresh_run_whose_learner_is_behind_a_nat_from_the_start(tmp_path):
                 wait_for_line(sampler, "sampler ready:", 300)
 
             # the learner trains on groups pushed through the relay; both samplers load its newer versions
-            _wait("the relayed learner taking 5 steps", lambda: (rows := read_steps(tmp_path / "learner" /
-                                                                                    STEPS_FILE)) and
-                  rows[-1]["step"] >= 5, 600, run)
+            _wait(
+                "the relayed learner taking 5 steps",
+                lambda: (rows := read_steps(tmp_path / "learner" / STEPS_FILE)) and rows[-1]["step"] >= 5,
+                600,
+                run,
+            )
 
             def following():
                 doc = _status(lab, hosts["bootstrap"], sets, peers)
                 found = [p for p in (doc or {}).get("peers", []) if p["role"] == "sampler"]
-                ok = len(found) == 2 and all(p["version"] >= 3 and (p["health"].get("groups_acked") or 0) > 0
-                                             for p in found)
+                ok = len(found) == 2 and all(
+                    p["version"] >= 3 and (p["health"].get("groups_acked") or 0) > 0 for p in found
+                )
                 return doc if ok else None
 
             doc = _wait("both samplers delivering and loading the learner's versions", following, 600, run)
@@ -101,14 +137,25 @@ def test_a_fresh_run_whose_learner_is_behind_a_nat_from_the_start(tmp_path):
             logs = {p.name: p.log.read_text(errors="replace") for p in run.procs}
             assert "dropping versions 50-53 held here" in logs["sampler2"], logs["sampler2"][-3000:]
             assert "did not carry" not in logs["learner"]  # its relay check: the bootstrap's relay carries weights
-            assert all("is not held here" not in text and "stopped generating" not in text
-                       for text in logs.values())
+            assert all("is not held here" not in text and "stopped generating" not in text for text in logs.values())
 
             # a sampler with relaying off cannot reach the relayed learner: it says so once, with what to change
             hosts["sampler3"] = lab.behind_nat("s3")
-            off = run.start("sampler3", [*args, "--role", "sampler", "--set", "network.use_relay=false", "--set",
-                                         f"data_dir={tmp_path / 'sampler3'}", "--identity-path",
-                                         str(tmp_path / "sampler3.key"), *run.host_args("sampler3")])
+            off = run.start(
+                "sampler3",
+                [
+                    *args,
+                    "--role",
+                    "sampler",
+                    "--set",
+                    "network.use_relay=false",
+                    "--set",
+                    f"data_dir={tmp_path / 'sampler3'}",
+                    "--identity-path",
+                    str(tmp_path / "sampler3.key"),
+                    *run.host_args("sampler3"),
+                ],
+            )
             line = wait_for_line(off, "sampler: learner", 300)
             assert "reached only through a relay" in line and "set network.use_relay=true" in line, line
             assert "groups made" not in off.log.read_text(errors="replace")

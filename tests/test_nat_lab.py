@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.local.demo import read_steps
 from swarmnode.learner.steps_log import STEPS_FILE
+from swarmnode.local.demo import read_steps
 from swarmnode.local.swarm import DemoRun, node_args, prepare_swarm, start_bootstrap, wait_for_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -29,16 +29,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 
 LAB_LACKS = missing_for_nat_lab()
-FAST = ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=4", "learner.prompts_per_step=4",
-        "sampler.max_completion_length=6", "learner.publish_every=1", "sampler.max_groups_per_second=0",
-        "network.use_relay=true"]
+FAST = [
+    "model.tiny.warm_start_steps=0",
+    "sampler.prompts_per_batch=4",
+    "learner.prompts_per_step=4",
+    "sampler.max_completion_length=6",
+    "learner.publish_every=1",
+    "sampler.max_groups_per_second=0",
+    "network.use_relay=true",
+]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS))]
 
 
 def _status(lab: NatLab, host, run: DemoRun, sets: list[str], peers: str) -> dict:
     args = [a for s in sets for a in ("--set", s)]
-    done = subprocess.run([*lab.prefix(host), sys.executable, "-m", "swarmnode", "status", "--config", "tiny-cpu",
-                           *args, "--json", "--initial-peers", peers], capture_output=True, text=True, timeout=90)
+    done = subprocess.run(
+        [
+            *lab.prefix(host),
+            sys.executable,
+            "-m",
+            "swarmnode",
+            "status",
+            "--config",
+            "tiny-cpu",
+            *args,
+            "--json",
+            "--initial-peers",
+            peers,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -51,8 +73,9 @@ def _wait(what: str, check, timeout: float, run: DemoRun):
         if result:
             return result
         time.sleep(1.0)
-    raise AssertionError(f"{what} did not happen within {timeout:.0f} s:\n" +
-                         "\n".join(f"--- {p.name}\n{p.tail(12)}" for p in run.procs))
+    raise AssertionError(
+        f"{what} did not happen within {timeout:.0f} s:\n" + "\n".join(f"--- {p.name}\n{p.tail(12)}" for p in run.procs)
+    )
 
 
 def _stop(run: DemoRun, name: str, grace: float) -> None:
@@ -73,8 +96,12 @@ def _samplers_status(doc: dict) -> dict[str, dict]:
 def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_path):
     run = DemoRun(tmp_path)
     with NatLab() as lab:
-        hosts = {"bootstrap": lab.public("boot"), "learner": lab.public("learner"),
-                 "sampler1": lab.behind_nat("s1", mbit=5), "sampler2": lab.behind_nat("s2", routers=2)}
+        hosts = {
+            "bootstrap": lab.public("boot"),
+            "learner": lab.public("learner"),
+            "sampler1": lab.behind_nat("s1", mbit=5),
+            "sampler2": lab.behind_nat("s2", routers=2),
+        }
         run.host = lambda name: hosts[name].ip
         run.prefix = lambda name: lab.prefix(hosts[name])
         try:
@@ -83,9 +110,20 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
             args = node_args("tiny-cpu", sets, peers)
 
             def start(name: str, role: str, *extra: str):
-                return run.start(name, [*args, "--role", role, "--set", f"data_dir={tmp_path / name}",
-                                        "--identity-path", str(tmp_path / f"{name}.key"), *run.host_args(name),
-                                        *extra])
+                return run.start(
+                    name,
+                    [
+                        *args,
+                        "--role",
+                        role,
+                        "--set",
+                        f"data_dir={tmp_path / name}",
+                        "--identity-path",
+                        str(tmp_path / f"{name}.key"),
+                        *run.host_args(name),
+                        *extra,
+                    ],
+                )
 
             learner = start("learner", "learner")
             assert wait_for_line(learner, "reachability:", 90).startswith(f"public at /ip4/{hosts['learner'].ip}/")
@@ -101,8 +139,9 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
             def delivered_and_following():
                 doc = _status(lab, hosts["bootstrap"], run, sets, peers)
                 found = _samplers_status(doc)
-                ok = len(found) == 2 and all((p["health"].get("groups_acked") or 0) > 0 and p["version"] >= 1
-                                             for p in found.values())
+                ok = len(found) == 2 and all(
+                    (p["health"].get("groups_acked") or 0) > 0 and p["version"] >= 1 for p in found.values()
+                )
                 return doc if ok else None
 
             doc = _wait("both samplers delivering and following", delivered_and_following, 180, run)
@@ -120,15 +159,22 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
             line = wait_for_line(learner, "reachability:", 90)
             assert "relayed through" in line, line
             wait_for_line(learner, "learner ready:", 120)
-            _wait("the relayed learner receiving groups",
-                  lambda: (rows := read_steps(tmp_path / "learner" / STEPS_FILE)) and
-                  rows[-1]["groups_received"] >= before + 8, 180, run)
+            _wait(
+                "the relayed learner receiving groups",
+                lambda: (
+                    (rows := read_steps(tmp_path / "learner" / STEPS_FILE))
+                    and rows[-1]["groups_received"] >= before + 8
+                ),
+                180,
+                run,
+            )
 
             def following_through_the_relay():  # versions made behind the NAT reach both samplers
                 doc = _status(lab, hosts["bootstrap"], run, sets, peers)
                 found = _samplers_status(doc)
-                return doc if len(found) == 2 and all(p["version"] > learner_version + 1 for p in found.values()) \
-                    else None
+                return (
+                    doc if len(found) == 2 and all(p["version"] > learner_version + 1 for p in found.values()) else None
+                )
 
             doc = _wait("both samplers loading the relayed learner's versions", following_through_the_relay, 180, run)
             assert {p["reachability"] for p in doc["peers"] if p["role"] == "learner"} == {"relayed"}
@@ -147,8 +193,14 @@ def test_a_run_trains_across_nat_routers_and_through_the_bootstraps_relay(tmp_pa
     assert lab.tag not in listed
 
 
-SAPO = ["mode=sapo", "sapo.local_groups=2", "sapo.external_groups=4", "sapo.max_groups_per_peer=2",
-        "sapo.external_wait=2", "sampler.max_groups_per_second=4"]
+SAPO = [
+    "mode=sapo",
+    "sapo.local_groups=2",
+    "sapo.external_groups=4",
+    "sapo.max_groups_per_peer=2",
+    "sapo.external_wait=2",
+    "sampler.max_groups_per_second=4",
+]
 
 
 def _external_senders(path: Path) -> set[str]:
@@ -161,8 +213,12 @@ def _external_senders(path: Path) -> set[str]:
 def test_sapo_nodes_behind_nat_train_on_their_peers_text(tmp_path):
     run = DemoRun(tmp_path)
     with NatLab() as lab:
-        hosts = {"bootstrap": lab.public("boot"), "public": lab.public("a"), "client": lab.behind_nat("b"),
-                 "relayed": lab.behind_nat("c", routers=2)}
+        hosts = {
+            "bootstrap": lab.public("boot"),
+            "public": lab.public("a"),
+            "client": lab.behind_nat("b"),
+            "relayed": lab.behind_nat("c", routers=2),
+        }
         run.host = lambda name: hosts[name].ip
         run.prefix = lambda name: lab.prefix(hosts[name])
         try:
@@ -170,10 +226,21 @@ def test_sapo_nodes_behind_nat_train_on_their_peers_text(tmp_path):
             peers = start_bootstrap(run, "tiny-cpu", sets, lambda _msg: None)
             args = node_args("tiny-cpu", sets, peers)
             extra = {"client": ["--set", "network.use_relay=false"]}
-            nodes = {name: run.start(name, [*args, "--set", f"data_dir={tmp_path / name}", "--identity-path",
-                                            str(tmp_path / f"{name}.key"), *run.host_args(name),
-                                            *extra.get(name, [])])
-                     for name in ("public", "client", "relayed")}
+            nodes = {
+                name: run.start(
+                    name,
+                    [
+                        *args,
+                        "--set",
+                        f"data_dir={tmp_path / name}",
+                        "--identity-path",
+                        str(tmp_path / f"{name}.key"),
+                        *run.host_args(name),
+                        *extra.get(name, []),
+                    ],
+                )
+                for name in ("public", "client", "relayed")
+            }
             lines = {name: wait_for_line(proc, "reachability:", 90) for name, proc in nodes.items()}
             assert lines["public"].startswith("public at"), lines
             assert lines["client"].startswith("not reachable and no relay"), lines
@@ -183,15 +250,22 @@ def test_sapo_nodes_behind_nat_train_on_their_peers_text(tmp_path):
 
             # the public node gets both NATed nodes' text (they push over their own connections); the client-only
             # one pulls the public node's; the relayed one gets it pushed through the bootstrap's relay
-            wanted = {"public": {ids["client"], ids["relayed"]}, "client": {ids["public"]},
-                      "relayed": {ids["public"]}}
-            _wait("every SAPO node training on the text it can get",
-                  lambda: all(want <= _external_senders(tmp_path / name / "sapo_steps.jsonl")
-                              for name, want in wanted.items()), 300, run)
+            wanted = {"public": {ids["client"], ids["relayed"]}, "client": {ids["public"]}, "relayed": {ids["public"]}}
+            _wait(
+                "every SAPO node training on the text it can get",
+                lambda: all(
+                    want <= _external_senders(tmp_path / name / "sapo_steps.jsonl") for name, want in wanted.items()
+                ),
+                300,
+                run,
+            )
             doc = _status(lab, hosts["bootstrap"], run, sets, peers)
             reach = {p["peer_id"]: p["reachability"] for p in doc["peers"]}
-            assert [reach.get(ids[n]) for n in ("public", "client", "relayed")] == \
-                ["public", "client-only", "relayed"], doc["peers"]
+            assert [reach.get(ids[n]) for n in ("public", "client", "relayed")] == [
+                "public",
+                "client-only",
+                "relayed",
+            ], doc["peers"]
         finally:
             run.stop(grace=20, learner_grace=20)
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -209,14 +283,34 @@ def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
         run.prefix = lambda name: lab.prefix(hosts[name])
         try:
             peers = start_bootstrap(run, "tiny-cpu", ["run_id=nat-avg", "network.use_relay=true"], lambda _msg: None)
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                                os.environ.get("PYTHONPATH", "")])}
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+                ),
+            }
             for seed, name in enumerate(("public", "relayed")):
                 outs[name] = (tmp_path / f"{name}.out").open("w+")
-                procs.append(subprocess.Popen([*lab.prefix(hosts[name]), sys.executable, script, "--initial-peers",
-                                               peers, "--host", hosts[name].ip, "--seed", str(seed), "--version",
-                                               str(3 + 4 * seed)], stdout=outs[name], stderr=subprocess.STDOUT,
-                                              env=env))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            *lab.prefix(hosts[name]),
+                            sys.executable,
+                            script,
+                            "--initial-peers",
+                            peers,
+                            "--host",
+                            hosts[name].ip,
+                            "--seed",
+                            str(seed),
+                            "--version",
+                            str(3 + 4 * seed),
+                        ],
+                        stdout=outs[name],
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
             for proc in procs:
                 proc.wait(timeout=400)
             found = {}

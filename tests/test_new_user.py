@@ -16,8 +16,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str, cwd: Path = REPO, columns: int = 80) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swarmnode", *args], capture_output=True, text=True, timeout=400,
-                          cwd=cwd, env={**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "swarmnode", *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(REPO)},
+    )
 
 
 def test_help_wraps_option_text_at_80_columns_and_shows_no_type_tags():
@@ -32,19 +38,33 @@ def test_help_wraps_option_text_at_80_columns_and_shows_no_type_tags():
 def test_a_preset_whose_model_is_not_installed_says_the_one_command_that_installs_it(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "packaged.yaml").write_text("model:\n  name: pkg:swarmnode_no_such_pkg/m.gguf\n")
-    code = ("from swarmnode.node.preset_fit import missing_install; "
-            "print(missing_install('packaged')); print(missing_install('tiny-cpu'))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "from swarmnode.node.preset_fit import missing_install; "
+        "print(missing_install('packaged')); print(missing_install('tiny-cpu'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["pip install --no-deps <the package providing swarmnode_no_such_pkg>",
-                                        "None"], done.stdout
+    assert done.stdout.splitlines() == [
+        "pip install --no-deps <the package providing swarmnode_no_such_pkg>",
+        "None",
+    ], done.stdout
 
 
 def test_the_bootstrap_prints_a_shareable_address_first_and_unrouted_ones_last():
     peer = "/p2p/12D3KooWFqCkwozuivmdDoCZAqW8aPcPrjHLXMD8wpfSWAeVKgjD"
-    found = [f"/ip4/192.0.2.7/tcp/31337{peer}", f"/ip4/127.0.0.1/tcp/31337{peer}", f"/ip4/10.1.2.3/tcp/31337{peer}",
-             f"/ip4/169.254.1.1/tcp/31337{peer}"]
+    found = [
+        f"/ip4/192.0.2.7/tcp/31337{peer}",
+        f"/ip4/127.0.0.1/tcp/31337{peer}",
+        f"/ip4/10.1.2.3/tcp/31337{peer}",
+        f"/ip4/169.254.1.1/tcp/31337{peer}",
+    ]
     assert share_addresses(found, []) == [found[2], found[1], found[0], found[3]]
 
 
@@ -53,8 +73,15 @@ def test_a_sapo_node_prints_progress_lines_and_a_summary():
 
     lines: list[str] = []
     progress = SapoProgress(lines.append)
-    record = {"step": 1, "own_reward": 0.25, "step_external_groups": 3, "external_groups": 3, "groups_received": 5,
-              "groups_sent": 4, "local_groups": 4}
+    record = {
+        "step": 1,
+        "own_reward": 0.25,
+        "step_external_groups": 3,
+        "external_groups": 3,
+        "groups_received": 5,
+        "groups_sent": 4,
+        "local_groups": 4,
+    }
     progress.step(record)
     assert not lines  # one line per PROGRESS_EVERY_S, not per step
     progress.since -= PROGRESS_EVERY_S

@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from swarm_helpers import LocalSwarm, assert_ready_after
+
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.node.join import keeps_learner_role, node_data_dir
 from swarmnode.protocol.peer import PeerRecord
-from swarm_helpers import LocalSwarm, assert_ready_after
 
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 

@@ -6,23 +6,28 @@ from __future__ import annotations
 
 import pytest
 import torch
+from swarm_helpers import LocalSwarm, assert_ready_after
+from test_multi_learner import WORK, wait_for
 
 from swarmnode.config import load_config
-from swarmnode.local.demo import read_steps
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import STEPS_FILE
+from swarmnode.local.demo import read_steps
 from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
-from swarm_helpers import LocalSwarm, assert_ready_after
-from test_multi_learner import WORK, wait_for
 
 torch.set_num_threads(1)
-FAST = ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=4", "learner.prompts_per_step=4",
-        "sampler.max_completion_length=6", "learner.publish_every=1"]
+FAST = [
+    "model.tiny.warm_start_steps=0",
+    "sampler.prompts_per_batch=4",
+    "learner.prompts_per_step=4",
+    "sampler.max_completion_length=6",
+    "learner.publish_every=1",
+]
 
 
 def test_own_batches_are_on_policy_signed_and_leave_the_model_training():
@@ -60,15 +65,22 @@ def test_a_learner_alone_trains_on_its_own_batches(tmp_path):
     learner_dir = tmp_path / "learner"
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        learner = swarm.join("learner", "learner", work=True,
-                             extra=[*WORK, "--set", f"data_dir={learner_dir}",
-                                    "--set", "learner.sample_when_idle=true"])
+        learner = swarm.join(
+            "learner",
+            "learner",
+            work=True,
+            extra=[*WORK, "--set", f"data_dir={learner_dir}", "--set", "learner.sample_when_idle=true"],
+        )
         assert_ready_after(learner.stdout(), "loading the model...", "learner ready: version 0")
         output = learner.stdout() + learner.stderr()  # a quiet start: no housekeeping, no progress bars
         for noise in ("stale p2pd sockets", "was not stored by any DHT peer", "Loading weights", "it/s]"):
             assert noise not in output, (noise, output[-2000:])
-        rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 5 and r, 180,
-                        "5 learner steps with no sampler", lambda: learner.stderr()[-2000:])
+        rows = wait_for(
+            lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 5 and r,
+            180,
+            "5 learner steps with no sampler",
+            lambda: learner.stderr()[-2000:],
+        )
     last = rows[-1]
     assert last["groups_received"] == 0  # nobody sent any
     assert last["groups_self_made"] >= 5 * 8  # 8 groups a step (tiny-cpu): all its own

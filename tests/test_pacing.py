@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from swarmnode.observe.health import find_alerts
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.waste import MeteredBuffer, waste_between
+from swarmnode.observe.health import find_alerts
 from swarmnode.sampler.pacing import OUTBOX_LIMIT, Pacer
 from swarmnode.staleness import too_stale
 from swarmnode.swarm.rollout_push import RolloutReceiver
@@ -88,9 +88,19 @@ def test_credits_share_the_room_below_the_target_among_the_senders_heard_recentl
         CreditPolicy(8, 4, lambda: 0)
 
 
-@pytest.mark.parametrize("ack, told", [({"c": 3}, 3), ({"c": 0}, 0), ({}, None), ({"c": -1}, None),
-                                        ({"c": True}, None), ({"c": "5"}, None), ({"c": 1 << 30}, None),
-                                        ({"c": 2.0}, None)])
+@pytest.mark.parametrize(
+    "ack, told",
+    [
+        ({"c": 3}, 3),
+        ({"c": 0}, 0),
+        ({}, None),
+        ({"c": -1}, None),
+        ({"c": True}, None),
+        ({"c": "5"}, None),
+        ({"c": 1 << 30}, None),
+        ({"c": 2.0}, None),
+    ],
+)
 def test_a_told_credit_is_a_small_non_negative_int_or_nothing(ack, told):
     assert told_credit(ack) == told
 
@@ -211,8 +221,13 @@ def test_a_sender_with_no_credit_told_invites_none():
 
 # ------------------------------------------------------------------ what the buffer throws away, and lengths
 def group(gid: str, version: int, length: int, sampler: str = "s"):
-    return SimpleNamespace(group_id=gid, sampler_id=sampler, policy_version=version, lineage="L",
-                           completions=[[0] * length, [0] * (length + 2)])
+    return SimpleNamespace(
+        group_id=gid,
+        sampler_id=sampler,
+        policy_version=version,
+        lineage="L",
+        completions=[[0] * length, [0] * (length + 2)],
+    )
 
 
 def test_the_metered_buffer_records_each_fate_with_its_completion_length():
@@ -227,9 +242,15 @@ def test_the_metered_buffer_records_each_fate_with_its_completion_length():
     assert out["drawn"] == {"groups": 1, "mean_tokens": 5.0}
     assert out["aged_out"] == {"groups": 1, "mean_tokens": 11.0}
     assert out["refused"] == {"groups": 1, "mean_tokens": 2.0}
-    assert isinstance(MeteredBuffer.from_config(
-        SimpleNamespace(learner=SimpleNamespace(buffer_size=4, per_sampler_quota=1.0, draw_order="newest"),
-                        sync=SimpleNamespace(max_staleness=3))), MeteredBuffer)
+    assert isinstance(
+        MeteredBuffer.from_config(
+            SimpleNamespace(
+                learner=SimpleNamespace(buffer_size=4, per_sampler_quota=1.0, draw_order="newest"),
+                sync=SimpleNamespace(max_staleness=3),
+            )
+        ),
+        MeteredBuffer,
+    )
 
 
 def test_waste_between_two_step_records_counts_what_arrived_and_was_lost():
@@ -245,7 +266,9 @@ def test_the_buffer_and_the_health_alerts_judge_staleness_by_the_one_rule(bound)
     for behind in range(0, bound + 3):
         buf = ReplayBuffer(capacity=4, max_staleness=bound, version=20)
         refused = buf.add(group(f"g{behind}", 20 - behind, 3)) == "stale"
-        peers = [{"role": "learner", "peer_id": "L", "version": 20, "health": {"max_staleness": bound}},
-                 {"role": "sampler", "peer_id": "S", "version": 20 - behind, "health": {}}]
+        peers = [
+            {"role": "learner", "peer_id": "L", "version": 20, "health": {"max_staleness": bound}},
+            {"role": "sampler", "peer_id": "S", "version": 20 - behind, "health": {}},
+        ]
         alerted = any(a["kind"] == "too_stale" for a in find_alerts(peers, bound))
         assert refused == alerted == too_stale(behind, bound) == (behind > bound), (behind, bound)

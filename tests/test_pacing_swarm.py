@@ -10,17 +10,20 @@ import time
 
 import pytest
 
-from swarmnode.local.demo import read_steps
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.learner.waste import waste_between
+from swarmnode.local.demo import read_steps
 from swarmnode.local.swarm import DemoRun, prepare_swarm, start_swarm
 
 CONFIG = "tiny-cpu"
 SAMPLERS = 3
 # Without pacing (`sync.pacing=outbox`) these samplers deliver 2.1 groups per group the learner draws while
 # waiting 58 % of their time on full outboxes, and 52 % of what arrives is dropped (bench/sampler-pacing).
-FAST_SAMPLERS = ["sampler.max_groups_per_second=0", "sampler.prompts_per_batch=16",
-                 "learner.max_tokens_per_microbatch=8"]
+FAST_SAMPLERS = [
+    "sampler.max_groups_per_second=0",
+    "sampler.prompts_per_batch=16",
+    "learner.max_tokens_per_microbatch=8",
+]
 WARMUP, STEPS = 20, 80  # the window: 60 steps x 8 groups drawn, after the start's transient
 MAX_WASTE = 0.05
 

@@ -42,4 +42,3 @@ def test_every_top_level_module_sits_in_an_import_contract():
     named = set(re.findall(r"swarmnode\.(\w+)", str(contracts)))
     missing = [name for name in _children("swarmnode") if name not in named]
     assert not missing, f"no import contract in pyproject.toml names {missing}"
-

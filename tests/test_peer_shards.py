@@ -8,6 +8,7 @@ import random
 
 from flood_helpers import fake_peer_records, record_lifetime, store_records
 from swarm_helpers import FAST_NET, LOOPBACK
+
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.observe.census import estimate_total
@@ -22,8 +23,10 @@ FAKES = 600  # ~9 a shard over 64
 
 
 def cfg_with(*sets: str):
-    return load_config(None, [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]",
-                              "network.missed_beats_to_expire=60", *sets])
+    return load_config(
+        None,
+        [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]", "network.missed_beats_to_expire=60", *sets],
+    )
 
 
 async def _scenario():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_learner_loop import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
 
 from swarmnode.config import LEVEL_OF_ALGORITHM
 from swarmnode.identity import Identity
@@ -14,7 +15,6 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.models import load_model
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.sampler.loop import SamplerLoop
-from test_learner_loop import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
 
 torch.set_num_threads(1)
 
@@ -40,23 +40,42 @@ def _has_signal(task, tokenizer, group) -> bool:
 
 
 def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
-    fields = dict(run_id=group.run_id, prompt_id=group.prompt_id, prompt_tokens=group.prompt_tokens,
-                  completions=group.completions, logprobs=group.logprobs, temperature=group.temperature,
-                  rewards=group.rewards, policy_version=group.policy_version, lineage=group.lineage)
+    fields = dict(
+        run_id=group.run_id,
+        prompt_id=group.prompt_id,
+        prompt_tokens=group.prompt_tokens,
+        completions=group.completions,
+        logprobs=group.logprobs,
+        temperature=group.temperature,
+        rewards=group.rewards,
+        policy_version=group.policy_version,
+        lineage=group.lineage,
+    )
     return RolloutGroup.create(identity=identity, **{**fields, **changes})
 
 
 def make_loop(cfg, parts, publish=None, hooks: LearnerHooks | None = None) -> LearnerLoop:
     task, tokenizer, _ = parts
-    return LearnerLoop(load_model(cfg.model, cfg.task, "cpu"), tokenizer, task, cfg, ReplayBuffer.from_config(cfg),
-                       publish, hooks=hooks)
+    return LearnerLoop(
+        load_model(cfg.model, cfg.task, "cpu"),
+        tokenizer,
+        task,
+        cfg,
+        ReplayBuffer.from_config(cfg),
+        publish,
+        hooks=hooks,
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["gepo", "grpo"])
 def test_absurd_logprobs_cost_only_their_group(cfg, parts, algorithm):
     level = LEVEL_OF_ALGORITHM[algorithm]
-    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"importance_sampling_level": level}),
-                               "trust": cfg.trust.model_copy(update={"verify_fraction": 0.0})})  # no spot check
+    c = cfg.model_copy(
+        update={
+            "learner": cfg.learner.model_copy(update={"importance_sampling_level": level}),
+            "trust": cfg.trust.model_copy(update={"verify_fraction": 0.0}),
+        }
+    )  # no spot check
     reported: list[str] = []
     loop = make_loop(c, parts, hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append(g.sampler_id)))
     honest = signal_groups(c, parts, 4)
@@ -87,11 +106,14 @@ def test_held_out_eval_prompts_are_refused(cfg, parts):
 
 
 def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts):
-    c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update={"verify_fraction": 1.0,
-                                                                     "probation_share": 1.0})})
+    c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update={"verify_fraction": 1.0, "probation_share": 1.0})})
     reported: list[tuple[str, str]] = []
-    loop = make_loop(c, parts, publish=lambda version, state: None,
-                     hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append((g.sampler_id, reason))))
+    loop = make_loop(
+        c,
+        parts,
+        publish=lambda version, state: None,
+        hooks=LearnerHooks(on_poisoned=lambda g, reason: reported.append((g.sampler_id, reason))),
+    )
     loop.model.load_state_dict(parts[2].model.state_dict())  # the learner holds the weights that sampled them
     loop.publish_current()  # ... as its current version (nothing stepped since)
     honest = signal_groups(c, parts, 4)
@@ -110,4 +132,7 @@ def test_spot_verification_catches_a_sampler_that_lies_about_logprobs(cfg, parts
     assert loop.version == 1 and sorted(loop.verifier.kept) == [0, 1]
     stale_lie = copy_of(honest[1], liar, logprobs=[[-0.01] * len(x) for x in honest[1].completions])
     assert loop.verifier.mismatch(loop.model, stale_lie, loop.tokenizer.pad_token_id, loop.precision.autocast, 1).reason
-    assert loop.verifier.mismatch(loop.model, honest[1], loop.tokenizer.pad_token_id, loop.precision.autocast, 1).mean_abs < 1e-3
+    assert (
+        loop.verifier.mismatch(loop.model, honest[1], loop.tokenizer.pad_token_id, loop.precision.autocast, 1).mean_abs
+        < 1e-3
+    )

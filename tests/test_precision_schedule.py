@@ -26,11 +26,21 @@ def parts(cfg):
 
 
 def _loop(cfg, parts, dtype="float32", checkpoint_dir=None, **learner):
-    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update=learner),
-                               "model": cfg.model.model_copy(update={"dtype": dtype})})
+    c = cfg.model_copy(
+        update={
+            "learner": cfg.learner.model_copy(update=learner),
+            "model": cfg.model.model_copy(update={"dtype": dtype}),
+        }
+    )
     task, tokenizer, _ = parts
-    return LearnerLoop(load_model(c.model, c.task, "cpu"), tokenizer, task, c, ReplayBuffer.from_config(c),
-                       checkpoint_dir=checkpoint_dir)
+    return LearnerLoop(
+        load_model(c.model, c.task, "cpu"),
+        tokenizer,
+        task,
+        c,
+        ReplayBuffer.from_config(c),
+        checkpoint_dir=checkpoint_dir,
+    )
 
 
 def _signal_rows(loop, groups):
@@ -66,8 +76,12 @@ def test_bf16_autocast_moves_weights_like_fp32(cfg, parts):
 def test_pure_half_precision_at_a_small_lr_is_refused():
     with pytest.raises(ConfigError, match="learner.precision=auto"):
         load_config("tiny-cpu", ["model.dtype=bfloat16", "learner.precision=pure", "learner.learning_rate=1e-6"])
-    assert load_config("tiny-cpu", ["model.dtype=bfloat16", "learner.precision=pure",
-                                    "learner.learning_rate=1e-3"]).learner.precision == "pure"
+    assert (
+        load_config(
+            "tiny-cpu", ["model.dtype=bfloat16", "learner.precision=pure", "learner.learning_rate=1e-3"]
+        ).learner.precision
+        == "pure"
+    )
 
 
 def test_warmup_schedule_resumes_from_the_checkpoint(cfg, parts, tmp_path):

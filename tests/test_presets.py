@@ -31,8 +31,11 @@ def test_the_presets_live_in_the_top_level_configs_directory():
 
 
 def test_presets_load_from_a_directory_outside_the_clone(tmp_path):
-    out = _python_in(tmp_path, "from swarmnode.config import load_config, preset_names; "
-                               "print(' '.join(preset_names())); print(load_config('tiny-cpu').run_id)")
+    out = _python_in(
+        tmp_path,
+        "from swarmnode.config import load_config, preset_names; "
+        "print(' '.join(preset_names())); print(load_config('tiny-cpu').run_id)",
+    )
     names, run_id = out.splitlines()
     assert sorted(f"{n}.yaml" for n in names.split()) == CLONE_PRESETS and run_id == "tiny-demo"
 
@@ -42,9 +45,12 @@ def test_a_users_configs_directory_and_own_file_still_work(tmp_path):
     (tmp_path / "configs" / "mine.yaml").write_text("run_id: my-run\n")
     (tmp_path / "configs" / "tiny-cpu.yaml").write_text("run_id: my-tiny\n")  # a local file hides the shipped one
     (tmp_path / "elsewhere.yaml").write_text("run_id: from-a-path\n")
-    out = _python_in(tmp_path, "from swarmnode.config import load_config; "
-                               "print(load_config('mine').run_id, load_config('tiny-cpu').run_id, "
-                               f"load_config({str(tmp_path / 'elsewhere.yaml')!r}).run_id)")
+    out = _python_in(
+        tmp_path,
+        "from swarmnode.config import load_config; "
+        "print(load_config('mine').run_id, load_config('tiny-cpu').run_id, "
+        f"load_config({str(tmp_path / 'elsewhere.yaml')!r}).run_id)",
+    )
     assert out.split() == ["my-run", "my-tiny", "from-a-path"]
 
 
@@ -57,18 +63,41 @@ def test_the_wheel_carries_the_same_presets(tmp_path):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "configs", src / "configs")
     shutil.copytree(REPO / "swarmnode", src / "swarmnode", ignore=shutil.ignore_patterns("__pycache__"))
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp_path / "dist").glob("swarmnode-*.whl")
-    inside = sorted(n.removeprefix("swarmnode/config/presets/") for n in zipfile.ZipFile(wheel).namelist()
-                    if n.startswith("swarmnode/config/presets/"))
+    inside = sorted(
+        n.removeprefix("swarmnode/config/presets/")
+        for n in zipfile.ZipFile(wheel).namelist()
+        if n.startswith("swarmnode/config/presets/")
+    )
     assert inside == CLONE_PRESETS
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
     env = {**os.environ, "PYTHONPATH": str(unpacked)}
-    listed = subprocess.run([sys.executable, "-c", "from swarmnode.config import preset_names; "
-                             "print(' '.join(preset_names()))"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    listed = subprocess.run(
+        [sys.executable, "-c", "from swarmnode.config import preset_names; print(' '.join(preset_names()))"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert listed.returncode == 0, listed.stderr
     assert sorted(f"{n}.yaml" for n in listed.stdout.split()) == CLONE_PRESETS

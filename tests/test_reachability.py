@@ -12,6 +12,7 @@ import subprocess
 
 from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.p2p import P2P
+from swarm_helpers import LocalSwarm, swarmnode_cmd
 
 from swarmnode.config import load_config
 from swarmnode.errors import ExitCode
@@ -22,10 +23,16 @@ from swarmnode.protocol.reachability import CLIENT_ONLY, PUBLIC, RELAYED, UNKNOW
 from swarmnode.swarm.follower import send_targets, weight_holders
 from swarmnode.swarm.membership import network_part
 from swarmnode.swarm.p2p import relay_flags
-from swarmnode.swarm.reachability import (DIALBACK, DialbackAnswer, DialbackService, Reachability, ask_dialback,
-                                          decide, dial_candidates)
+from swarmnode.swarm.reachability import (
+    DIALBACK,
+    DialbackAnswer,
+    DialbackService,
+    Reachability,
+    ask_dialback,
+    decide,
+    dial_candidates,
+)
 from swarmnode.swarm.recheck import ReachabilityWatch, Transition, observed
-from swarm_helpers import LocalSwarm, swarmnode_cmd
 
 KW = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False)
 
@@ -46,8 +53,9 @@ def test_a_helper_dials_the_askers_own_host_and_its_observed_address_only():
     assert home == ["/ip4/84.1.2.3/tcp/4100"]  # its LAN address means nothing from outside: the router's, same port
     lan = dial_candidates(["/ip4/192.168.1.7/tcp/4100"], "/ip4/192.168.1.7/tcp/4100")
     assert lan[0] == "/ip4/192.168.1.7/tcp/4100"
-    third_party = dial_candidates(["/ip4/93.184.216.34/tcp/80", "/ip4/84.1.2.3/tcp/4100/p2p-circuit"],
-                                  "/ip4/84.1.2.3/tcp/4100")
+    third_party = dial_candidates(
+        ["/ip4/93.184.216.34/tcp/80", "/ip4/84.1.2.3/tcp/4100/p2p-circuit"], "/ip4/84.1.2.3/tcp/4100"
+    )
     assert "/ip4/93.184.216.34/tcp/80" not in third_party and not any("circuit" in a for a in third_party)
     many = dial_candidates([f"/ip4/10.0.0.{i}/tcp/{4000 + i}" for i in range(20)], "/ip4/10.0.0.1/tcp/4001")
     assert len(many) == 8
@@ -57,8 +65,13 @@ def test_a_helper_dials_the_askers_own_host_and_its_observed_address_only():
 def test_the_reachability_line_says_what_works_and_what_to_forward():
     public = Reachability(PUBLIC, "1 of 1 bootstraps dialled back", addr="/ip4/84.1.2.3/tcp/4100", port=4100)
     assert public.line() == "reachability: public at /ip4/84.1.2.3/tcp/4100 (1 of 1 bootstraps dialled back)"
-    relayed = Reachability(RELAYED, "0 of 2 bootstraps dialled back", observed="/ip4/84.1.2.3/tcp/51000",
-                           relay="/ip4/5.6.7.8/tcp/31337/p2p/QmRelay", port=4100)
+    relayed = Reachability(
+        RELAYED,
+        "0 of 2 bootstraps dialled back",
+        observed="/ip4/84.1.2.3/tcp/51000",
+        relay="/ip4/5.6.7.8/tcp/31337/p2p/QmRelay",
+        port=4100,
+    )
     line = relayed.line()
     assert "not reachable" in line and "relayed through /ip4/5.6.7.8/tcp/31337/p2p/QmRelay" in line
     assert "forward TCP port 4100" in line and "--announce-maddrs /ip4/84.1.2.3/tcp/4100" in line
@@ -67,11 +80,23 @@ def test_the_reachability_line_says_what_works_and_what_to_forward():
 
 
 def test_bootstraps_relay_within_their_limits_and_unreachable_nodes_reserve_at_once():
-    cfg = load_config(None, ["network.use_relay=true", "network.relay_max_reservations=7",
-                             "network.relay_data_limit_mb=100", "network.relay_time_limit_s=600"])
+    cfg = load_config(
+        None,
+        [
+            "network.use_relay=true",
+            "network.relay_max_reservations=7",
+            "network.relay_data_limit_mb=100",
+            "network.relay_time_limit_s=600",
+        ],
+    )
     flags, kwargs = relay_flags(cfg, relay_service=True, relays=None)
-    assert flags == {"relayService": True, "relayMaxReservations": 7, "relayMaxCircuits": 16,
-                     "relayDataLimit": 100_000_000, "relayTimeLimit": "600s"}
+    assert flags == {
+        "relayService": True,
+        "relayMaxReservations": 7,
+        "relayMaxCircuits": 16,
+        "relayDataLimit": 100_000_000,
+        "relayTimeLimit": "600s",
+    }
     assert kwargs == {"force_reachability": "public"}
     flags, kwargs = relay_flags(cfg, relay_service=False, relays=["/ip4/5.6.7.8/tcp/1/p2p/QmX"])
     assert flags == {"relayService": False, "relayDiscovery": False}
@@ -96,14 +121,20 @@ def test_peers_nobody_can_dial_are_never_holders_or_targets_and_relayed_ones_com
     me = record(CLIENT_ONLY)
     holders = weight_holders([relayed, alone, public, me, old], me.peer_id)
     assert [h.peer_id for h in holders] == [public.peer_id, old.peer_id, relayed.peer_id]
-    learners = [record(PUBLIC, "learner"), record(RELAYED, "learner"), record(CLIENT_ONLY, "learner"),
-                record(PUBLIC, "learner", version=-1)]
+    learners = [
+        record(PUBLIC, "learner"),
+        record(RELAYED, "learner"),
+        record(CLIENT_ONLY, "learner"),
+        record(PUBLIC, "learner", version=-1),
+    ]
     assert send_targets(learners) == learners[:2]
     assert by_dial_cost([alone]) == []
 
 
 def test_metrics_show_the_nodes_reachability_as_a_label():
-    families = {f.name: f for f in HealthCollector(lambda: {"uptime": 1.0, "reachability": RELAYED}, "sampler").collect()}
+    families = {
+        f.name: f for f in HealthCollector(lambda: {"uptime": 1.0, "reachability": RELAYED}, "sampler").collect()
+    }
     sample = families["swarmnode_reachability"].samples[0]
     assert sample.labels == {"reachability": RELAYED} and sample.value == 1.0
 
@@ -161,13 +192,20 @@ def test_a_bootstrap_dials_a_loopback_node_back_and_not_an_address_where_nobody_
 def test_a_node_judged_unreachable_at_join_is_public_after_two_rechecks_that_dial_it_back(caplog):
     """As when a volunteer forwards the port after joining: two dial-backs that reach it make it public, in one
     log line; then with the helper gone nobody answers and the status stays."""
+
     async def main():
         boot, node = await _hosts(2)
         service = await DialbackService(boot, relay=False).start()
         try:
             addr = str((await boot.get_visible_maddrs())[0])
-            cfg = load_config(None, [f"network.initial_peers=[{addr}]", "network.reachability_recheck=0.001",
-                                     "network.reachability_timeout=30"])
+            cfg = load_config(
+                None,
+                [
+                    f"network.initial_peers=[{addr}]",
+                    "network.reachability_recheck=0.001",
+                    "network.reachability_timeout=30",
+                ],
+            )
             reach = Reachability(CLIENT_ONLY, "0 of 1 bootstraps dialled back", port=1)
             watch = ReachabilityWatch(node, cfg, reach)
             assert await watch.look() is None and reach.status == CLIENT_ONLY  # one look: pending at most
@@ -189,8 +227,9 @@ def test_a_node_judged_unreachable_at_join_is_public_after_two_rechecks_that_dia
     with caplog.at_level("WARNING", logger="swarmnode.swarm.recheck"):
         asyncio.run(main())
     changed = [r.getMessage() for r in caplog.records if "reachability changed" in r.getMessage()]
-    assert changed == ["reachability changed from client-only: reachability: public (rechecked: 1 of 1 bootstraps "
-                       "dialled back)"], changed
+    assert changed == [
+        "reachability changed from client-only: reachability: public (rechecked: 1 of 1 bootstraps dialled back)"
+    ], changed
 
 
 def test_status_against_a_bootstrap_that_refuses_the_connection_fails_at_once(tmp_path):
@@ -198,8 +237,12 @@ def test_status_against_a_bootstrap_that_refuses_the_connection_fails_at_once(tm
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
         ghost = f"/ip4/127.0.0.1/tcp/{port}/p2p/{Identity.generate().peer_id}"
-        done = subprocess.run(swarmnode_cmd("status", "--initial-peers", ghost, "--startup-timeout", "300"),
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            swarmnode_cmd("status", "--initial-peers", ghost, "--startup-timeout", "300"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == ExitCode.NETWORK, done.stderr[-2000:]
     assert "refused the connection" in done.stderr and ghost in done.stderr
     assert "Traceback" not in done.stderr

@@ -19,8 +19,9 @@ from swarmnode.tasks import build_task
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config("tiny-cpu", FAST + ["sampler.temperature=1.3", "learner.prompts_per_step=8",
-                                       "trust.verify_fraction=0"])  # about the reference KL, not spot checks
+    return load_config(
+        "tiny-cpu", FAST + ["sampler.temperature=1.3", "learner.prompts_per_step=8", "trust.verify_fraction=0"]
+    )  # about the reference KL, not spot checks
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +76,28 @@ def test_with_beta_zero_signal_groups_keep_their_kl_and_their_place_in_the_mean(
 
     rows = [r for g in groups for r in g]
     labels = [gi for gi, g in enumerate(groups) for _ in g]
-    args = ([r.prompt_tokens for r in rows], [r.completion for r in rows], [r.temperature for r in rows],
-            loop.tokenizer.pad_token_id)
+    args = (
+        [r.prompt_tokens for r in rows],
+        [r.completion for r in rows],
+        [r.temperature for r in rows],
+        loop.tokenizer.pad_token_id,
+    )
     loop.model.zero_grad(set_to_none=True)
     scores = completion_scores(loop.model, *args)
     logq = torch.zeros_like(scores.logp)
     for i, r in enumerate(rows):
-        logq[i, :len(r.logq)] = torch.tensor(r.logq)
+        logq[i, : len(r.logq)] = torch.tensor(r.logq)
     ref = loop.reference.logprobs(*args, contextlib.nullcontext)
-    want = reference_loss(loop.lc.algorithm, scores.logp, logq, scores.mask, torch.tensor([r.reward for r in rows]),
-                          labels, ref=ref, ref_coef=0.1)
+    want = reference_loss(
+        loop.lc.algorithm,
+        scores.logp,
+        logq,
+        scores.mask,
+        torch.tensor([r.reward for r in rows]),
+        labels,
+        ref=ref,
+        ref_coef=0.1,
+    )
     want.backward()
     for name, p in loop.model.named_parameters():
         if p.grad is not None:

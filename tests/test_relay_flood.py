@@ -36,14 +36,25 @@ FLOOD = {"fa": "11.240.1.2", "fb": "11.240.1.3", "fc": "11.241.1.2"}  # fa and f
 KEYS = 10  # per flood host: 30 > TOTAL
 PAIRS = 3
 TRY_TIMEOUT = 20.0  # seconds an honest try waits for its reservation
-SETS = ["run_id=tn-relay", "network.use_relay=true", f"network.relay_max_reservations={TOTAL}",
-        f"network.relay_conns_per_address={PER_ADDRESS}", f"network.relay_conns_per_prefix={PER_PREFIX}",
-        "network.relay_new_conns_per_minute=30"]
+SETS = [
+    "run_id=tn-relay",
+    "network.use_relay=true",
+    f"network.relay_max_reservations={TOTAL}",
+    f"network.relay_conns_per_address={PER_ADDRESS}",
+    f"network.relay_conns_per_prefix={PER_PREFIX}",
+    "network.relay_new_conns_per_minute=30",
+]
 
 
 def _python(lab: NatLab, host, *args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([*lab.prefix(host), sys.executable, PEER, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    return subprocess.Popen(
+        [*lab.prefix(host), sys.executable, PEER, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kw,
+    )
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -63,39 +74,73 @@ def flood_and_reserve(tmp_path: Path, guarded: bool) -> tuple[dict[str, int], di
     run = DemoRun(tmp_path)
     flooders: list[subprocess.Popen] = []
     with NatLab(prefix=os.environ.get("SWARMNODE_LAB_PREFIX", "tn")) as lab:  # parallel labs never clash
-        hosts = {"bootstrap": lab.public("boot"), "calm": lab.public("calm"),
-                 **{name: lab.public(name, ip=ip) for name, ip in FLOOD.items()},
-                 "h1": lab.behind_nat("h1"), "h2": lab.behind_nat("h2")}
+        hosts = {
+            "bootstrap": lab.public("boot"),
+            "calm": lab.public("calm"),
+            **{name: lab.public(name, ip=ip) for name, ip in FLOOD.items()},
+            "h1": lab.behind_nat("h1"),
+            "h2": lab.behind_nat("h2"),
+        }
         run.host = lambda name: hosts[name].ip
         run.prefix = lambda name: lab.prefix(hosts[name])
         try:
             config = ["--config", "tiny-cpu", *[a for x in sets for a in ("--set", x)]]
-            boots = {name: run.start(name, ["bootstrap", *config, *run.host_args(name),
-                                            "--identity-path", str(tmp_path / f"{name}.key")])
-                     for name in ("bootstrap", "calm")}  # both at once: each checks its relay, slowly under load
+            boots = {
+                name: run.start(
+                    name, ["bootstrap", *config, *run.host_args(name), "--identity-path", str(tmp_path / f"{name}.key")]
+                )
+                for name in ("bootstrap", "calm")
+            }  # both at once: each checks its relay, slowly under load
             flooded, calm = (wait_for_line(boots[name], "initial-peers:", timeout=300) for name in boots)
             for proc in boots.values():
                 wait_for_line(proc, "ready ", 120)
             port = flooded.split("/tcp/")[1].split("/")[0]
-            rules = subprocess.run([*lab.prefix(hosts["bootstrap"]), "iptables", "-S", f"SWN-RELAY-{port}"],
-                                   capture_output=True, text=True).stdout
+            rules = subprocess.run(
+                [*lab.prefix(hosts["bootstrap"]), "iptables", "-S", f"SWN-RELAY-{port}"], capture_output=True, text=True
+            ).stdout
             assert rules.count("-m connlimit") == (2 if guarded else 0), rules  # the bootstrap guards its port
 
             for name in FLOOD:
-                flooders.append(_python(lab, hosts[name], "hold", "--relay", flooded, "--keys", str(KEYS),
-                                        "--ready", str(tmp_path / f"{name}.json")))
+                flooders.append(
+                    _python(
+                        lab,
+                        hosts[name],
+                        "hold",
+                        "--relay",
+                        flooded,
+                        "--keys",
+                        str(KEYS),
+                        "--ready",
+                        str(tmp_path / f"{name}.json"),
+                    )
+                )
             held: dict[str, int] = {}
             deadline = time.monotonic() + 240
             while len(held) < len(FLOOD) and time.monotonic() < deadline:
                 for name in FLOOD:
                     if (ready := tmp_path / f"{name}.json").exists() and ready.read_text().strip():
                         held[name] = json.loads(ready.read_text())["reserved"]
-                assert all(p.poll() is None for p in flooders), [p.stderr.read()[-2000:] for p in flooders
-                                                                  if p.poll() is not None]
+                assert all(p.poll() is None for p in flooders), [
+                    p.stderr.read()[-2000:] for p in flooders if p.poll() is not None
+                ]
                 time.sleep(1.0)
             assert len(held) == len(FLOOD), held
-            honest = [_python(lab, hosts[h], "time", "--relay", calm, "--relay", flooded, "--pairs", str(PAIRS),
-                              "--timeout", str(TRY_TIMEOUT)) for h in ("h1", "h2")]
+            honest = [
+                _python(
+                    lab,
+                    hosts[h],
+                    "time",
+                    "--relay",
+                    calm,
+                    "--relay",
+                    flooded,
+                    "--pairs",
+                    str(PAIRS),
+                    "--timeout",
+                    str(TRY_TIMEOUT),
+                )
+                for h in ("h1", "h2")
+            ]
             tries = {}
             for h, proc in zip(("h1", "h2"), honest):
                 out, err = proc.communicate(timeout=PAIRS * 2 * (TRY_TIMEOUT + 60))
@@ -122,8 +167,10 @@ def test_a_reservation_flood_from_several_addresses_leaves_honest_nodes_relayed(
     for h, got in tries.items():
         quiet, loud = _sides(got)
         assert None not in quiet and None not in loud, got  # every honest try got a reservation
-        print(f"relay flood: {h} reserved in {min(loud):.2f} s flooded, {min(quiet):.2f} s calm (best of "
-              f"{len(loud)}; all {loud} and {quiet}); the flood held {held} of {len(FLOOD) * KEYS} keys")
+        print(
+            f"relay flood: {h} reserved in {min(loud):.2f} s flooded, {min(quiet):.2f} s calm (best of "
+            f"{len(loud)}; all {loud} and {quiet}); the flood held {held} of {len(FLOOD) * KEYS} keys"
+        )
         assert min(loud) <= 2 * min(quiet), got
 
 

@@ -28,10 +28,18 @@ def test_rules_cap_each_address_and_prefix_and_exempt_loopback():
 
 
 def test_listening_ports():
-    cfg = NodeConfig.model_validate({"network": {"host_maddrs": ["/ip4/0.0.0.0/tcp/31337"],
-                                                 "announce_maddrs": ["/ip4/5.6.7.8/tcp/40000"]}})
-    addrs = listening(cfg, ["/ip4/5.6.7.8/tcp/40000/p2p/X", "/ip4/10.0.0.2/tcp/31337/p2p/X",
-                            "/ip6/::1/tcp/31338/p2p/X", "/ip4/5.6.7.8/tcp/1/p2p/R/p2p-circuit"])
+    cfg = NodeConfig.model_validate(
+        {"network": {"host_maddrs": ["/ip4/0.0.0.0/tcp/31337"], "announce_maddrs": ["/ip4/5.6.7.8/tcp/40000"]}}
+    )
+    addrs = listening(
+        cfg,
+        [
+            "/ip4/5.6.7.8/tcp/40000/p2p/X",
+            "/ip4/10.0.0.2/tcp/31337/p2p/X",
+            "/ip6/::1/tcp/31338/p2p/X",
+            "/ip4/5.6.7.8/tcp/1/p2p/R/p2p-circuit",
+        ],
+    )
     assert tcp_ports(addrs) == {"iptables": {31337}, "ip6tables": {31338}}  # the announced port is the router's
 
 
@@ -43,6 +51,7 @@ def test_install_replaces_leftovers_and_remove_takes_everything(monkeypatch):
     ns = f"{os.environ.get('SWARMNODE_LAB_PREFIX', 'tn')}g{uuid.uuid4().hex[:6]}"  # parallel labs never clash
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
+
         def in_ns(tool, args):
             return subprocess.run(["ip", "netns", "exec", ns, tool, "-w", *args], capture_output=True, text=True)
 

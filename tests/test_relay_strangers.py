@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -25,8 +24,10 @@ LAB_PREFIX = os.environ.get("SWARMNODE_LAB_PREFIX", "tn")  # namespaces of paral
 def test_rules_send_every_address_through_the_known_chain_to_one_shared_cap():
     rules = [" ".join(r) for r in guard_rules("iptables", 4001, Limits(8, 32, 6, strangers=40))]
     assert "-N SWN-KNOWN-4001" in rules
-    assert "-A SWN-KNOWN-4001 -p tcp -m connlimit --connlimit-above 40 --connlimit-mask 0 -j REJECT " \
-           "--reject-with tcp-reset" in rules
+    assert (
+        "-A SWN-KNOWN-4001 -p tcp -m connlimit --connlimit-above 40 --connlimit-mask 0 -j REJECT "
+        "--reject-with tcp-reset" in rules
+    )
     # after the per-address, per-prefix and rate caps (known addresses keep those), before the INPUT jump
     assert rules.index("-A SWN-RELAY-4001 -j SWN-KNOWN-4001") == len(rules) - 2
     assert not any("KNOWN" in r for r in (" ".join(x) for x in guard_rules("iptables", 1, Limits(8, 32, 6))))
@@ -42,8 +43,11 @@ def test_keys_are_known_after_their_records_age_and_addresses_while_they_connect
     assert "flood" not in peers.seen and peers.known(now=700 + 4 * 600 + 1) == {"learner", "new"}
 
     addresses = KnownAddresses(ttl=3600)
-    conns = [("old", ["/ip4/11.1.1.1/tcp/5"]), ("flood", ["/ip4/11.2.2.2/tcp/5"]),
-             ("learner", ["/ip4/11.3.3.3/tcp/1/p2p/R/p2p-circuit", "/ip6/2001:db8::1/tcp/5"])]
+    conns = [
+        ("old", ["/ip4/11.1.1.1/tcp/5"]),
+        ("flood", ["/ip4/11.2.2.2/tcp/5"]),
+        ("learner", ["/ip4/11.3.3.3/tcp/1/p2p/R/p2p-circuit", "/ip6/2001:db8::1/tcp/5"]),
+    ]
     assert addresses.observe(conns, {"old", "learner"}, now=0) == {"11.1.1.1", "2001:db8::1"}  # relayed: no address
     assert addresses.observe([], {"old"}, now=3000) == {"11.1.1.1", "2001:db8::1"}  # a reconnect stays known
     assert addresses.observe([], {"old"}, now=3601) == set()
@@ -78,8 +82,12 @@ def test_unknown_addresses_share_one_cap_and_known_ones_pass_it(monkeypatch):
 
     def connect(src: str) -> bool:
         """A connection from `src` to the guarded port, held open if it got through."""
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", CONNECT, src, SERVER, str(PORT)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", CONNECT, src, SERVER, str(PORT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         line = proc.stdout.readline().strip()
         if line == "connected":
             held.append(proc)
@@ -93,14 +101,26 @@ def test_unknown_addresses_share_one_cap_and_known_ones_pass_it(monkeypatch):
         sources = [f"11.9.{k}.1" for k in range(1, 8)]  # each in its own /24: the per-prefix cap never bites
         for ip in [SERVER, *sources]:
             in_ns("ip", "addr", "add", f"{ip}/32", "dev", "lo", check=True)
-        server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
-                                   f"import socket,time;s=socket.socket();s.bind(('{SERVER}',{PORT}));s.listen(64);"
-                                   "print('up',flush=True);time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-c",
+                f"import socket,time;s=socket.socket();s.bind(('{SERVER}',{PORT}));s.listen(64);"
+                "print('up',flush=True);time.sleep(600)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         held.append(server)
         assert server.stdout.readline().strip() == "up"
         monkeypatch.setattr(relay_guard, "_run", lambda tool, args: in_ns(tool, "-w", *args))
-        cfg = NodeConfig.model_validate({"network": {"relay_conns_per_address": 8, "relay_new_conns_per_minute": 0,
-                                                     "relay_stranger_conns": 3}})
+        cfg = NodeConfig.model_validate(
+            {"network": {"relay_conns_per_address": 8, "relay_new_conns_per_minute": 0, "relay_stranger_conns": 3}}
+        )
         guard = RelayGuard.install(cfg, [f"/ip4/{SERVER}/tcp/{PORT}"])
         try:
             assert guard.strangers == 3
@@ -139,12 +159,13 @@ def test_a_bootstrap_knows_the_addresses_of_keys_in_the_run_and_the_designated_l
     once its record aged (here at once), never while it is too young, and at once for a designated learner."""
     import asyncio
 
+    from swarm_helpers import FAST_NET, LOOPBACK
+
     from swarmnode.config import load_config
     from swarmnode.identity import Identity
     from swarmnode.protocol.peer import PeerRecord
     from swarmnode.swarm.dht import SwarmDHT
     from swarmnode.swarm.relay_known import keep_known
-    from swarm_helpers import FAST_NET, LOOPBACK
 
     async def scenario() -> dict[str, list[set[str]]]:
         run = f"t-known-{uuid.uuid4().hex[:6]}"
@@ -152,9 +173,16 @@ def test_a_bootstrap_knows_the_addresses_of_keys_in_the_run_and_the_designated_l
         boot = await SwarmDHT.create(boot_cfg, Identity.generate())
         addr = str((await boot.p2p.get_visible_maddrs())[0])  # with its /p2p/ id
         me = Identity.generate()
-        member_cfg = load_config(None, [*FAST_NET, f"run_id={run}", f"network.host_maddrs=[{LOOPBACK}]",
-                                        "network.missed_beats_to_expire=100",  # its record lives 100 s
-                                        f"network.initial_peers=[{addr}]"])
+        member_cfg = load_config(
+            None,
+            [
+                *FAST_NET,
+                f"run_id={run}",
+                f"network.host_maddrs=[{LOOPBACK}]",
+                "network.missed_beats_to_expire=100",  # its record lives 100 s
+                f"network.initial_peers=[{addr}]",
+            ],
+        )
         member = await SwarmDHT.create(member_cfg, me)
         out: dict[str, list[set[str]]] = {}
         try:

@@ -11,7 +11,6 @@ import socket
 import time
 
 import pytest
-
 from swarm_helpers import LocalSwarm
 from test_learner_restart import learner_args, start_learner_and_sampler, steps, wait_rows
 
@@ -27,8 +26,14 @@ def test_a_sigkilled_learner_resumes_above_its_versions_and_replays_what_it_ackn
     data = tmp_path / "learner"
     # the kill finds no checkpoint at all: the journal never asks for one either (its soft limit is what a restart
     # can train within half the staleness window: 8 x 1 x 1000 / 2 groups here)
-    no_checkpoint = ["--set", "learner.checkpoint_every=100000", "--set", "learner.buffer_size=4096",
-                     "--set", "sync.max_staleness=1000"]
+    no_checkpoint = [
+        "--set",
+        "learner.checkpoint_every=100000",
+        "--set",
+        "learner.buffer_size=4096",
+        "--set",
+        "sync.max_staleness=1000",
+    ]
     steps_file = data / "learner_steps.jsonl"
     with LocalSwarm(tmp_path) as swarm:
         first = start_learner_and_sampler(swarm, tmp_path, *no_checkpoint)
@@ -51,7 +56,7 @@ def test_a_sigkilled_learner_resumes_above_its_versions_and_replays_what_it_ackn
         assert acknowledged <= sum(counts.values()) <= acknowledged + window, (replay, acknowledged)
         assert counts.get("ok", 0) > 0, replay
         after = wait_rows(steps_file, lambda rows: len(rows) >= len(before) + 5, 180, "5 steps after the restart")
-        new = after[len(before):]
+        new = after[len(before) :]
         assert all(r["version"] > announced for r in new), new[:3]
 
 
@@ -59,8 +64,17 @@ def test_a_sigkilled_learner_resumes_above_its_versions_and_replays_what_it_ackn
 def test_a_restarted_bootstrap_is_contacted_again(tmp_path):
     port = free_port()
     with LocalSwarm(tmp_path) as swarm:
-        boot_args = ["bootstrap", *swarm._set_args(), "--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}", "--json",
-                     "--identity-path", str(tmp_path / "boot.key"), "--log-interval", "1"]
+        boot_args = [
+            "bootstrap",
+            *swarm._set_args(),
+            "--host-maddrs",
+            f"/ip4/127.0.0.1/tcp/{port}",
+            "--json",
+            "--identity-path",
+            str(tmp_path / "boot.key"),
+            "--log-interval",
+            "1",
+        ]
         boot = swarm.spawn("bootstrap", boot_args)
         swarm.initial_peers = boot.wait_line("initial-peers:")
         boot.ready_fields()

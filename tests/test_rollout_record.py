@@ -17,8 +17,9 @@ from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 
 IDENTITY = Identity.generate()
 OTHER = Identity.generate()
-LIMITS = RolloutLimits(vocab_size=128, max_generations=8, max_completion_tokens=16, max_prompt_tokens=32,
-                       max_bytes=64 * 1024)
+LIMITS = RolloutLimits(
+    vocab_size=128, max_generations=8, max_completion_tokens=16, max_prompt_tokens=32, max_bytes=64 * 1024
+)
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 tokens = st.integers(0, LIMITS.vocab_size - 1)
@@ -45,9 +46,16 @@ def groups(draw):
 
 def _example() -> RolloutGroup:
     return RolloutGroup.create(
-        identity=IDENTITY, run_id="run", prompt_id="add:3:5", prompt_tokens=[7, 76, 9, 84],
-        completions=[[12, 1], [11, 5, 1]], logprobs=[[-0.5, -0.1], [-2.0, -0.3, -0.01]], temperature=1.0,
-        rewards=[1.0, 0.2], policy_version=7, lineage="L1",
+        identity=IDENTITY,
+        run_id="run",
+        prompt_id="add:3:5",
+        prompt_tokens=[7, 76, 9, 84],
+        completions=[[12, 1], [11, 5, 1]],
+        logprobs=[[-0.5, -0.1], [-2.0, -0.3, -0.01]],
+        temperature=1.0,
+        rewards=[1.0, 0.2],
+        policy_version=7,
+        lineage="L1",
     )
 
 
@@ -67,9 +75,18 @@ def test_create_rounds_logprobs_to_float32_and_ids_are_content_hashes():
 
 
 def _common(g: RolloutGroup) -> dict:
-    return dict(identity=IDENTITY, run_id=g.run_id, prompt_id=g.prompt_id, prompt_tokens=g.prompt_tokens,
-                completions=g.completions, logprobs=g.logprobs, temperature=g.temperature, rewards=g.rewards,
-                policy_version=g.policy_version, lineage=g.lineage)
+    return dict(
+        identity=IDENTITY,
+        run_id=g.run_id,
+        prompt_id=g.prompt_id,
+        prompt_tokens=g.prompt_tokens,
+        completions=g.completions,
+        logprobs=g.logprobs,
+        temperature=g.temperature,
+        rewards=g.rewards,
+        policy_version=g.policy_version,
+        lineage=g.lineage,
+    )
 
 
 def _rejects(data: bytes, reason: str | None = None, limits: RolloutLimits = LIMITS) -> str:
@@ -176,11 +193,14 @@ def test_floor_follows_the_vocabulary_and_temperature_the_run():
     _rejects(_resigned(obj), "temperature", run)
 
 
-@pytest.mark.parametrize("payload", [
-    {"completions": [[]] * (8 << 20)},  # 8 M empty arrays: the frame of the attack campaign
-    {"completions": [[[]] * 4000] * 2000},  # nested: every array short, millions in all
-    {"prompt_tokens": [{}] * 100_000},  # maps count too
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"completions": [[]] * (8 << 20)},  # 8 M empty arrays: the frame of the attack campaign
+        {"completions": [[[]] * 4000] * 2000},  # nested: every array short, millions in all
+        {"prompt_tokens": [{}] * 100_000},  # maps count too
+    ],
+)
 def test_millions_of_tiny_containers_are_refused_at_the_first_excess(payload):
     data = msgpack.packb(payload)
     limits = RolloutLimits(vocab_size=128, max_bytes=len(data) + 1)
@@ -235,7 +255,11 @@ def test_arbitrary_bytes_never_crash(blob):
 
 
 json_like = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
     | st.binary(max_size=16),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
     max_leaves=30,

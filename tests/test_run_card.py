@@ -59,12 +59,31 @@ def test_an_invite_round_trips_and_a_damaged_one_is_one_line():
 
 
 def test_shared_and_local_keys():
-    for key in ("model.name", "task.max_operand", "sampler.temperature", "sampler.num_generations",
-                "learner.learning_rate", "sync.max_staleness", "trust.learner_keys", "learner.lora.r"):
+    for key in (
+        "model.name",
+        "task.max_operand",
+        "sampler.temperature",
+        "sampler.num_generations",
+        "learner.learning_rate",
+        "sync.max_staleness",
+        "trust.learner_keys",
+        "learner.lora.r",
+    ):
         assert is_shared(key), key
-    for key in ("role", "sampler.engine", "sampler.device", "sampler.prompts_per_batch", "learner.device",
-                "learner.buffer_size", "network.host_maddrs", "metrics.port", "data_dir", "task.path",
-                "trust.accept_any_learner", "learner.gradient_accumulation_steps"):
+    for key in (
+        "role",
+        "sampler.engine",
+        "sampler.device",
+        "sampler.prompts_per_batch",
+        "learner.device",
+        "learner.buffer_size",
+        "network.host_maddrs",
+        "metrics.port",
+        "data_dir",
+        "task.path",
+        "trust.accept_any_learner",
+        "learner.gradient_accumulation_steps",
+    ):
         assert not is_shared(key), key
 
 
@@ -85,8 +104,10 @@ def test_followable_updates_and_the_ones_that_make_a_node_leave():
     a, b = Identity.generate().peer_id, Identity.generate().peer_id
     keys = shared_settings(load_config("tiny-cpu", [f"trust.learner_keys=[{a},{b}]", "sync.max_staleness=4"]))
     model = shared_settings(load_config("tiny-cpu", ["model.tiny.seed=3"]))
-    assert followable(diff(base, keys)) and [k for k, _, _ in diff(base, keys)] == ["sync.max_staleness",
-                                                                                    "trust.learner_keys"]
+    assert followable(diff(base, keys)) and [k for k, _, _ in diff(base, keys)] == [
+        "sync.max_staleness",
+        "trust.learner_keys",
+    ]
     assert not followable(diff(base, model))
 
 

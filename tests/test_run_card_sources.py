@@ -36,8 +36,11 @@ def test_the_host_fills_the_model_and_data_digests_and_each_follows_its_source()
 
 
 def test_a_joiner_with_other_task_data_is_refused_naming_it_and_a_copy_elsewhere_passes(tmp_path):
-    ours, copy, theirs = (problems(tmp_path / "ours.jsonl", [1, 2, 3]), tmp_path / "copy.jsonl",
-                          problems(tmp_path / "theirs.jsonl", [1, 2, 4]))
+    ours, copy, theirs = (
+        problems(tmp_path / "ours.jsonl", [1, 2, 3]),
+        tmp_path / "copy.jsonl",
+        problems(tmp_path / "theirs.jsonl", [1, 2, 4]),
+    )
     shutil.copy(ours, copy)
     math = ["task.name=math", "model.tiny.warm_start_steps=0"]
     card = next_card(load_config("tiny-cpu", [*math, f"task.path={ours}"]), Identity.generate(), [BOOT], None)

@@ -25,7 +25,9 @@ def test_what_a_group_shows_is_checked_against_the_runs_values():
     assert group_mismatch(group, run) == []
     assert group_mismatch(group, {**run, "sampler.temperature": 0.7}) == ["sampler.temperature"]
     assert group_mismatch(group, {**run, "sampler.num_generations": 8, "sampler.max_completion_length": 8}) == [
-        "sampler.num_generations", "sampler.max_completion_length"]
+        "sampler.num_generations",
+        "sampler.max_completion_length",
+    ]
     mine = {**run, "sampler.temperature": 0.7}
     assert differences(mine, run) == "sampler.temperature 0.7, run 1.0"
     assert differences(run, run) is None and differences(mine, "junk") is None
@@ -59,6 +61,6 @@ def test_a_group_made_under_other_settings_is_refused_and_the_sender_told_why(tm
 
     received, sent = asyncio.run(scenario())
     assert not taken and received[SETTINGS_STATUS] == 1 and sent[SETTINGS_STATUS] == 1
-    (peer, values), = told
+    ((peer, values),) = told
     assert values == run
     assert differences({**run, "sampler.temperature": 1.0}, values) == "sampler.temperature 1.0, run 0.7"

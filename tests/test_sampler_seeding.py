@@ -16,8 +16,8 @@ from test_learner_restart import WORK, learner_args
 from swarmnode.config import NodeConfig, load_config
 from swarmnode.learner.journal import _records
 from swarmnode.model.models import load_model, load_tokenizer
-from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.node.roles.learner_role import JOURNAL_FILE
+from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.sampler.engines import HFEngine
 from swarmnode.sampler.loop import sampler_seed
 
@@ -39,8 +39,10 @@ def test_the_seed_decides_the_samples_and_leaves_the_global_rng_alone(parts):
     model, tokenizer = parts
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    a, b, c = (HFEngine(model, tokenizer, seed=s) for s in (sampler_seed(0, "peerA"), sampler_seed(0, "peerA"),
-                                                            sampler_seed(0, "peerB")))
+    a, b, c = (
+        HFEngine(model, tokenizer, seed=s)
+        for s in (sampler_seed(0, "peerA"), sampler_seed(0, "peerA"), sampler_seed(0, "peerB"))
+    )
     first_a, first_b, first_c = _completions(a), _completions(b), _completions(c)
     assert first_a == first_b  # one seed, one sample
     assert first_a != first_c  # another peer, another sample
@@ -63,16 +65,26 @@ def _journal_groups(path, cfg) -> list[RolloutGroup]:
 def test_two_sampler_processes_of_one_run_draw_different_prompts_and_samples(tmp_path):
     # the learner never trains (a step needs more groups than it may hold): every group stays in its journal,
     # at version 0, so both samplers generate with the same weights
-    hold = ["--set", "learner.prompts_per_step=256", "--set", "learner.buffer_size=256",
-            "--set", "learner.per_sampler_quota=1.0"]
+    hold = [
+        "--set",
+        "learner.prompts_per_step=256",
+        "--set",
+        "learner.buffer_size=256",
+        "--set",
+        "learner.per_sampler_quota=1.0",
+    ]
     cfg = load_config("tiny-cpu", ["model.tiny.warm_start_steps=20"])
     journal = tmp_path / "learner" / JOURNAL_FILE
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path, *hold))
         learner.ready_fields(timeout=180)
-        samplers = [swarm.join(f"s{i}", "sampler", work=True, wait=False,
-                               extra=[*WORK, "--set", f"data_dir={tmp_path / f's{i}'}"]) for i in (1, 2)]
+        samplers = [
+            swarm.join(
+                f"s{i}", "sampler", work=True, wait=False, extra=[*WORK, "--set", f"data_dir={tmp_path / f's{i}'}"]
+            )
+            for i in (1, 2)
+        ]
         for s in samplers:
             s.ready_fields(timeout=180)
         deadline = time.monotonic() + 240

@@ -30,11 +30,20 @@ def test_start_counts_and_seeds(tmp_path):
 
 
 def _own_first_prompts(data_dir, identity: Identity, seed: int) -> list[str]:
-    cfg = load_config("tiny-cpu", ["model.tiny.warm_start_steps=0", "sampler.prompts_per_batch=6",
-                                   "sampler.max_completion_length=4", f"task.seed={seed}", f"data_dir={data_dir}"])
+    cfg = load_config(
+        "tiny-cpu",
+        [
+            "model.tiny.warm_start_steps=0",
+            "sampler.prompts_per_batch=6",
+            "sampler.max_completion_length=4",
+            f"task.seed={seed}",
+            f"data_dir={data_dir}",
+        ],
+    )
     task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
-    learner = LearnerLoop(load_model(cfg.model, cfg.task, torch.device("cpu")), tokenizer, task, cfg,
-                          ReplayBuffer.from_config(cfg), None)
+    learner = LearnerLoop(
+        load_model(cfg.model, cfg.task, torch.device("cpu")), tokenizer, task, cfg, ReplayBuffer.from_config(cfg), None
+    )
     out: list = []
     OwnSampler(learner, task, cfg, identity, out.append).batch()
     return [g.prompt_id for g in out]

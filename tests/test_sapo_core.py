@@ -10,25 +10,39 @@ import torch
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
-from swarmnode.protocol.text_rollout import TextRolloutGroup
-from swarmnode.node.sapo.pool import ExternalPool
 from swarmnode.node.sapo.policy import SapoPolicy
+from swarmnode.node.sapo.pool import ExternalPool
+from swarmnode.protocol.text_rollout import TextRolloutGroup
 
 ME, PEER, FLOODER, LIAR = (Identity.generate() for _ in range(4))
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
 
 
-def _text(identity: Identity, prompt_id: str = "add:3:5", completions=("8", "7"), rewards=None, text=None,
-          finished=None, created_at=None, temperature=1.0) -> TextRolloutGroup:
+def _text(
+    identity: Identity,
+    prompt_id: str = "add:3:5",
+    completions=("8", "7"),
+    rewards=None,
+    text=None,
+    finished=None,
+    created_at=None,
+    temperature=1.0,
+) -> TextRolloutGroup:
     from swarmnode.tasks import arithmetic_reward
 
     ref = str(sum(int(x) for x in prompt_id.split(":")[1:]))
     return TextRolloutGroup.create(
-        identity=identity, run_id="tiny-demo", prompt_id=prompt_id,
-        prompt_text=text or "{}+{}=".format(*prompt_id.split(":")[1:]), completions=list(completions),
+        identity=identity,
+        run_id="tiny-demo",
+        prompt_id=prompt_id,
+        prompt_text=text or "{}+{}=".format(*prompt_id.split(":")[1:]),
+        completions=list(completions),
         finished=finished or [True] * len(completions),
         rewards=rewards if rewards is not None else [arithmetic_reward(c, ref) for c in completions],
-        seq_logprobs=[-1.5] * len(completions), temperature=temperature, model_id="test#0", created_at=created_at,
+        seq_logprobs=[-1.5] * len(completions),
+        temperature=temperature,
+        model_id="test#0",
+        created_at=created_at,
     )
 
 
@@ -60,16 +74,25 @@ def test_pool_dedups_ignores_own_groups_and_ages_out():
 @pytest.fixture(scope="module")
 def small_policy():
     torch.manual_seed(0)
-    cfg = load_config("tiny-cpu", [*SMALL, "model.tiny.warm_start_steps=0", "sapo.local_groups=2",
-                                   "sapo.external_groups=4", "sapo.max_groups_per_peer=2"])
+    cfg = load_config(
+        "tiny-cpu",
+        [
+            *SMALL,
+            "model.tiny.warm_start_steps=0",
+            "sapo.local_groups=2",
+            "sapo.external_groups=4",
+            "sapo.max_groups_per_peer=2",
+        ],
+    )
     return SapoPolicy(cfg, ME, seed=0)
 
 
 def test_rescoring_refuses_foreign_and_eval_prompts_and_counts_lies(small_policy):
     policy = small_policy
     eval_id = policy.task.eval_prompts()[0].prompt_id
-    train_id = next(p.prompt_id for p in policy.task.sample(50, __import__("random").Random(1))
-                    if p.prompt_id != eval_id)
+    train_id = next(
+        p.prompt_id for p in policy.task.sample(50, __import__("random").Random(1)) if p.prompt_id != eval_id
+    )
     a, b = train_id.split(":")[1:]
     liar = _text(LIAR, train_id, completions=("0", "1"), rewards=[1.0, 1.0])  # claims full marks for wrong sums
     honest = _text(PEER, train_id, completions=(str(int(a) + int(b)), "x"), finished=[True, False])
@@ -100,8 +123,9 @@ def test_external_weighting_choices(small_policy):
     from swarmnode.model.logprobs import completion_logprobs
 
     with torch.no_grad():
-        logp, _ = completion_logprobs(policy.model, [on_policy.prompt_tokens] * 2, on_policy.completions, 1.0,
-                                      policy.tokenizer.pad_token_id)
+        logp, _ = completion_logprobs(
+            policy.model, [on_policy.prompt_tokens] * 2, on_policy.completions, 1.0, policy.tokenizer.pad_token_id
+        )
     for i, lq in enumerate(on_policy.logprobs):
         assert lq == pytest.approx(logp[i, : len(lq)].tolist(), abs=1e-5)
 
@@ -129,12 +153,20 @@ def test_on_policy_behaviour_is_computed_in_the_learners_precision(small_policy)
 
     policy = small_policy
     half = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731  (a learner's autocast)
-    rescorer = Rescorer(policy.model, policy.tokenizer, policy.task, policy.cfg, policy.learner.rows.prompt_tokens,
-                        lambda: 0, autocast=half)
+    rescorer = Rescorer(
+        policy.model,
+        policy.tokenizer,
+        policy.task,
+        policy.cfg,
+        policy.learner.rows.prompt_tokens,
+        lambda: 0,
+        autocast=half,
+    )
     group = rescorer.convert([_text(PEER, "add:2:3", completions=("5", "41"))])[0]
     with torch.no_grad(), half():
-        logp, _ = completion_logprobs(policy.model, [group.prompt_tokens] * 2, group.completions, 1.0,
-                                      policy.tokenizer.pad_token_id)
+        logp, _ = completion_logprobs(
+            policy.model, [group.prompt_tokens] * 2, group.completions, 1.0, policy.tokenizer.pad_token_id
+        )
     for i, lq in enumerate(group.logprobs):
         assert lq == pytest.approx(logp[i, : len(lq)].float().tolist(), abs=1e-6)
 
@@ -143,14 +175,22 @@ def test_sender_likelihood_with_token_level_weights_is_refused():
     from swarmnode.config import ConfigError
 
     with pytest.raises(ConfigError, match="sender_likelihood"):
-        load_config("tiny-cpu", ["sapo.external_weighting=sender_likelihood",
-                                 "learner.importance_sampling_level=token"])
+        load_config(
+            "tiny-cpu", ["sapo.external_weighting=sender_likelihood", "learner.importance_sampling_level=token"]
+        )
 
 
 def test_two_sizes_train_on_each_others_text(small_policy):
-    big_cfg = load_config("tiny-cpu", ["model.tiny.warm_start_steps=0", "sapo.local_groups=2",
-                                       "sapo.external_groups=4", "sapo.max_groups_per_peer=2",
-                                       "sapo.external_weighting=sender_likelihood"])
+    big_cfg = load_config(
+        "tiny-cpu",
+        [
+            "model.tiny.warm_start_steps=0",
+            "sapo.local_groups=2",
+            "sapo.external_groups=4",
+            "sapo.max_groups_per_peer=2",
+            "sapo.external_weighting=sender_likelihood",
+        ],
+    )
     big = SapoPolicy(big_cfg, PEER, seed=1)
     small = small_policy
     assert big.model_id != small.model_id

@@ -8,15 +8,15 @@ import random
 
 import pytest
 import torch
-
 from sapo_marker_peer import marker_group
+
 from swarmnode.config import ConfigError, load_config
 from swarmnode.identity import Identity
-from swarmnode.tasks import ArithmeticTask
 from swarmnode.node.sapo.distrust import MIN_OUTCOMES, RECORD, PeerDistrust
 from swarmnode.node.sapo.plausibility import PlausibilityCheck, mean_logprob
-from swarmnode.node.sapo.pool import ExternalPool
 from swarmnode.node.sapo.policy import SapoPolicy
+from swarmnode.node.sapo.pool import ExternalPool
+from swarmnode.tasks import ArithmeticTask
 
 
 # ---- the decision --------------------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from hivemind.p2p import PeerID
 from test_gossip import daemons
 
 from swarmnode.identity import Identity
-from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
 from swarmnode.node.sapo.pull import TextPuller
 from swarmnode.node.sapo.role import STREAM
+from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
 from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
 
 RUN = "pull-test"
@@ -22,9 +22,19 @@ LIMITS = TextRolloutLimits(max_generations=4, max_completion_chars=32, max_promp
 
 
 def _group(identity: Identity, i: int, created_at: float) -> TextRolloutGroup:
-    return TextRolloutGroup.create(identity=identity, run_id=RUN, prompt_id=f"p{i}", prompt_text=f"{i}+1=",
-                                   completions=[str(i + 1)], finished=[True], rewards=[1.0], seq_logprobs=[-0.5],
-                                   temperature=1.0, model_id="builtin:tiny", created_at=created_at)
+    return TextRolloutGroup.create(
+        identity=identity,
+        run_id=RUN,
+        prompt_id=f"p{i}",
+        prompt_text=f"{i}+1=",
+        completions=[str(i + 1)],
+        finished=[True],
+        rewards=[1.0],
+        seq_logprobs=[-0.5],
+        temperature=1.0,
+        model_id="builtin:tiny",
+        created_at=created_at,
+    )
 
 
 def test_a_client_only_node_pulls_each_peers_new_text_once(tmp_path):
@@ -46,8 +56,9 @@ def test_a_client_only_node_pulls_each_peers_new_text_once(tmp_path):
                 puller.saw(group.sampler_id, group.created_at)
                 return "ok"
 
-            receiver = RolloutReceiver(RUN, admit, LIMITS, stream=STREAM,
-                                       decode=lambda body: TextRolloutGroup.decode(body, LIMITS))
+            receiver = RolloutReceiver(
+                RUN, admit, LIMITS, stream=STREAM, decode=lambda body: TextRolloutGroup.decode(body, LIMITS)
+            )
             puller = TextPuller(me, receiver, limit=16, max_age=120.0)
             first = await puller.pull_once([peer.peer_id])
             again = await puller.pull_once([peer.peer_id])

@@ -18,8 +18,15 @@ from swarmnode.node.sapo.distrust import MIN_OUTCOMES
 from swarmnode.observe.status_schema import validate
 
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
-SAPO = ["mode=sapo", "model.tiny.warm_start_steps=20", "sapo.local_groups=2", "sapo.external_groups=4",
-        "sapo.max_groups_per_peer=2", "sapo.external_wait=2", "sampler.max_groups_per_second=4"]
+SAPO = [
+    "mode=sapo",
+    "model.tiny.warm_start_steps=20",
+    "sapo.local_groups=2",
+    "sapo.external_groups=4",
+    "sapo.max_groups_per_peer=2",
+    "sapo.external_wait=2",
+    "sampler.max_groups_per_second=4",
+]
 WAIT_S = 300  # a deadline for failure only: each wait ends as soon as its condition holds
 
 
@@ -45,8 +52,9 @@ def _start(swarm: LocalSwarm, root: Path, sizes: dict[str, list[str]]) -> tuple[
     nodes, ids = {}, {}
     for name, size in sizes.items():
         extra = [a for s in [*SAPO, *size, f"data_dir={root / name}"] for a in ("--set", s)]
-        nodes[name] = swarm.join(name, role="auto", work=True, wait=False,
-                                 extra=[*extra, *(["--metrics-port", "0"] if name == "a" else [])])
+        nodes[name] = swarm.join(
+            name, role="auto", work=True, wait=False, extra=[*extra, *(["--metrics-port", "0"] if name == "a" else [])]
+        )
     for name, proc in nodes.items():
         ids[name] = proc.ready_fields(timeout=WAIT_S)["peer_id"]
         assert_ready_after(proc.stdout(), "sapo node ready:")  # its model loaded and its streams open
@@ -79,22 +87,42 @@ def test_two_sizes_train_on_each_others_text_and_a_liar_stays_bounded(tmp_path):
     with LocalSwarm(tmp_path, run_id="sapo-test") as swarm:
         swarm.bootstrap()
         nodes, ids = _start(swarm, tmp_path, {"a": SMALL, "b": []})
-        _wait(lambda: _trained_on_all_others(tmp_path, nodes, ids), "a and b trained on each other's groups",
-              nodes.values())
-        _wait(lambda: ids["a"] in {p["peer_id"] for p in swarm.status()["peers"]}, "node a in status",
-              nodes.values())
+        _wait(
+            lambda: _trained_on_all_others(tmp_path, nodes, ids),
+            "a and b trained on each other's groups",
+            nodes.values(),
+        )
+        _wait(lambda: ids["a"] in {p["peer_id"] for p in swarm.status()["peers"]}, "node a in status", nodes.values())
         doc = swarm.status()
         validate(doc)
         target = _dial_addr(doc, ids["a"])
         ready = tmp_path / "bad.ready"
         bad = subprocess.run(
-            [sys.executable, str(Path(__file__).with_name("sapo_bad_peer.py")), "--identity",
-             str(tmp_path / "bad.key"), "--target", target, "--run", "sapo-test", "--ready", str(ready),
-             "--count", "40"], capture_output=True, text=True, timeout=WAIT_S)
+            [
+                sys.executable,
+                str(Path(__file__).with_name("sapo_bad_peer.py")),
+                "--identity",
+                str(tmp_path / "bad.key"),
+                "--target",
+                target,
+                "--run",
+                "sapo-test",
+                "--ready",
+                str(ready),
+                "--count",
+                "40",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
         assert bad.returncode == 0, bad.stdout + bad.stderr[-3000:]
         liar = ready.read_text().strip()
-        _wait(lambda: any(liar in s.get("step_external_peers", {}) for s in _steps(tmp_path, "a")),
-              "node a trained on the liar's groups (with its own rewards)", nodes.values())
+        _wait(
+            lambda: any(liar in s.get("step_external_peers", {}) for s in _steps(tmp_path, "a")),
+            "node a trained on the liar's groups (with its own rewards)",
+            nodes.values(),
+        )
         for step in _steps(tmp_path, "a"):
             assert all(n <= 2 for n in step["step_external_peers"].values()), step["step_external_peers"]
             assert step["step_external_groups"] <= 4
@@ -129,18 +157,24 @@ def test_three_nodes_of_two_sizes_each_train_on_both_others(tmp_path):
         # 30 s instead of 300 (the test's whole wait) lets its groups be checked again meanwhile.
         brief = ["sapo.distrust_seconds=30"]
         nodes, ids = _start(swarm, tmp_path, {"a": [*SMALL, *brief], "b": brief, "c": [*SMALL, *brief]})
-        _wait(lambda: _trained_on_all_others(tmp_path, nodes, ids),
-              "every node trained on groups of both other nodes", nodes.values())
+        _wait(
+            lambda: _trained_on_all_others(tmp_path, nodes, ids),
+            "every node trained on groups of both other nodes",
+            nodes.values(),
+        )
 
         def status_names_both_others_of_each() -> bool:  # status reads heartbeats: each node's, once it is there
             doc = swarm.status()
             validate(doc)
             listed = {p["peer_id"]: p for p in doc["peers"]}
-            return all(ids[name] in listed and set((listed[ids[name]].get("health") or {}).get("external_peers", []))
-                       >= {ids[o][-12:] for o in nodes if o != name} for name in nodes)
+            return all(
+                ids[name] in listed
+                and set((listed[ids[name]].get("health") or {}).get("external_peers", []))
+                >= {ids[o][-12:] for o in nodes if o != name}
+                for name in nodes
+            )
 
-        _wait(status_names_both_others_of_each, "status naming both other nodes as each node's senders",
-              nodes.values())
+        _wait(status_names_both_others_of_each, "status naming both other nodes as each node's senders", nodes.values())
 
 
 @pytest.mark.slow  # ~1-2 min quiet: CI's long-scenario step runs it (.ci/run)
@@ -152,19 +186,38 @@ def test_a_marker_attack_by_a_same_model_peer_is_refused_as_implausible(tmp_path
     attack does to the marker rate with the check off and on."""
     with LocalSwarm(tmp_path, run_id="sapo-test") as swarm:
         swarm.bootstrap()
-        nodes, ids = _start(swarm, tmp_path, {"a": ["model.tiny.warm_start_steps=300"],
-                                              "b": ["model.tiny.warm_start_steps=300"]})
-        _wait(lambda: _trained_on_all_others(tmp_path, nodes, ids), "a and b trained on each other's groups",
-              nodes.values())
-        _wait(lambda: ids["a"] in {p["peer_id"] for p in swarm.status()["peers"]}, "node a in status",
-              nodes.values())
+        nodes, ids = _start(
+            swarm, tmp_path, {"a": ["model.tiny.warm_start_steps=300"], "b": ["model.tiny.warm_start_steps=300"]}
+        )
+        _wait(
+            lambda: _trained_on_all_others(tmp_path, nodes, ids),
+            "a and b trained on each other's groups",
+            nodes.values(),
+        )
+        _wait(lambda: ids["a"] in {p["peer_id"] for p in swarm.status()["peers"]}, "node a in status", nodes.values())
         attack_began = len(_steps(tmp_path, "a"))
         ready = tmp_path / "marker.ready"
         marker = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("sapo_marker_peer.py")), "--identity",
-             str(tmp_path / "marker.key"), "--target", _dial_addr(swarm.status(), ids["a"]), "--run", "sapo-test",
-             "--ready", str(ready), "--seconds", "10", "--rate", "4"], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                str(Path(__file__).with_name("sapo_marker_peer.py")),
+                "--identity",
+                str(tmp_path / "marker.key"),
+                "--target",
+                _dial_addr(swarm.status(), ids["a"]),
+                "--run",
+                "sapo-test",
+                "--ready",
+                str(ready),
+                "--seconds",
+                "10",
+                "--rate",
+                "4",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             out, err = marker.communicate(timeout=WAIT_S)
             assert marker.returncode == 0, out + err[-3000:]
@@ -176,12 +229,17 @@ def test_a_marker_attack_by_a_same_model_peer_is_refused_as_implausible(tmp_path
 
         def distrusted() -> bool:
             health = _health(swarm.status(), ids["a"])
-            return (health.get("implausible_groups", 0) >= MIN_OUTCOMES
-                    and attacker[-12:] in health.get("implausible_peers", [])
-                    and attacker[-12:] in health.get("distrusted_peers", []))
+            return (
+                health.get("implausible_groups", 0) >= MIN_OUTCOMES
+                and attacker[-12:] in health.get("implausible_peers", [])
+                and attacker[-12:] in health.get("distrusted_peers", [])
+            )
 
-        _wait(distrusted, "node a's health counts the marker peer's groups as implausible and distrusts it",
-              nodes.values())
+        _wait(
+            distrusted,
+            "node a's health counts the marker peer's groups as implausible and distrusts it",
+            nodes.values(),
+        )
         steps = _steps(tmp_path, "a")
         assert not any(attacker in s.get("step_external_peers", {}) for s in steps)
         assert steps[-1]["implausible_by_peer"][attacker] >= MIN_OUTCOMES and attacker in steps[-1]["distrusted"]

@@ -46,10 +46,11 @@ def test_per_node_costs_do_not_grow_from_8_to_24_samplers(tmp_path: Path) -> Non
     assert ctl_small and ctl_large, "no control-plane bytes were counted"
     assert ctl_large <= MAX_GROWTH * ctl_small, (
         f"the median sampler's control-plane bytes per minute grew {ctl_large / ctl_small:.2f}x from 8 to 24 "
-        f"samplers ({ctl_small:,.0f} -> {ctl_large:,.0f})")
+        f"samplers ({ctl_small:,.0f} -> {ctl_large:,.0f})"
+    )
     copies_small = small["learner"]["upload_copies_per_version"]
     copies_large = large["learner"]["upload_copies_per_version"]
     assert copies_small and copies_large, f"no version was published and fetched in a window: {small} {large}"
     assert copies_large <= MAX_GROWTH * max(1.0, copies_small), (
-        f"the learner uploaded {copies_large:.2f} copies per version at 24 samplers against {copies_small:.2f} "
-        "at 8")
+        f"the learner uploaded {copies_large:.2f} copies per version at 24 samplers against {copies_small:.2f} at 8"
+    )

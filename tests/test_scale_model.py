@@ -33,8 +33,9 @@ def test_summarise_rates_are_per_minute_over_the_window() -> None:
     rows = []
     for name, role, per_s in (("s1", "sampler", 10), ("s2", "sampler", 30), ("bootstrap", "bootstrap", 50)):
         for t in (0.0, 60.0, 120.0):
-            rows.append({"ev": "node", "t": t, "name": name, "role": role, "ctl_in": per_s * t, "ctl_out": per_s * t,
-                         "sent": 0})
+            rows.append(
+                {"ev": "node", "t": t, "name": name, "role": role, "ctl_in": per_s * t, "ctl_out": per_s * t, "sent": 0}
+            )
     doc = summarise(rows, since=60.0)
     ctl = doc["control_bytes_per_min"]
     assert ctl["median_sampler"] == pytest.approx(2 * 20 * 60)
@@ -42,8 +43,10 @@ def test_summarise_rates_are_per_minute_over_the_window() -> None:
 
 
 def _results(median, busiest) -> list[dict]:
-    return [{"samplers": n - 2, "control_bytes_per_min": {"median_sampler": median(n), "busiest_node": busiest(n)}}
-            for n in (10, 18, 34, 66)]
+    return [
+        {"samplers": n - 2, "control_bytes_per_min": {"median_sampler": median(n), "busiest_node": busiest(n)}}
+        for n in (10, 18, 34, 66)
+    ]
 
 
 def test_the_model_fits_its_forms_and_predicts_the_held_out_largest_point() -> None:
@@ -100,17 +103,23 @@ def test_the_model_predicts_a_later_run_it_was_not_fitted_to() -> None:
     doc = model.build(_recorded("after", "gate", "gate2"), model.SHARDED)
     later = model.per_call_points(_recorded("start32"))
     for key in ("median", "busiest", "bootstrap"):
-        (n, calls, real), = later[key]
+        ((n, calls, real),) = later[key]
         guess = calls * model.predict(doc["coefficients"][key][1], "bucket", n)
         assert n == 34 and abs(guess - real) <= 0.25 * real, (key, guess, real)
 
 
 def test_bytes_a_call_stop_growing_at_the_results_bucket_size() -> None:
     def results(k: int) -> list[dict]:
-        return [{"samplers": n - 2, "dht_bucket_size": k,
-                 "control_calls_per_min": {"median_sampler": 1000.0},
-                 "control_bytes_per_min": {"median_sampler": 1000.0 * (500 + 60 * min(n - 1, k))}}
-                for n in (6, 10, 18, 34)]
+        return [
+            {
+                "samplers": n - 2,
+                "dht_bucket_size": k,
+                "control_calls_per_min": {"median_sampler": 1000.0},
+                "control_bytes_per_min": {"median_sampler": 1000.0 * (500 + 60 * min(n - 1, k))},
+            }
+            for n in (6, 10, 18, 34)
+        ]
+
     for k in (8, 20):
         doc = model.build(results(k), model.SHARDED)
         assert doc["bucket"] == k and doc["check"]["median"]["error"] == pytest.approx(0.0, abs=1e-6)
@@ -119,8 +128,16 @@ def test_bytes_a_call_stop_growing_at_the_results_bucket_size() -> None:
 
 
 def test_calls_grow_past_the_measured_sizes_as_the_lookup_bench_counts_them() -> None:
-    rows = [{"nodes": n, "bucket": 8, "store": {"calls": 10.0}, "read_key": {"calls": 8.0},
-             "read_8_shards": {"calls": 20.0 + 10 * math.log2(n)}} for n in (10, 20, 40, 80)]
+    rows = [
+        {
+            "nodes": n,
+            "bucket": 8,
+            "store": {"calls": 10.0},
+            "read_key": {"calls": 8.0},
+            "read_8_shards": {"calls": 20.0 + 10 * math.log2(n)},
+        }
+        for n in (10, 20, 40, 80)
+    ]
     growth = model.lookup_growth(rows, 8)
     assert growth(80) / growth(20) == pytest.approx((38 + 10 * math.log2(80)) / (38 + 10 * math.log2(20)))
     calls = [(18, 1000.0), (34, 1000.0)]
@@ -133,8 +150,10 @@ def test_version_lag_compares_the_samplers_that_sent_nothing_with_those_that_sen
     haves = [{"role": "learner", "name": "learner", "t": t, "v": int(t)} for t in range(0, 101, 10)]
     haves += [{"role": "sampler", "name": "near", "t": t, "v": int(t) - 2} for t in range(0, 101, 10)]
     haves += [{"role": "sampler", "name": "far", "t": 0.0, "v": 0}]
-    nodes = {"near": [{"t": 0.0, "sent": 0}, {"t": 100.0, "sent": 40}],
-             "far": [{"t": 0.0, "sent": 5}, {"t": 100.0, "sent": 5}]}
+    nodes = {
+        "near": [{"t": 0.0, "sent": 0}, {"t": 100.0, "sent": 40}],
+        "far": [{"t": 0.0, "sent": 5}, {"t": 100.0, "sent": 5}],
+    }
     got = version_lag(haves, nodes, ["near", "far"], since=0.0, until=100.0, behind=8, step=10.0)
     assert got["sending"]["samplers"] == 1 and got["sending"]["lag_mean"] == pytest.approx(2.0)
     assert got["sending"]["share_far_behind"] == 0.0
@@ -143,8 +162,10 @@ def test_version_lag_compares_the_samplers_that_sent_nothing_with_those_that_sen
 
 
 def test_sampler_states_are_shares_of_the_window_per_kind_of_sampler() -> None:
-    nodes = {"a": [{"t": t, "sent": t, "state": "generating" if t < 30 else "credit"} for t in (0, 10, 20, 30)],
-             "b": [{"t": t, "sent": 0, "state": "too stale"} for t in (0, 10, 20, 30)]}
+    nodes = {
+        "a": [{"t": t, "sent": t, "state": "generating" if t < 30 else "credit"} for t in (0, 10, 20, 30)],
+        "b": [{"t": t, "sent": 0, "state": "too stale"} for t in (0, 10, 20, 30)],
+    }
     got = sampler_states(nodes, ["a", "b"], since=0.0, until=30.0)
     assert got["sending"] == {"samplers": 1, "credit": 0.25, "generating": 0.75}
     assert got["silent"] == {"samplers": 1, "too stale": 1.0}
@@ -152,8 +173,12 @@ def test_sampler_states_are_shares_of_the_window_per_kind_of_sampler() -> None:
 
 
 def test_publisher_chunks_counts_the_learners_chunks_asked_while_a_holder_was_unheard() -> None:
-    nodes = {"a": [{"t": 0, "seed_chunks": {"asked": 5, "unheard": 1}},
-                   {"t": 9, "seed_chunks": {"asked": 15, "unheard": 5}}],
-             "b": [{"t": 0}, {"t": 9, "seed_chunks": {"asked": 10}}]}
+    nodes = {
+        "a": [
+            {"t": 0, "seed_chunks": {"asked": 5, "unheard": 1}},
+            {"t": 9, "seed_chunks": {"asked": 15, "unheard": 5}},
+        ],
+        "b": [{"t": 0}, {"t": 9, "seed_chunks": {"asked": 10}}],
+    }
     assert publisher_chunks(nodes, ["a", "b"], since=0.0) == {"asked": 20, "unheard": 4, "unheard_share": 0.2}
     assert publisher_chunks({"a": [{"t": 0}, {"t": 9}]}, ["a"], since=0.0) == {}  # older rows

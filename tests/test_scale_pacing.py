@@ -31,8 +31,10 @@ def test_no_more_starts_run_at_once_than_the_gate_has_slots(tmp_path: Path) -> N
             async with gate.slot() as number:
                 slots.append(number)
                 return await start(i)
+
         assert await asyncio.gather(*(one(i) for i in range(6))) == list(range(6))
         return most, slots
+
     most, slots = asyncio.run(scenario())
     assert most == 2 and sorted(set(slots)) == [0, 1]
 
@@ -47,6 +49,7 @@ def test_a_slot_held_by_another_open_file_is_not_taken(tmp_path: Path) -> None:
     async def take() -> int:
         async with StartGate(tmp_path, slots=2, poll_s=0.01).slot() as number:
             return number
+
     try:
         assert asyncio.run(take()) == 1
     finally:
@@ -59,8 +62,10 @@ def test_the_shared_pace_books_every_batch_and_refuses_a_zero_budget() -> None:
 
         async def batch() -> str:
             return "made"
+
         assert await asyncio.gather(*(pace.run(4, batch) for _ in range(5))) == ["made"] * 5
         return pace.groups
+
     assert asyncio.run(scenario()) == 20
     with pytest.raises(ValueError):
         SharedPace(0)

@@ -68,9 +68,13 @@ def test_systemd_analyze_verify_passes(tmp_path):
     for name in ALL:
         text = (UNITS / name).read_text().replace("/usr/local/bin/swarmnode", swarmnode)
         (tmp_path / name).write_text(text)
-    done = subprocess.run(["systemd-analyze", "verify", *[str(tmp_path / n) for n in ALL]], capture_output=True,
-                          text=True, timeout=120)
-    complaints = [line for line in (done.stdout + done.stderr).splitlines()
-                  if line.strip() and not any(f"Unknown key '{k}'" in line or f"Unknown key name '{k}'" in line
-                                              for k in NEWER_KEYS)]
+    done = subprocess.run(
+        ["systemd-analyze", "verify", *[str(tmp_path / n) for n in ALL]], capture_output=True, text=True, timeout=120
+    )
+    complaints = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if line.strip()
+        and not any(f"Unknown key '{k}'" in line or f"Unknown key name '{k}'" in line for k in NEWER_KEYS)
+    ]
     assert done.returncode == 0 and not complaints, complaints

@@ -12,7 +12,6 @@ import asyncio
 import re
 
 import pytest
-
 from liar_peer import shaped_liars
 from swarm_helpers import LocalSwarm
 from test_learner_restart import WORK, learner_args, steps, wait_rows
@@ -28,27 +27,39 @@ def test_shaped_liars_are_caught_on_their_first_check_and_the_honest_sampler_tra
         swarm.bootstrap()
         learner = swarm.join("learner", "learner", wait=False, **learner_args(tmp_path))
         learner_id = learner.ready_fields(timeout=300)["peer_id"]  # a loaded machine starts nodes slowly
-        sampler_proc = swarm.join("sampler", "sampler", work=True, wait=False,
-                                  extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+        sampler_proc = swarm.join(
+            "sampler", "sampler", work=True, wait=False, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"]
+        )
         sampler_proc.ready_fields(timeout=300)
         wait_rows(steps_file, lambda rows: len(rows) >= 5, 180, "5 learner steps")
         peers = {p["peer_id"]: p for p in swarm.status()["peers"]}
         sampler = next(p for p in peers.values() if p["role"] == "sampler")
-        result = asyncio.run(shaped_liars(tmp_path, swarm.run_id, f"{peers[learner_id]['addrs'][0]}/p2p/{learner_id}",
-                                          f"{sampler['addrs'][0]}/p2p/{sampler['peer_id']}", KINDS))
+        result = asyncio.run(
+            shaped_liars(
+                tmp_path,
+                swarm.run_id,
+                f"{peers[learner_id]['addrs'][0]}/p2p/{learner_id}",
+                f"{sampler['addrs'][0]}/p2p/{sampler['peer_id']}",
+                KINDS,
+            )
+        )
         seen = len(steps(steps_file))
         wait_rows(steps_file, lambda rows: len(rows) >= seen + 20, 180, "20 steps after the lies")
         out = learner.stdout()
     for kind, liar in result.items():
         accepted = liar["statuses"].get("ok", 0)
         assert accepted >= 1, (kind, liar)  # the lies got past the door: they look like honest groups
-        caught = re.findall(rf"caught sampler {liar['peer_id']} claiming version \d+: (.*?); (\d+) of its groups "
-                            r"passed to training so far", out)
+        caught = re.findall(
+            rf"caught sampler {liar['peer_id']} claiming version \d+: (.*?); (\d+) of its groups "
+            r"passed to training so far",
+            out,
+        )
         assert caught, f"{kind}: never caught; acks {liar['statuses']}\n{out[-3000:]}"
         assert int(caught[0][1]) == 0, f"{kind}: {caught[0][1]} groups passed before the first catch"
         print(f"{kind}: acks {liar['statuses']}; caught: {caught[0][0]}")
     assert f"caught sampler {sampler['peer_id']}" not in out
     trained = [r for r in steps(steps_file)[seen:] if r.get("trained")]
-    assert len(trained) >= 10 and all(set(r["sampler_ids"]) <= {sampler["peer_id"]} | {
-        liar["peer_id"] for liar in result.values()} for r in trained)
+    assert len(trained) >= 10 and all(
+        set(r["sampler_ids"]) <= {sampler["peer_id"]} | {liar["peer_id"] for liar in result.values()} for r in trained
+    )
     assert any(sampler["peer_id"] in r["sampler_ids"] for r in trained)

@@ -59,13 +59,25 @@ def test_every_shaped_lie_fails_the_check_and_honest_claims_pass(groups, parts):
     _, tokenizer, engine = parts
     for g in groups:
         with torch.no_grad():
-            scores = completion_scores(engine.model, [g.prompt_tokens] * len(g.completions), g.completions,
-                                       g.temperature, tokenizer.pad_token_id)
+            scores = completion_scores(
+                engine.model,
+                [g.prompt_tokens] * len(g.completions),
+                g.completions,
+                g.temperature,
+                tokenizer.pad_token_id,
+            )
         n = scores.logp.shape[1]
         assert group_mismatch(scores.logp, _padded(g.logprobs, n), scores.mask, TOLERANCE).passed
         for whole, scale in ((False, 1.0), (False, 8.0), (True, 1.0)):  # honest bf16-like claims
-            claimed, ref = bf16_logprobs(engine.model, g.prompt_tokens, g.completions, g.temperature,
-                                         tokenizer.pad_token_id, whole_forward=whole, logit_scale=scale)
+            claimed, ref = bf16_logprobs(
+                engine.model,
+                g.prompt_tokens,
+                g.completions,
+                g.temperature,
+                tokenizer.pad_token_id,
+                whole_forward=whole,
+                logit_scale=scale,
+            )
             m = group_mismatch(_padded(ref, n), _padded(claimed, n), scores.mask, TOLERANCE)
             assert m.passed, (whole, scale, m)
         for kind in family():
@@ -105,8 +117,9 @@ class _G:
 
 def _steps(checker: SpotChecker, buffer: ReplayBuffer, trust: TrustConfig, per_step: int):
     """One step's draw under the budgets: (groups, StepChecks), the draw decisions judged clean."""
-    checks = StepChecks(checker, unchecked_budget(trust.unchecked_share, per_step),
-                        suspect_budget(trust.probation_share, per_step))
+    checks = StepChecks(
+        checker, unchecked_budget(trust.unchecked_share, per_step), suspect_budget(trust.probation_share, per_step)
+    )
     drawn = draw_step(buffer, checks, per_step)
     for g in drawn:
         if checks.drawn(g):
@@ -126,7 +139,7 @@ def test_a_wave_of_new_keys_costs_each_step_a_bounded_number_of_checks_and_all_l
     keys = [f"new{i}" for i in range(newcomers)]
     serial = 0
     bound = math.ceil(newcomers * trust.probation_checks / budget)
-    for step in range(bound + 1):
+    for step in range(bound + 1):  # noqa: B007 (read after the loop)
         held = buffer.stats()["per_sampler"]
         for key in keys + ["old"] * per_step:  # each newcomer keeps 2 groups waiting, the old one a step's worth
             if held.get(key, 0) < 2 or key == "old":
@@ -155,7 +168,7 @@ def test_a_trusted_key_passes_at_most_its_unchecked_budget_into_any_step():
     assert checker.rate("patient") == trust.verify_fraction  # the floor
     buffer = ReplayBuffer(capacity=100_000, max_staleness=10**6, per_sampler_quota=1.0)
     serial = 0
-    for step in range(50):
+    for _step in range(50):
         for key in ["patient"] * 32 + ["honest"] * 4:  # a burst from the patient key every step
             serial += 1
             buffer.add(_G(f"g{serial}", key))
@@ -190,9 +203,15 @@ def test_the_learner_loop_fills_a_step_of_newcomers_alone_and_checks_them_all(cf
 def test_status_names_a_sampler_whose_kl_stands_out_from_the_others():
     from swarmnode.observe.health import find_alerts
 
-    learner = {"peer_id": "L" * 20, "role": "learner", "version": 3, "health": {
-        "verified_peers": ["liar-key", "honest-a", "honest-b", "honest-c"],
-        "verified_kl": [1.3, 0.0009, 0.0011, 0.0]}}
+    learner = {
+        "peer_id": "L" * 20,
+        "role": "learner",
+        "version": 3,
+        "health": {
+            "verified_peers": ["liar-key", "honest-a", "honest-b", "honest-c"],
+            "verified_kl": [1.3, 0.0009, 0.0011, 0.0],
+        },
+    }
     alerts = [a for a in find_alerts([learner], 16) if a["kind"] == "sampler_kl"]
     assert [a["peer_id"] for a in alerts] == ["liar-key"] and "KL" in alerts[0]["message"]
     learner["health"]["verified_kl"] = [0.002, 0.0009, 0.0011, 0.0]  # bf16-like spread: nobody named

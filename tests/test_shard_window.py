@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from flood_helpers import fake_peer_records, record_lifetime, store_records
 from swarm_helpers import FAST_NET, LOOPBACK
+
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.swarm.dht import SwarmDHT
@@ -20,8 +20,10 @@ RUN = "window-run"
 
 
 def cfg_with(*sets: str):
-    return load_config(None, [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]",
-                              "network.missed_beats_to_expire=60", *sets])
+    return load_config(
+        None,
+        [*FAST_NET, f"run_id={RUN}", f"network.host_maddrs=[{LOOPBACK}]", "network.missed_beats_to_expire=60", *sets],
+    )
 
 
 async def _small_run():
@@ -38,6 +40,7 @@ async def _small_run():
         async def counted(shards, run_id=None):
             reads.append(list(shards))
             return await read_shards(shards, run_id)
+
         reader.read_shards = counted
         expiration = record_lifetime()
         first = fake_peer_records(RUN, 10, expiration, role="sampler", version=1, pad=False)
@@ -49,6 +52,7 @@ async def _small_run():
             reads.clear()
             await peers.refresh()
             looks.append(([s for r in reads for s in r], {r.peer_id for r in peers.window.records()}))
+
         await look()
         later = fake_peer_records(RUN, 5, expiration, role="sampler", version=1, pad=False)
         assert await store_records(RUN, {peer_id: addr}, later, expiration) == 5

@@ -16,16 +16,15 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Coroutine
 
 import pytest
 import torch
+from weights_helpers import RUN, daemons
 
 from swarmnode.identity import Identity
 from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
-from weights_helpers import RUN, daemons
 
 KEYS, STREAMS, EVERY = 33, 8, 8.0  # the attack of issue 40: 264 streams, more than the server's 256
 TRIALS = 7  # each side's fastest fetch is compared: the other agents' load spikes hit single trials
@@ -40,22 +39,49 @@ def big_state() -> dict[str, torch.Tensor]:
 
 async def fetch_seconds(honest, tmp_path: Path, learner: Identity, server_id, trial: str) -> float:
     """One full fetch of version 1 into an empty store; its seconds."""
-    fetcher = WeightFetcher(honest, WeightStore(tmp_path / trial, RUN, chunk_bytes=1 << 20), [learner.peer_id],
-                            layout=None)
+    fetcher = WeightFetcher(
+        honest, WeightStore(tmp_path / trial, RUN, chunk_bytes=1 << 20), [learner.peer_id], layout=None
+    )
     await asyncio.wait_for(fetcher.fetch([server_id], 1), 120)
     return fetcher.last_stats.seconds
 
 
-def start_flood(tmp_path: Path, target: str, keys: int = KEYS, streams: int = STREAMS, every: float = EVERY,
-                more_targets: tuple[str, ...] | list[str] = (), op: str = "have") -> tuple[subprocess.Popen, Path]:
+def start_flood(
+    tmp_path: Path,
+    target: str,
+    keys: int = KEYS,
+    streams: int = STREAMS,
+    every: float = EVERY,
+    more_targets: tuple[str, ...] | list[str] = (),
+    op: str = "have",
+) -> tuple[subprocess.Popen, Path]:
     """tests/slot_flood_peer.py in its own session: `keys` keys x `streams` streams on each target, `op` every
     `every` s; the file it writes its counts to."""
     ready = tmp_path / "flood.jsonl"
     targets = [a for t in (target, *more_targets) for a in ("--target", t)]
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slot_flood_peer.py")), *targets,
-                             "--run", RUN, "--keys", str(keys), "--streams", str(streams), "--every", str(every),
-                             "--op", op, "--ready", str(ready)], start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("slot_flood_peer.py")),
+            *targets,
+            "--run",
+            RUN,
+            "--keys",
+            str(keys),
+            "--streams",
+            str(streams),
+            "--every",
+            str(every),
+            "--op",
+            op,
+            "--ready",
+            str(ready),
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     return proc, ready
 
 
@@ -119,10 +145,12 @@ def test_a_slot_flood_leaves_an_honest_fetch_at_full_speed(tmp_path):
 
     (quiet, flooded, held, server), counts = run_flooded(scenario(), flood, tmp_path)
     ratio = min(quiet) / min(flooded)
-    print(f"slot flood: honest fetch {ratio:.2f}x its quiet speed (best of {len(quiet)}: {min(quiet):.3f} s quiet, "
-          f"{min(flooded):.3f} s flooded; medians {statistics.median(quiet):.3f} and {statistics.median(flooded):.3f}"
-          f" s); the flood held {held} streams, {counts}, "
-          f"server refused {server.streams_refused}, evicted {server.streams_evicted}")
+    print(
+        f"slot flood: honest fetch {ratio:.2f}x its quiet speed (best of {len(quiet)}: {min(quiet):.3f} s quiet, "
+        f"{min(flooded):.3f} s flooded; medians {statistics.median(quiet):.3f} and {statistics.median(flooded):.3f}"
+        f" s); the flood held {held} streams, {counts}, "
+        f"server refused {server.streams_refused}, evicted {server.streams_evicted}"
+    )
     assert counts["keys"] == KEYS and counts["haves"] > 0
     # the flood held the whole strangers' share all along: the honest fetches got in by eviction, not by luck
     assert held >= server.max_stranger_streams - KEYS, (held, server.max_stranger_streams)

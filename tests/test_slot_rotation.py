@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 from hivemind.p2p import P2P
+from test_slot_flood import flood_ready, run_flooded, start_flood
+from weights_helpers import RUN, daemons
 
 from swarmnode.identity import Identity
 from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
 from swarmnode.swarm.weights.slots import SlotTable, address_group
-from test_slot_flood import flood_ready, run_flooded, start_flood
-from weights_helpers import RUN, daemons
 
 
 class Stream:
@@ -37,8 +37,9 @@ class Stream:
 
 
 def table(**kw) -> SlotTable:
-    return SlotTable(**{"max_total": 16, "max_per_peer": 8, "stranger_per_peer": 4, "max_strangers": 8,
-                        "evict_after": 60.0, **kw})
+    return SlotTable(
+        **{"max_total": 16, "max_per_peer": 8, "stranger_per_peer": 4, "max_strangers": 8, "evict_after": 60.0, **kw}
+    )
 
 
 def test_a_new_stranger_key_takes_a_slot_from_the_key_holding_the_most():
@@ -105,8 +106,9 @@ async def fetch_seconds(p2p: P2P, where: Path, learner: Identity, holders) -> fl
 
 async def new_sampler_seconds(addrs: list[str], where: Path, learner: Identity, holders) -> float:
     """A fresh key and daemon that knows the holders' addresses fetches its first version: its seconds."""
-    newcomer = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=addrs, nat_port_map=False,
-                                auto_nat=False)
+    newcomer = await P2P.create(
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=addrs, nat_port_map=False, auto_nat=False
+    )
     try:
         return await fetch_seconds(newcomer, where, learner, holders)
     finally:
@@ -156,13 +158,15 @@ def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
             return new, old, held, flooded
 
     (new, old, held, servers), counts = run_flooded(scenario(), flood, tmp_path)
-    print(f"slot rotation: new sampler {best_ratio(**new):.2f}x its unflooded speed (best of {len(new['quiet'])}: "
-          f"{min(new['quiet']):.2f} s unflooded, {min(new['flooded']):.2f} s flooded; medians "
-          f"{statistics.median(new['quiet']):.2f} and {statistics.median(new['flooded']):.2f} s); honest stranger "
-          f"{best_ratio(**old):.2f}x ({min(old['quiet']):.2f} and {min(old['flooded']):.2f} s; medians "
-          f"{statistics.median(old['quiet']):.2f} and {statistics.median(old['flooded']):.2f} s); the flood held 128, "
-          f"at least {held} streams, {counts}; evicted {[s.streams_evicted for s in servers]}, refused "
-          f"{[s.streams_refused for s in servers]}")
+    print(
+        f"slot rotation: new sampler {best_ratio(**new):.2f}x its unflooded speed (best of {len(new['quiet'])}: "
+        f"{min(new['quiet']):.2f} s unflooded, {min(new['flooded']):.2f} s flooded; medians "
+        f"{statistics.median(new['quiet']):.2f} and {statistics.median(new['flooded']):.2f} s); honest stranger "
+        f"{best_ratio(**old):.2f}x ({min(old['quiet']):.2f} and {min(old['flooded']):.2f} s; medians "
+        f"{statistics.median(old['quiet']):.2f} and {statistics.median(old['flooded']):.2f} s); the flood held 128, "
+        f"at least {held} streams, {counts}; evicted {[s.streams_evicted for s in servers]}, refused "
+        f"{[s.streams_refused for s in servers]}"
+    )
     assert counts["keys"] == KEYS and counts["haves"] > 0  # the flood kept asking for manifests
     # it filled every stranger slot before the fetches (asserted above), and the new samplers' streams took slots
     # from it (its streams also close after 20 s without chunks and reopen a second later: `held` dips then)

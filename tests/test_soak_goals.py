@@ -28,15 +28,33 @@ def test_the_schedule_is_seeded_and_never_hits_a_node_twice_at_once():
 
 def run(samples, *, journal=10, offered=10, minutes=15.0):
     """A soak document of `samples` rows (node, life, t, age, rss, version) and one learner kill."""
-    return {"args": {"minutes": minutes, "config": "tiny-cpu", "sets": []}, "t_ready": 0.0, "t0_wall": 0.0,
-            "samples": samples, "events": [],
-            "faults": [], "heldout": [], "steps": [], "replays": [{"life": 1}, {"life": 2, "offered": {"ok": offered}}],
-            "journal_at_kill": [{"t": 100.0, "life": 1, "journal": journal}], "p2pds_left": []}
+    return {
+        "args": {"minutes": minutes, "config": "tiny-cpu", "sets": []},
+        "t_ready": 0.0,
+        "t0_wall": 0.0,
+        "samples": samples,
+        "events": [],
+        "faults": [],
+        "heldout": [],
+        "steps": [],
+        "replays": [{"life": 1}, {"life": 2, "offered": {"ok": offered}}],
+        "journal_at_kill": [{"t": 100.0, "life": 1, "journal": journal}],
+        "p2pds_left": [],
+    }
 
 
 def flat(node="sampler1", rss_per_s=0.0, versions=None):
-    return [{"node": node, "life": 1, "t": float(t), "age": float(t), "rss": 400 + rss_per_s * t,
-             "version": (versions or {}).get(t, t // 10)} for t in range(0, 901, 10)]
+    return [
+        {
+            "node": node,
+            "life": 1,
+            "t": float(t),
+            "age": float(t),
+            "rss": 400 + rss_per_s * t,
+            "version": (versions or {}).get(t, t // 10),
+        }
+        for t in range(0, 901, 10)
+    ]
 
 
 def test_a_clean_run_passes_the_ci_check():
@@ -61,8 +79,18 @@ def test_an_rss_slope_well_above_the_goal_fails_it():
 
 def sending(node: str, sent_at: list[int], *, until: int = 900) -> list[dict]:
     """Samples of one sampler life whose `sent` counter rises at each time of `sent_at`."""
-    return [{"node": node, "life": 1, "t": float(t), "age": float(t), "rss": 400.0, "version": t // 10,
-             "sent": float(sum(1 for x in sent_at if x <= t))} for t in range(0, until + 1, 10)]
+    return [
+        {
+            "node": node,
+            "life": 1,
+            "t": float(t),
+            "age": float(t),
+            "rss": 400.0,
+            "version": t // 10,
+            "sent": float(sum(1 for x in sent_at if x <= t)),
+        }
+        for t in range(0, until + 1, 10)
+    ]
 
 
 def test_a_sampler_that_sends_late_after_a_fault_is_late():
@@ -75,8 +103,10 @@ def test_a_sampler_that_sends_late_after_a_fault_is_late():
 
 def test_a_sampler_frozen_meanwhile_is_judged_from_its_own_fault():
     doc = run([*flat("learner"), *sending("sampler1", [0, 50, 400])])
-    doc["faults"] = [{"at": 60.0, "end": 100.0, "kind": "sampler_kill", "target": "sampler2"},
-                     {"at": 150.0, "end": 390.0, "kind": "freeze", "target": "sampler1"}]
+    doc["faults"] = [
+        {"at": 60.0, "end": 100.0, "kind": "sampler_kill", "target": "sampler2"},
+        {"at": 150.0, "end": 390.0, "kind": "freeze", "target": "sampler1"},
+    ]
     rows = report.sampler_resume(doc)
     assert [(r["fault"], r["resume_s"]) for r in rows] == [("freeze", 10.0)]  # not 300 s late after the kill
 
@@ -121,10 +151,19 @@ def test_a_restarted_learners_settling_memory_is_not_the_goals_slope():
 def test_a_directory_is_judged_against_its_configured_bound():
     """A learner's steps file and accepted-ids journal grow toward their caps for hours: within the bound the
     config sets, that is flat; a sampler's directory past its bound is not."""
-    rows = [{"node": node, "life": 1, "t": float(t), "age": float(t), "rss": 400.0, "version": t // 10,
-             "dir_bytes": int(mb(t))} for t in range(0, 7201, 30)
-            for node, mb in (("learner", lambda t: 40e6 + 10e6 * t / 3600),
-                             ("sampler1", lambda t: 5e6 + 5e9 * t / 3600))]
+    rows = [
+        {
+            "node": node,
+            "life": 1,
+            "t": float(t),
+            "age": float(t),
+            "rss": 400.0,
+            "version": t // 10,
+            "dir_bytes": int(mb(t)),
+        }
+        for t in range(0, 7201, 30)
+        for node, mb in (("learner", lambda t: 40e6 + 10e6 * t / 3600), ("sampler1", lambda t: 5e6 + 5e9 * t / 3600))
+    ]
     dirs = {d["node"]: d for d in report.dir_growth(run(rows, minutes=120), 900)}
     assert dirs["learner"]["flat"] and dirs["learner"]["second_half_max_mb"] < dirs["learner"]["bound_mb"]
     assert not dirs["sampler1"]["flat"] and dirs["sampler1"]["second_half_max_mb"] > dirs["sampler1"]["bound_mb"]

@@ -41,8 +41,13 @@ def make_loop(cfg, parts, lora: bool = False) -> LearnerLoop:
     task, tokenizer, engine = parts
     c = cfg
     if lora:
-        c = cfg.model_copy(update={"learner": cfg.learner.model_copy(
-            update={"lora": cfg.learner.lora.model_copy(update=dict(enabled=True, r=4, alpha=8.0))})})
+        c = cfg.model_copy(
+            update={
+                "learner": cfg.learner.model_copy(
+                    update={"lora": cfg.learner.lora.model_copy(update=dict(enabled=True, r=4, alpha=8.0))}
+                )
+            }
+        )
     model = load_model(c.model, c.task, "cpu")
     model.load_state_dict(engine.model.state_dict())  # the weights the engine samples with are version 0
     loop = LearnerLoop(model, tokenizer, task, c, ReplayBuffer.from_config(c), publish=lambda *a: None)
@@ -55,7 +60,7 @@ def train_versions(loop: LearnerLoop, groups, n: int) -> None:
     rows = [r for g in groups if (r := loop.rows.rows(g, loop.version)) and len({x.reward for x in r}) > 1]
     assert len(rows) >= 2, "the untrained tiny model should give some groups a reward signal"
     for i in range(n):
-        loop._optimise(rows[(2 * i) % len(rows):][:2])
+        loop._optimise(rows[(2 * i) % len(rows) :][:2])
         loop.step_count += 1
         loop._bump_version()
 
@@ -144,8 +149,15 @@ def test_the_median_passes_honest_bf16_logprobs_and_catches_a_shifted_liar(cfg, 
     honest, liars = [], []
     for g in groups:
         for whole, scale in ((False, 1.0), (False, 8.0), (True, 1.0)):
-            claimed, ref = bf16_logprobs(model, g.prompt_tokens, g.completions, g.temperature,
-                                         tokenizer.pad_token_id, whole_forward=whole, logit_scale=scale)
+            claimed, ref = bf16_logprobs(
+                model,
+                g.prompt_tokens,
+                g.completions,
+                g.temperature,
+                tokenizer.pad_token_id,
+                whole_forward=whole,
+                logit_scale=scale,
+            )
             honest.append(_median(claimed, ref))
             liars.append(_median([[x + SHIFT for x in lp] for lp in claimed], ref))
     tolerance = TrustConfig().verify_tolerance

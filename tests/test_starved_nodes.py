@@ -9,13 +9,13 @@ import signal
 import time
 
 import pytest
-
-from swarmnode.local.demo import read_steps
-from swarmnode.identity import Identity
-from swarmnode.learner.steps_log import STEPS_FILE
-from swarmnode.node.roles.sampler_role import NO_LEARNER
 from swarm_helpers import LocalSwarm
 from test_multi_learner import WORK, wait_for
+
+from swarmnode.identity import Identity
+from swarmnode.learner.steps_log import STEPS_FILE
+from swarmnode.local.demo import read_steps
+from swarmnode.node.roles.sampler_role import NO_LEARNER
 
 CLOCKS = 0.02  # the step records mix wall-clock stamps and monotonic durations, each rounded to 1 ms
 
@@ -33,12 +33,20 @@ def test_sampler_waits_for_a_learner_and_learner_idle_time_counts_only_waiting(t
     sampler_id = Identity.load_or_create(sampler_key).peer_id
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        sampler = swarm.join("sampler", "sampler", work=True, identity=sampler_key,
-                             extra=[*WORK, "--set", f"data_dir={tmp_path / 's'}",
-                                    "--set", f"trust.learner_keys=[{learner_id}]"])
+        sampler = swarm.join(
+            "sampler",
+            "sampler",
+            work=True,
+            identity=sampler_key,
+            extra=[*WORK, "--set", f"data_dir={tmp_path / 's'}", "--set", f"trust.learner_keys=[{learner_id}]"],
+        )
         # alone, the sampler holds generation instead of making groups nobody receives
-        held = wait_for(lambda: (h := health_of(swarm, sampler_id)) and h.get("paused") == NO_LEARNER and h, 60,
-                        "the sampler to report it waits for a learner", sampler.stderr)
+        held = wait_for(
+            lambda: (h := health_of(swarm, sampler_id)) and h.get("paused") == NO_LEARNER and h,
+            60,
+            "the sampler to report it waits for a learner",
+            sampler.stderr,
+        )
         time.sleep(3.0)
         later = health_of(swarm, sampler_id)
         assert later["paused"] == NO_LEARNER and later.get("groups_sent", 0) == held.get("groups_sent", 0) == 0
@@ -46,12 +54,20 @@ def test_sampler_waits_for_a_learner_and_learner_idle_time_counts_only_waiting(t
 
         # a learner joins: the sampler starts and the learner trains on its groups
         learner_dir = tmp_path / "learner"
-        learner = swarm.join("learner", "learner", work=True, identity=learner_key,
-                             extra=[*WORK, "--set", f"data_dir={learner_dir}"])
-        rows = wait_for(lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 6 and r, 180,
-                        "6 learner steps", lambda: learner.stderr()[-2000:] + sampler.stderr()[-2000:])
-        working = wait_for(lambda: (h := health_of(swarm, sampler_id)) and h.get("groups_acked", 0) > 0 and h, 60,
-                           "the sampler's groups acknowledged")
+        learner = swarm.join(
+            "learner", "learner", work=True, identity=learner_key, extra=[*WORK, "--set", f"data_dir={learner_dir}"]
+        )
+        rows = wait_for(
+            lambda: len(r := read_steps(learner_dir / STEPS_FILE)) >= 6 and r,
+            180,
+            "6 learner steps",
+            lambda: learner.stderr()[-2000:] + sampler.stderr()[-2000:],
+        )
+        working = wait_for(
+            lambda: (h := health_of(swarm, sampler_id)) and h.get("groups_acked", 0) > 0 and h,
+            60,
+            "the sampler's groups acknowledged",
+        )
         assert working["paused"] == "" and working.get("groups_dropped", 0) == 0
         # it waited for the learner's inbox and weights: no group of its was refused (made with weights of no
         # learner's line, or pushed while the learner was loading)

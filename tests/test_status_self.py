@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from swarm_helpers import LocalSwarm
+from test_learner_restart import WORK, learner_args
 
 from swarmnode.observe.self_record import FILE_NAME, HISTORY_EVERY_S, SelfRecord, read_self_record
 from swarmnode.observe.self_status import EXIT, RECENT_S, STARTING_S, line, verdict
-from swarm_helpers import LocalSwarm
-from test_learner_restart import WORK, learner_args
 
 T0 = 1_800_000_000.0
 
@@ -29,9 +29,18 @@ class Clock:
         return self.now
 
 
-def record(tmp_path: Path, role: str = "sampler", *, minutes: float = 10, sent_per_point: float = 3,
-           acked_per_point: float = 3, health: dict | None = None, pid: int | None = None, extra: dict | None = None,
-           written_ago: float = 0.0) -> tuple[dict, float]:
+def record(
+    tmp_path: Path,
+    role: str = "sampler",
+    *,
+    minutes: float = 10,
+    sent_per_point: float = 3,
+    acked_per_point: float = 3,
+    health: dict | None = None,
+    pid: int | None = None,
+    extra: dict | None = None,
+    written_ago: float = 0.0,
+) -> tuple[dict, float]:
     """A node record as the node writes it: `minutes` of counter points, then the file read back; (doc, now)."""
     clock = Clock()
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -56,8 +65,9 @@ def state(doc_now: tuple[dict, float]) -> dict:
 def test_a_sampler_whose_groups_are_acknowledged_is_contributing(tmp_path):
     answer = state(record(tmp_path))
     assert answer["state"] == "contributing" and answer["exit_code"] == 0
-    assert answer["work_last_hour"] == 60 and "60 groups acknowledged in the last hour, version 12, 1 behind" in \
-        line(answer), line(answer)
+    assert answer["work_last_hour"] == 60 and "60 groups acknowledged in the last hour, version 12, 1 behind" in line(
+        answer
+    ), line(answer)
 
 
 def test_a_learner_that_trains_is_contributing_and_one_without_samplers_is_idle(tmp_path):
@@ -66,11 +76,14 @@ def test_a_learner_that_trains_is_contributing_and_one_without_samplers_is_idle(
     assert (idle["state"], idle["exit_code"]) == ("idle", 1) and idle["why"].startswith("no samplers"), idle
 
 
-@pytest.mark.parametrize("health,extra,why", [
-    ({"paused": "no learner"}, {}, "paused: no learner"),
-    ({"paused": "too stale"}, {}, "paused: too stale"),
-    ({}, {"waiting_for": "credit"}, "waiting for credit"),
-])
+@pytest.mark.parametrize(
+    "health,extra,why",
+    [
+        ({"paused": "no learner"}, {}, "paused: no learner"),
+        ({"paused": "too stale"}, {}, "paused: too stale"),
+        ({}, {"waiting_for": "credit"}, "waiting for credit"),
+    ],
+)
 def test_an_idle_sampler_says_why(tmp_path, health, extra, why):
     answer = state(record(tmp_path, sent_per_point=0, acked_per_point=0, health=health, extra=extra))
     assert answer["state"] == "idle" and answer["why"].startswith(why), answer
@@ -87,8 +100,10 @@ def test_failing_a_dead_node_a_stuck_one_a_full_disk_and_groups_nobody_acknowled
     cases = {
         "not running": record(tmp_path / "dead", pid=dead.pid),
         "has not changed": record(tmp_path / "stuck", written_ago=600),
-        "disk full: /data": record(tmp_path / "disk", health={"disk_full": "disk full: /data has 0.1 MB free, "
-                                                              "version 9 needs 2.0 MB; keeping what it has"}),
+        "disk full: /data": record(
+            tmp_path / "disk",
+            health={"disk_full": "disk full: /data has 0.1 MB free, version 9 needs 2.0 MB; keeping what it has"},
+        ),
         "none acknowledged": record(tmp_path / "refused", minutes=RECENT_S / 60 + 1, acked_per_point=0),
     }
     for why, doc_now in cases.items():
@@ -102,9 +117,13 @@ def test_no_record_is_unknown(tmp_path):
 
 
 def status_self(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-P", "-m", "swarmnode", "status", "--self", "--set",
-                           f"data_dir={data_dir}", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "swarmnode", "status", "--self", "--set", f"data_dir={data_dir}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
 
 
 def rewrite(tmp_path: Path, **kw) -> None:
@@ -144,9 +163,10 @@ def test_on_alert_runs_the_command_once_per_change_with_the_alert_in_its_environ
     rewrite(node)
     assert status_self(node, "--on-alert", hook).returncode == 0
     lines = log.read_text().splitlines()
-    assert lines == ["contributing>failing|sampler failing: disk full: /d has 0.0 MB free, version 3 needs 2.0 MB",
-                     "failing>contributing|sampler contributing: 60 groups acknowledged in the last hour, version "
-                     "12, 1 behind"], lines
+    assert lines == [
+        "contributing>failing|sampler failing: disk full: /d has 0.0 MB free, version 3 needs 2.0 MB",
+        "failing>contributing|sampler contributing: 60 groups acknowledged in the last hour, version 12, 1 behind",
+    ], lines
 
 
 @pytest.mark.slow  # a bootstrap, a learner and a sampler: ~1 min quiet, several at a load of 30
@@ -155,8 +175,9 @@ def test_a_real_sampler_is_contributing_then_failing_once_killed(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
         swarm.join("learner", "learner", wait=False, **learner_args(tmp_path)).ready_fields(300)
-        sampler = swarm.join("sampler", "sampler", work=True, wait=False,
-                             extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
+        sampler = swarm.join(
+            "sampler", "sampler", work=True, wait=False, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"]
+        )
         sampler.ready_fields(300)
         deadline = time.monotonic() + 300
         done = None

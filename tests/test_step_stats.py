@@ -99,7 +99,7 @@ def _hand_ratio_var(lp, lq, seed):
     perm = torch.randperm(len(lp), generator=torch.Generator().manual_seed(seed)).tolist()
     values = []
     for k in range(0, len(perm), 8):
-        rows = perm[k:k + 8]
+        rows = perm[k : k + 8]
         if len(rows) < 2:
             continue
         log_e = _hand_log_e([lq[i] for i in rows])
@@ -107,11 +107,14 @@ def _hand_ratio_var(lp, lq, seed):
     return sum(values) / len(values)
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(scale_rewards="batch", gradient_accumulation_steps=3),
-    dict(gepo_group_scope="microbatch", gradient_accumulation_steps=4, max_tokens_per_microbatch=40),
-    dict(importance_sampling_level="sequence", scale_rewards="batch", gradient_accumulation_steps=2),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(scale_rewards="batch", gradient_accumulation_steps=3),
+        dict(gepo_group_scope="microbatch", gradient_accumulation_steps=4, max_tokens_per_microbatch=40),
+        dict(importance_sampling_level="sequence", scale_rewards="batch", gradient_accumulation_steps=2),
+    ],
+)
 def test_gradient_accumulation_keeps_the_steps_statistics(cfg, parts, step_groups, overrides):
     loop = make_loop(cfg, parts, **overrides)
     lc = loop.lc
@@ -133,16 +136,29 @@ def test_gradient_accumulation_keeps_the_steps_statistics(cfg, parts, step_group
     keep = [i for i in range(len(rows)) if len(set(rewards[group_of[i]])) > 1]
     trained = [rows[i] for i in keep]
     loop.model.zero_grad(set_to_none=True)
-    scores = completion_scores(loop.model, [r.prompt_tokens for r in trained], [r.completion for r in trained],
-                               [r.temperature for r in trained], loop.tokenizer.pad_token_id)
+    scores = completion_scores(
+        loop.model,
+        [r.prompt_tokens for r in trained],
+        [r.completion for r in trained],
+        [r.temperature for r in trained],
+        loop.tokenizer.pad_token_id,
+    )
     logq = torch.zeros_like(scores.logp)
     for i, r in enumerate(trained):
-        logq[i, :len(r.logq)] = torch.tensor(r.logq)
+        logq[i, : len(r.logq)] = torch.tensor(r.logq)
     group_index = torch.tensor([group_of[i] for i in keep])
-    loss, _ = policy_loss(None, scores.logp, logq, scores.mask, torch.tensor([r.reward for r in trained]),
-                          group_index, lc, adv=torch.tensor([adv[i] for i in keep]),
-                          log_e=torch.tensor([log_e[i] for i in keep]),
-                          max_completion_length=cfg.sampler.max_completion_length)
+    loss, _ = policy_loss(
+        None,
+        scores.logp,
+        logq,
+        scores.mask,
+        torch.tensor([r.reward for r in trained]),
+        group_index,
+        lc,
+        adv=torch.tensor([adv[i] for i in keep]),
+        log_e=torch.tensor([log_e[i] for i in keep]),
+        max_completion_length=cfg.sampler.max_completion_length,
+    )
     loss.backward()
     for name, p in loop.model.named_parameters():
         if p.grad is not None:

@@ -41,16 +41,23 @@ def test_interpolation_never_reaches_back_to_the_untrained_start():
 
 def _doc(target: float, local: list[list[float]], swarm: list[list[float]]) -> dict:
     """A swarm_value results document: repeats of `local` and `warm-pull` curves (2 s apart) and a target."""
-    return {"target": target, "arms": {"local": [{"heldout": _curve(c)} for c in local],
-                                       "warm-pull": [{"heldout": _curve(c)} for c in swarm]}}
+    return {
+        "target": target,
+        "arms": {
+            "local": [{"heldout": _curve(c)} for c in local],
+            "warm-pull": [{"heldout": _curve(c)} for c in swarm],
+        },
+    }
 
 
 def test_pooling_reads_every_repeat_against_its_own_runs_target():
     from swarm_value_pool import pool
 
     slow, fast = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], [0.2, 0.6, 0.8, 0.8, 0.8, 0.8]
-    docs = {"a": _doc(0.7, [slow, slow], [fast, fast]),  # trailing means reach 0.7 at t=8 (local), t=6 (swarm)
-            "b": _doc(0.75, [slow], [fast, [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]])}  # a repeat that never gets there
+    docs = {
+        "a": _doc(0.7, [slow, slow], [fast, fast]),  # trailing means reach 0.7 at t=8 (local), t=6 (swarm)
+        "b": _doc(0.75, [slow], [fast, [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]]),
+    }  # a repeat that never gets there
     result = pool(docs, "warm-pull", ["local", "local-busy"])
     assert result["runs"]["a"]["local"][""] == round(8.0 / 6.0, 3)
     assert "local-busy" not in result["runs"]["a"]  # no such arm in the run: not compared

@@ -122,7 +122,9 @@ def test_math_verify_reward(completion, reference, expected):
 def test_math_verify_reward_off_main_thread():
     results = []
     worker = threading.Thread(
-        target=lambda: results.extend([math_verify_reward("\\boxed{45}", "45"), math_verify_reward("\\boxed{9^9^9}", "45")])
+        target=lambda: results.extend(
+            [math_verify_reward("\\boxed{45}", "45"), math_verify_reward("\\boxed{9^9^9}", "45")]
+        )
     )
     worker.start()
     worker.join(timeout=60)

@@ -24,19 +24,30 @@ SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[Heal
 def groups(draw):
     g = draw(st.integers(1, LIMITS.max_generations))
     return TextRolloutGroup.create(
-        identity=IDENTITY, run_id=draw(st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True)),
-        prompt_id=draw(st.text(min_size=1, max_size=40)), prompt_text=draw(st.text(min_size=1, max_size=64)),
-        completions=[draw(st.text(max_size=32)) for _ in range(g)], finished=[draw(st.booleans()) for _ in range(g)],
+        identity=IDENTITY,
+        run_id=draw(st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True)),
+        prompt_id=draw(st.text(min_size=1, max_size=40)),
+        prompt_text=draw(st.text(min_size=1, max_size=64)),
+        completions=[draw(st.text(max_size=32)) for _ in range(g)],
+        finished=[draw(st.booleans()) for _ in range(g)],
         rewards=[draw(st.floats(-1e3, 1e3)) for _ in range(g)],
-        seq_logprobs=[draw(st.floats(-1e4, 0.0)) for _ in range(g)], temperature=draw(st.floats(0.05, 5.0)),
+        seq_logprobs=[draw(st.floats(-1e4, 0.0)) for _ in range(g)],
+        temperature=draw(st.floats(0.05, 5.0)),
         model_id=draw(st.text(min_size=1, max_size=40)),
     )
 
 
 def _example() -> TextRolloutGroup:
     return TextRolloutGroup.create(
-        identity=IDENTITY, run_id="run", prompt_id="add:3:5", prompt_text="3+5=", completions=["8", "71"],
-        finished=[True, False], rewards=[1.0, 0.1], seq_logprobs=[-0.6, -4.2], temperature=1.0,
+        identity=IDENTITY,
+        run_id="run",
+        prompt_id="add:3:5",
+        prompt_text="3+5=",
+        completions=["8", "71"],
+        finished=[True, False],
+        rewards=[1.0, 0.1],
+        seq_logprobs=[-0.6, -4.2],
+        temperature=1.0,
         model_id="builtin:tiny#abc",
     )
 
@@ -67,27 +78,30 @@ def _resigned(obj: dict, identity: Identity = IDENTITY) -> bytes:
     return pack(obj)
 
 
-@pytest.mark.parametrize("change,reason", [
-    (lambda o: o.update(completions=[]), "empty"),
-    (lambda o: o.update(completions=["1"] * 9, finished=[True] * 9), "limit 8"),
-    (lambda o: o.update(completions=["x" * 33, "1"]), "at most 32 characters"),
-    (lambda o: o.update(completions=[[1], "1"]), "must be text"),
-    (lambda o: o.update(finished=[True]), "finished must hold 2"),
-    (lambda o: o.update(finished=[1, 0]), "finished must hold 2"),
-    (lambda o: o.update(rewards=[1.0]), "rewards has 1 entries"),
-    (lambda o: o.update(rewards=[math.nan, 0.0]), "not a finite number"),
-    (lambda o: o.update(rewards=[True, 0.0]), "not a finite number"),
-    (lambda o: o.update(seq_logprobs=[0.5, -1.0]), "positive"),
-    (lambda o: o.update(seq_logprobs=[-math.inf, -1.0]), "not a finite number"),
-    (lambda o: o.update(temperature=0.0), "temperature"),
-    (lambda o: o.update(prompt_text=""), "prompt_text"),
-    (lambda o: o.update(prompt_text="p" * 65), "prompt_text"),
-    (lambda o: o.update(model_id=""), "model_id"),
-    (lambda o: o.update(kind="rollout"), "kind"),
-    (lambda o: o.update(v=2), "'v'"),
-    (lambda o: o.update(extra=1), "unknown field 'extra'"),
-    (lambda o: o.pop("sampler_id"), "missing field 'sampler_id'"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (lambda o: o.update(completions=[]), "empty"),
+        (lambda o: o.update(completions=["1"] * 9, finished=[True] * 9), "limit 8"),
+        (lambda o: o.update(completions=["x" * 33, "1"]), "at most 32 characters"),
+        (lambda o: o.update(completions=[[1], "1"]), "must be text"),
+        (lambda o: o.update(finished=[True]), "finished must hold 2"),
+        (lambda o: o.update(finished=[1, 0]), "finished must hold 2"),
+        (lambda o: o.update(rewards=[1.0]), "rewards has 1 entries"),
+        (lambda o: o.update(rewards=[math.nan, 0.0]), "not a finite number"),
+        (lambda o: o.update(rewards=[True, 0.0]), "not a finite number"),
+        (lambda o: o.update(seq_logprobs=[0.5, -1.0]), "positive"),
+        (lambda o: o.update(seq_logprobs=[-math.inf, -1.0]), "not a finite number"),
+        (lambda o: o.update(temperature=0.0), "temperature"),
+        (lambda o: o.update(prompt_text=""), "prompt_text"),
+        (lambda o: o.update(prompt_text="p" * 65), "prompt_text"),
+        (lambda o: o.update(model_id=""), "model_id"),
+        (lambda o: o.update(kind="rollout"), "kind"),
+        (lambda o: o.update(v=2), "'v'"),
+        (lambda o: o.update(extra=1), "unknown field 'extra'"),
+        (lambda o: o.pop("sampler_id"), "missing field 'sampler_id'"),
+    ],
+)
 def test_invalid_fields_are_rejected_with_reason(change, reason):
     obj = _wire(_example())
     change(obj)

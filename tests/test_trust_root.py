@@ -8,10 +8,10 @@ import subprocess
 import time
 
 import pytest
+from swarm_helpers import LocalSwarm, swarmnode_cmd
 
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
-from swarm_helpers import LocalSwarm, swarmnode_cmd
 
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 GHOST = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWSHq2jg4cGP3q2XKjR1HNNDbCwNsNHuS8NTPVdFbmCGsK"
@@ -19,8 +19,13 @@ GHOST = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWSHq2jg4cGP3q2XKjR1HNNDbCwNsNHuS8NTPVdF
 
 @pytest.mark.parametrize("role", ["sampler", "auto"])
 def test_a_node_that_may_sample_needs_learner_keys(role):
-    result = subprocess.run(swarmnode_cmd("join", "--config", "tiny-cpu", "--role", role, "--initial-peers", GHOST),
-                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        swarmnode_cmd("join", "--config", "tiny-cpu", "--role", role, "--initial-peers", GHOST),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert result.returncode == ExitCode.USAGE and "ready" not in result.stdout, result.stderr[-2000:]
     assert len(errors) == 1 and "trust.learner_keys is empty" in errors[0], result.stderr[-2000:]
@@ -30,17 +35,24 @@ def test_a_node_that_may_sample_needs_learner_keys(role):
 def test_a_sapo_node_needs_no_learner_keys():
     """The README's SAPO command (`join --set mode=sapo`, role auto): every node trains its own policy and loads
     nobody's weights, so the trust-root check lets it through (here it then fails to reach the ghost peer)."""
-    result = subprocess.run(swarmnode_cmd("join", "--config", "tiny-cpu", "--set", "mode=sapo", "--initial-peers",
-                                          GHOST, "--startup-timeout", "5"),
-                            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        swarmnode_cmd(
+            "join", "--config", "tiny-cpu", "--set", "mode=sapo", "--initial-peers", GHOST, "--startup-timeout", "5"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert "learner_keys" not in result.stderr and result.returncode != ExitCode.USAGE, result.stderr[-2000:]
     assert result.returncode == ExitCode.NETWORK, (result.returncode, result.stderr[-2000:])
 
 
 def test_identity_prints_the_peer_id_samplers_list(tmp_path):
     key = tmp_path / "learner.key"
-    out = subprocess.run(swarmnode_cmd("identity", "--identity-path", str(key)), capture_output=True, text=True,
-                         timeout=60, check=True).stdout.strip()
+    out = subprocess.run(
+        swarmnode_cmd("identity", "--identity-path", str(key)), capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
     assert out == Identity.load_or_create(key).peer_id
 
 
@@ -51,15 +63,17 @@ def test_weights_of_a_learner_not_designated_are_never_loaded(tmp_path):
     stranger = Identity.generate().peer_id  # the only learner the second sampler trusts (not running)
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        swarm.join("learner", "learner", work=True,
-                             extra=[*WORK, "--set", f"data_dir={tmp_path / 'learner'}"])
-        swarm.join("trusting", "sampler", work=True,
-                              extra=[*WORK, "--set", f"data_dir={tmp_path / 'trusting'}"])
-        wary = swarm.join("wary", "sampler", work=True,
-                          extra=[*WORK, "--set", f"data_dir={tmp_path / 'wary'}",
-                                 "--set", f"trust.learner_keys=[{stranger}]"])
-        ids = {name: Identity.load_or_create(tmp_path / f"{name}.key").peer_id for name in ("learner", "trusting",
-                                                                                             "wary")}
+        swarm.join("learner", "learner", work=True, extra=[*WORK, "--set", f"data_dir={tmp_path / 'learner'}"])
+        swarm.join("trusting", "sampler", work=True, extra=[*WORK, "--set", f"data_dir={tmp_path / 'trusting'}"])
+        wary = swarm.join(
+            "wary",
+            "sampler",
+            work=True,
+            extra=[*WORK, "--set", f"data_dir={tmp_path / 'wary'}", "--set", f"trust.learner_keys=[{stranger}]"],
+        )
+        ids = {
+            name: Identity.load_or_create(tmp_path / f"{name}.key").peer_id for name in ("learner", "trusting", "wary")
+        }
         deadline = time.monotonic() + 240
         while True:
             peers = {p["peer_id"]: p for p in swarm.status()["peers"]}

@@ -49,13 +49,24 @@ def test_the_limit_covers_more_than_a_window_of_outstanding_groups():
 
 
 def test_each_cause_gets_its_line_and_short_reason():
-    refused = Evidence(made=128, statuses=Counter(lineage=120, ok=0), learners=1, version_loaded=False,
-                       fetch_error="fetching version 0 failed (no valid manifest for version 0: ...)")
+    refused = Evidence(
+        made=128,
+        statuses=Counter(lineage=120, ok=0),
+        learners=1,
+        version_loaded=False,
+        fetch_error="fetching version 0 failed (no valid manifest for version 0: ...)",
+    )
     line, short = why_undelivered(refused)
     assert short == "undelivered: refused (lineage)" and len(short) < 128
     assert "lineage 120" in line and "no version of the learner is loaded" in line and "fetching version 0" in line
-    silent = Evidence(made=128, statuses=Counter(), learners=1, version_loaded=True,
-                      push_error="push to abcdefgh: TimeoutError", use_relay=False)
+    silent = Evidence(
+        made=128,
+        statuses=Counter(),
+        learners=1,
+        version_loaded=True,
+        push_error="push to abcdefgh: TimeoutError",
+        use_relay=False,
+    )
     line, short = why_undelivered(silent)
     assert short == "undelivered: no learner answered" and "TimeoutError" in line
     assert "network.use_relay=true" in line

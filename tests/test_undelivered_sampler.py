@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from swarm_helpers import LocalSwarm
+from test_multi_learner import WORK, wait_for
 
 from swarmnode.identity import Identity
 from swarmnode.sampler.undelivered import UNDELIVERED_MIN
-from swarm_helpers import LocalSwarm
-from test_multi_learner import WORK, wait_for
 
 
 @pytest.mark.slow  # three working nodes, a 10 s startup timeout and 128 refused groups: about a minute each
@@ -28,13 +28,31 @@ def test_a_sampler_that_cannot_deliver_stops_generating_and_says_why(tmp_path, p
     fast = [*WORK, "--set", "network.startup_timeout=10", "--set", f"sync.pacing={pacing}"]
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
-        learner = swarm.join("learner", "learner", work=True, identity=learner_key, wait=False,
-                             extra=[*fast, "--set", f"data_dir={tmp_path / 'learner'}"])
+        learner = swarm.join(
+            "learner",
+            "learner",
+            work=True,
+            identity=learner_key,
+            wait=False,
+            extra=[*fast, "--set", f"data_dir={tmp_path / 'learner'}"],
+        )
         learner.ready_fields(timeout=180)
-        sampler = swarm.join("sampler", "sampler", work=True, identity=sampler_key,
-                             extra=[*fast, "--set", f"data_dir={tmp_path / 'sampler'}",
-                                    "--set", f"trust.learner_keys=[{learner_id}]",
-                                    "--set", "model.tiny.intermediate_size=192"], wait=False)  # not the learner's model
+        sampler = swarm.join(
+            "sampler",
+            "sampler",
+            work=True,
+            identity=sampler_key,
+            extra=[
+                *fast,
+                "--set",
+                f"data_dir={tmp_path / 'sampler'}",
+                "--set",
+                f"trust.learner_keys=[{learner_id}]",
+                "--set",
+                "model.tiny.intermediate_size=192",
+            ],
+            wait=False,
+        )  # not the learner's model
         sampler.ready_fields(timeout=180)
 
         def stopped():
@@ -43,8 +61,12 @@ def test_a_sampler_that_cannot_deliver_stops_generating_and_says_why(tmp_path, p
             health = (peer or {}).get("health", {})
             return (doc, health) if str(health.get("paused", "")).startswith("undelivered") else None
 
-        wait_for(lambda: "sampler: stopped generating:" in sampler.stdout(), 300, "the sampler to stop generating",
-                 sampler.stderr)
+        wait_for(
+            lambda: "sampler: stopped generating:" in sampler.stdout(),
+            300,
+            "the sampler to stop generating",
+            sampler.stderr,
+        )
         doc, health = wait_for(stopped, 400, "the sampler's health to show the stop", sampler.stderr)
         out = sampler.stdout()
         assert "sampler: stopped generating:" in out and "none acknowledged" in out, out[-3000:]

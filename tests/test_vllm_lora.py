@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from swarmnode.model.adapters import PEFT_PREFIX, weights_hash
 from swarmnode.config import NodeConfig
+from swarmnode.model.adapters import PEFT_PREFIX, weights_hash
 from swarmnode.model.logprobs import behaviour_mismatch
 from swarmnode.model.models import load_model, load_tokenizer, resolve_model_path
 from swarmnode.protocol.manifest import AdapterSpec
@@ -29,7 +29,7 @@ def random_adapters(model, spec: AdapterSpec, seed: int = 0) -> dict[str, torch.
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in spec.target_modules:
             out_f, in_f = module.weight.shape
-            out[f"{PEFT_PREFIX}{name}.lora_A.weight"] = torch.randn(spec.r, in_f, generator=gen) / in_f ** 0.5
+            out[f"{PEFT_PREFIX}{name}.lora_A.weight"] = torch.randn(spec.r, in_f, generator=gen) / in_f**0.5
             out[f"{PEFT_PREFIX}{name}.lora_B.weight"] = torch.randn(out_f, spec.r, generator=gen) * 0.05
     return out
 
@@ -56,8 +56,14 @@ def test_vllm_applies_adapter_versions_through_its_lora_support():
     spec = AdapterSpec(weights_hash(base.state_dict()), 8, 16.0, TARGETS)
     adapters = random_adapters(base, spec)
     adapted = folded(load_model(cfg.model, cfg.task), adapters, spec)
-    engine = VLLMEngine(resolve_model_path(cfg.model, cfg.task), load_tokenizer(cfg.model, cfg.task),
-                        gpu_memory_utilization=0.2, max_model_len=128, lora_rank=spec.r, base_hash=spec.base_hash)
+    engine = VLLMEngine(
+        resolve_model_path(cfg.model, cfg.task),
+        load_tokenizer(cfg.model, cfg.task),
+        gpu_memory_utilization=0.2,
+        max_model_len=128,
+        lora_rank=spec.r,
+        base_hash=spec.base_hash,
+    )
     pad = engine.tokenizer.pad_token_id
     try:
         before = engine.generate(PROMPTS, G, 1.0, MAX_NEW)

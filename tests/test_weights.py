@@ -9,15 +9,24 @@ import logging
 import pytest
 import torch
 from hivemind.p2p import P2P
+from weights_helpers import CHUNK, RUN, assert_same, daemons, make_state, store
 
 from swarmnode.identity import Identity
 from swarmnode.observe.progress import fetch_progress
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import read_control, write_frame
-from swarmnode.swarm.weights import (ChunkSchedule, FetchError, WeightFetcher, WeightServer, cut_chunks,
-                                     flatten_into, plan_layout, protocol_name)
-from weights_helpers import CHUNK, RUN, assert_same, daemons, make_state, store
+from swarmnode.swarm.weights import (
+    ChunkSchedule,
+    FetchError,
+    WeightFetcher,
+    WeightServer,
+    cut_chunks,
+    flatten_into,
+    plan_layout,
+    protocol_name,
+)
+
 
 # ------------------------------------------------------------------------------------------------- offline
 def test_publish_roundtrip_delta_and_gc(tmp_path):
@@ -182,8 +191,15 @@ def test_manifest_validation():
     tensors, total = plan_layout(s_state)
     buf = bytearray(total)
     flatten_into(s_state, tensors, buf)
-    m = WeightManifest.create(identity=learner, run_id=RUN, version=3, parent_version=2, model_id="m",
-                              tensors=tensors, chunks=cut_chunks(buf, CHUNK))
+    m = WeightManifest.create(
+        identity=learner,
+        run_id=RUN,
+        version=3,
+        parent_version=2,
+        model_id="m",
+        tensors=tensors,
+        chunks=cut_chunks(buf, CHUNK),
+    )
     back = WeightManifest.decode(m.encode())
     assert back.tensors == m.tensors and back.chunks == m.chunks and back.publisher == learner.peer_id
     tampered = bytearray(m.encode())
@@ -193,8 +209,15 @@ def test_manifest_validation():
     with pytest.raises(InvalidRecord, match="exceeds"):
         WeightManifest.decode(b"\x00" * (MAX_MANIFEST_BYTES + 1))
     with pytest.raises(InvalidRecord, match="parent_version"):
-        WeightManifest.create(identity=learner, run_id=RUN, version=1, parent_version=1, model_id="m",
-                              tensors=tensors, chunks=cut_chunks(buf, CHUNK))
+        WeightManifest.create(
+            identity=learner,
+            run_id=RUN,
+            version=1,
+            parent_version=1,
+            model_id="m",
+            tensors=tensors,
+            chunks=cut_chunks(buf, CHUNK),
+        )
 
 
 # ------------------------------------------------------------------------------------------------- network
@@ -231,8 +254,9 @@ def test_fetch_delta_and_resume(tmp_path):
             rs = store(tmp_path, "r")
             partial = WeightFetcher(sp, rs, [learner.peer_id], layout=None, streams_per_holder=1, chunks_per_request=1)
             enough = asyncio.Event()
-            task = asyncio.ensure_future(partial.fetch(
-                [lp.peer_id], 3, progress=lambda done, total: done >= 4 * CHUNK and enough.set()))
+            task = asyncio.ensure_future(
+                partial.fetch([lp.peer_id], 3, progress=lambda done, total: done >= 4 * CHUNK and enough.set())
+            )
             await asyncio.wait_for(enough.wait(), 30)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -295,15 +319,20 @@ def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
             await bad.add_binary_stream_handler(protocol_name(RUN), truncating)
             # the truncating holder alone: the fetch fails cleanly (no hang, no partial version, no chunk kept) and
             # the holder is dropped for its truncated stream
-            truncated_only = WeightFetcher(sp, store(tmp_path, "t"), [learner.peer_id], layout=None, max_rounds=1,
-                                           timeout=5)
+            truncated_only = WeightFetcher(
+                sp, store(tmp_path, "t"), [learner.peer_id], layout=None, max_rounds=1, timeout=5
+            )
             with pytest.raises(FetchError, match="unavailable"):
                 await truncated_only.fetch([bad.peer_id], 1)
             assert truncated_only.store.versions() == [] and truncated_only.store.partial_versions() == []
             assert not any((tmp_path / "t" / "chunks").iterdir())
             cs = store(tmp_path, "c")
-            corrupt_host = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                                            auto_nat=False, initial_peers=await lp.get_visible_maddrs())
+            corrupt_host = await P2P.create(
+                host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                nat_port_map=False,
+                auto_nat=False,
+                initial_peers=await lp.get_visible_maddrs(),
+            )
             try:
                 await WeightFetcher(corrupt_host, cs, [learner.peer_id], layout=None).fetch([lp.peer_id], 1)
                 for chunk in ls.manifest(1).chunks:  # every chunk this holder has on disk goes bad
@@ -351,12 +380,16 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
         async with daemons(4) as peers:
             lp, samplers = peers[0], peers[1:]
             learner_server, state, m, stores, servers = await _learner_and_samplers(tmp_path, peers, learner, 160)
-            fetchers = [WeightFetcher(p, s, [learner.peer_id], layout=None, chunks_per_request=1)
-                        for p, s in zip(samplers, stores)]
-            await asyncio.gather(*[
-                f.fetch([lp.peer_id] + [q.peer_id for q in samplers if q is not p], 1)
-                for f, p in zip(fetchers, samplers)
-            ])
+            fetchers = [
+                WeightFetcher(p, s, [learner.peer_id], layout=None, chunks_per_request=1)
+                for p, s in zip(samplers, stores)
+            ]
+            await asyncio.gather(
+                *[
+                    f.fetch([lp.peer_id] + [q.peer_id for q in samplers if q is not p], 1)
+                    for f, p in zip(fetchers, samplers)
+                ]
+            )
             for s in stores:
                 assert_same(s.state_dict(1), state)
             served_by_samplers = sum(s.served_chunks for s in servers)

@@ -10,21 +10,27 @@ import subprocess
 
 import pytest
 from hivemind.p2p import PeerID
+from weights_helpers import RUN, assert_same, daemons, make_state, store
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import pack
 from swarmnode.protocol.manifest import MAX_CHUNK_BYTES, MAX_CHUNKS, ChunkEntry, TensorEntry, WeightManifest
 from swarmnode.swarm.frames import read_control, read_frame, write_frame
 from swarmnode.swarm.weights import FetchError, ModelLayout, WeightFetcher, WeightServer, protocol_name
-from weights_helpers import CHUNK, RUN, assert_same, daemons, make_state, store
 
 
 def huge_manifest(identity: Identity) -> WeightManifest:
     """A validly signed manifest within every protocol limit that claims 16,384 chunks of 64 MiB (1 TiB)."""
     total = MAX_CHUNKS * MAX_CHUNK_BYTES
-    return WeightManifest.create(identity=identity, run_id=RUN, version=7, parent_version=6, model_id="m",
-                                 tensors=[TensorEntry("embed.weight", "uint8", (total,), 0, total)],
-                                 chunks=[ChunkEntry(os.urandom(32), MAX_CHUNK_BYTES) for _ in range(MAX_CHUNKS)])
+    return WeightManifest.create(
+        identity=identity,
+        run_id=RUN,
+        version=7,
+        parent_version=6,
+        model_id="m",
+        tensors=[TensorEntry("embed.weight", "uint8", (total,), 0, total)],
+        chunks=[ChunkEntry(os.urandom(32), MAX_CHUNK_BYTES) for _ in range(MAX_CHUNKS)],
+    )
 
 
 def test_manifest_bigger_than_the_model_is_refused_before_allocating(tmp_path):
@@ -52,8 +58,9 @@ def test_manifest_bigger_than_the_model_is_refused_before_allocating(tmp_path):
             # a manifest whose tensors are not the model's is refused too
             other = {"embed.weight": make_state()["embed.weight"][:10]}
             with pytest.raises(FetchError, match="is float32 \\[10, 512\\], this node's model has float32 \\[256"):
-                await WeightFetcher(sp, store(tmp_path, "t"), [learner.peer_id], layout=ModelLayout.of(make_state())
-                                    ).fetch([lp.peer_id], ls.publish(8, other, learner).version)
+                await WeightFetcher(
+                    sp, store(tmp_path, "t"), [learner.peer_id], layout=ModelLayout.of(make_state())
+                ).fetch([lp.peer_id], ls.publish(8, other, learner).version)
 
     asyncio.run(scenario())
 
@@ -116,8 +123,9 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
             await trickler.add_binary_stream_handler(protocol_name(RUN), have_everything_then_trickle)
 
             def fetcher(name):
-                return WeightFetcher(sp, store(tmp_path, name), [learner.peer_id], layout=None, timeout=600,
-                                     request_timeout=2)
+                return WeightFetcher(
+                    sp, store(tmp_path, name), [learner.peer_id], layout=None, timeout=600, request_timeout=2
+                )
 
             with pytest.raises(FetchError, match="TimeoutError"):
                 await asyncio.wait_for(fetcher("a").fetch([mute.peer_id], 1), 60)
@@ -135,8 +143,14 @@ def test_stalling_holders_are_given_up_in_seconds(tmp_path):
             assert f.last_stats.chunks_by_holder[str(lp.peer_id)] == len(m.chunks)
             # a flood of listed holders that do not exist: the publisher is asked first, the others are bounded
             ghosts = [PeerID.from_base58(Identity.generate().peer_id) for _ in range(200)]
-            f = WeightFetcher(sp, store(tmp_path, "d"), [learner.peer_id, str(lp.peer_id)], layout=None,  # lp's host
-                              timeout=600, request_timeout=2)  # is the learner's here, as in a node
+            f = WeightFetcher(
+                sp,
+                store(tmp_path, "d"),
+                [learner.peer_id, str(lp.peer_id)],
+                layout=None,  # lp's host
+                timeout=600,
+                request_timeout=2,
+            )  # is the learner's here, as in a node
             assert len(f.pick_holders([*ghosts, lp.peer_id])) == WeightFetcher.MAX_HOLDERS
             assert f.pick_holders([*ghosts, lp.peer_id])[0] == lp.peer_id
             await asyncio.wait_for(f.fetch([*ghosts, lp.peer_id], 1), 60)
@@ -171,8 +185,14 @@ def test_a_stalling_sampler_loses_its_chunks_to_the_publisher_within_a_second_of
             # under load the publisher may serve every chunk before the staller's `have` comes back: then the
             # staller was never engaged, and the fetch is tried again (a fresh store) until it was
             for attempt in range(3):
-                f = WeightFetcher(sp, store(tmp_path, f"s{attempt}"), [learner.peer_id, str(lp.peer_id)],
-                                  layout=None, timeout=600, request_timeout=600)  # lp's host is the learner's here
+                f = WeightFetcher(
+                    sp,
+                    store(tmp_path, f"s{attempt}"),
+                    [learner.peer_id, str(lp.peer_id)],
+                    layout=None,
+                    timeout=600,
+                    request_timeout=600,
+                )  # lp's host is the learner's here
                 await asyncio.wait_for(f.fetch([staller.peer_id, lp.peer_id], 1, manifest=m), 60)
                 assert_same(store(tmp_path, f"s{attempt}").state_dict(1), make_state())
                 assert f.last_stats.chunks_by_holder == {str(lp.peer_id): len(m.chunks)}
@@ -269,7 +289,7 @@ def test_strangers_cannot_hold_the_slots_a_trusted_fetch_needs(tmp_path):
                     return "closed"
                 await asyncio.sleep(0.3)
             return "open"
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             return "closed"
         finally:
             writer.close()
@@ -277,9 +297,16 @@ def test_strangers_cannot_hold_the_slots_a_trusted_fetch_needs(tmp_path):
     async def scenario():
         async with daemons(4) as (lp, a, b, honest):
             ls = store(tmp_path, "l")
-            server = await WeightServer(ls, idle_timeout=2, max_streams=8, max_streams_per_peer=8,
-                                        stranger_streams_per_peer=2, stranger_share=0.5, evict_after=1,
-                                        trusted=lambda peer: peer == str(honest.peer_id)).start(lp)
+            server = await WeightServer(
+                ls,
+                idle_timeout=2,
+                max_streams=8,
+                max_streams_per_peer=8,
+                stranger_streams_per_peer=2,
+                stranger_share=0.5,
+                evict_after=1,
+                trusted=lambda peer: peer == str(honest.peer_id),
+            ).start(lp)
             ls.publish(1, make_state(), learner)
             flood = [asyncio.ensure_future(poll_have(p, lp.peer_id, 40)) for p in (a, b) for _ in range(8)]
             while sum(server.open_streams.values()) < 4:

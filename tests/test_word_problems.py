@@ -44,8 +44,9 @@ def test_reference_is_the_problem_s_answer(task):
     assert "Tom had 12 books and gave 5 of them" in minus.text and minus.reference == "7"
 
 
-@pytest.mark.parametrize("bad", ["", "wp:9:0:0:1:1", "wp:0:0:0:0:5", "wp:0:0:0:21:1", "wp:2:0:0:3:9", "add:1:2",
-                                 "wp:0:0:0:1:1:1", None, 5])
+@pytest.mark.parametrize(
+    "bad", ["", "wp:9:0:0:1:1", "wp:0:0:0:0:5", "wp:0:0:0:21:1", "wp:2:0:0:3:9", "add:1:2", "wp:0:0:0:1:1:1", None, 5]
+)
 def test_malformed_or_foreign_ids_resolve_to_none(task, bad):
     assert task.get(bad) is None
 

@@ -11,9 +11,16 @@ import torch
 from swarmnode.model.logprobs import _prepare
 
 
-def bf16_logprobs(model, prompt_tokens: list[int], completions: list[list[int]], temperature: float, pad_id: int,
-                  whole_forward: bool = False, logit_scale: float = 1.0,
-                  bf16_model=None) -> tuple[list[list[float]], list[list[float]]]:
+def bf16_logprobs(
+    model,
+    prompt_tokens: list[int],
+    completions: list[list[int]],
+    temperature: float,
+    pad_id: int,
+    whole_forward: bool = False,
+    logit_scale: float = 1.0,
+    bf16_model=None,
+) -> tuple[list[list[float]], list[list[float]]]:
     """(bf16-like claimed log-probs, fp32 reference log-probs) per completion, each at `logit_scale` x the
     model's logits; `whole_forward` runs the claims' forward in `bf16_model` (default: a bf16 copy of `model`)."""
     net = (bf16_model or copy.deepcopy(model).to(torch.bfloat16)) if whole_forward else model
@@ -24,7 +31,7 @@ def bf16_logprobs(model, prompt_tokens: list[int], completions: list[list[int]],
         low = net(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits
     out = []
     for logits in (low.to(torch.bfloat16), ref.float()):
-        scaled = (logits.float() * logit_scale).to(logits.dtype).float()[:, -(T + 1):-1] / temps.view(-1, 1, 1)
+        scaled = (logits.float() * logit_scale).to(logits.dtype).float()[:, -(T + 1) : -1] / temps.view(-1, 1, 1)
         logp = torch.log_softmax(scaled, dim=-1).gather(-1, ids[:, -T:].unsqueeze(-1)).squeeze(-1)
         out.append([row[: len(c)].tolist() for row, c in zip(logp, completions)])
     return out[0], out[1]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT, pin, config_args  # noqa: E402  (also puts this checkout's package first)
+from benchlib import ROOT, config_args, pin  # noqa: E402  (also puts this checkout's package first)
 
 CHILD = """
 import json, random, resource, sys, time
@@ -47,8 +47,15 @@ print(json.dumps({"ms_per_batch": (time.perf_counter() - start) / batches * 1e3,
 def run_arm(config: str, sets: list[str], batches: int, tuned: bool, core: str) -> dict:
     """One child process: its ms and minor page faults per generated batch."""
     args = json.dumps([config, sets, batches, tuned])
-    out = subprocess.run([*pin(core), sys.executable, "-c", CHILD, args], capture_output=True, text=True,
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600, check=True)
+    out = subprocess.run(
+        [*pin(core), sys.executable, "-c", CHILD, args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -63,26 +70,47 @@ def main() -> None:
     rows = []
     for repeat in range(1, args.repeats + 1):
         for tuned in (False, True):
-            row = {"arm": "keep_freed_memory" if tuned else "glibc defaults", "repeat": repeat,
-                   **run_arm(args.config, args.sets, args.batches, tuned, args.core)}
+            row = {
+                "arm": "keep_freed_memory" if tuned else "glibc defaults",
+                "repeat": repeat,
+                **run_arm(args.config, args.sets, args.batches, tuned, args.core),
+            }
             rows.append(row)
-            print(f"{row['arm']:>17} {repeat}: {row['ms_per_batch']:.1f} ms/batch, "
-                  f"{row['faults_per_batch']:,.0f} minor faults/batch", flush=True)
-    median = {arm: statistics.median(r["ms_per_batch"] for r in rows if r["arm"] == arm)
-              for arm in ("glibc defaults", "keep_freed_memory")}
+            print(
+                f"{row['arm']:>17} {repeat}: {row['ms_per_batch']:.1f} ms/batch, "
+                f"{row['faults_per_batch']:,.0f} minor faults/batch",
+                flush=True,
+            )
+    median = {
+        arm: statistics.median(r["ms_per_batch"] for r in rows if r["arm"] == arm)
+        for arm in ("glibc defaults", "keep_freed_memory")
+    }
     ratio = round(median["glibc defaults"] / median["keep_freed_memory"], 3)
     print(f"median ms/batch {median}; default / tuned = {ratio}")
     if args.out:
         command = "python bench/allocator-faults/allocator_faults.py " + " ".join(sys.argv[1:])
         load = os.getloadavg()
-        doc = {"command": command, "config": args.config, "sets": args.sets, "load_after": load, "rows": rows,
-               "median_ms_per_batch": median, "speedup": ratio}
+        doc = {
+            "command": command,
+            "config": args.config,
+            "sets": args.sets,
+            "load_after": load,
+            "rows": rows,
+            "median_ms_per_batch": median,
+            "speedup": ratio,
+        }
         args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
-        lines = [f"# glibc heap thresholds and generation: `{command}`", "",
-                 f"load average after (1/5/15 min): {[round(x, 2) for x in load]}", "",
-                 "| arm | repeat | ms per batch | minor page faults per batch |", "|---|---|---|---|"]
-        lines += [f"| {r['arm']} | {r['repeat']} | {r['ms_per_batch']:.1f} | {r['faults_per_batch']:,.0f} |"
-                  for r in rows]
+        lines = [
+            f"# glibc heap thresholds and generation: `{command}`",
+            "",
+            f"load average after (1/5/15 min): {[round(x, 2) for x in load]}",
+            "",
+            "| arm | repeat | ms per batch | minor page faults per batch |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['arm']} | {r['repeat']} | {r['ms_per_batch']:.1f} | {r['faults_per_batch']:,.0f} |" for r in rows
+        ]
         lines += ["", f"median ms per batch: {median}; default / tuned: **{ratio}x**"]
         args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 

@@ -47,8 +47,9 @@ def core_pair(text: str) -> tuple[str, str]:
     if len(cores) != 2 or not all(c.isdigit() for c in cores) or cores[0] == cores[1]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected two different core numbers, e.g. 0,1")
     if missing := [c for c in cores if int(c) not in allowed]:
-        raise argparse.ArgumentTypeError(f"core {', '.join(missing)} is not available here (cores: "
-                                         f"{','.join(map(str, sorted(allowed)))})")
+        raise argparse.ArgumentTypeError(
+            f"core {', '.join(missing)} is not available here (cores: {','.join(map(str, sorted(allowed)))})"
+        )
     return cores[0], cores[1]
 
 

@@ -93,8 +93,22 @@ class NatLab:
 
     def _cap(self, ns: str, mbit: float | None) -> None:
         if mbit:
-            self._ns(ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", f"{mbit}mbit", "burst", "256kb",
-                     "latency", "50ms")
+            self._ns(
+                ns,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                f"{mbit}mbit",
+                "burst",
+                "256kb",
+                "latency",
+                "50ms",
+            )
 
     def public(self, name: str, mbit: float | None = None, ip: str | None = None) -> Host:
         """A host with a public address on the internet bridge (`ip`, any free address in 11.0.0.0/8, else the
@@ -119,16 +133,29 @@ class NatLab:
         prefix = f"{HOME}.{k}"
         self._ns(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         self._ns(ns, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "eth0", "-j", "MASQUERADE")
-        self._ns(ns, "iptables", "-A", "FORWARD", "-i", "eth0", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
-                 "-j", "ACCEPT")
+        self._ns(
+            ns,
+            "iptables",
+            "-A",
+            "FORWARD",
+            "-i",
+            "eth0",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "ESTABLISHED,RELATED",
+            "-j",
+            "ACCEPT",
+        )
         self._ns(ns, "iptables", "-A", "FORWARD", "-i", "eth0", "-j", "DROP")  # nothing new comes in
         return ns, prefix
 
     def _home_link(self, router_ns: str, inside_ns: str, prefix: str, short: str) -> None:
         """A cable from `router_ns`'s home side (`lan<k>`, at prefix.1) to `inside_ns`'s eth0 (prefix.2)."""
         lan = f"lan{short}"
-        self._sh("ip", "link", "add", lan, "netns", router_ns, "type", "veth", "peer", "name", "eth0", "netns",
-                 inside_ns)
+        self._sh(
+            "ip", "link", "add", lan, "netns", router_ns, "type", "veth", "peer", "name", "eth0", "netns", inside_ns
+        )
         self._ns(router_ns, "ip", "addr", "add", f"{prefix}.1/24", "dev", lan)
         self._ns(router_ns, "ip", "link", "set", lan, "up")
         self._ns(inside_ns, "ip", "addr", "add", f"{prefix}.2/24", "dev", "eth0")
@@ -163,7 +190,7 @@ class NatLab:
             subprocess.run(["ip", "link", "del", link], capture_output=True)
         self.namespaces, self.links = [], []
 
-    def __enter__(self) -> "NatLab":
+    def __enter__(self) -> NatLab:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,8 +27,14 @@ START_TIMEOUT_S = 180.0  # model load (the tiny model is cached by then) and imp
 def start_neighbour(config: str, sets: list[str], core: str, log: Path) -> subprocess.Popen:
     """This script pinned to `core` (its stderr in `log`), returned once it generates; SystemExit with its log's
     tail if it dies or is not ready within START_TIMEOUT_S."""
-    cmd = [*pin(core), sys.executable, str(Path(__file__).resolve()), "--config", config,
-           *[a for one in sets for a in ("--set", one)]]
+    cmd = [
+        *pin(core),
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--config",
+        config,
+        *[a for one in sets for a in ("--set", one)],
+    ]
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
     assert proc.stdout is not None

@@ -55,8 +55,22 @@ def limited_hosts(n: int, mbit: float) -> Iterator[list[tuple[str, str]]]:
             sh(*inside, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
             sh(*inside, "ip", "link", "set", "eth0", "up")
             sh(*inside, "ip", "link", "set", "lo", "up")
-            sh(*inside, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", f"{mbit}mbit", "burst", "256kb",
-               "latency", "50ms")
+            sh(
+                *inside,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                f"{mbit}mbit",
+                "burst",
+                "256kb",
+                "latency",
+                "50ms",
+            )
             hosts.append((ns, ip))
         yield hosts
     finally:

@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT, pin, write_results  # noqa: E402  (also puts this checkout's package first)
-
+from benchlib import pin, write_results  # noqa: E402  (also puts this checkout's package first)
 
 WAYS = ("to_thread", "compute_thread")
 
@@ -51,6 +50,7 @@ def trial(way: str, config: str, rounds: int) -> dict:
         def call():
             threads.add(threading.get_ident())
             return fn()
+
         return call
 
     async def run(fn):
@@ -108,25 +108,49 @@ def main() -> None:
     trials = []
     for i in range(args.trials):
         for way in WAYS:
-            cmd = [*pin(str(args.core)), sys.executable, __file__, "--trial", way, "--config", args.config,
-                   "--rounds", str(args.rounds)]
+            cmd = [
+                *pin(str(args.core)),
+                sys.executable,
+                __file__,
+                "--trial",
+                way,
+                "--config",
+                args.config,
+                "--rounds",
+                str(args.rounds),
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
                 raise SystemExit(f"trial {way} failed:\n{done.stderr[-2000:]}")
             trials.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"trial {i + 1} {way}: first {trials[-1]['round_s'][0] * 1e3:.0f} ms, "
-                  f"{trials[-1]['threads']} threads", flush=True)
+            print(
+                f"trial {i + 1} {way}: first {trials[-1]['round_s'][0] * 1e3:.0f} ms, {trials[-1]['threads']} threads",
+                flush=True,
+            )
     summary = summarise(trials, args.early)
-    doc = {"command": " ".join(["python bench/compute-thread/compute_thread.py", *sys.argv[1:]]), "config": args.config,
-           "load_before": load, "load_after": [round(x, 2) for x in os.getloadavg()], "early": args.early,
-           "summary": summary, "trials": trials}
-    lines = [f"# one compute thread against asyncio.to_thread: `{doc['command']}`", "",
-             f"load average before {load}, after {doc['load_after']}; one core; ms per round (a rollout batch and "
-             f"its learner steps), medians over trials", "",
-             f"| way | first round | first {args.early} rounds (mean) | later rounds (mean) | threads used | trials |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {way} | {s['first_round_ms']} | {s['early_round_ms']} | {s['later_round_ms']} | {s['threads']} | "
-              f"{s['trials']} |" for way, s in summary.items()]
+    doc = {
+        "command": " ".join(["python bench/compute-thread/compute_thread.py", *sys.argv[1:]]),
+        "config": args.config,
+        "load_before": load,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "early": args.early,
+        "summary": summary,
+        "trials": trials,
+    }
+    lines = [
+        f"# one compute thread against asyncio.to_thread: `{doc['command']}`",
+        "",
+        f"load average before {load}, after {doc['load_after']}; one core; ms per round (a rollout batch and "
+        f"its learner steps), medians over trials",
+        "",
+        f"| way | first round | first {args.early} rounds (mean) | later rounds (mean) | threads used | trials |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {way} | {s['first_round_ms']} | {s['early_round_ms']} | {s['later_round_ms']} | {s['threads']} | "
+        f"{s['trials']} |"
+        for way, s in summary.items()
+    ]
     print("\n".join(lines))
     if args.out:
         write_results(args.out, doc, "\n".join(lines) + "\n")

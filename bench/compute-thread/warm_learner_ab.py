@@ -25,9 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 from benchlib import ROOT, write_results  # noqa: E402  (also puts this checkout's package first)
 
-
-ARM_SETS = ["learner.checkpoint_every=5", "learner.sample_when_idle=true", "sync.mode=pull",
-            "sampler.max_groups_per_second=0"]
+ARM_SETS = [
+    "learner.checkpoint_every=5",
+    "learner.sample_when_idle=true",
+    "sync.mode=pull",
+    "sampler.max_groups_per_second=0",
+]
 FIGURES = ("first_step_s", "steps_per_s_after_first", "step10_s", "step50_s")
 
 
@@ -45,14 +48,32 @@ def inner(tree: Path, seconds: float, config: str, samplers: int) -> None:
     def at(step: int) -> float | None:
         return round(curve[step - 1]["time"] - t0, 2) if len(curve) >= step else None
 
-    print(json.dumps({"first_step_s": at(1), "step10_s": at(10), "step50_s": at(50),
-                      "steps_per_s_after_first": round((len(curve) - 1) / (curve[-1]["time"] - curve[0]["time"]), 3)}))
+    print(
+        json.dumps(
+            {
+                "first_step_s": at(1),
+                "step10_s": at(10),
+                "step50_s": at(50),
+                "steps_per_s_after_first": round((len(curve) - 1) / (curve[-1]["time"] - curve[0]["time"]), 3),
+            }
+        )
+    )
 
 
 def run_tree(tree: Path, args: argparse.Namespace) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}  # the nodes it starts import this tree's swarmnode too
-    cmd = [sys.executable, __file__, "--inner", str(tree), "--seconds", str(args.seconds), "--config", args.config,
-           "--samplers", str(args.samplers)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--inner",
+        str(tree),
+        "--seconds",
+        str(args.seconds),
+        "--config",
+        args.config,
+        "--samplers",
+        str(args.samplers),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.seconds + 600)
     if done.returncode != 0:
         raise SystemExit(f"{tree}: the run failed:\n{done.stderr[-2000:]}")
@@ -61,8 +82,13 @@ def run_tree(tree: Path, args: argparse.Namespace) -> dict:
 
 def summarise(runs: dict[str, list[dict]]) -> dict:
     """Per tree the median of each figure; and new/old for each."""
-    med = {tree: {k: statistics.median(r[k] for r in rs if r[k] is not None) if any(r[k] is not None for r in rs)
-                  else None for k in FIGURES} for tree, rs in runs.items()}
+    med = {
+        tree: {
+            k: statistics.median(r[k] for r in rs if r[k] is not None) if any(r[k] is not None for r in rs) else None
+            for k in FIGURES
+        }
+        for tree, rs in runs.items()
+    }
     ratio = {k: round(med["new"][k] / med["old"][k], 3) if med["new"][k] and med["old"][k] else None for k in FIGURES}
     return {"median": med, "new_over_old": ratio}
 
@@ -94,19 +120,30 @@ def main() -> None:
             runs[name].append(run_tree(tree, args))
             print(f"pair {i + 1} {name}: {runs[name][-1]}", flush=True)
     summary = summarise(runs)
-    doc = {"command": " ".join(["python bench/compute-thread/warm_learner_ab.py", *sys.argv[1:]]), "trees": {k: str(v) for k, v in
-           trees.items()}, "load_before": load, "load_after": [round(x, 2) for x in os.getloadavg()], "runs": runs,
-           **summary}
-    lines = [f"# warm learner, old vs new tree: `{doc['command']}`", "",
-             f"load average before {load}, after {doc['load_after']}; {args.pairs} alternating pairs, "
-             f"{args.seconds:g} s each from the learner's launch; medians", "",
-             "| tree | 1st step (s) | steps/s after it | step 10 (s) | step 50 (s) |", "|---|---|---|---|---|"]
+    doc = {
+        "command": " ".join(["python bench/compute-thread/warm_learner_ab.py", *sys.argv[1:]]),
+        "trees": {k: str(v) for k, v in trees.items()},
+        "load_before": load,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "runs": runs,
+        **summary,
+    }
+    lines = [
+        f"# warm learner, old vs new tree: `{doc['command']}`",
+        "",
+        f"load average before {load}, after {doc['load_after']}; {args.pairs} alternating pairs, "
+        f"{args.seconds:g} s each from the learner's launch; medians",
+        "",
+        "| tree | 1st step (s) | steps/s after it | step 10 (s) | step 50 (s) |",
+        "|---|---|---|---|---|",
+    ]
     for name in ("old", "new", "new_over_old"):
         fig = summary["median"].get(name) if name != "new_over_old" else summary["new_over_old"]
         lines.append(f"| {name.replace('_', ' ')} | " + " | ".join(str(fig[k]) for k in FIGURES) + " |")
     lines.append("")
-    lines += [f"- {name} runs: " + "; ".join(" / ".join(str(r[k]) for k in FIGURES) for r in rs)
-              for name, rs in runs.items()]
+    lines += [
+        f"- {name} runs: " + "; ".join(" / ".join(str(r[k]) for k in FIGURES) for r in rs) for name, rs in runs.items()
+    ]
     text = "\n".join(lines)
     print(text)
     write_results(args.out, doc, text + "\n")

@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT, core_pair, write_results  # noqa: E402  (also puts this checkout's package first)
-
 from local_phases import timed_round  # noqa: E402
+
+from benchlib import core_pair, write_results  # noqa: E402  (also puts this checkout's package first)
 from benchlib.neighbour_load import start_neighbour  # noqa: E402
 
 
@@ -31,7 +31,9 @@ def main() -> None:
     ap.add_argument("--config", default="tiny-digitmap")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=6)
-    ap.add_argument("--cores", type=core_pair, default="0,1", help="TIMED,NEIGHBOUR: the core timed and the one kept busy")
+    ap.add_argument(
+        "--cores", type=core_pair, default="0,1", help="TIMED,NEIGHBOUR: the core timed and the one kept busy"
+    )
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     timed_core, neighbour_core = args.cores
@@ -67,8 +69,12 @@ def main() -> None:
                 if nb is not None:
                     nb.kill()
                     nb.wait()
-            row = {"round": rnd + 1, "neighbour": mode, "generate_ms": round(statistics.median(t[0] for t in times), 1),
-                   "train_ms": round(statistics.median(t[1] for t in times), 1)}
+            row = {
+                "round": rnd + 1,
+                "neighbour": mode,
+                "generate_ms": round(statistics.median(t[0] for t in times), 1),
+                "train_ms": round(statistics.median(t[1] for t in times), 1),
+            }
             rows.append(row)
             print(row, flush=True)
     summary = {}
@@ -76,16 +82,27 @@ def main() -> None:
         idle = statistics.median(r[key] for r in rows if r["neighbour"] == "idle")
         busy = statistics.median(r[key] for r in rows if r["neighbour"] == "busy")
         summary[key] = {"idle": round(idle, 1), "busy": round(busy, 1), "slowdown": round(busy / idle, 3)}
-    doc = {"command": " ".join(["python bench/core-interference/core_interference.py", *sys.argv[1:]]), "config": args.config,
-           "load_before": load, "rounds": rows, "summary": summary}
+    doc = {
+        "command": " ".join(["python bench/core-interference/core_interference.py", *sys.argv[1:]]),
+        "config": args.config,
+        "load_before": load,
+        "rounds": rows,
+        "summary": summary,
+    }
     text = markdown(doc)
     print(text)
     write_results(args.out, doc, text)
 
 
 def markdown(doc: dict) -> str:
-    lines = [f"# core interference: `{doc['command']}`", "", f"load average before {doc['load_before']}; medians of "
-             "each round's batches, ms on the timed core", "", "| round | neighbour core | generate (ms) | train (ms) |", "|---|---|---|---|"]
+    lines = [
+        f"# core interference: `{doc['command']}`",
+        "",
+        f"load average before {doc['load_before']}; medians of each round's batches, ms on the timed core",
+        "",
+        "| round | neighbour core | generate (ms) | train (ms) |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {r['round']} | {r['neighbour']} | {r['generate_ms']} | {r['train_ms']} |" for r in doc["rounds"]]
     lines += ["", "| work | neighbour idle | neighbour busy | slowdown |", "|---|---|---|---|"]
     lines += [f"| {k} | {v['idle']} | {v['busy']} | {v['slowdown']}x |" for k, v in doc["summary"].items()]

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT, config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
-
+from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.local.trainer import LocalTrainer  # noqa: E402
 
@@ -55,11 +54,20 @@ def main() -> None:
             steps.append(step)
     per_step = cfg.learner.prompts_per_step / cfg.sampler.prompts_per_batch
     g, t = statistics.median(batches) * per_step, statistics.median(steps)
-    out = {"config": args.config, "sets": args.sets, "steps": len(steps), "sample_ms_per_step": round(g * 1e3, 1),
-           "train_ms_per_step": round(t * 1e3, 1), "ceiling_one_sampler_core": round((g + t) / max(g, t), 2)}
-    print(json.dumps(out) if args.json else
-          f"{args.config} {args.sets}: G {out['sample_ms_per_step']} ms, T {out['train_ms_per_step']} ms per step "
-          f"({out['steps']} steps); one extra core of samplers: at most {out['ceiling_one_sampler_core']}x")
+    out = {
+        "config": args.config,
+        "sets": args.sets,
+        "steps": len(steps),
+        "sample_ms_per_step": round(g * 1e3, 1),
+        "train_ms_per_step": round(t * 1e3, 1),
+        "ceiling_one_sampler_core": round((g + t) / max(g, t), 2),
+    }
+    print(
+        json.dumps(out)
+        if args.json
+        else f"{args.config} {args.sets}: G {out['sample_ms_per_step']} ms, T {out['train_ms_per_step']} ms per step "
+        f"({out['steps']} steps); one extra core of samplers: at most {out['ceiling_one_sampler_core']}x"
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,9 @@ def main() -> None:
 
     cfg = load_config("tiny-cpu", ["run_id=bench-run"])
     # a swarm with something to show: stale samplers, an offender, a collapsing learner
-    records = simulated_records(args.peers, learners=2, lags=[20, 0, 1], invalid_peers=["12D3KooWbench"],
-                                rewards=[0.6] * 20 + [0.1] * 12)
+    records = simulated_records(
+        args.peers, learners=2, lags=[20, 0, 1], invalid_peers=["12D3KooWbench"], rewards=[0.6] * 20 + [0.1] * 12
+    )
     payloads = [r.encode() for r in records]
     history = History()
 
@@ -71,11 +72,15 @@ def main() -> None:
     record_bytes = max(len(p) for p in payloads)
     print(f"peers {args.peers}, refreshes {args.repeats}, largest record {record_bytes} bytes")
     print(f"decode + status document: {med['decode']:.2f} ms (median)")
-    print(f"dashboard refresh (decode + document + build_view + render 160x50): {med['dash']:.2f} ms median, "
-          f"{p95:.2f} ms p95")
+    print(
+        f"dashboard refresh (decode + document + build_view + render 160x50): {med['dash']:.2f} ms median, "
+        f"{p95:.2f} ms p95"
+    )
     print(f"baseline `status` text (decode + document + format_status): {med['base']:.2f} ms median")
-    print(f"ratio dashboard / status text: {med['dash'] / med['base']:.1f}x; "
-          f"share of a 3 s refresh interval: {med['dash'] / 3000:.2%}")
+    print(
+        f"ratio dashboard / status text: {med['dash'] / med['base']:.1f}x; "
+        f"share of a 3 s refresh interval: {med['dash'] / 3000:.2%}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,10 +34,9 @@ from hivemind.p2p import P2P, PeerID
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
+from benchlib.netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.swarm.weights import ChunkSchedule, WeightFetcher, WeightServer, WeightStore  # noqa: E402
-
-from benchlib.netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
 
 RUN = "bench"
 RAW = "bench/raw/1"
@@ -100,8 +99,13 @@ async def worker(args) -> None:
             with profiled(args.profile and f"{args.profile}/fetch{fresh}.prof"):
                 await fetcher.fetch([PeerID.from_base58(h) for h in cmd["holders"]], cmd["version"])
             s = fetcher.last_stats
-            res = {"fetched": s.fetched_bytes, "reused": s.reused_bytes, "served_chunks": server.served_chunks,
-                   "seconds": time.perf_counter() - t0, "cpu": cpu_delta(cpu0)}
+            res = {
+                "fetched": s.fetched_bytes,
+                "reused": s.reused_bytes,
+                "served_chunks": server.served_chunks,
+                "seconds": time.perf_counter() - t0,
+                "cpu": cpu_delta(cpu0),
+            }
             if target is not store:
                 del target, fetcher  # the buffer goes with them
                 shutil.rmtree(Path(args.dir) / f"fresh{fresh}", ignore_errors=True)
@@ -157,12 +161,24 @@ async def _read_into(reader: asyncio.StreamReader, buf: bytearray, writer: async
 
 
 class Worker:
-    def __init__(self, initial: str | None, directory: Path, profile: str | None = None, *,
-                 netns: str | None = None, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        initial: str | None,
+        directory: Path,
+        profile: str | None = None,
+        *,
+        netns: str | None = None,
+        host: str = "127.0.0.1",
+    ):
         cmd = [sys.executable, __file__, "--worker", "--dir", str(directory), "--host", host]
         cmd += (["--initial", initial] if initial else []) + (["--profile", profile] if profile else [])
-        self.proc = subprocess.Popen((in_namespace(netns) if netns else []) + cmd, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            (in_namespace(netns) if netns else []) + cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         hello = self.recv()
         self.peer_id, self.maddr, self.key = hello["peer_id"], hello["maddr"], hello["key"]
 
@@ -230,8 +246,9 @@ async def weights_bench(args, tmp: Path) -> dict:
         for _ in range(args.repeat):  # interleaved, so load changes hit every method alike
             res["tcp"].append(await measured(one.ask(op="raw_tcp", port=port, bytes=nbytes)))
             res["raw"].append(await measured(one.ask(op="raw_p2p", peer=me, bytes=nbytes)))
-            res["fetch"].append(await measured(one.ask(op="fetch", holders=[me], version=1, fresh=True,
-                                                       learner_key=learner.peer_id)))
+            res["fetch"].append(
+                await measured(one.ask(op="fetch", holders=[me], version=1, fresh=True, learner_key=learner.peer_id))
+            )
         if args.fetchers < 2:
             return res
         # N concurrent fetchers of version 2 (fresh content), each told about the learner and every other worker
@@ -240,9 +257,17 @@ async def weights_bench(args, tmp: Path) -> dict:
         store.publish(2, state, learner, parent_version=1)
         others = workers[1:]
         served0, cpu0, t0 = server.served_chunks, cpu_seconds(), time.perf_counter()
-        rs = await asyncio.gather(*[
-            w.ask(op="fetch", holders=[me] + [o.peer_id for o in others if o is not w], version=2,
-                  learner_key=learner.peer_id) for w in others])
+        rs = await asyncio.gather(
+            *[
+                w.ask(
+                    op="fetch",
+                    holders=[me] + [o.peer_id for o in others if o is not w],
+                    version=2,
+                    learner_key=learner.peer_id,
+                )
+                for w in others
+            ]
+        )
         res["concurrent_s"] = time.perf_counter() - t0
         res["concurrent_sender_cpu"] = cpu_delta(cpu0)
         res["concurrent"] = rs
@@ -250,8 +275,9 @@ async def weights_bench(args, tmp: Path) -> dict:
         res["learner_served_chunks"] = server.served_chunks - served0
         res["peer_served_chunks"] = sum([(await w.ask(op="served"))["served_chunks"] for w in others])
         # into an empty store, like the concurrent fetchers' (`one` already holds version 1)
-        res["alone"] = await measured(one.ask(op="fetch", holders=[me], version=2, fresh=True,
-                                              learner_key=learner.peer_id))
+        res["alone"] = await measured(
+            one.ask(op="fetch", holders=[me], version=2, fresh=True, learner_key=learner.peer_id)
+        )
         # delta: change 10% of the tensors; a fetcher holding v2 (from the concurrent phase) fetches v3
         for name in list(state)[::10]:
             state[name].add_(1.0)
@@ -280,13 +306,26 @@ async def swarm_bench(args, tmp: Path) -> dict:
             alone = await one.ask(op="fetch", holders=[pub.peer_id], version=1, learner_key=pub.key)
             await pub.ask(op="publish", mb=args.mb, version=2)
             served0, t0 = (await pub.ask(op="served"))["served_chunks"], time.perf_counter()
-            rs = await asyncio.gather(*[
-                w.ask(op="fetch", holders=[pub.peer_id] + [o.peer_id for o in others if o is not w], version=2,
-                      learner_key=pub.key) for w in others])
-            return {"mbit": args.swarm_mbit, "alone_s": alone["seconds"], "concurrent_s": time.perf_counter() - t0,
-                    "each_s": [r["seconds"] for r in rs], "n": len(others),
-                    "learner_served": (await pub.ask(op="served"))["served_chunks"] - served0,
-                    "peer_served": sum([(await w.ask(op="served"))["served_chunks"] for w in others])}
+            rs = await asyncio.gather(
+                *[
+                    w.ask(
+                        op="fetch",
+                        holders=[pub.peer_id] + [o.peer_id for o in others if o is not w],
+                        version=2,
+                        learner_key=pub.key,
+                    )
+                    for w in others
+                ]
+            )
+            return {
+                "mbit": args.swarm_mbit,
+                "alone_s": alone["seconds"],
+                "concurrent_s": time.perf_counter() - t0,
+                "each_s": [r["seconds"] for r in rs],
+                "n": len(others),
+                "learner_served": (await pub.ask(op="served"))["served_chunks"] - served0,
+                "peer_served": sum([(await w.ask(op="served"))["served_chunks"] for w in others]),
+            }
         finally:
             for w in nodes:
                 w.close()
@@ -299,8 +338,13 @@ def rollout_bench(args, tmp: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
     def start(*a: str, ready: Path) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, script, *a, "--ready", str(ready)], start_new_session=True, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            [sys.executable, script, *a, "--ready", str(ready)],
+            start_new_session=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         procs.append(p)
         while not (ready.exists() and ready.read_text()):
             if p.poll() is not None:
@@ -309,12 +353,36 @@ def rollout_bench(args, tmp: Path) -> dict:
         return p
 
     try:
-        learner = start("learner", "--identity", str(tmp / "l.key"), "--received", str(tmp / "received"),
-                        "--journal", str(tmp / "journal"), ready=tmp / "l.ready")
+        learner = start(
+            "learner",
+            "--identity",
+            str(tmp / "l.key"),
+            "--received",
+            str(tmp / "received"),
+            "--journal",
+            str(tmp / "journal"),
+            ready=tmp / "l.ready",
+        )
         addr = (tmp / "l.ready").read_text()
-        samplers = [start("sampler", "--identity", str(tmp / f"s{i}.key"), "--learner", addr, "--count",
-                          str(args.groups), "--interval", "0.1", "--created", str(tmp / f"c{i}"), "--tag", f"s{i}",
-                          ready=tmp / f"s{i}.ready") for i in range(args.samplers)]
+        samplers = [
+            start(
+                "sampler",
+                "--identity",
+                str(tmp / f"s{i}.key"),
+                "--learner",
+                addr,
+                "--count",
+                str(args.groups),
+                "--interval",
+                "0.1",
+                "--created",
+                str(tmp / f"c{i}"),
+                "--tag",
+                f"s{i}",
+                ready=tmp / f"s{i}.ready",
+            )
+            for i in range(args.samplers)
+        ]
         for p in samplers:
             p.wait(300)
         os.killpg(learner.pid, signal.SIGTERM)
@@ -334,6 +402,7 @@ def plan_bench(n_chunks: int, partial_holders: int = 3, refresh_every: int = 5) 
     """CPU cost of the fetcher's chunk scheduling (ChunkSchedule: have-maps, rarest-first takes) for a manifest of
     `n_chunks`: one complete holder and `partial_holders` peers that gain chunks as the fetch goes, each peer's
     have-map refreshed every `refresh_every` chunks (about the fetcher's 50 ms at a 400 MB/s fetch)."""
+
     async def run() -> dict:
         rng = random.Random(0)
         order = list(range(n_chunks))
@@ -347,7 +416,7 @@ def plan_bench(n_chunks: int, partial_holders: int = 3, refresh_every: int = 5) 
         work.set_have("publisher", bytes([255]) * nb + bytes(nb))
         spent += time.process_time() - t0
         while work.pending:
-            for k, h in enumerate(holders):
+            for _k, h in enumerate(holders):
                 if h != "publisher" and takes % refresh_every == 0:
                     for i in rng.sample(range(n_chunks), 2):  # the peer got two more chunks from elsewhere
                         maps[h][i >> 3] |= 1 << (i & 7)
@@ -372,35 +441,47 @@ def cpu_per_gb(runs: list[dict], nbytes: float) -> str:
     med = lambda side, part: statistics.median(r[side][part] for r in runs) / gb  # noqa: E731
     parts = [med(side, part) for side in ("cpu", "sender_cpu") for part in ("python", "p2pd")]
     total = statistics.median(sum(r["cpu"].values()) + sum(r["sender_cpu"].values()) for r in runs) / gb
-    return (f"CPU-s/GB recv {parts[0]:.2f}+{parts[1]:.2f}, send {parts[2]:.2f}+{parts[3]:.2f} (python+p2pd), "
-            f"total {total:.2f}")
+    return (
+        f"CPU-s/GB recv {parts[0]:.2f}+{parts[1]:.2f}, send {parts[2]:.2f}+{parts[3]:.2f} (python+p2pd), "
+        f"total {total:.2f}"
+    )
 
 
 def report(w: dict) -> None:
     mb = w["mb"]
     sec = {k: min(r["seconds"] for r in w[k]) for k in ("tcp", "raw", "fetch")}
-    print(f"weights: {mb:.0f} MB state, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} "
-          f"(publish {w['publish_s']:.2f} s); best speed of {len(w['tcp'])} interleaved runs, median CPU")
+    print(
+        f"weights: {mb:.0f} MB state, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} "
+        f"(publish {w['publish_s']:.2f} s); best speed of {len(w['tcp'])} interleaved runs, median CPU"
+    )
     print(f"  plain TCP loopback      {mb / sec['tcp']:6.0f} MB/s   {cpu_per_gb(w['tcp'], mb * 1e6)}")
     print(f"  raw hivemind stream     {mb / sec['raw']:6.0f} MB/s   {cpu_per_gb(w['raw'], mb * 1e6)}")
     print(f"  WeightFetcher (1 peer)  {mb / sec['fetch']:6.0f} MB/s   {cpu_per_gb(w['fetch'], mb * 1e6)}")
     pairs = [r["seconds"] / f["seconds"] for r, f in zip(w["raw"], w["fetch"])]
-    print(f"  fetch vs raw stream: {sec['raw'] / sec['fetch']:.2f}x best-of, {statistics.median(pairs):.2f}x median "
-          f"of interleaved pairs ({', '.join(f'{x:.2f}' for x in pairs)}); target >= 0.9x")
+    print(
+        f"  fetch vs raw stream: {sec['raw'] / sec['fetch']:.2f}x best-of, {statistics.median(pairs):.2f}x median "
+        f"of interleaved pairs ({', '.join(f'{x:.2f}' for x in pairs)}); target >= 0.9x"
+    )
     if "concurrent_s" not in w:
         return
     n, alone = w["concurrent_n"], w["alone"]["seconds"]
     total_cpu = sum(sum(r["cpu"].values()) for r in w["concurrent"]) + sum(w["concurrent_sender_cpu"].values())
     alone_cpu = sum(w["alone"]["cpu"].values()) + sum(w["alone"]["sender_cpu"].values())
-    print(f"  1 fetcher alone {alone:.2f} s ({alone_cpu:.1f} CPU-s); {n} concurrent {w['concurrent_s']:.2f} s "
-          f"({total_cpu:.1f} CPU-s, all processes) = {w['concurrent_s'] / alone:.2f}x (target <= 1.5x); "
-          f"CPU-bound floor on {os.cpu_count()} cores: {total_cpu / os.cpu_count() / alone:.2f}x")
+    print(
+        f"  1 fetcher alone {alone:.2f} s ({alone_cpu:.1f} CPU-s); {n} concurrent {w['concurrent_s']:.2f} s "
+        f"({total_cpu:.1f} CPU-s, all processes) = {w['concurrent_s'] / alone:.2f}x (target <= 1.5x); "
+        f"CPU-bound floor on {os.cpu_count()} cores: {total_cpu / os.cpu_count() / alone:.2f}x"
+    )
     each = ", ".join(f"{r['seconds']:.2f} s" for r in w["concurrent"])
-    print(f"    each: {each}; chunks served by peers "
-          f"{w['peer_served_chunks']}, by the learner {w['learner_served_chunks']}")
-    print(f"  delta update (10% of tensors changed): fetched {w['delta_fetched'] / 1e6:.1f} MB of "
-          f"{w['delta_total'] / 1e6:.0f} MB ({w['delta_fetched'] / w['delta_total']:.1%}), reused "
-          f"{w['delta_reused'] / 1e6:.0f} MB")
+    print(
+        f"    each: {each}; chunks served by peers "
+        f"{w['peer_served_chunks']}, by the learner {w['learner_served_chunks']}"
+    )
+    print(
+        f"  delta update (10% of tensors changed): fetched {w['delta_fetched'] / 1e6:.1f} MB of "
+        f"{w['delta_total'] / 1e6:.0f} MB ({w['delta_fetched'] / w['delta_total']:.1%}), reused "
+        f"{w['delta_reused'] / 1e6:.0f} MB"
+    )
 
 
 def main() -> None:
@@ -412,10 +493,19 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=60, help="groups per sampler (10/s each)")
     ap.add_argument("--skip-rollouts", action="store_true")
     ap.add_argument("--skip-loopback", action="store_true", help="only the upload-limited phase (and rollouts)")
-    ap.add_argument("--swarm-mbit", type=int, default=200,
-                    help="upload limit per host for the namespaced 1-vs-N phase (0: skip; needs root, iproute2)")
-    ap.add_argument("--plan-chunks", type=int, nargs="*", default=[4000, 32000],
-                    help="manifest sizes (chunks of 4 MiB) for the scheduling-cost phase")
+    ap.add_argument(
+        "--swarm-mbit",
+        type=int,
+        default=200,
+        help="upload limit per host for the namespaced 1-vs-N phase (0: skip; needs root, iproute2)",
+    )
+    ap.add_argument(
+        "--plan-chunks",
+        type=int,
+        nargs="*",
+        default=[4000, 32000],
+        help="manifest sizes (chunks of 4 MiB) for the scheduling-cost phase",
+    )
     ap.add_argument("--profile", help="directory: cProfile each worker fetch into it")
     ap.add_argument("--json", help="also write every figure to this JSON file")
     ap.add_argument("--worker", action="store_true")
@@ -441,24 +531,30 @@ def main() -> None:
         if sw:
             w["swarm"] = sw
             mb_s = args.swarm_mbit / 8 * 1e6 / 2**20 * 1.048576
-            print(f"  upload-limited hosts ({sw['mbit']} Mbit/s = {mb_s:.0f} MB/s each, tc tbf, one namespace per "
-                  f"node): 1 fetcher {sw['alone_s']:.2f} s; {sw['n']} concurrent {sw['concurrent_s']:.2f} s = "
-                  f"{sw['concurrent_s'] / sw['alone_s']:.2f}x (target <= 1.5x); chunks served by peers "
-                  f"{sw['peer_served']}, by the publisher {sw['learner_served']}")
+            print(
+                f"  upload-limited hosts ({sw['mbit']} Mbit/s = {mb_s:.0f} MB/s each, tc tbf, one namespace per "
+                f"node): 1 fetcher {sw['alone_s']:.2f} s; {sw['n']} concurrent {sw['concurrent_s']:.2f} s = "
+                f"{sw['concurrent_s'] / sw['alone_s']:.2f}x (target <= 1.5x); chunks served by peers "
+                f"{sw['peer_served']}, by the publisher {sw['learner_served']}"
+            )
         rate = (w["mb"] * 1e6 / min(f["seconds"] for f in w["fetch"])) if "fetch" in w else 400e6
         for n in args.plan_chunks:
             plan = plan_bench(n)
             transfer_s = n * (4 << 20) / rate
-            print(f"  scheduling {n} chunks ({n * 4 / 1024:.0f} GiB; {plan['takes']} takes, {plan['updates']} have-map "
-                  f"updates): {plan['cpu_s']:.2f} CPU-s = {plan['cpu_s'] / transfer_s:.2%} of the transfer time at "
-                  f"{rate / 1e6:.0f} MB/s")
+            print(
+                f"  scheduling {n} chunks ({n * 4 / 1024:.0f} GiB; {plan['takes']} takes, {plan['updates']} have-map "
+                f"updates): {plan['cpu_s']:.2f} CPU-s = {plan['cpu_s'] / transfer_s:.2%} of the transfer time at "
+                f"{rate / 1e6:.0f} MB/s"
+            )
             w.setdefault("plan", []).append(plan)
         r = None if args.skip_rollouts else rollout_bench(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if r:
-        print(f"rollouts: {r['nodes']} nodes, {r['groups']} groups, send -> learner buffer p50 {r['p50_ms']:.1f} ms, "
-              f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms (target p99 < 200 ms)")
+        print(
+            f"rollouts: {r['nodes']} nodes, {r['groups']} groups, send -> learner buffer p50 {r['p50_ms']:.1f} ms, "
+            f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms (target p99 < 200 ms)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"weights": w, "rollouts": r, "load": os.getloadavg()}, indent=1))
 

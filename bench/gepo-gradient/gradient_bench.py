@@ -47,12 +47,7 @@ from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config  # noqa
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.learner.buffer import ReplayBuffer  # noqa: E402
 from swarmnode.learner.loop import LearnerLoop  # noqa: E402
-from swarmnode.learner.losses import (  # noqa: E402
-    advantages,
-    expectation_scope,
-    group_log_expectation,
-    policy_loss,
-)
+from swarmnode.learner.losses import advantages, expectation_scope, group_log_expectation, policy_loss  # noqa: E402
 from swarmnode.model.logprobs import completion_scores  # noqa: E402
 from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
 from swarmnode.sampler.engines import HFEngine  # noqa: E402
@@ -72,16 +67,29 @@ ARMS = {
     "GEPO 8-row": ("gepo", {"gepo_group_scope": "microbatch"}),
     "GEPO 8-row no clip": ("gepo", {"gepo_group_scope": "microbatch", **UNCLIPPED}),
 }
-PAIRS = [("GEPO", "GSPO 0.2"), ("GEPO no clip", "GSPO no clip"), ("GEPO", "GRPO"), ("GEPO 8-row", "GEPO"),
-         ("GSPO 0.2", "GRPO")]
+PAIRS = [
+    ("GEPO", "GSPO 0.2"),
+    ("GEPO no clip", "GSPO no clip"),
+    ("GEPO", "GRPO"),
+    ("GEPO 8-row", "GEPO"),
+    ("GSPO 0.2", "GRPO"),
+]
 
 
 def configure(digits: int, temperature: float, lr: float, prompts: int, extra: list[str]) -> NodeConfig:
-    sets = [f"task.digits={digits}", f"sampler.max_completion_length={digits + 2}",
-            f"sampler.max_prompt_length={digits + 16}", f"sampler.temperature={temperature}",
-            f"learner.learning_rate={lr}", f"learner.prompts_per_step={prompts}",
-            f"sampler.prompts_per_batch={prompts}", "learner.scale_rewards=none", "learner.max_grad_norm=1.0",
-            "trust.verify_fraction=0", "learner.importance_sampling_level=token"]
+    sets = [
+        f"task.digits={digits}",
+        f"sampler.max_completion_length={digits + 2}",
+        f"sampler.max_prompt_length={digits + 16}",
+        f"sampler.temperature={temperature}",
+        f"learner.learning_rate={lr}",
+        f"learner.prompts_per_step={prompts}",
+        f"sampler.prompts_per_batch={prompts}",
+        "learner.scale_rewards=none",
+        "learner.max_grad_norm=1.0",
+        "trust.verify_fraction=0",
+        "learner.importance_sampling_level=token",
+    ]
     return load_config("tiny-digitmap", [*sets, *extra])
 
 
@@ -105,11 +113,18 @@ def on_policy_run(cfg: NodeConfig, seed: int, steps: int) -> list[dict[str, torc
 def generate(cfg, model, state, prompts: int, seed: int, version: int) -> list:
     """`prompts` groups generated with the weights `state` (one sampler batch)."""
     model.load_state_dict(state)
-    engine = HFEngine(model, load_tokenizer(cfg.model, cfg.task), cfg.sampler.max_prompt_length, version=version,
-                      seed=seed)
+    engine = HFEngine(
+        model, load_tokenizer(cfg.model, cfg.task), cfg.sampler.max_prompt_length, version=version, seed=seed
+    )
     out: list = []
-    loop = SamplerLoop(engine, build_task(cfg.task), cfg.model_copy(update={"sampler": cfg.sampler.model_copy(
-        update={"prompts_per_batch": prompts})}), Identity.generate(), out.append, seed=seed)
+    loop = SamplerLoop(
+        engine,
+        build_task(cfg.task),
+        cfg.model_copy(update={"sampler": cfg.sampler.model_copy(update={"prompts_per_batch": prompts})}),
+        Identity.generate(),
+        out.append,
+        seed=seed,
+    )
     loop.step()
     return out
 
@@ -123,11 +138,16 @@ class Scored:
         self.rewards = torch.tensor([float(r) for *_, r in rows], dtype=torch.float64)
         self.group_index = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.completions])
         model.zero_grad(set_to_none=True)
-        self.scores = completion_scores(model, [g.prompt_tokens for g, *_ in rows], [c for _, c, _, _ in rows],
-                                        cfg.sampler.temperature, load_tokenizer(cfg.model, cfg.task).pad_token_id)
+        self.scores = completion_scores(
+            model,
+            [g.prompt_tokens for g, *_ in rows],
+            [c for _, c, _, _ in rows],
+            cfg.sampler.temperature,
+            load_tokenizer(cfg.model, cfg.task).pad_token_id,
+        )
         self.logq = torch.zeros_like(self.scores.logp)
         for i, (_, _, lq, _) in enumerate(rows):
-            self.logq[i, :len(lq)] = torch.tensor(lq)
+            self.logq[i, : len(lq)] = torch.tensor(lq)
         m = self.scores.mask
         lengths = m.sum(1).clamp(min=1)
         self.LP = (self.scores.logp.detach() * m).sum(1) / lengths
@@ -144,19 +164,28 @@ class Scored:
         token_ratio = (self.scores.logp.detach() - self.logq)[m]
         return {
             "onpolicy_sd_gepo": float((self.LQ.double() - self.log_e(lc)).std()),
-            "onpolicy_sd_gepo8": float((self.LQ.double() - self.log_e(
-                lc.model_copy(update={"gepo_group_scope": "microbatch"}))).std()),
+            "onpolicy_sd_gepo8": float(
+                (self.LQ.double() - self.log_e(lc.model_copy(update={"gepo_group_scope": "microbatch"}))).std()
+            ),
             "stale_sd_seq": float((self.LP - self.LQ).std()),
             "stale_sd_token": float(token_ratio.std()),
         }
 
     def gradient(self, family: str, overrides: dict) -> tuple[torch.Tensor, dict]:
-        lc = self.cfg.learner.model_copy(update={"importance_sampling_level": LEVEL_OF_ALGORITHM[family],
-                                                 **overrides})
-        loss, diag = policy_loss(None, self.scores.logp, self.logq, self.scores.mask, self.rewards, self.group_index,
-                                 lc, shuffle_seed=self.seed, adv=self.adv,
-                                 log_e=self.log_e(lc) if family == "gepo" else None,
-                                 max_completion_length=self.cfg.sampler.max_completion_length)
+        lc = self.cfg.learner.model_copy(update={"importance_sampling_level": LEVEL_OF_ALGORITHM[family], **overrides})
+        loss, diag = policy_loss(
+            None,
+            self.scores.logp,
+            self.logq,
+            self.scores.mask,
+            self.rewards,
+            self.group_index,
+            lc,
+            shuffle_seed=self.seed,
+            adv=self.adv,
+            log_e=self.log_e(lc) if family == "gepo" else None,
+            max_completion_length=self.cfg.sampler.max_completion_length,
+        )
         params = [p for p in self.model.parameters() if p.requires_grad]
         grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
         flat = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
@@ -178,7 +207,7 @@ def run_trajectory(job: dict) -> dict:
     model.train()
     n, p = job["batches"], job["prompts"]
     pool = generate(cfg, model, versions[K0], n * p, sampler_seed(seed, "stale"), K0)
-    stale = [pool[k * p:(k + 1) * p] for k in range(n)]
+    stale = [pool[k * p : (k + 1) * p] for k in range(n)]
     cells = []
     for tau in job["taus"]:
         v = K0 + tau
@@ -200,11 +229,19 @@ def run_trajectory(job: dict) -> dict:
                 row["kl"] = float(diag["kl"])
             batches.append(row)
         cells.append({"tau": tau, "ceiling": cosine(ga, gb), "batches": batches})
-        print(f"digits {job['digits']} T {job['temperature']} lr {job['lr']:g} seed {seed} tau {tau}: " + ", ".join(
-            f"{a} {statistics.fmean(b['cosine'][a] for b in batches):.2f}" for a in ("GRPO", "GSPO 0.2", "GEPO",
-                                                                                      "GEPO no clip")), flush=True)
-    return {**{k: job[k] for k in ("digits", "temperature", "lr", "seed", "batches", "prompts", "ref_prompts")},
-            "seconds": round(time.monotonic() - began, 1), "cells": cells}
+        print(
+            f"digits {job['digits']} T {job['temperature']} lr {job['lr']:g} seed {seed} tau {tau}: "
+            + ", ".join(
+                f"{a} {statistics.fmean(b['cosine'][a] for b in batches):.2f}"
+                for a in ("GRPO", "GSPO 0.2", "GEPO", "GEPO no clip")
+            ),
+            flush=True,
+        )
+    return {
+        **{k: job[k] for k in ("digits", "temperature", "lr", "seed", "batches", "prompts", "ref_prompts")},
+        "seconds": round(time.monotonic() - began, 1),
+        "cells": cells,
+    }
 
 
 def t95(n: int) -> float:
@@ -235,9 +272,15 @@ def summarise(runs: list[dict]) -> list[dict]:
                 return [get(b) for b in per_seed[0][1]["batches"]]
             return [statistics.fmean(get(b) for b in cell["batches"]) for _, cell in per_seed]
 
-        out = {"digits": key[0], "temperature": key[1], "lr": key[2], "tau": key[3], "seeds": len(per_seed),
-               "batches": sum(len(c["batches"]) for _, c in per_seed),
-               "ceiling": mean_ci([c["ceiling"] for _, c in per_seed])}
+        out = {
+            "digits": key[0],
+            "temperature": key[1],
+            "lr": key[2],
+            "tau": key[3],
+            "seeds": len(per_seed),
+            "batches": sum(len(c["batches"]) for _, c in per_seed),
+            "ceiling": mean_ci([c["ceiling"] for _, c in per_seed]),
+        }
         for s in ("onpolicy_sd_gepo", "onpolicy_sd_gepo8", "stale_sd_seq", "stale_sd_token"):
             out[s] = mean_ci(seed_means(lambda b, s=s: b["spreads"][s]))
         out["ratio"] = out["stale_sd_seq"][0] / out["onpolicy_sd_gepo"][0]
@@ -259,25 +302,38 @@ def _pm(value: tuple[float, float], digits: int = 2) -> str:
 
 
 def markdown(table: list[dict], meta: dict) -> str:
-    head = ("| tokens | T | lr | tau | KL/token | GEPO on-policy sd (prompt / 8-row) | staleness sd (seq / token) | "
-            "ratio | ceiling | " + " | ".join(ARMS) + " | best |")
+    head = (
+        "| tokens | T | lr | tau | KL/token | GEPO on-policy sd (prompt / 8-row) | staleness sd (seq / token) | "
+        "ratio | ceiling | " + " | ".join(ARMS) + " | best |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in table:
         lines.append(
             f"| {c['digits'] + 1} | {c['temperature']:g} | {c['lr']:g} | {c['tau']} | {c['kl'][0]:.4f} | "
             f"{c['onpolicy_sd_gepo'][0]:.3f} / {c['onpolicy_sd_gepo8'][0]:.3f} | "
             f"{c['stale_sd_seq'][0]:.3f} / {c['stale_sd_token'][0]:.3f} | {c['ratio']:.2f} | {c['ceiling'][0]:.2f} | "
-            + " | ".join(f"{c[f'cos:{a}'][0]:.2f}" for a in ARMS) + f" | {c['best']} |")
-    lines += ["", "Paired differences of cosine (same stale batches), mean ± 95 % t-interval over seeds:", "",
-              "| tokens | T | lr | tau | ratio | " + " | ".join(f"{a} − {b}" for a, b in PAIRS) + " |",
-              "|" + "---|" * (5 + len(PAIRS))]
+            + " | ".join(f"{c[f'cos:{a}'][0]:.2f}" for a in ARMS)
+            + f" | {c['best']} |"
+        )
+    lines += [
+        "",
+        "Paired differences of cosine (same stale batches), mean ± 95 % t-interval over seeds:",
+        "",
+        "| tokens | T | lr | tau | ratio | " + " | ".join(f"{a} − {b}" for a, b in PAIRS) + " |",
+        "|" + "---|" * (5 + len(PAIRS)),
+    ]
     for c in table:
-        lines.append(f"| {c['digits'] + 1} | {c['temperature']:g} | {c['lr']:g} | {c['tau']} | {c['ratio']:.2f} | "
-                     + " | ".join(_pm(c[f"diff:{a} - {b}"]) for a, b in PAIRS) + " |")
+        lines.append(
+            f"| {c['digits'] + 1} | {c['temperature']:g} | {c['lr']:g} | {c['tau']} | {c['ratio']:.2f} | "
+            + " | ".join(_pm(c[f"diff:{a} - {b}"]) for a, b in PAIRS)
+            + " |"
+        )
     lines += ["", "Clip fraction (GEPO per prompt / GEPO 8-row / GSPO 0.2 / GRPO):", ""]
     for c in table:
-        lines.append(f"- {c['digits'] + 1} tokens, T {c['temperature']:g}, lr {c['lr']:g}, tau {c['tau']}: "
-                     + " / ".join(f"{c[f'clip:{a}'][0]:.2f}" for a in ("GEPO", "GEPO 8-row", "GSPO 0.2", "GRPO")))
+        lines.append(
+            f"- {c['digits'] + 1} tokens, T {c['temperature']:g}, lr {c['lr']:g}, tau {c['tau']}: "
+            + " / ".join(f"{c[f'clip:{a}'][0]:.2f}" for a in ("GEPO", "GEPO 8-row", "GSPO 0.2", "GRPO"))
+        )
     lines += ["", f"Run: {json.dumps(meta)}"]
     return "\n".join(lines) + "\n"
 
@@ -285,6 +341,7 @@ def markdown(table: list[dict], meta: dict) -> str:
 def figure(table: list[dict], path: Path) -> None:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         import matplotlib.ticker
@@ -299,9 +356,15 @@ def figure(table: list[dict], path: Path) -> None:
                 cells = [c for c in stale if c["temperature"] == temperature and c["digits"] == digits]
                 if not cells:
                     continue
-                ax.errorbar([c["ratio"] for c in cells], [c[f"diff:{a} - {b}"][0] for c in cells],
-                            yerr=[c[f"diff:{a} - {b}"][1] for c in cells], fmt=marker, color=colour, capsize=2,
-                            label=f"{digits + 1} tokens, T {temperature:g}")
+                ax.errorbar(
+                    [c["ratio"] for c in cells],
+                    [c[f"diff:{a} - {b}"][0] for c in cells],
+                    yerr=[c[f"diff:{a} - {b}"][1] for c in cells],
+                    fmt=marker,
+                    color=colour,
+                    capsize=2,
+                    label=f"{digits + 1} tokens, T {temperature:g}",
+                )
         ax.axhline(0, color="grey", lw=0.8)
         ax.axvspan(0.3, 3, color="grey", alpha=0.1)
         ax.set_xscale("log")
@@ -312,8 +375,10 @@ def figure(table: list[dict], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("paired difference of cosine to the on-policy gradient")
     axes[0].legend(fontsize=7)
-    fig.suptitle("GEPO against GSPO on the same stale batches (tau > 0; mean ± 95 % CI over seeds; shaded: "
-                 "ratio 0.3-3)", fontsize=9)
+    fig.suptitle(
+        "GEPO against GSPO on the same stale batches (tau > 0; mean ± 95 % CI over seeds; shaded: ratio 0.3-3)",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -343,18 +408,30 @@ def main() -> None:
     for line in log.read_text().splitlines() if log.exists() else []:
         run = json.loads(line)
         if (run["digits"], run["temperature"], run["lr"], run["seed"]) not in {
-                (r["digits"], r["temperature"], r["lr"], r["seed"]) for r in runs}:
+            (r["digits"], r["temperature"], r["lr"], r["seed"]) for r in runs
+        }:
             runs.append(run)
     done = {(r["digits"], r["temperature"], r["lr"], r["seed"]) for r in runs}
-    jobs = [dict(digits=d, temperature=t, lr=lr, seed=s, taus=args.taus, batches=args.batches, prompts=args.prompts,
-                 ref_prompts=args.ref_prompts, sets=args.set)
-            for s, lr, d, t in itertools.product(args.seeds, args.lrs, args.digits, args.temperatures)
-            if (d, t, lr, s) not in done and not args.render_only]
+    jobs = [
+        dict(
+            digits=d,
+            temperature=t,
+            lr=lr,
+            seed=s,
+            taus=args.taus,
+            batches=args.batches,
+            prompts=args.prompts,
+            ref_prompts=args.ref_prompts,
+            sets=args.set,
+        )
+        for s, lr, d, t in itertools.product(args.seeds, args.lrs, args.digits, args.temperatures)
+        if (d, t, lr, s) not in done and not args.render_only
+    ]
     print(f"{len(done)} trajectories on disk, {len(jobs)} to run ({args.jobs} at a time)", flush=True)
     began = time.time()
     pool = multiprocessing.get_context("spawn").Pool(args.jobs) if args.jobs > 1 and len(jobs) > 1 else None
     try:
-        for run in (pool.imap_unordered(run_trajectory, jobs) if pool else map(run_trajectory, jobs)):
+        for run in pool.imap_unordered(run_trajectory, jobs) if pool else map(run_trajectory, jobs):
             with open(log, "a") as f:
                 f.write(json.dumps(run) + "\n")
             runs.append(run)
@@ -363,12 +440,24 @@ def main() -> None:
         if pool is not None:
             pool.close()
             pool.join()
-    wanted = [r for r in runs if r["digits"] in args.digits and r["temperature"] in args.temperatures
-              and r["lr"] in args.lrs and r["seed"] in args.seeds]
+    wanted = [
+        r
+        for r in runs
+        if r["digits"] in args.digits
+        and r["temperature"] in args.temperatures
+        and r["lr"] in args.lrs
+        and r["seed"] in args.seeds
+    ]
     table = summarise(wanted)
-    meta = dict(trajectories=len(wanted), seconds_this_call=round(time.time() - began),
-                trajectory_seconds=round(sum(r["seconds"] for r in wanted)), machine=platform.machine(),
-                cpus=os.cpu_count(), load=round(os.getloadavg()[0], 1), date=time.strftime("%Y-%m-%d"))
+    meta = dict(
+        trajectories=len(wanted),
+        seconds_this_call=round(time.time() - began),
+        trajectory_seconds=round(sum(r["seconds"] for r in wanted)),
+        machine=platform.machine(),
+        cpus=os.cpu_count(),
+        load=round(os.getloadavg()[0], 1),
+        date=time.strftime("%Y-%m-%d"),
+    )
     (args.out / "table.json").write_text(json.dumps(table, indent=1))
     text = markdown(table, meta)
     (args.out / "table.md").write_text(text)

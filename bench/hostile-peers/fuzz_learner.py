@@ -57,15 +57,17 @@ from hivemind.p2p import P2P, PeerID
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # plane_attacks
 from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
+
 sys.path.insert(0, str(ROOT / "tests"))
 import plane_attacks  # noqa: E402
 from swarm_helpers import LocalSwarm  # noqa: E402
+from test_learner_restart import WORK, learner_args, steps, wait_rows  # noqa: E402
+
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.protocol.codec import pack  # noqa: E402
 from swarmnode.protocol.rollout import RolloutGroup  # noqa: E402
 from swarmnode.swarm.frames import read_control, write_frame  # noqa: E402
 from swarmnode.swarm.rollout_push import push_protocol  # noqa: E402
-from test_learner_restart import WORK, learner_args, steps, wait_rows  # noqa: E402
 
 OWN_GROUPS = 4  # distinct groups an attacker replays: each may be accepted once, never again
 # 8 M empty arrays in an 8 MiB frame, and 4 M arrays nested two deep (built once: packing them takes a while)
@@ -74,13 +76,21 @@ BOMBS = (msgpack.packb({"completions": [[]] * ((8 << 20) - 64)}), msgpack.packb(
 
 def hostile_frames(attacker: Identity, other: Identity, run_id: str, lineage: str, rng: random.Random):
     """Endless (category, frame bytes) pairs, round-robin over the categories."""
+
     def group(who: Identity = attacker, **changes) -> RolloutGroup:
         g = rng.randrange(2, 9)
         comps = [[rng.randrange(1, 20) for _ in range(rng.randrange(1, 8))] for _ in range(g)]
-        fields = dict(run_id=run_id, prompt_id=f"add:{rng.randrange(10**6, 10**7)}:{rng.randrange(10)}",
-                      prompt_tokens=[rng.randrange(1, 20) for _ in range(4)], completions=comps,
-                      logprobs=[[-rng.random() * 3 for _ in c] for c in comps], temperature=1.0,
-                      rewards=[rng.random() for _ in comps], policy_version=0, lineage=lineage)
+        fields = dict(
+            run_id=run_id,
+            prompt_id=f"add:{rng.randrange(10**6, 10**7)}:{rng.randrange(10)}",
+            prompt_tokens=[rng.randrange(1, 20) for _ in range(4)],
+            completions=comps,
+            logprobs=[[-rng.random() * 3 for _ in c] for c in comps],
+            temperature=1.0,
+            rewards=[rng.random() for _ in comps],
+            policy_version=0,
+            lineage=lineage,
+        )
         fields.update(changes)
         return RolloutGroup.create(identity=who, **fields)
 
@@ -157,9 +167,15 @@ async def attack(args, run_id: str, learner_id: str, addr: str, honest_frames: l
         key = tmp / f"attacker{serial}.key"
         key.write_bytes(me.libp2p_key_bytes())
         try:
-            p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                                   auto_nat=False, check_if_identity_free=False, startup_timeout=120,
-                                   initial_peers=[f"{addr}/p2p/{learner_id}"])
+            p2p = await P2P.create(
+                identity_path=str(key),
+                host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                nat_port_map=False,
+                auto_nat=False,
+                check_if_identity_free=False,
+                startup_timeout=120,
+                initial_peers=[f"{addr}/p2p/{learner_id}"],
+            )
         except Exception:  # its daemon did not start (a loaded machine): the next identity tries
             return
         rng = random.Random(serial)
@@ -176,7 +192,8 @@ async def attack(args, run_id: str, learner_id: str, addr: str, honest_frames: l
                 try:
                     if writer is None:
                         _, reader, writer = await asyncio.wait_for(
-                            p2p.call_binary_stream_handler(learner, push_protocol(run_id)), 10)
+                            p2p.call_binary_stream_handler(learner, push_protocol(run_id)), 10
+                        )
                     await write_frame(writer, frame)
                     ack = await asyncio.wait_for(read_control(reader), 30)
                     status = ack["status"] if ack else "closed"
@@ -214,23 +231,32 @@ async def offline(count: int, run_id: str, lineage: str, honest_frames: list[byt
     cfg = load_config("tiny-cpu", [f"run_id={run_id}"])
     limits = RolloutLimits.from_config(cfg, vocab_size=len(load_tokenizer(cfg.model, cfg.task)))
     buffer = ReplayBuffer(10**6, cfg.sync.max_staleness, lineage=lineage)
-    receiver = RolloutReceiver(run_id, buffer.add, limits, strikes_to_ban=10**9, rate=1e9, burst=1e9,
-                               seen_capacity=10**6)
+    receiver = RolloutReceiver(
+        run_id, buffer.add, limits, strikes_to_ban=10**9, rate=1e9, burst=1e9, seen_capacity=10**6
+    )
     attacker = Identity.generate()
     frames = hostile_frames(attacker, Identity.generate(), run_id, lineage, random.Random(-1))
     statuses: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     logging.getLogger("swarmnode.swarm.rollout_push").setLevel(logging.ERROR)  # 10,000 rejection lines otherwise
     began = time.perf_counter()
     for i in range(count):
-        name, frame = ("replayed honest group", honest_frames[i % len(honest_frames)]) if i % 20 == 19 and \
-            honest_frames else next(frames)
+        name, frame = (
+            ("replayed honest group", honest_frames[i % len(honest_frames)])
+            if i % 20 == 19 and honest_frames
+            else next(frames)
+        )
         statuses[name][(await receiver.accept_bytes(frame, attacker.peer_id))[1]] += 1
     seconds = time.perf_counter() - began
     receiver.close()
     task = build_task(cfg.task)
     held = buffer.held()
-    return {"frames": count, "seconds": round(seconds, 2), "statuses": {k: dict(v) for k, v in statuses.items()},
-            "accepted": len(held), "accepted_refused_at_step": sum(task.get(g.prompt_id) is None for g in held)}
+    return {
+        "frames": count,
+        "seconds": round(seconds, 2),
+        "statuses": {k: dict(v) for k, v in statuses.items()},
+        "accepted": len(held),
+        "accepted_refused_at_step": sum(task.get(g.prompt_id) is None for g in held),
+    }
 
 
 async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
@@ -239,9 +265,15 @@ async def honest_sample(sampler_id: str, addr: str, run_id: str) -> list[bytes]:
 
     key = Path(tempfile.mkdtemp(prefix="fuzz-")) / "puller.key"
     key.write_bytes(Identity.generate().libp2p_key_bytes())
-    p2p = await P2P.create(identity_path=str(key), host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False,
-                           auto_nat=False, check_if_identity_free=False, startup_timeout=120,
-                           initial_peers=[f"{addr}/p2p/{sampler_id}"])
+    p2p = await P2P.create(
+        identity_path=str(key),
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        nat_port_map=False,
+        auto_nat=False,
+        check_if_identity_free=False,
+        startup_timeout=120,
+        initial_peers=[f"{addr}/p2p/{sampler_id}"],
+    )
     out = []
     try:
         _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(sampler_id), pull_protocol(run_id))
@@ -286,13 +318,21 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--attackers", type=int, default=6, help="hostile peers at once")
     ap.add_argument("--identities", type=int, default=30, help="identities the attackers use in all (one per ban)")
-    ap.add_argument("--offline", type=int, default=10_000,
-                    help="hostile frames also judged in-process by a receiver that never bans (every one decoded)")
+    ap.add_argument(
+        "--offline",
+        type=int,
+        default=10_000,
+        help="hostile frames also judged in-process by a receiver that never bans (every one decoded)",
+    )
     ap.add_argument("--minutes", type=float, default=8.0, help="attack time limit")
     ap.add_argument("--window", type=float, default=30.0, help="seconds of each steps/s measurement")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--newcomers", type=int, default=3,
-                    help="new samplers fetching their first version, before the slot flood and under it")
+    ap.add_argument(
+        "--newcomers",
+        type=int,
+        default=3,
+        help="new samplers fetching their first version, before the slot flood and under it",
+    )
     ap.add_argument("--patient-honest", type=int, default=150, help="the patient liar's honest groups before it lies")
     ap.add_argument("--patient-lies", type=int, default=60, help="the patient liar's lies")
     ap.add_argument("--pin", default=None, help="SWARM:ATTACK cpu lists, e.g. 0:1 (see the module docstring)")
@@ -302,8 +342,9 @@ def main() -> int:
     with LocalSwarm(root, extra_sets=["network.missed_beats_to_expire=8"]) as swarm:
         swarm.bootstrap(log_interval=30.0)  # as deployed (the tests' 1 s reads the flooded peers key every second)
         learner = swarm.join("learner", "learner", **learner_args(root))
-        sampler_proc = swarm.join("sampler", "sampler", work=True,
-                                  extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"])
+        sampler_proc = swarm.join(
+            "sampler", "sampler", work=True, extra=[*WORK, "--set", f"data_dir={root / 'sampler'}"]
+        )
         learner_id = learner.ready_fields()["peer_id"]
         keys = [f"trust.learner_keys=[{learner_id}]"]  # how an operator reads the run
         steps_file = root / "learner" / "learner_steps.jsonl"
@@ -331,8 +372,9 @@ def main() -> int:
         learner_maddr = f"{learner_addr}/p2p/{learner_id}"
         sampler_maddr = f"{sampler['addrs'][0]}/p2p/{sampler['peer_id']}"
         holders = [learner_maddr, sampler_maddr]
-        newcomer_quiet = asyncio.run(plane_attacks.newcomer_fetch_apart(swarm.run_id, learner_id, holders, root,
-                                                                        args.newcomers))
+        newcomer_quiet = asyncio.run(
+            plane_attacks.newcomer_fetch_apart(swarm.run_id, learner_id, holders, root, args.newcomers)
+        )
         # the slot flood holds its streams before the other attacks start (33 daemons take a while to start)
         flood = plane_attacks.slot_flood(swarm.run_id, holders, root)
         plane_attacks.wait_ready(*flood, timeout=900)  # 33 daemons: minutes on a loaded machine
@@ -344,8 +386,9 @@ def main() -> int:
             last, since, deadline = -1, time.monotonic(), time.monotonic() + 180
             while time.monotonic() < deadline:
                 rows = steps(steps_file)
-                mine = sum(dict(zip(r.get("sampler_ids", []), r.get("sampler_groups", []))).get(peer_id, 0)
-                           for r in rows)
+                mine = sum(
+                    dict(zip(r.get("sampler_ids", []), r.get("sampler_groups", []))).get(peer_id, 0) for r in rows
+                )
                 if mine != last:
                     last, since = mine, time.monotonic()
                 elif time.monotonic() - since > 5:
@@ -355,8 +398,7 @@ def main() -> int:
 
         async def newcomers_flooded() -> dict:
             await asyncio.sleep(5)  # the flood holds every stranger slot on both holders
-            seconds = await plane_attacks.newcomer_fetch_apart(swarm.run_id, learner_id, holders, root,
-                                                               args.newcomers)
+            seconds = await plane_attacks.newcomer_fetch_apart(swarm.run_id, learner_id, holders, root, args.newcomers)
             return {"messages": 0, "seconds": seconds}
 
         async def all_attacks() -> None:
@@ -365,18 +407,40 @@ def main() -> int:
                     attack(args, swarm.run_id, learner_id, learner_addr, honest),
                     plane_attacks.dht_flood(swarm.run_id, targets),
                     plane_attacks.stalling_holder(swarm.run_id, swarm.initial_peers, learner_id, plane_seconds),
-                    plane_attacks.self_declared_learner(swarm.run_id, swarm.initial_peers, sampler["peer_id"],
-                                                        plane_seconds),
+                    plane_attacks.self_declared_learner(
+                        swarm.run_id, swarm.initial_peers, sampler["peer_id"], plane_seconds
+                    ),
                     plane_attacks.old_version_liar(swarm.run_id, learner_id, learner_addr, root),
                     plane_attacks.shaped_liars(swarm.run_id, learner_maddr, sampler_maddr, root),
-                    plane_attacks.patient_liar(swarm.run_id, learner_maddr, sampler_maddr, root,
-                                               args.patient_honest, args.patient_lies, drained),
-                    newcomers_flooded())
+                    plane_attacks.patient_liar(
+                        swarm.run_id,
+                        learner_maddr,
+                        sampler_maddr,
+                        root,
+                        args.patient_honest,
+                        args.patient_lies,
+                        drained,
+                    ),
+                    newcomers_flooded(),
+                )
             finally:
                 slots = await asyncio.to_thread(plane_attacks.stop_slot_flood, *flood)
             result.update(push)
-            result["plane"] = dict(zip(["dht_flood", "stalling_holder", "self_declared_learner", "old_version_liar",
-                                        "shaped_liars", "patient_liar", "newcomer_flooded"], plane), slot_flood=slots)
+            result["plane"] = dict(
+                zip(
+                    [
+                        "dht_flood",
+                        "stalling_holder",
+                        "self_declared_learner",
+                        "old_version_liar",
+                        "shaped_liars",
+                        "patient_liar",
+                        "newcomer_flooded",
+                    ],
+                    plane,
+                ),
+                slot_flood=slots,
+            )
 
         def run_attack() -> None:
             asyncio.run(all_attacks())
@@ -400,24 +464,39 @@ def main() -> int:
         rows = steps(steps_file)
         sampler_out = sampler_proc.stdout() + sampler_proc.stderr()
     liar = result["plane"]["old_version_liar"]
-    caught = re.findall(rf"caught sampler {liar['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
-                        r"passed to training so far", out)
+    caught = re.findall(
+        rf"caught sampler {liar['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
+        r"passed to training so far",
+        out,
+    )
     shaped = {}  # per lie: groups accepted at the door, caught, groups passed to training before the catch
     for kind, one in result["plane"]["shaped_liars"]["liars"].items():
-        found = re.findall(rf"caught sampler {one['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
-                           r"passed to training so far", out)
-        shaped[kind] = {"accepted": one["statuses"].get("ok", 0), "caught": len(found),
-                        "trained": max((int(n) for n in found), default=None)}
+        found = re.findall(
+            rf"caught sampler {one['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
+            r"passed to training so far",
+            out,
+        )
+        shaped[kind] = {
+            "accepted": one["statuses"].get("ok", 0),
+            "caught": len(found),
+            "trained": max((int(n) for n in found), default=None),
+        }
     patient = result["plane"]["patient_liar"]
-    per_step = [dict(zip(r.get("sampler_ids", []), r.get("sampler_groups", []))).get(patient["peer_id"], 0)
-                for r in rows]
+    per_step = [
+        dict(zip(r.get("sampler_ids", []), r.get("sampler_groups", []))).get(patient["peer_id"], 0) for r in rows
+    ]
     start = patient_from[0] if patient_from else len(rows)
     honest_drawn = sum(per_step[:start])
-    found = re.findall(rf"caught sampler {patient['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
-                       r"passed to training so far", out)
+    found = re.findall(
+        rf"caught sampler {patient['peer_id']} claiming version \d+: .*?; (\d+) of its groups "
+        r"passed to training so far",
+        out,
+    )
     patient_report = {
-        "honest_accepted": patient["honest"].get("ok", 0), "honest_trained": honest_drawn,
-        "lies_accepted": patient["lies"].get("ok", 0), "caught": len(found),
+        "honest_accepted": patient["honest"].get("ok", 0),
+        "honest_trained": honest_drawn,
+        "lies_accepted": patient["lies"].get("ok", 0),
+        "caught": len(found),
         # its groups passed to training when first caught, less the honest ones trained before it lied
         "lies_passed_before_catch": int(found[0]) - honest_drawn if found else None,
         "lies_drawn_unchecked_or_not": sum(per_step[start:]),
@@ -430,33 +509,44 @@ def main() -> int:
     newcomer["failed"] = sum(x is None for x in newcomer["flooded_seconds"] + newcomer_quiet)
     fake = result["plane"]["self_declared_learner"]["peer_id"]
     membership = {  # `status` read during the attack
-        "learner_first_and_designated": bool(status_during["peers"]) and status_during["peers"][0]["peer_id"] ==
-        learner_id and status_during["peers"][0].get("designated") is True,
+        "learner_first_and_designated": bool(status_during["peers"])
+        and status_during["peers"][0]["peer_id"] == learner_id
+        and status_during["peers"][0].get("designated") is True,
         "newest_version_during": status_during["newest_version"],
         "newest_version_after": status["newest_version"],
-        "self_declared_marked": any(p["peer_id"] == fake and p.get("designated") is False
-                                    for p in status_during["peers"]),
+        "self_declared_marked": any(
+            p["peer_id"] == fake and p.get("designated") is False for p in status_during["peers"]
+        ),
         "alerts_during": [a["kind"] for a in status_during["alerts"]],
-        "alerts_naming_honest_sampler": sum(a.get("peer_id") == sampler["peer_id"]
-                                            for a in status_during["alerts"] + status["alerts"]),
+        "alerts_naming_honest_sampler": sum(
+            a.get("peer_id") == sampler["peer_id"] for a in status_during["alerts"] + status["alerts"]
+        ),
         "sampler_paused_for_no_learner": sampler_out.count("no learner of the run is live"),
         "sampler_failed_fetches": sampler_out.count("fetching version"),
     }
     allowed = {name: 0 for name in result["statuses"]}
     allowed.update({"flood": 10**9, "replayed own group": OWN_GROUPS * args.identities})
-    wrongly = {name: counts.get("ok", 0) - allowed[name] for name, counts in result["statuses"].items()
-               if counts.get("ok", 0) > allowed[name]}
-    offline_wrongly = {name: counts.get("ok", 0) - allowed.get(name, 0)
-                       for name, counts in offline_result.get("statuses", {}).items()
-                       if counts.get("ok", 0) > allowed.get(name, 0) and name != "replayed own group"}
+    wrongly = {
+        name: counts.get("ok", 0) - allowed[name]
+        for name, counts in result["statuses"].items()
+        if counts.get("ok", 0) > allowed[name]
+    }
+    offline_wrongly = {
+        name: counts.get("ok", 0) - allowed.get(name, 0)
+        for name, counts in offline_result.get("statuses", {}).items()
+        if counts.get("ok", 0) > allowed.get(name, 0) and name != "replayed own group"
+    }
     if offline_result:
         own_ok = offline_result["statuses"].get("replayed own group", {}).get("ok", 0)
         if own_ok > OWN_GROUPS:
             offline_wrongly["replayed own group"] = own_ok - OWN_GROUPS
     report = {
         "bench": "fuzz_learner",
-        "offline": {**offline_result, "wrongly_accepted": sum(offline_wrongly.values()),
-                    "wrongly_accepted_by_category": offline_wrongly},
+        "offline": {
+            **offline_result,
+            "wrongly_accepted": sum(offline_wrongly.values()),
+            "wrongly_accepted_by_category": offline_wrongly,
+        },
         "messages_sent": result["sent"],
         "hostile_messages": result["sent"] + sum(a["messages"] for a in result["plane"].values()),
         "plane_attacks": result["plane"],
@@ -490,9 +580,16 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-    clean = (report["crashes"] == 0 and report["wrongly_accepted"] == 0 and not offline_wrongly
-             and report["fabricated_groups_trained"] == 0 and not report["shaped_liars_uncaught"]
-             and report["shaped_lies_trained"] == 0 and newcomer["failed"] == 0 and patient_report["caught"] > 0)
+    clean = (
+        report["crashes"] == 0
+        and report["wrongly_accepted"] == 0
+        and not offline_wrongly
+        and report["fabricated_groups_trained"] == 0
+        and not report["shaped_liars_uncaught"]
+        and report["shaped_lies_trained"] == 0
+        and newcomer["failed"] == 0
+        and patient_report["caught"] > 0
+    )
     # every newcomer must get its first version; its speed against the calm swarm is reported, not judged: under
     # every attack at once the holders' core also decodes the frame fuzz (the slot flood alone, the 2x goal:
     # tests/test_slot_rotation.py)

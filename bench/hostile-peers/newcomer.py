@@ -20,8 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # plane_attacks
 
-import benchlib  # noqa: E402,F401  (puts this checkout's package first on sys.path)
 from plane_attacks import newcomer_fetch  # noqa: E402
+
+import benchlib  # noqa: E402,F401  (puts this checkout's package first on sys.path)
 
 
 def main() -> int:

@@ -52,21 +52,53 @@ FAKE_VERSION = 10**6
 
 
 def member_cfg(run_id: str, initial_peer: str):
-    return load_config(None, [*FAST_NET, f"run_id={run_id}", f"network.host_maddrs=[{LOOPBACK}]",
-                              "network.missed_beats_to_expire=8", f"network.initial_peers=[{initial_peer}]"])
+    return load_config(
+        None,
+        [
+            *FAST_NET,
+            f"run_id={run_id}",
+            f"network.host_maddrs=[{LOOPBACK}]",
+            "network.missed_beats_to_expire=8",
+            f"network.initial_peers=[{initial_peer}]",
+        ],
+    )
 
 
-def slot_flood(run_id: str, targets: list[str], tmp: Path, keys: int = 33, streams: int = 4, every: float = 2.0,
-               op: str = "manifest") -> tuple[subprocess.Popen, Path]:
+def slot_flood(
+    run_id: str,
+    targets: list[str],
+    tmp: Path,
+    keys: int = 33,
+    streams: int = 4,
+    every: float = 2.0,
+    op: str = "manifest",
+) -> tuple[subprocess.Popen, Path]:
     """Start the flooder on every weight server of `targets` ("<addr>/p2p/<id>"): by default the never-idle
     strangers of issue #47, 33 keys x 4 streams asking for a manifest every 2 s (132 streams on each target, more
     than its 128 stranger slots). It inherits this process's CPU affinity; stop it with `stop_slot_flood`."""
     ready = tmp / "slot-flood.jsonl"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "slot_flood_peer.py"),
-                             *[a for t in targets for a in ("--target", t)], "--run", run_id, "--keys", str(keys),
-                             "--streams", str(streams), "--every", str(every), "--op", op, "--ready", str(ready)],
-                            start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=(tmp / "slot-flood.err").open("w"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "slot_flood_peer.py"),
+            *[a for t in targets for a in ("--target", t)],
+            "--run",
+            run_id,
+            "--keys",
+            str(keys),
+            "--streams",
+            str(streams),
+            "--every",
+            str(every),
+            "--op",
+            op,
+            "--ready",
+            str(ready),
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / "slot-flood.err").open("w"),
+    )
     return proc, ready
 
 
@@ -76,10 +108,15 @@ async def newcomer_fetch(run_id: str, learner_id: str, holders: list[str], tmp: 
     within 120 s."""
     out = []
     ids = [PeerID.from_base58(h.rpartition("/p2p/")[2]) for h in holders]
-    for i in range(tries):
+    for _i in range(tries):
         try:
-            newcomer = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=holders,
-                                        nat_port_map=False, startup_timeout=120, auto_nat=False)
+            newcomer = await P2P.create(
+                host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                initial_peers=holders,
+                nat_port_map=False,
+                startup_timeout=120,
+                auto_nat=False,
+            )
         except Exception:  # its daemon did not start (a loaded machine): not a fetch the holders refused
             continue
         where = tmp / f"newcomer-{newcomer.peer_id.to_base58()[-8:]}"
@@ -99,8 +136,19 @@ async def newcomer_fetch(run_id: str, learner_id: str, holders: list[str], tmp: 
 async def newcomer_fetch_apart(run_id: str, learner_id: str, holders: list[str], tmp: Path, tries: int = 3) -> list:
     """`newcomer_fetch` in a process of its own on every CPU (`newcomer.py`), so that the attacks running in this
     process do not slow the newcomers' own event loop: each newcomer's seconds, None where it failed."""
-    cmd = [sys.executable, str(Path(__file__).with_name("newcomer.py")), "--run", run_id, "--learner", learner_id,
-           *[a for h in holders for a in ("--holder", h)], "--tmp", str(tmp), "--tries", str(tries)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).with_name("newcomer.py")),
+        "--run",
+        run_id,
+        "--learner",
+        learner_id,
+        *[a for h in holders for a in ("--holder", h)],
+        "--tmp",
+        str(tmp),
+        "--tries",
+        str(tries),
+    ]
     with (tmp / "newcomer.err").open("a") as err:
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE, stderr=err)
         try:
@@ -120,8 +168,11 @@ def wait_ready(proc: subprocess.Popen, ready: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not (ready.exists() and ready.read_text().strip()):
         if proc.poll() is not None or time.monotonic() > deadline:
-            err = (ready.parent / "slot-flood.err").read_text()[-2000:] if (ready.parent / "slot-flood.err").exists() \
+            err = (
+                (ready.parent / "slot-flood.err").read_text()[-2000:]
+                if (ready.parent / "slot-flood.err").exists()
                 else ""
+            )
             raise RuntimeError(f"the slot flooder did not start its streams (exit {proc.poll()}): {err}")
         time.sleep(0.5)
 
@@ -133,6 +184,7 @@ def stop_slot_flood(proc: subprocess.Popen, ready: Path) -> dict:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             import os
+
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
     lines = ready.read_text().splitlines() if ready.exists() else []
@@ -155,8 +207,13 @@ async def stalling_holder(run_id: str, initial_peer: str, learner_id: str, secon
     dht = await SwarmDHT.create(member_cfg(run_id, initial_peer), me)
     counts = collections.Counter()
     chunks_of: dict[int, int] = {}
-    probe = WeightFetcher(dht.p2p, WeightStore(Path(f"/tmp/stall-{me.peer_id[-8:]}"), run_id), [learner_id],
-                          layout=None, request_timeout=5)
+    probe = WeightFetcher(
+        dht.p2p,
+        WeightStore(Path(f"/tmp/stall-{me.peer_id[-8:]}"), run_id),
+        [learner_id],
+        layout=None,
+        request_timeout=5,
+    )
 
     async def handle(info, reader, writer) -> None:
         try:
@@ -189,8 +246,11 @@ async def stalling_holder(run_id: str, initial_peer: str, learner_id: str, secon
         while time.monotonic() < deadline:
             newest = await dht.newest_version()
             version = newest[0] if newest else 0
-            await dht.store_peer(PeerRecord.create(me, role="sampler", version=version,
-                                                     versions=list(range(max(0, version - 8), version + 1))))
+            await dht.store_peer(
+                PeerRecord.create(
+                    me, role="sampler", version=version, versions=list(range(max(0, version - 8), version + 1))
+                )
+            )
             counts["records"] += 1
             await asyncio.sleep(1.0)
     finally:
@@ -206,8 +266,13 @@ async def self_declared_learner(run_id: str, initial_peer: str, honest_sampler: 
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
-            record = PeerRecord.create(me, role="learner", version=FAKE_VERSION, versions=[FAKE_VERSION],
-                                       health={"invalid_peers": [honest_sampler]})
+            record = PeerRecord.create(
+                me,
+                role="learner",
+                version=FAKE_VERSION,
+                versions=[FAKE_VERSION],
+                health={"invalid_peers": [honest_sampler]},
+            )
             await dht.store_peer(record)
             await dht.store_learner(record)
             sent += 2
@@ -217,8 +282,9 @@ async def self_declared_learner(run_id: str, initial_peer: str, honest_sampler: 
     return {"messages": sent, "peer_id": me.peer_id}
 
 
-async def old_version_liar(run_id: str, learner_id: str, learner_addr: str, tmp: Path, lies: int = 40,
-                           behind: int = 6) -> dict:
+async def old_version_liar(
+    run_id: str, learner_id: str, learner_addr: str, tmp: Path, lies: int = 40, behind: int = 6
+) -> dict:
     """`lies` groups shifted +0.3 nats per token claiming (newest - `behind`); the acks' statuses."""
     from liar_peer import lie, lying_groups
 
@@ -239,8 +305,7 @@ async def shaped_liars(run_id: str, learner: str, sampler: str, tmp: Path, per_k
     return {"messages": sum(sum(r["statuses"].values()) for r in result.values()), "liars": result}
 
 
-async def patient_liar(run_id: str, learner: str, sampler: str, tmp: Path, honest: int, lies: int,
-                       drained) -> dict:
+async def patient_liar(run_id: str, learner: str, sampler: str, tmp: Path, honest: int, lies: int, drained) -> dict:
     """A key honest for `honest` groups (until `drained(peer_id)` returns), then lying on `lies` (see the doc)."""
     from liar_peer import patient_liar as liar
 

@@ -61,8 +61,14 @@ class Arm:
         c = cfg.model_copy(update={"trust": cfg.trust.model_copy(update=sets)})
         model = load_model(c.model, c.task, "cpu")
         model.load_state_dict(engine.model.state_dict())
-        self.loop = LearnerLoop(model, load_tokenizer(c.model, c.task), build_task(c.task), c,
-                                ReplayBuffer(capacity=100_000, max_staleness=10**6), publish=lambda *a: None)
+        self.loop = LearnerLoop(
+            model,
+            load_tokenizer(c.model, c.task),
+            build_task(c.task),
+            c,
+            ReplayBuffer(capacity=100_000, max_staleness=10**6),
+            publish=lambda *a: None,
+        )
         self.loop.publish_current()
         self.groups, self.old = groups, [Identity.generate() for _ in range(established)]
         for key in self.old:
@@ -92,10 +98,15 @@ class Arm:
         self.steps += 1
 
     def report(self) -> dict:
-        return {"steps": self.steps, "wall_seconds": round(self.wall, 2), "cpu_seconds": round(self.cpu, 2),
-                "steps_per_s": round(self.steps / self.wall, 3), "steps_per_cpu_s": round(self.steps / self.cpu, 3),
-                "checks_per_step": round((self.loop.verifier.counts["checked"] - self.checked0) / self.steps, 2),
-                "newcomers_out_of_probation": sum(not self.loop.verifier.suspect(k.peer_id) for k in self.new)}
+        return {
+            "steps": self.steps,
+            "wall_seconds": round(self.wall, 2),
+            "cpu_seconds": round(self.cpu, 2),
+            "steps_per_s": round(self.steps / self.wall, 3),
+            "steps_per_cpu_s": round(self.steps / self.cpu, 3),
+            "checks_per_step": round((self.loop.verifier.counts["checked"] - self.checked0) / self.steps, 2),
+            "newcomers_out_of_probation": sum(not self.loop.verifier.suspect(k.peer_id) for k in self.new),
+        }
 
 
 def main() -> None:
@@ -105,14 +116,24 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    cfg = load_config("tiny-cpu", ["sampler.device=cpu", "learner.device=cpu", f"learner.prompts_per_step={PER_STEP}",
-                                   "learner.publish_every=100000", "model.tiny.warm_start_steps=20"])
+    cfg = load_config(
+        "tiny-cpu",
+        [
+            "sampler.device=cpu",
+            "learner.device=cpu",
+            f"learner.prompts_per_step={PER_STEP}",
+            "learner.publish_every=100000",
+            "model.tiny.warm_start_steps=20",
+        ],
+    )
     groups, engine = pool(cfg, 256)
-    arms = {"steady": Arm(cfg, groups, engine, 4, 0, {}),
-            "wave": Arm(cfg, groups, engine, 4, args.newcomers, {}),
-            "wave_unbudgeted": Arm(cfg, groups, engine, 4, args.newcomers, {"probation_share": 1.0}),
-            "one_sampler": Arm(cfg, groups, engine, 1, 0, {}),
-            "one_sampler_no_key_limit": Arm(cfg, groups, engine, 1, 0, {"unchecked_share": 1.0})}
+    arms = {
+        "steady": Arm(cfg, groups, engine, 4, 0, {}),
+        "wave": Arm(cfg, groups, engine, 4, args.newcomers, {}),
+        "wave_unbudgeted": Arm(cfg, groups, engine, 4, args.newcomers, {"probation_share": 1.0}),
+        "one_sampler": Arm(cfg, groups, engine, 1, 0, {}),
+        "one_sampler_no_key_limit": Arm(cfg, groups, engine, 1, 0, {"unchecked_share": 1.0}),
+    }
     load = [os.getloadavg()]
     for i in range(args.steps):  # one step of each arm in turn: the machine's load hits every arm alike
         for arm in arms.values():
@@ -121,10 +142,14 @@ def main() -> None:
             load.append(os.getloadavg())
             print(f"{i + 1} of {args.steps} rounds", file=sys.stderr, flush=True)
     report: dict = {name: arm.report() for name, arm in arms.items()}
-    report["ratios_wall"] = {k: round(v["steps_per_s"] / report["steady"]["steps_per_s"], 3)
-                             for k, v in report.items() if k != "steady"}
-    report["ratios_cpu"] = {k: round(v["steps_per_cpu_s"] / report["steady"]["steps_per_cpu_s"], 3)
-                            for k, v in report.items() if k not in ("steady", "ratios_wall")}
+    report["ratios_wall"] = {
+        k: round(v["steps_per_s"] / report["steady"]["steps_per_s"], 3) for k, v in report.items() if k != "steady"
+    }
+    report["ratios_cpu"] = {
+        k: round(v["steps_per_cpu_s"] / report["steady"]["steps_per_cpu_s"], 3)
+        for k, v in report.items()
+        if k not in ("steady", "ratios_wall")
+    }
     report["load_avg"] = load
     report["command"] = " ".join(sys.argv)
     text = json.dumps(report, indent=1)

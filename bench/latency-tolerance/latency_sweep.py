@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT, config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
+from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 
 DEFAULT_VARIANTS = ["grpo", "gspo", "gspo-3e-4:learner.epsilon=3e-4,learner.epsilon_high=4e-4", "gepo"]
 SPREAD = 32.0  # max/min delay ratio of the paper's log-normal (60 s .. 1920 s)
@@ -97,11 +97,18 @@ def run_cell(job: dict) -> dict:
     torch.set_num_threads(job["threads"])
     torch.manual_seed(job["seed"])
     _name, sets = parse_variant(job["variant"])
-    cfg = load_config(job["config"], [*job["sets"], *sets,
-                                      f"sync.max_staleness={job['max_staleness'] or job['delay'] + 8}"])
+    cfg = load_config(
+        job["config"], [*job["sets"], *sets, f"sync.max_staleness={job['max_staleness'] or job['delay'] + 8}"]
+    )
     began, cpu_began = time.monotonic(), time.process_time()
-    trainer = LocalTrainer(cfg, progress=None, delay=delay_model(job["delay"]), eval_every=job["eval_every"],
-                           eval_samples=job["eval_samples"], seed=job["seed"])
+    trainer = LocalTrainer(
+        cfg,
+        progress=None,
+        delay=delay_model(job["delay"]),
+        eval_every=job["eval_every"],
+        eval_samples=job["eval_samples"],
+        seed=job["seed"],
+    )
     result = trainer.run(job["steps"])
     curve, evals = result["curve"], result["evals"]
     best, last, best_step = _checkpoint_choice(evals)
@@ -109,13 +116,16 @@ def run_cell(job: dict) -> dict:
     for p in curve:
         for key, value in p.items():
             if key.startswith("kl_tau_"):
-                kl_buckets.setdefault(key[len("kl_tau_"):], []).append(value)
+                kl_buckets.setdefault(key[len("kl_tau_") :], []).append(value)
     tenth = max(1, len(curve) // 10)
     fmean = lambda key, part=curve: statistics.fmean(p.get(key, 0.0) for p in part)  # noqa: E731
     return {
         **{k: job[k] for k in ("variant", "delay", "seed", "steps")},
-        "seconds": round(time.monotonic() - began, 1), "cpu_seconds": round(time.process_time() - cpu_began, 1),
-        "eval_best": best, "eval_last": last, "best_step": best_step,
+        "seconds": round(time.monotonic() - began, 1),
+        "cpu_seconds": round(time.process_time() - cpu_began, 1),
+        "eval_best": best,
+        "eval_last": last,
+        "best_step": best_step,
         "eval_start": evals[0]["eval_reward"] if evals else None,
         "train_reward_start": fmean("reward_mean", curve[:tenth]),
         "train_reward_end": fmean("reward_mean", curve[-tenth:]),
@@ -128,7 +138,8 @@ def run_cell(job: dict) -> dict:
         "ratio_peqq_var_last": fmean("ratio_peqq_var", curve[-tenth:]),
         "kl": statistics.median(p["kl"] for p in curve),
         "kl_by_staleness": {k: statistics.median(v) for k, v in sorted(kl_buckets.items(), key=_bucket_order)},
-        "entropy_start": fmean("entropy", curve[:tenth]), "entropy_end": fmean("entropy", curve[-tenth:]),
+        "entropy_start": fmean("entropy", curve[:tenth]),
+        "entropy_end": fmean("entropy", curve[-tenth:]),
         "clip_fraction": fmean("clip_fraction"),
         "grad_norm_max": max(p["grad_norm"] for p in curve),
         "forced_syncs": result["forced_syncs"],
@@ -146,9 +157,23 @@ def cell_name(variant: str, delay: int, seed: int) -> str:
     return f"{variant.partition(':')[0]}_d{delay}_s{seed}"
 
 
-MEANS = ("eval_start", "eval_best", "eval_last", "train_reward_end", "completion_tokens", "staleness_mean",
-         "staleness_p99", "is_weight_var", "ratio_peqq_var", "ratio_peqq_var_median", "ratio_peqq_var_last", "kl",
-         "entropy_start", "entropy_end", "clip_fraction")
+MEANS = (
+    "eval_start",
+    "eval_best",
+    "eval_last",
+    "train_reward_end",
+    "completion_tokens",
+    "staleness_mean",
+    "staleness_p99",
+    "is_weight_var",
+    "ratio_peqq_var",
+    "ratio_peqq_var_median",
+    "ratio_peqq_var_last",
+    "kl",
+    "entropy_start",
+    "entropy_end",
+    "clip_fraction",
+)
 
 
 def aggregate(cells: list[dict], variants: list[str], delays: list[int]) -> list[dict]:
@@ -161,30 +186,39 @@ def aggregate(cells: list[dict], variants: list[str], delays: list[int]) -> list
             mine = [c for c in cells if c["variant"].partition(":")[0] == name and c["delay"] == d]
             if not mine:
                 continue
-            row = {"variant": name, "delay": d, "seeds": len(mine),
-                   **{k: statistics.fmean(c.get(k, 0.0) for c in mine) for k in MEANS}}
+            row = {
+                "variant": name,
+                "delay": d,
+                "seeds": len(mine),
+                **{k: statistics.fmean(c.get(k, 0.0) for c in mine) for k in MEANS},
+            }
             buckets: dict[str, list[float]] = {}
             for c in mine:
                 for k, v in c["kl_by_staleness"].items():
                     buckets.setdefault(k, []).append(v)
-            row.update({
-                "eval_best_sd": statistics.pstdev(c["eval_best"] for c in mine),
-                "drop_pct": 100 * (1 - row["eval_best"] / statistics.fmean(base)) if base else None,
-                "best_to_last": row["eval_best"] - row["eval_last"],
-                "kl_by_staleness": {k: statistics.fmean(v) for k, v in sorted(buckets.items(), key=_bucket_order)},
-                "grad_norm_max": max(c["grad_norm_max"] for c in mine),
-                "minutes": sum(c["seconds"] for c in mine) / 60,
-            })
+            row.update(
+                {
+                    "eval_best_sd": statistics.pstdev(c["eval_best"] for c in mine),
+                    "drop_pct": 100 * (1 - row["eval_best"] / statistics.fmean(base)) if base else None,
+                    "best_to_last": row["eval_best"] - row["eval_last"],
+                    "kl_by_staleness": {k: statistics.fmean(v) for k, v in sorted(buckets.items(), key=_bucket_order)},
+                    "grad_norm_max": max(c["grad_norm_max"] for c in mine),
+                    "minutes": sum(c["seconds"] for c in mine) / 60,
+                }
+            )
             rows.append(row)
     return rows
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    out = [header, "",
-           "| variant | max delay | seeds | completion tokens | eval start | best (by validation) | last "
-           "| drop vs delay 0 | best-to-last | train end | staleness mean / p99 | ratio_pEqQ var mean / median / "
-           "last 10 % | own IS-weight var | KL median | entropy start -> end | clip frac | max grad norm |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        header,
+        "",
+        "| variant | max delay | seeds | completion tokens | eval start | best (by validation) | last "
+        "| drop vs delay 0 | best-to-last | train end | staleness mean / p99 | ratio_pEqQ var mean / median / "
+        "last 10 % | own IS-weight var | KL median | entropy start -> end | clip frac | max grad norm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         drop = "—" if r["drop_pct"] is None or r["delay"] == 0 else f"{r['drop_pct']:+.1f} %"
         out.append(
@@ -193,11 +227,26 @@ def markdown(rows: list[dict], header: str) -> str:
             f"| {r['best_to_last']:+.3f} | {r['train_reward_end']:.3f} | {r['staleness_mean']:.1f} / "
             f"{r['staleness_p99']:.0f} | {r['ratio_peqq_var']:.3g} / {r['ratio_peqq_var_median']:.3g} / "
             f"{r['ratio_peqq_var_last']:.3g} | {r['is_weight_var']:.3g} | {r['kl']:.2g} | {r['entropy_start']:.3f} "
-            f"-> {r['entropy_end']:.3f} | {r['clip_fraction']:.2f} | {r['grad_norm_max']:.2f} |")
-    kl_lines = [f"- {r['variant']} delay {r['delay']}: " + ", ".join(f"{k}: {v:.2g}" for k, v in
-                                                                     r["kl_by_staleness"].items()) for r in rows]
-    return "\n".join(out + ["", "KL(q || p) per token by staleness (medians over steps, mean over seeds):", "",
-                            *kl_lines, "", *verdict(rows)]) + "\n"
+            f"-> {r['entropy_end']:.3f} | {r['clip_fraction']:.2f} | {r['grad_norm_max']:.2f} |"
+        )
+    kl_lines = [
+        f"- {r['variant']} delay {r['delay']}: " + ", ".join(f"{k}: {v:.2g}" for k, v in r["kl_by_staleness"].items())
+        for r in rows
+    ]
+    return (
+        "\n".join(
+            out
+            + [
+                "",
+                "KL(q || p) per token by staleness (medians over steps, mean over seeds):",
+                "",
+                *kl_lines,
+                "",
+                *verdict(rows),
+            ]
+        )
+        + "\n"
+    )
 
 
 def verdict(rows: list[dict]) -> list[str]:
@@ -209,22 +258,34 @@ def verdict(rows: list[dict]) -> list[str]:
         if all(trio):
             vals = [t["ratio_peqq_var"] for t in trio]
             ok = vals[0] > vals[1] > vals[2]
-            lines.append(f"- Variance ordering GRPO > GSPO > GEPO at delay {d} (mean ratio_pEqQ var "
-                         f"{vals[0]:.3g} / {vals[1]:.3g} / {vals[2]:.3g}): {'reproduced' if ok else 'not reproduced'}")
+            lines.append(
+                f"- Variance ordering GRPO > GSPO > GEPO at delay {d} (mean ratio_pEqQ var "
+                f"{vals[0]:.3g} / {vals[1]:.3g} / {vals[2]:.3g}): {'reproduced' if ok else 'not reproduced'}"
+            )
     top = max((r["delay"] for r in rows if r["variant"] == "gepo"), default=None)
     if top and by.get(("gepo", top)) and by[("gepo", top)]["drop_pct"] is not None:
         drop = by[("gepo", top)]["drop_pct"]
-        lines.append(f"- GEPO's drop in best held-out reward from delay 0 to {top}: {drop:+.1f} % "
-                     f"({'within' if drop <= 3 else 'beyond'} 3 %)")
+        lines.append(
+            f"- GEPO's drop in best held-out reward from delay 0 to {top}: {drop:+.1f} % "
+            f"({'within' if drop <= 3 else 'beyond'} 3 %)"
+        )
     for d in sorted({r["delay"] for r in rows}):
         gaps = {r["variant"]: r["best_to_last"] for r in rows if r["delay"] == d}
         if "gepo" in gaps and len(gaps) > 1:
             low = min(gaps.values())
             smallest = [k for k, v in gaps.items() if v <= low + 1e-9]
-            answer = ("yes" if smallest == ["gepo"] else "tied: " + ", ".join(smallest) if "gepo" in smallest
-                      else "no: " + ", ".join(smallest))
-            lines.append(f"- Best-to-last gap at delay {d}: " + ", ".join(f"{k} {v:+.3f}" for k, v in gaps.items())
-                         + f"; GEPO's the smallest? {answer}")
+            answer = (
+                "yes"
+                if smallest == ["gepo"]
+                else "tied: " + ", ".join(smallest)
+                if "gepo" in smallest
+                else "no: " + ", ".join(smallest)
+            )
+            lines.append(
+                f"- Best-to-last gap at delay {d}: "
+                + ", ".join(f"{k} {v:+.3f}" for k, v in gaps.items())
+                + f"; GEPO's the smallest? {answer}"
+            )
     return lines
 
 
@@ -250,13 +311,18 @@ def figure(cells: list[dict], rows: list[dict], variants: list[str], delays: lis
             ax1.plot(steps, mean, style, color=colors[name], label=f"{name} delay {d}")
     ax1.set(xlabel="learner step", ylabel="held-out mean@k reward", title="held-out eval reward (mean over seeds)")
     ax1.legend(fontsize=7)
-    panels = ((ax2, "eval_best", "o-", "best"), (ax2, "eval_last", "x--", "last"),
-              (ax3, "ratio_peqq_var", "o-", "ratio_pEqQ var"), (ax3, "grad_norm_max", "s:", "max grad norm"))
+    panels = (
+        (ax2, "eval_best", "o-", "best"),
+        (ax2, "eval_last", "x--", "last"),
+        (ax3, "ratio_peqq_var", "o-", "ratio_pEqQ var"),
+        (ax3, "grad_norm_max", "s:", "max grad norm"),
+    )
     for name in names:
         mine = [r for r in rows if r["variant"] == name]
         for ax, key, style, label in panels:
-            ax.plot([r["delay"] for r in mine], [r[key] for r in mine], style, color=colors[name],
-                    label=f"{name} {label}")
+            ax.plot(
+                [r["delay"] for r in mine], [r[key] for r in mine], style, color=colors[name], label=f"{name} {label}"
+            )
     ax3.set(xlabel="max delay (learner steps)", title="paper's IS-weight variance and max grad norm", yscale="log")
     ax3.legend(fontsize=7)
     for ax in (ax2, ax3):
@@ -295,9 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--eval-samples", type=int, default=16)
     ap.add_argument("--max-staleness", type=int, default=0, help="sync.max_staleness; 0 = max delay + 8 (never binds)")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="cells run in parallel, in worker processes (one torch thread each); 1 = in this process")
-    ap.add_argument("--out", default="bench/latency-tolerance/results/latency_sweep", help="writes <out>.md/.json/.png, <out>/cells.jsonl")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="cells run in parallel, in worker processes (one torch thread each); 1 = in this process",
+    )
+    ap.add_argument(
+        "--out",
+        default="bench/latency-tolerance/results/latency_sweep",
+        help="writes <out>.md/.json/.png, <out>/cells.jsonl",
+    )
     ap.add_argument("--quick", action="store_true", help="pipeline check: seed 0, delays 0 and 8, 12 steps")
     ap.add_argument("--render-only", action="store_true", help="write the table and figure from the cells on disk")
     args = ap.parse_args(argv)
@@ -310,15 +384,30 @@ def main(argv: list[str] | None = None) -> int:
     done = load_cells(out)
     jobs = []
     ends = [d for d in args.delays if d in (min(args.delays), max(args.delays))]
-    order = [(seed, d) for phase in (ends, [d for d in args.delays if d not in ends])  # delay 0 and the largest
-             for seed in args.seeds for d in phase]  # first, seed by seed: an interrupted sweep still compares them
+    order = [
+        (seed, d)
+        for phase in (ends, [d for d in args.delays if d not in ends])  # delay 0 and the largest
+        for seed in args.seeds
+        for d in phase
+    ]  # first, seed by seed: an interrupted sweep still compares them
     for seed, d in order:
         for v in args.variants:
             if cell_name(v, d, seed) in done or args.render_only:
                 continue
-            jobs.append({"variant": v, "delay": d, "seed": seed, "steps": args.steps, "config": args.config,
-                         "sets": args.sets, "eval_every": args.eval_every, "eval_samples": args.eval_samples,
-                         "max_staleness": args.max_staleness, "threads": 1})
+            jobs.append(
+                {
+                    "variant": v,
+                    "delay": d,
+                    "seed": seed,
+                    "steps": args.steps,
+                    "config": args.config,
+                    "sets": args.sets,
+                    "eval_every": args.eval_every,
+                    "eval_samples": args.eval_samples,
+                    "max_staleness": args.max_staleness,
+                    "threads": 1,
+                }
+            )
     print(f"{len(done)} cells on disk, {len(jobs)} to run ({args.jobs} at a time)", flush=True)
     began = time.monotonic()
     pool = multiprocessing.get_context("spawn").Pool(args.jobs) if args.jobs > 1 and len(jobs) > 1 else None
@@ -330,32 +419,46 @@ def main(argv: list[str] | None = None) -> int:
                 os.fsync(f.fileno())
             name = cell_name(cell["variant"], cell["delay"], cell["seed"])
             done[name] = cell
-            print(f"{name}: eval {cell['eval_start']:.3f} -> best "
-                  f"{cell['eval_best']:.3f} last {cell['eval_last']:.3f}  staleness {cell['staleness_mean']:.1f}  "
-                  f"pEqQ var {cell['ratio_peqq_var']:.3g}  {cell['seconds']:.0f} s", flush=True)
+            print(
+                f"{name}: eval {cell['eval_start']:.3f} -> best "
+                f"{cell['eval_best']:.3f} last {cell['eval_last']:.3f}  staleness {cell['staleness_mean']:.1f}  "
+                f"pEqQ var {cell['ratio_peqq_var']:.3g}  {cell['seconds']:.0f} s",
+                flush=True,
+            )
     finally:
         if pool is not None:
             pool.close()
             pool.join()
     wall = time.monotonic() - began
     names = {v.partition(":")[0] for v in args.variants}
-    cells = [c for c in done.values() if c["delay"] in args.delays and c["seed"] in args.seeds
-             and c["variant"].partition(":")[0] in names]
+    cells = [
+        c
+        for c in done.values()
+        if c["delay"] in args.delays and c["seed"] in args.seeds and c["variant"].partition(":")[0] in names
+    ]
     rows = aggregate(cells, args.variants, args.delays)
     cell_seconds = sum(c["seconds"] for c in cells)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     command = " ".join(a for a in (sys.argv[1:] if argv is None else argv) if a != "--render-only")
     planned = len(args.seeds) * len(args.delays) * len(args.variants)
-    missing = "" if len(cells) >= planned else (f" {planned - len(cells)} of the {planned} planned cells have not run "
-                                                "yet: the same command runs them (finished cells are skipped).")
-    header = (f"# Latency sweep\n\nCommand: `python bench/latency-tolerance/latency_sweep.py {command}`{missing}"
-              f"\n\n{len(cells)} cells, {args.steps} learner steps each, config {args.config}"
-              f"{''.join(' --set ' + s for s in args.sets)}, eval every {args.eval_every} steps on the held-out prompts (mean@"
-              f"{args.eval_samples} at the sampling temperature). Cost: the cells' run times add up to "
-              f"{cell_seconds / 60:.1f} minutes (one torch thread each, {platform.machine()}, "
-              f"{multiprocessing.cpu_count()} cores shared with other work, load average {load:.1f} at the end; "
-              f"{len(jobs)} cells run by this invocation in {wall / 60:.1f} min wall, --jobs {args.jobs}). Delay per "
-              f"version: log-normal, median max/sqrt(32), sigma ln(32)/4, capped at the max (0 = on-policy).")
+    missing = (
+        ""
+        if len(cells) >= planned
+        else (
+            f" {planned - len(cells)} of the {planned} planned cells have not run "
+            "yet: the same command runs them (finished cells are skipped)."
+        )
+    )
+    header = (
+        f"# Latency sweep\n\nCommand: `python bench/latency-tolerance/latency_sweep.py {command}`{missing}"
+        f"\n\n{len(cells)} cells, {args.steps} learner steps each, config {args.config}"
+        f"{''.join(' --set ' + s for s in args.sets)}, eval every {args.eval_every} steps on the held-out prompts (mean@"
+        f"{args.eval_samples} at the sampling temperature). Cost: the cells' run times add up to "
+        f"{cell_seconds / 60:.1f} minutes (one torch thread each, {platform.machine()}, "
+        f"{multiprocessing.cpu_count()} cores shared with other work, load average {load:.1f} at the end; "
+        f"{len(jobs)} cells run by this invocation in {wall / 60:.1f} min wall, --jobs {args.jobs}). Delay per "
+        f"version: log-normal, median max/sqrt(32), sigma ln(32)/4, capped at the max (0 = on-policy)."
+    )
     out.with_suffix(".md").write_text(markdown(rows, header))
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
     figure(cells, rows, args.variants, args.delays, out.with_suffix(".png"))

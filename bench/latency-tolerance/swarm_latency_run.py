@@ -24,12 +24,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
+
 SPREAD = 32.0
 
 
 def demo(steps: int, sets: list[str], workdir: Path, minutes: float) -> dict:
-    cmd = [sys.executable, "-m", "swarmnode", "demo", "--json", "--steps", str(steps), "--minutes", str(minutes),
-           "--workdir", str(workdir), *[a for s in sets for a in ("--set", s)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "swarmnode",
+        "demo",
+        "--json",
+        "--steps",
+        str(steps),
+        "--minutes",
+        str(minutes),
+        "--workdir",
+        str(workdir),
+        *[a for s in sets for a in ("--set", s)],
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=minutes * 60 + 300)
     if done.returncode != 0:
         raise SystemExit(f"demo failed:\n{done.stderr[-3000:]}")
@@ -46,8 +59,8 @@ def evaluate_checkpoint(workdir: Path, sets: list[str]) -> dict:
     import torch
 
     from swarmnode.config import load_config
-    from swarmnode.local.evaluation import evaluate
     from swarmnode.learner.checkpoint import load_checkpoint
+    from swarmnode.local.evaluation import evaluate
     from swarmnode.model.models import load_model, load_tokenizer
     from swarmnode.tasks import build_task
 
@@ -57,9 +70,16 @@ def evaluate_checkpoint(workdir: Path, sets: list[str]) -> dict:
     model.load_state_dict(state["model"])
     torch.set_num_threads(1)
     sc = cfg.sampler
-    return evaluate(model, load_tokenizer(cfg.model, cfg.task), build_task(cfg.task), samples=16,
-                    temperature=sc.temperature, max_new_tokens=sc.max_completion_length,
-                    max_prompt_tokens=sc.max_prompt_length, seed=cfg.task.seed)
+    return evaluate(
+        model,
+        load_tokenizer(cfg.model, cfg.task),
+        build_task(cfg.task),
+        samples=16,
+        temperature=sc.temperature,
+        max_new_tokens=sc.max_completion_length,
+        max_prompt_tokens=sc.max_prompt_length,
+        seed=cfg.task.seed,
+    )
 
 
 def main() -> None:
@@ -88,16 +108,37 @@ def main() -> None:
         ev = evaluate_checkpoint(Path(tmp) / "run", sets)
         rows = [json.loads(line) for line in (Path(tmp) / "run/learner/learner_steps.jsonl").read_text().splitlines()]
     stale = [r.get("staleness_mean", 0.0) for r in rows]
-    swarm = {"steps": doc["learner_steps"], "wall_s": round(time.monotonic() - began), "train_end": doc["reward_end"],
-             "train_start": doc["reward_start"], "staleness_mean": round(statistics.fmean(stale), 1),
-             "staleness_max": doc["staleness_max"], "eval_last": round(ev["eval_reward"], 3),
-             "is_weight_var": round(statistics.fmean(r.get("is_weight_var", 0.0) for r in rows), 4),
-             "grad_norm_max": round(max(r.get("grad_norm", 0.0) for r in rows), 2)}
-    sweep = next((r for r in json.loads(Path(args.rows).read_text())
-                  if r["variant"] == args.loss and r["delay"] == d), None) if Path(args.rows).is_file() else None
-    print(json.dumps({"delay_spec_s": spec, "swarm": swarm, "single_process_sweep": sweep and {
-        k: (round(v, 3) if isinstance(v, float) else v) for k, v in sweep.items() if k != "kl_by_staleness"}},
-        indent=1))
+    swarm = {
+        "steps": doc["learner_steps"],
+        "wall_s": round(time.monotonic() - began),
+        "train_end": doc["reward_end"],
+        "train_start": doc["reward_start"],
+        "staleness_mean": round(statistics.fmean(stale), 1),
+        "staleness_max": doc["staleness_max"],
+        "eval_last": round(ev["eval_reward"], 3),
+        "is_weight_var": round(statistics.fmean(r.get("is_weight_var", 0.0) for r in rows), 4),
+        "grad_norm_max": round(max(r.get("grad_norm", 0.0) for r in rows), 2),
+    }
+    sweep = (
+        next(
+            (r for r in json.loads(Path(args.rows).read_text()) if r["variant"] == args.loss and r["delay"] == d), None
+        )
+        if Path(args.rows).is_file()
+        else None
+    )
+    print(
+        json.dumps(
+            {
+                "delay_spec_s": spec,
+                "swarm": swarm,
+                "single_process_sweep": sweep
+                and {
+                    k: (round(v, 3) if isinstance(v, float) else v) for k, v in sweep.items() if k != "kl_by_staleness"
+                },
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

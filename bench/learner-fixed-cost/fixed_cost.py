@@ -60,8 +60,19 @@ def readback_counter():
     import torch
     from torch.overrides import TorchFunctionMode
 
-    names = {"item", "__float__", "__int__", "__bool__", "tolist", "cpu", "numpy", "nonzero", "unique",
-             "masked_select", "argwhere"}
+    names = {
+        "item",
+        "__float__",
+        "__int__",
+        "__bool__",
+        "tolist",
+        "cpu",
+        "numpy",
+        "nonzero",
+        "unique",
+        "masked_select",
+        "argwhere",
+    }
 
     class Readbacks(TorchFunctionMode):
         count = 0
@@ -95,9 +106,17 @@ def build(model_name: str, device: str, dtype: str, prompts: int, sets: list[str
     from swarmnode.tasks import build_task
 
     checks = "trust" if "trust" in NodeConfig.model_fields else "learner"  # older trees kept it under learner.
-    cfg = load_config(MODELS[model_name], ["sync.max_staleness=1000000", f"{checks}.verify_fraction=0",
-                                           "learner.checkpoint_every=1000000", f"model.dtype={dtype}",
-                                           f"learner.prompts_per_step={prompts}", *sets])
+    cfg = load_config(
+        MODELS[model_name],
+        [
+            "sync.max_staleness=1000000",
+            f"{checks}.verify_fraction=0",
+            "learner.checkpoint_every=1000000",
+            f"model.dtype={dtype}",
+            f"learner.prompts_per_step={prompts}",
+            *sets,
+        ],
+    )
     task = HashRewardTask(build_task(cfg.task))
     tokenizer = load_tokenizer(cfg.model, cfg.task)
     model = load_model(cfg.model, cfg.task, device)
@@ -124,10 +143,20 @@ def make_groups(cfg, model, tokenizer, task, prompts: int, rows: int, length: in
             if len(set(rewards)) > 1:
                 break
         logprobs = [[-rng.uniform(0.5, 3.0) for _ in range(length)] for _ in range(rows)]
-        groups.append(RolloutGroup.create(
-            identity=identity, run_id=cfg.run_id, prompt_id=prompt.prompt_id,
-            prompt_tokens=encoder.prompt_tokens(prompt.text), completions=completions, logprobs=logprobs,
-            temperature=cfg.sampler.temperature, rewards=rewards, policy_version=0, lineage=""))
+        groups.append(
+            RolloutGroup.create(
+                identity=identity,
+                run_id=cfg.run_id,
+                prompt_id=prompt.prompt_id,
+                prompt_tokens=encoder.prompt_tokens(prompt.text),
+                completions=completions,
+                logprobs=logprobs,
+                temperature=cfg.sampler.temperature,
+                rewards=rewards,
+                policy_version=0,
+                lineage="",
+            )
+        )
     return groups
 
 
@@ -136,8 +165,9 @@ def new_learner(cfg, model, tokenizer, task):
     from swarmnode.learner.buffer import ReplayBuffer
     from swarmnode.learner.loop import LearnerLoop
 
-    return LearnerLoop(model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg), publish=lambda *a: None,
-                       publish_in_background=True)
+    return LearnerLoop(
+        model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg), publish=lambda *a: None, publish_in_background=True
+    )
 
 
 def one_step(learner, groups, device: str) -> float:
@@ -199,15 +229,20 @@ def measure(args) -> dict:
         syncs = count_syncs(learner, groups, args.device)
         learner.flush_publish(30)
         tokens = sum(len(g.prompt_tokens) + len(c) for g in groups for c in g.completions)
-        out[str(length)] = {"rows": args.prompts * args.rows, "tokens": tokens, "median_s": statistics.median(times),
-                            "times_s": [round(t, 5) for t in times], "syncs": syncs}
+        out[str(length)] = {
+            "rows": args.prompts * args.rows,
+            "tokens": tokens,
+            "median_s": statistics.median(times),
+            "times_s": [round(t, 5) for t in times],
+            "syncs": syncs,
+        }
     return out
 
 
 def profile(args) -> None:
     """cProfile (and on CUDA torch.profiler) of `--repeats` steps at length `--profile`."""
-    import cProfile
     import copy
+    import cProfile
     import pstats
 
     import torch
@@ -228,8 +263,9 @@ def profile(args) -> None:
     stats.sort_stats("cumulative").print_stats(45)
     stats.sort_stats("tottime").print_stats(30)
     if args.device.startswith("cuda"):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA]) as tp:
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        ) as tp:
             for _ in range(args.repeats):
                 one_step(learner, groups, args.device)
         print(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
@@ -261,8 +297,14 @@ def export_tree(ref: str) -> Path:
 
 def run_tree(tree: Path, argv: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, "-P", __file__, *argv, "--inner"], env=env, cwd=tree,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-P", __file__, *argv, "--inner"],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise SystemExit(f"the run in {tree} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -277,10 +319,14 @@ def compare(args, argv: list[str]) -> dict:
             runs[name].append(run_tree(tree, argv))
     doc = {}
     for name, results in runs.items():
-        doc[name] = {length: {**results[0][length],
-                              "median_s": statistics.median(r[length]["median_s"] for r in results),
-                              "times_s": [t for r in results for t in r[length]["times_s"]]}
-                     for length in results[0]}
+        doc[name] = {
+            length: {
+                **results[0][length],
+                "median_s": statistics.median(r[length]["median_s"] for r in results),
+                "times_s": [t for r in results for t in r[length]["times_s"]],
+            }
+            for length in results[0]
+        }
     return doc
 
 
@@ -344,12 +390,22 @@ def main() -> None:
     else:
         doc = {"new": measure(args)}
     report(doc)
-    meta = {"model": args.model, "device": args.device, "dtype": args.dtype, "prompts": args.prompts,
-            "rows": args.rows, "repeats": args.repeats, "threads": args.threads, "old": args.old,
-            "load": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    meta = {
+        "model": args.model,
+        "device": args.device,
+        "dtype": args.dtype,
+        "prompts": args.prompts,
+        "rows": args.rows,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "old": args.old,
+        "load": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "results": doc, "fit": {n: fit(d) for n, d in doc.items()}},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps({"meta": meta, "results": doc, "fit": {n: fit(d) for n, d in doc.items()}}, indent=1)
+        )
 
 
 def _without(argv: list[str], *options: str) -> list[str]:

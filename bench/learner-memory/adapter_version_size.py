@@ -24,10 +24,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_memory import ARCHS, hf_config  # noqa: E402  (also puts this checkout's swarmnode first)
 
-from swarmnode.model.adapters import adapter_state, weights_hash  # noqa: E402
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.learner.lora import adapter_spec, apply_lora  # noqa: E402
+from swarmnode.model.adapters import adapter_state, weights_hash  # noqa: E402
 from swarmnode.swarm.weights import WeightStore  # noqa: E402
 
 
@@ -40,8 +40,9 @@ def measure(model_name: str, r: int, dtype: torch.dtype) -> dict:
     base_hash = weights_hash(model.state_dict())
     hash_s = time.perf_counter() - began
     params = sum(p.numel() for p in model.parameters())  # before the adapters are added
-    settings = load_config(None, ["learner.lora.enabled=true", f"learner.lora.r={r}",
-                                  f"learner.lora.alpha={2 * r}"]).learner.lora
+    settings = load_config(
+        None, ["learner.lora.enabled=true", f"learner.lora.r={r}", f"learner.lora.alpha={2 * r}"]
+    ).learner.lora
     me = Identity.generate()
     with tempfile.TemporaryDirectory() as tmp:
         store = WeightStore(tmp, "bench")
@@ -51,10 +52,18 @@ def measure(model_name: str, r: int, dtype: torch.dtype) -> dict:
         adapter = store.publish(2, adapters, me, parent_version=1, adapter=adapter_spec(settings, base_hash))
         full_bytes = full.total_bytes + len(full.encode())
         adapter_bytes = adapter.total_bytes + len(adapter.encode())
-    return {"model": model_name, "r": r, "dtype": str(dtype).removeprefix("torch."), "params": params,
-            "adapter_params": sum(v.numel() for v in adapters.values()), "full_bytes": full_bytes,
-            "adapter_bytes": adapter_bytes, "ratio": adapter_bytes / full_bytes, "hash_s": hash_s,
-            "targets": list(settings.target_modules)}
+    return {
+        "model": model_name,
+        "r": r,
+        "dtype": str(dtype).removeprefix("torch."),
+        "params": params,
+        "adapter_params": sum(v.numel() for v in adapters.values()),
+        "full_bytes": full_bytes,
+        "adapter_bytes": adapter_bytes,
+        "ratio": adapter_bytes / full_bytes,
+        "hash_s": hash_s,
+        "targets": list(settings.target_modules),
+    }
 
 
 def main() -> None:
@@ -67,8 +76,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models:
         m = measure(name, args.r, getattr(torch, args.dtype))
-        print(f"| Qwen3-{m['model']} | {m['r']} | {m['dtype']} | {m['full_bytes']:,} B | {m['adapter_bytes']:,} B | "
-              f"{100 * m['ratio']:.2f} % | {m['adapter_params']:,} of {m['params']:,} | {m['hash_s']:.1f} s |")
+        print(
+            f"| Qwen3-{m['model']} | {m['r']} | {m['dtype']} | {m['full_bytes']:,} B | {m['adapter_bytes']:,} B | "
+            f"{100 * m['ratio']:.2f} % | {m['adapter_params']:,} of {m['params']:,} | {m['hash_s']:.1f} s |"
+        )
 
 
 if __name__ == "__main__":

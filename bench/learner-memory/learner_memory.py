@@ -29,12 +29,30 @@ import time
 from pathlib import Path
 
 ARCHS = {  # published config.json of each model (all tie their embeddings)
-    "0.6B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128),
-    "1.7B": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128),
-    "4B": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128),
+    "0.6B": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+    ),
+    "1.7B": dict(
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+    ),
+    "4B": dict(
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+    ),
 }
 VOCAB = 151_936
 PROMPT_TOKENS = 64
@@ -52,15 +70,21 @@ def node_config(model: str, completion: int, mode: str, rows: int, device: str, 
     """The NodeConfig a learner of this cell would run with (what the estimator reads)."""
     from swarmnode.config import load_config
 
-    return load_config(None, [
-        f"model.dtype={'bfloat16' if device == 'cuda' else 'float32'}",
-        f"model.gradient_checkpointing={str(checkpointing).lower()}",
-        f"sampler.max_prompt_length={PROMPT_TOKENS}", f"sampler.max_completion_length={completion}",
-        # one micro-batch of `rows` sequences (G is at least 2: one row is G=2 over 2 accumulation steps)
-        f"sampler.num_generations={max(2, rows)}", "learner.prompts_per_step=1",
-        f"learner.gradient_accumulation_steps={2 if rows == 1 else 1}",
-        f"learner.lora.enabled={str(mode == 'lora').lower()}", "learner.lora.r=16",
-    ])
+    return load_config(
+        None,
+        [
+            f"model.dtype={'bfloat16' if device == 'cuda' else 'float32'}",
+            f"model.gradient_checkpointing={str(checkpointing).lower()}",
+            f"sampler.max_prompt_length={PROMPT_TOKENS}",
+            f"sampler.max_completion_length={completion}",
+            # one micro-batch of `rows` sequences (G is at least 2: one row is G=2 over 2 accumulation steps)
+            f"sampler.num_generations={max(2, rows)}",
+            "learner.prompts_per_step=1",
+            f"learner.gradient_accumulation_steps={2 if rows == 1 else 1}",
+            f"learner.lora.enabled={str(mode == 'lora').lower()}",
+            "learner.lora.r=16",
+        ],
+    )
 
 
 def estimate(model: str, completion: int, mode: str, path: str, rows: int, device: str, checkpointing: bool) -> dict:
@@ -91,15 +115,17 @@ def old_logprobs(model, ids, attn, position_ids, T, temps):
     return picked - torch.logsumexp(logits, dim=-1)
 
 
-def run_step_cell(model_name: str, completion: int, mode: str, path: str, rows: int, device: str,
-                  checkpointing: bool) -> dict:
+def run_step_cell(
+    model_name: str, completion: int, mode: str, path: str, rows: int, device: str, checkpointing: bool
+) -> dict:
     import torch
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    from transformers import Qwen3ForCausalLM
+
     from swarmnode.learner.losses import policy_loss
     from swarmnode.learner.precision import Precision
     from swarmnode.model.logprobs import completion_scores, pad_batch
-    from transformers import Qwen3ForCausalLM
 
     cfg = node_config(model_name, completion, mode, rows, device, checkpointing)
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -128,12 +154,12 @@ def run_step_cell(model_name: str, completion: int, mode: str, path: str, rows: 
         else:
             ids, attn, mask, T = pad_batch(prompts, completions, 0)
             ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-            logp = old_logprobs(model, ids, attn, (attn.cumsum(1) - 1).clamp(min=0), T,
-                                torch.ones(rows, device=device))
+            logp = old_logprobs(model, ids, attn, (attn.cumsum(1) - 1).clamp(min=0), T, torch.ones(rows, device=device))
     logq = (logp.detach() - 0.01 * torch.rand(logp.shape, generator=g).to(device)) * mask
     rewards = torch.tensor([float(i % 2) for i in range(rows)], device=device)
-    loss, _ = policy_loss("gepo", logp, logq, mask, rewards, torch.zeros(rows, dtype=torch.long, device=device),
-                          cfg.learner)
+    loss, _ = policy_loss(
+        "gepo", logp, logq, mask, rewards, torch.zeros(rows, dtype=torch.long, device=device), cfg.learner
+    )
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     optimizer.step()
@@ -177,8 +203,7 @@ def logits_path_logprobs(path: str, h, w, targets):
         from swarmnode.model.logprobs import ChunkedLMHeadLogProbs
 
         n = h.shape[1]
-        logp, _ = ChunkedLMHeadLogProbs.apply(h[0], w, None, targets[0], torch.ones(n, device=h.device),
-                                              *_chunks())
+        logp, _ = ChunkedLMHeadLogProbs.apply(h[0], w, None, targets[0], torch.ones(n, device=h.device), *_chunks())
         return logp[None]
     if path == "trl":
         _trl_without_trainer_deps()
@@ -243,8 +268,9 @@ def main() -> None:
         record = json.loads(Path(args.out + ".json").read_text())
         for r in record["results"]:
             if r["kind"] == "step":
-                r["estimate"] = estimate(r["model"], r["completion"], r["mode"], r["path"], r["rows"], r["device"],
-                                         r["checkpointing"])
+                r["estimate"] = estimate(
+                    r["model"], r["completion"], r["mode"], r["path"], r["rows"], r["device"], r["checkpointing"]
+                )
                 if "measured_bytes" in r:
                     r["estimate_ratio"] = r["estimate"]["first_step"] / r["measured_bytes"]
         Path(args.out + ".json").write_text(json.dumps(record, indent=1))
@@ -256,14 +282,30 @@ def main() -> None:
         if spec["kind"] == "logits":
             print(json.dumps(run_logits_cell(spec["tokens"], spec["path"], spec["device"])))
         else:
-            print(json.dumps(run_step_cell(spec["model"], spec["completion"], spec["mode"], spec["path"],
-                                           spec["rows"], spec["device"], spec["checkpointing"])))
+            print(
+                json.dumps(
+                    run_step_cell(
+                        spec["model"],
+                        spec["completion"],
+                        spec["mode"],
+                        spec["path"],
+                        spec["rows"],
+                        spec["device"],
+                        spec["checkpointing"],
+                    )
+                )
+            )
         return
     rows = args.rows or (8 if args.device == "cuda" else 1)
     cells = args.cells
     if args.all:
-        cells = [f"{m}:{c}:{mode}:{p}" for m in ARCHS for c in (1024, 4096) for mode in ("full", "lora")
-                 for p in ("old", "chunked")]
+        cells = [
+            f"{m}:{c}:{mode}:{p}"
+            for m in ARCHS
+            for c in (1024, 4096)
+            for mode in ("full", "lora")
+            for p in ("old", "chunked")
+        ]
     results = []
     for tokens in args.logits:
         for path in ("old", "chunked"):
@@ -273,23 +315,38 @@ def main() -> None:
             _save(args, rows, results)
     for cell in cells:
         model, completion, mode, path = cell.split(":")
-        spec = dict(kind="step", model=model, completion=int(completion), mode=mode, path=path, rows=rows,
-                    device=args.device, checkpointing=not args.no_checkpointing)
+        spec = dict(
+            kind="step",
+            model=model,
+            completion=int(completion),
+            mode=mode,
+            path=path,
+            rows=rows,
+            device=args.device,
+            checkpointing=not args.no_checkpointing,
+        )
         out = subprocess_cell(spec, args.timeout)
         out["estimate"] = estimate(model, int(completion), mode, path, rows, args.device, spec["checkpointing"])
         if "measured_bytes" in out:
             out["estimate_ratio"] = out["estimate"]["first_step"] / out["measured_bytes"]
         results.append(out)
-        print(json.dumps({k: v for k, v in out.items() if k != "estimate"} | {"estimate": out["estimate"]["total"]}),
-              flush=True)
+        print(
+            json.dumps({k: v for k, v in out.items() if k != "estimate"} | {"estimate": out["estimate"]["total"]}),
+            flush=True,
+        )
         _save(args, rows, results)
     print(markdown(_save(args, rows, results)))
 
 
 def _save(args, rows: int, results: list[dict]) -> dict:
     """Write what is measured so far (a long run keeps its finished cells)."""
-    record = {"device": args.device, "rows": rows, "load_average": os.getloadavg(), "argv": sys.argv[1:],
-              "results": results}
+    record = {
+        "device": args.device,
+        "rows": rows,
+        "load_average": os.getloadavg(),
+        "argv": sys.argv[1:],
+        "results": results,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(record, indent=1))
     Path(args.out + ".md").write_text(markdown(record))
@@ -298,11 +355,14 @@ def _save(args, rows: int, results: list[dict]) -> dict:
 
 def markdown(record: dict) -> str:
     unit = "peak RSS above the process's own baseline" if record["device"] == "cpu" else "max_memory_allocated"
-    lines = [f"Device {record['device']} ({unit}), {record['rows']} completions per step, load average "
-             f"{record['load_average'][0]:.1f}; command: python bench/learner-memory/learner_memory.py {' '.join(record['argv'])}",
-             "", "| model | completion | training | checkpointing | log-probs | measured GiB | estimate GiB (first "
-             "step) | est/meas | steady-state estimate GiB | s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Device {record['device']} ({unit}), {record['rows']} completions per step, load average "
+        f"{record['load_average'][0]:.1f}; command: python bench/learner-memory/learner_memory.py {' '.join(record['argv'])}",
+        "",
+        "| model | completion | training | checkpointing | log-probs | measured GiB | estimate GiB (first "
+        "step) | est/meas | steady-state estimate GiB | s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in record["results"]:
         if r["kind"] != "step":
             continue
@@ -310,13 +370,19 @@ def markdown(record: dict) -> str:
         ratio = f"{r['estimate_ratio']:.2f}" if "estimate_ratio" in r else "-"
         secs = f"{r['seconds']:.0f}" if "seconds" in r else "-"
         ckpt = "on" if r.get("checkpointing", True) else "off"
-        lines.append(f"| Qwen3-{r['model']} | {r['completion']} | {r['mode']} | {ckpt} | {r['path']} | {meas} | "
-                     f"{_gib(r['estimate']['first_step'])} | {ratio} | {_gib(r['estimate']['total'])} | {secs} |")
+        lines.append(
+            f"| Qwen3-{r['model']} | {r['completion']} | {r['mode']} | {ckpt} | {r['path']} | {meas} | "
+            f"{_gib(r['estimate']['first_step'])} | {ratio} | {_gib(r['estimate']['total'])} | {secs} |"
+        )
     logit_rows = [r for r in record["results"] if r["kind"] == "logits"]
     if logit_rows:
-        lines += ["", "Log-prob path alone (frozen lm_head 151,936 x 1,024, forward + backward; memory above the "
-                  "inputs):", "",
-                  "| tokens | path | measured GiB | s |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "Log-prob path alone (frozen lm_head 151,936 x 1,024, forward + backward; memory above the inputs):",
+            "",
+            "| tokens | path | measured GiB | s |",
+            "|---|---|---|---|",
+        ]
         for r in logit_rows:
             meas = _gib(r["measured_bytes"]) if "measured_bytes" in r else r.get("error", "?")
             lines.append(f"| {r['tokens']} | {r['path']} | {meas} | {r.get('seconds', 0):.1f} |")

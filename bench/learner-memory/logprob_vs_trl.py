@@ -66,8 +66,12 @@ def main() -> None:
 
     rows = []
     for tokens in args.tokens:
-        done = subprocess.run([sys.executable, __file__, "--in-process", str(tokens), "--repeats", str(args.repeats)],
-                              capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, __file__, "--in-process", str(tokens), "--repeats", str(args.repeats)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         if not lines:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
@@ -82,15 +86,22 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     record = {"load_average": os.getloadavg(), "argv": sys.argv[1:], "results": rows}
     Path(args.out + ".json").write_text(json.dumps(record, indent=1))
-    lines = [f"CPU, load average {record['load_average'][0]:.1f}; command: python bench/learner-memory/logprob_vs_trl.py "
-             f"{' '.join(record['argv'])}", "",
-             "| tokens | time ours / TRL | peak memory ours / TRL (MiB) | max abs diff logp / grad |",
-             "|---|---|---|---|"]
+    lines = [
+        f"CPU, load average {record['load_average'][0]:.1f}; command: python bench/learner-memory/logprob_vs_trl.py "
+        f"{' '.join(record['argv'])}",
+        "",
+        "| tokens | time ours / TRL | peak memory ours / TRL (MiB) | max abs diff logp / grad |",
+        "|---|---|---|---|",
+    ]
     for r in rows:
-        mem = (f"{r.get('memory_ratio_chunked_over_trl', float('nan')):.2f} "
-               f"({(r['peak_bytes_chunked'] or 0) / 2**20:.0f} / {(r['peak_bytes_trl'] or 0) / 2**20:.0f})")
-        lines.append(f"| {r['tokens']} | {r['time_ratio_chunked_over_trl']:.2f} | {mem} | "
-                     f"{r['max_abs_logp_diff']:.1e} / {r['max_abs_grad_diff']:.1e} |")
+        mem = (
+            f"{r.get('memory_ratio_chunked_over_trl', float('nan')):.2f} "
+            f"({(r['peak_bytes_chunked'] or 0) / 2**20:.0f} / {(r['peak_bytes_trl'] or 0) / 2**20:.0f})"
+        )
+        lines.append(
+            f"| {r['tokens']} | {r['time_ratio_chunked_over_trl']:.2f} | {mem} | "
+            f"{r['max_abs_logp_diff']:.1e} / {r['max_abs_grad_diff']:.1e} |"
+        )
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -35,8 +35,13 @@ PUSH, RUN = "bench/push", "relay-cost"
 
 
 def _sets(ip: str, boot: str | None) -> list[str]:
-    sets = ["network.nat_port_map=false", "network.auto_nat=false", "network.use_relay=true",
-            f"network.host_maddrs=[/ip4/{ip}/tcp/0]", "network.startup_timeout=60"]
+    sets = [
+        "network.nat_port_map=false",
+        "network.auto_nat=false",
+        "network.use_relay=true",
+        f"network.host_maddrs=[/ip4/{ip}/tcp/0]",
+        "network.startup_timeout=60",
+    ]
     return sets + ([f"network.initial_peers=[{boot}]"] if boot else [])
 
 
@@ -61,8 +66,11 @@ def synthetic_state(nbytes: int, dtype) -> dict:
     itemsize = torch.empty(0, dtype=dtype).element_size()
     n = max(1, nbytes // itemsize)
     parts = [n // 4, n // 4, n // 4, n - 3 * (n // 4)]
-    return {f"layer.{i}.weight": torch.frombuffer(bytearray(os.urandom(k * itemsize)), dtype=torch.uint8)
-            .view(dtype) for i, k in enumerate(parts) if k}
+    return {
+        f"layer.{i}.weight": torch.frombuffer(bytearray(os.urandom(k * itemsize)), dtype=torch.uint8).view(dtype)
+        for i, k in enumerate(parts)
+        if k
+    }
 
 
 async def receiver(ip: str, boot: str, relayed: bool, sizes_mb: list[float], store_dir: str) -> None:
@@ -95,8 +103,12 @@ async def receiver(ip: str, boot: str, relayed: bool, sizes_mb: list[float], sto
     await p2p.add_binary_stream_handler(PUSH, push)
     addrs = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
     circuit = [a for a in addrs if "p2p-circuit" in a]
-    print(json.dumps({"addr": (circuit if relayed else [a for a in addrs if f"/{ip}/" in a])[0],
-                      "publisher": identity.peer_id}), flush=True)
+    print(
+        json.dumps(
+            {"addr": (circuit if relayed else [a for a in addrs if f"/{ip}/" in a])[0], "publisher": identity.peer_id}
+        ),
+        flush=True,
+    )
     await asyncio.Event().wait()
 
 
@@ -132,15 +144,28 @@ async def _pushes(p2p, peer, size: int, seconds: float, window: int = 8) -> floa
 def _relay_counters(boot_ns: str, boot_p2pd: int) -> tuple[int, float]:
     """(bytes sent + received on the bootstrap's link, CPU seconds of its p2pd) so far."""
     stat = "/sys/class/net/eth0/statistics"
-    out = subprocess.run(["ip", "netns", "exec", boot_ns, "sh", "-c", f"cat {stat}/tx_bytes {stat}/rx_bytes"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["ip", "netns", "exec", boot_ns, "sh", "-c", f"cat {stat}/tx_bytes {stat}/rx_bytes"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     fields = Path(f"/proc/{boot_p2pd}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return int(out[0]) + int(out[1]), cpu
 
 
-async def sender(ip: str, boot: str, targets: dict[str, dict], sizes_mb: list[float], group_kb: int,
-                 push_seconds: float, boot_ns: str, boot_p2pd: int, store_dir: str) -> None:
+async def sender(
+    ip: str,
+    boot: str,
+    targets: dict[str, dict],
+    sizes_mb: list[float],
+    group_kb: int,
+    push_seconds: float,
+    boot_ns: str,
+    boot_p2pd: int,
+    store_dir: str,
+) -> None:
     """From a public host: each size fetched from each receiver, then pushes; JSON on stdout."""
     from hivemind.p2p import PeerID
     from hivemind.utils.multiaddr import Multiaddr
@@ -158,8 +183,9 @@ async def sender(ip: str, boot: str, targets: dict[str, dict], sizes_mb: list[fl
         bytes0, cpu0 = _relay_counters(boot_ns, boot_p2pd)
         for k, mb in enumerate(sizes_mb):
             try:
-                row["fetch_s"][str(mb)] = round(await _fetch(p2p, peer, target["publisher"], k + 1,
-                                                             Path(store_dir) / arm / str(k + 1)), 3)
+                row["fetch_s"][str(mb)] = round(
+                    await _fetch(p2p, peer, target["publisher"], k + 1, Path(store_dir) / arm / str(k + 1)), 3
+                )
             except Exception as exc:  # e.g. a relay that cuts connections at its data limit
                 row["fetch_s"][str(mb)] = None
                 row.setdefault("errors", []).append(f"{mb:g} MB: {exc}")
@@ -202,28 +228,83 @@ def one_rate(mbit: float, args) -> dict:
         direct, natted, src = lab.public("direct", mbit), lab.behind_nat("natted", mbit=mbit), lab.public("src", mbit)
         try:
             tmp.mkdir(exist_ok=True)
-            boot = subprocess.Popen([*lab.prefix(boot_host), sys.executable, "-m", "swarmnode", "bootstrap",
-                                     "--host-maddrs", f"/ip4/{boot_host.ip}/tcp/31337", "--identity-path",
-                                     str(tmp / "boot.key"), "--set", "network.use_relay=true", "--set",
-                                     "network.auto_nat=false", "--set", "network.nat_port_map=false"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+            boot = subprocess.Popen(
+                [
+                    *lab.prefix(boot_host),
+                    sys.executable,
+                    "-m",
+                    "swarmnode",
+                    "bootstrap",
+                    "--host-maddrs",
+                    f"/ip4/{boot_host.ip}/tcp/31337",
+                    "--identity-path",
+                    str(tmp / "boot.key"),
+                    "--set",
+                    "network.use_relay=true",
+                    "--set",
+                    "network.auto_nat=false",
+                    "--set",
+                    "network.nat_port_map=false",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
             procs.append(boot)
             peers = _line(boot, "initial-peers:").split(": ", 1)[1].strip()
-            boot_p2pd = next(int(c) for c in Path(f"/proc/{boot.pid}/task/{boot.pid}/children").read_text().split()
-                             if "p2pd" in Path(f"/proc/{c}/cmdline").read_text(errors="replace"))
+            boot_p2pd = next(
+                int(c)
+                for c in Path(f"/proc/{boot.pid}/task/{boot.pid}/children").read_text().split()
+                if "p2pd" in Path(f"/proc/{c}/cmdline").read_text(errors="replace")
+            )
             addrs = {}
             for arm, host in (("direct", direct), ("relayed", natted)):
-                proc = subprocess.Popen([*lab.prefix(host), *me, "receiver", host.ip, peers, "--sizes-mb",
-                                         *map(str, args.sizes_mb), "--store", str(tmp / f"held-{arm}")]
-                                        + (["--relayed"] if arm == "relayed" else []),
-                                        stdout=subprocess.PIPE, text=True, env=env)
+                proc = subprocess.Popen(
+                    [
+                        *lab.prefix(host),
+                        *me,
+                        "receiver",
+                        host.ip,
+                        peers,
+                        "--sizes-mb",
+                        *map(str, args.sizes_mb),
+                        "--store",
+                        str(tmp / f"held-{arm}"),
+                    ]
+                    + (["--relayed"] if arm == "relayed" else []),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
                 procs.append(proc)
                 addrs[arm] = json.loads(_line(proc, "{", timeout=300))
-            done = subprocess.run([*lab.prefix(src), *me, "sender", src.ip, peers, json.dumps(addrs),
-                                   "--sizes-mb", *map(str, args.sizes_mb), "--group-kb", str(args.group_kb),
-                                   "--push-seconds", str(args.push_seconds), "--boot-ns", boot_host.ns,
-                                   "--boot-p2pd", str(boot_p2pd), "--store", str(tmp / "fetched")],
-                                  capture_output=True, text=True, env=env, timeout=3600)
+            done = subprocess.run(
+                [
+                    *lab.prefix(src),
+                    *me,
+                    "sender",
+                    src.ip,
+                    peers,
+                    json.dumps(addrs),
+                    "--sizes-mb",
+                    *map(str, args.sizes_mb),
+                    "--group-kb",
+                    str(args.group_kb),
+                    "--push-seconds",
+                    str(args.push_seconds),
+                    "--boot-ns",
+                    boot_host.ns,
+                    "--boot-p2pd",
+                    str(boot_p2pd),
+                    "--store",
+                    str(tmp / "fetched"),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=3600,
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"sender failed:\n{done.stderr[-3000:]}")
             return json.loads(done.stdout.strip().splitlines()[-1])
@@ -252,12 +333,17 @@ def summary_table(rates: dict[str, dict], sizes_mb: list[float], group_kb: int) 
             rows.append(f"| {float(mbit):g} Mbit/s | fetch of a {mb:g} MB version | {a} s | {b} s | {_ratio(a, b)} |")
         a, b = d["groups_per_s"], r["groups_per_s"]
         rows.append(f"| {float(mbit):g} Mbit/s | {group_kb} KB groups pushed | {a}/s | {b}/s | {_ratio(a, b)} |")
-    rows += ["", "| uplinks | bootstrap: MB over its link, direct / relayed arm | p2pd CPU s, direct / relayed arm |",
-             "|---|---|---|"]
+    rows += [
+        "",
+        "| uplinks | bootstrap: MB over its link, direct / relayed arm | p2pd CPU s, direct / relayed arm |",
+        "|---|---|---|",
+    ]
     for mbit, res in rates.items():
         d, r = res["direct"], res["relayed"]
-        rows.append(f"| {float(mbit):g} Mbit/s | {d['bootstrap_mb']} / {r['bootstrap_mb']} | "
-                    f"{d['bootstrap_cpu_s']} / {r['bootstrap_cpu_s']} |")
+        rows.append(
+            f"| {float(mbit):g} Mbit/s | {d['bootstrap_mb']} / {r['bootstrap_mb']} | "
+            f"{d['bootstrap_cpu_s']} / {r['bootstrap_cpu_s']} |"
+        )
     return "\n".join(rows)
 
 
@@ -269,8 +355,13 @@ def main() -> None:
     ap.add_argument("targets", nargs="?")
     ap.add_argument("--relayed", action="store_true")
     ap.add_argument("--mbit", type=float, nargs="+", default=[20.0, 100.0])
-    ap.add_argument("--sizes-mb", type=float, nargs="+", default=[1.4, 20.0, 270.0],
-                    help="version sizes: tiny model fp32, Qwen3-0.6B r=16 adapter, SmolLM2-135M bf16")
+    ap.add_argument(
+        "--sizes-mb",
+        type=float,
+        nargs="+",
+        default=[1.4, 20.0, 270.0],
+        help="version sizes: tiny model fp32, Qwen3-0.6B r=16 adapter, SmolLM2-135M bf16",
+    )
     ap.add_argument("--group-kb", type=int, default=32, help="bytes of one rollout group on the wire")
     ap.add_argument("--push-seconds", type=float, default=8.0)
     ap.add_argument("--boot-ns")
@@ -282,8 +373,19 @@ def main() -> None:
         asyncio.run(receiver(args.ip, args.boot, args.relayed, args.sizes_mb, args.store))
         return
     if args.part == "sender":
-        asyncio.run(sender(args.ip, args.boot, json.loads(args.targets), args.sizes_mb, args.group_kb,
-                           args.push_seconds, args.boot_ns, args.boot_p2pd, args.store))
+        asyncio.run(
+            sender(
+                args.ip,
+                args.boot,
+                json.loads(args.targets),
+                args.sizes_mb,
+                args.group_kb,
+                args.push_seconds,
+                args.boot_ns,
+                args.boot_p2pd,
+                args.store,
+            )
+        )
         return
     from benchlib.nat_lab import missing_for_nat_lab
 
@@ -302,10 +404,14 @@ def main() -> None:
                 continue
             print(f"  {mb:g} MB version: direct {a:.2f} s, relayed {b:.2f} s ({b / a:.2f}x)")
         print(f"  connections: direct {d['connection']}, relayed {r['connection']}")
-        print(f"  {args.group_kb} KB groups: direct {d['groups_per_s']:.1f}/s, relayed {r['groups_per_s']:.1f}/s "
-              f"({r['groups_per_s'] / d['groups_per_s']:.2f}x)")
-        print(f"  bootstrap: direct arm {d['bootstrap_mb']:.1f} MB / {d['bootstrap_cpu_s']:.2f} CPU s, relayed arm "
-              f"{r['bootstrap_mb']:.1f} MB / {r['bootstrap_cpu_s']:.2f} CPU s")
+        print(
+            f"  {args.group_kb} KB groups: direct {d['groups_per_s']:.1f}/s, relayed {r['groups_per_s']:.1f}/s "
+            f"({r['groups_per_s'] / d['groups_per_s']:.2f}x)"
+        )
+        print(
+            f"  bootstrap: direct arm {d['bootstrap_mb']:.1f} MB / {d['bootstrap_cpu_s']:.2f} CPU s, relayed arm "
+            f"{r['bootstrap_mb']:.1f} MB / {r['bootstrap_cpu_s']:.2f} CPU s"
+        )
     out["load_after"] = os.getloadavg()[0]
     print(f"load average before {out['load_before']:.1f}, after {out['load_after']:.1f}")
     print(summary_table(out["rates"], args.sizes_mb, args.group_kb))

@@ -29,10 +29,18 @@ def plain_generate_rate(engine, prompts, g, temperature, max_new) -> float:
     eos = tokenizer.eos_token_id
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(**batch, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                             max_new_tokens=max_new, num_return_sequences=g, pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(
+            **batch,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new,
+            num_return_sequences=g,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     seconds = time.perf_counter() - start
-    new = out[:, batch["input_ids"].shape[1]:].tolist()
+    new = out[:, batch["input_ids"].shape[1] :].tolist()
     tokens = sum(row.index(eos) + 1 if eos in row else len(row) for row in new)
     return tokens / seconds
 
@@ -103,9 +111,13 @@ def main() -> None:
             from swarmnode.sampler.engines import VLLMEngine
 
             start = time.perf_counter()
-            engine = VLLMEngine(resolve_model_path(cfg.model, cfg.task), tokenizer, gpu_memory_utilization=0.2,
-                                max_model_len=cfg.sampler.max_prompt_length + max(n, cfg.sampler.max_completion_length),
-                                max_prompt_tokens=cfg.sampler.max_prompt_length)
+            engine = VLLMEngine(
+                resolve_model_path(cfg.model, cfg.task),
+                tokenizer,
+                gpu_memory_utilization=0.2,
+                max_model_len=cfg.sampler.max_prompt_length + max(n, cfg.sampler.max_completion_length),
+                max_prompt_tokens=cfg.sampler.max_prompt_length,
+            )
             result["vllm_startup_s"] = round(time.perf_counter() - start, 1)
             try:
                 engine_rate(engine, prompts, g, t, n)  # warm-up

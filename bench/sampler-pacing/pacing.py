@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from swarmnode.local.demo import read_steps
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.learner.waste import waste_between
+from swarmnode.local.demo import read_steps
 from swarmnode.local.swarm import DemoRun, prepare_swarm, start_swarm
 
 
@@ -40,16 +40,22 @@ def sampler_progress(root: Path, samplers: int) -> dict[str, dict[str, int]]:
     credit (at 0.5 it could have made twice what the learner took)."""
     out = {}
     for i in range(1, samplers + 1):
-        lines = re.findall(r"(\d+) groups made, (\d+) acked, .*?([\d.]+) s of ([\d.]+) s waiting for credit",
-                           (root / f"sampler{i}.log").read_text(errors="replace"))
+        lines = re.findall(
+            r"(\d+) groups made, (\d+) acked, .*?([\d.]+) s of ([\d.]+) s waiting for credit",
+            (root / f"sampler{i}.log").read_text(errors="replace"),
+        )
         made, acked, waited, running = lines[-1] if lines else (0, 0, 0.0, 1.0)
-        out[f"sampler{i}"] = {"made": int(made), "acked": int(acked),
-                              "waiting_share": round(float(waited) / max(1e-9, float(running)), 3)}
+        out[f"sampler{i}"] = {
+            "made": int(made),
+            "acked": int(acked),
+            "waiting_share": round(float(waited) / max(1e-9, float(running)), 3),
+        }
     return out
 
 
-def run_arm(root: Path, config: str, samplers: int, steps: int, sets: list[str],
-            minutes: float) -> tuple[list[dict], dict]:
+def run_arm(
+    root: Path, config: str, samplers: int, steps: int, sets: list[str], minutes: float
+) -> tuple[list[dict], dict]:
     """Start the swarm in `root`, wait until its learner took `steps` steps (or `minutes` passed), stop it;
     the learner's step records and the samplers' last progress."""
     sets = prepare_swarm(root, config, sets, say=lambda _msg: None)
@@ -73,8 +79,12 @@ def fate_means(row: dict) -> dict:
     fates = row["fates"]
     dropped = fates["stale"]["groups"] + fates["aged_out"]["groups"]
     tokens = sum((fates[f]["mean_tokens"] or 0.0) * fates[f]["groups"] for f in ("stale", "aged_out"))
-    return {"drawn_groups": fates["drawn"]["groups"], "drawn_tokens": fates["drawn"]["mean_tokens"],
-            "dropped_groups": dropped, "dropped_tokens": round(tokens / dropped, 3) if dropped else None}
+    return {
+        "drawn_groups": fates["drawn"]["groups"],
+        "drawn_tokens": fates["drawn"]["mean_tokens"],
+        "dropped_groups": dropped,
+        "dropped_tokens": round(tokens / dropped, 3) if dropped else None,
+    }
 
 
 def summarize(rows: list[dict], warmup: int) -> dict:
@@ -87,13 +97,18 @@ def summarize(rows: list[dict], warmup: int) -> dict:
     seconds = float(last["time"]) - float(first["time"])
     return {
         "steps": last["step"],
-        "steady": {**steady, "waste": round(steady["waste"], 4), "from_step": first["step"],
-                   "offered": round(steady["arrived"] / drawn, 3) if drawn else None,
-                   "steps_per_s": round((last["step"] - first["step"]) / seconds, 2) if seconds > 0 else None,
-                   "staleness_mean": round(sum(r.get("staleness_mean", 0.0) for r in window) / len(window), 2),
-                   "credit_target_median": statistics.median(targets) if targets else None,
-                   "learner_idle_share": round((last["idle_seconds"] - first["idle_seconds"]) / seconds, 3)
-                   if seconds > 0 else None},
+        "steady": {
+            **steady,
+            "waste": round(steady["waste"], 4),
+            "from_step": first["step"],
+            "offered": round(steady["arrived"] / drawn, 3) if drawn else None,
+            "steps_per_s": round((last["step"] - first["step"]) / seconds, 2) if seconds > 0 else None,
+            "staleness_mean": round(sum(r.get("staleness_mean", 0.0) for r in window) / len(window), 2),
+            "credit_target_median": statistics.median(targets) if targets else None,
+            "learner_idle_share": round((last["idle_seconds"] - first["idle_seconds"]) / seconds, 3)
+            if seconds > 0
+            else None,
+        },
         "whole_run": {k: round(v, 4) for k, v in waste_between({"buffer_counters": {}}, last).items()},
         "lengths": fate_means(last),
         "buffer_counters": last["buffer_counters"],
@@ -112,17 +127,27 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--workdir", type=Path, default=None, help="keep each arm's nodes' files in <workdir>/<arm>")
     args = parser.parse_args()
-    results = {"config": args.config, "samplers": args.samplers, "sets": args.sets, "arms": {},
-               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    results = {
+        "config": args.config,
+        "samplers": args.samplers,
+        "sets": args.sets,
+        "arms": {},
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     for arm in args.arms.split(","):
         before = load()
         with tempfile.TemporaryDirectory(prefix=f"pacing-{arm}-") as tmp:
             root = args.workdir / arm if args.workdir else Path(tmp)
             root.mkdir(parents=True, exist_ok=True)
-            rows, samplers = run_arm(root, args.config, args.samplers, args.steps,
-                                     [*args.sets, f"sync.pacing={arm}"], args.minutes)
-        results["arms"][arm] = {**summarize(rows, args.warmup), "samplers": samplers,
-                                "load_before": before, "load_after": load()}
+            rows, samplers = run_arm(
+                root, args.config, args.samplers, args.steps, [*args.sets, f"sync.pacing={arm}"], args.minutes
+            )
+        results["arms"][arm] = {
+            **summarize(rows, args.warmup),
+            "samplers": samplers,
+            "load_before": before,
+            "load_after": load(),
+        }
         print(arm, json.dumps(results["arms"][arm]), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")

@@ -63,8 +63,10 @@ def run_arm(attack: bool, defence: bool, seed: int, args) -> dict:
     tail = slice(-args.tail, None)
     refused = victim.plausibility.refused if victim.plausibility else {}
     return {
-        "arm": f"{'attack' if attack else 'no attack'}, defence {'on' if defence else 'off'}", "seed": seed,
-        "rounds": args.rounds, "seconds": round(time.monotonic() - began, 1),
+        "arm": f"{'attack' if attack else 'no attack'}, defence {'on' if defence else 'off'}",
+        "seed": seed,
+        "rounds": args.rounds,
+        "seconds": round(time.monotonic() - began, 1),
         "marker_rate_tail": round(statistics.fmean(marked[tail]), 4),
         "marker_rate_max": round(max(marked), 4),
         "own_reward_first": round(statistics.fmean(rewards[: args.tail]), 4),
@@ -81,8 +83,11 @@ def run_arm(attack: bool, defence: bool, seed: int, args) -> dict:
 
 
 def table(cells: list[dict]) -> str:
-    rows = ["| arm | marker rate, last rounds (max) | own reward first → last rounds | attack groups trained / "
-            "refused (times distrusted) | honest peer's groups trained / refused |", "|---|---|---|---|---|"]
+    rows = [
+        "| arm | marker rate, last rounds (max) | own reward first → last rounds | attack groups trained / "
+        "refused (times distrusted) | honest peer's groups trained / refused |",
+        "|---|---|---|---|---|",
+    ]
     for arm in dict.fromkeys(c["arm"] for c in cells):
         mine = [c for c in cells if c["arm"] == arm]
         mean = lambda key: statistics.fmean(c[key] for c in mine)  # noqa: E731
@@ -91,7 +96,8 @@ def table(cells: list[dict]) -> str:
             f"| {mean('own_reward_first'):.3f} → {mean('own_reward_tail'):.3f} "
             f"| {sum(c['attack_trained'] for c in mine)} / {sum(c['attack_refused'] for c in mine)} "
             f"({sum(c['attacker_distrusted'] for c in mine)}) "
-            f"| {sum(c['honest_trained'] for c in mine)} / {sum(c['honest_refused'] for c in mine)} |")
+            f"| {sum(c['honest_trained'] for c in mine)} / {sum(c['honest_refused'] for c in mine)} |"
+        )
     return "\n".join(rows) + "\n"
 
 

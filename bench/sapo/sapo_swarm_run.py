@@ -44,13 +44,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weighting", default="on_policy")
     ap.add_argument("--out", default="bench/sapo/results/sapo_swarm_run.json")
     args = ap.parse_args(argv)
-    sets = ["mode=sapo", f"sapo.local_groups={args.local}", f"sapo.external_groups={args.external}",
-            f"sapo.external_weighting={args.weighting}", f"sapo.pool_per_peer={max(1, args.local)}",
-            "sapo.external_wait=5", "sampler.max_groups_per_second=0"]
+    sets = [
+        "mode=sapo",
+        f"sapo.local_groups={args.local}",
+        f"sapo.external_groups={args.external}",
+        f"sapo.external_weighting={args.weighting}",
+        f"sapo.pool_per_peer={max(1, args.local)}",
+        "sapo.external_wait=5",
+        "sampler.max_groups_per_second=0",
+    ]
     with tempfile.TemporaryDirectory(prefix="sapo-run-") as tmp, LocalSwarm(Path(tmp), run_id="sapo-bench") as swarm:
         root = Path(tmp)
-        boot = swarm.spawn("bootstrap", ["bootstrap", *[a for s in swarm.sets for a in ("--set", s)],
-                                         "--host-maddrs", LOOPBACK, "--identity-path", str(root / "boot.key")])
+        boot = swarm.spawn(
+            "bootstrap",
+            [
+                "bootstrap",
+                *[a for s in swarm.sets for a in ("--set", s)],
+                "--host-maddrs",
+                LOOPBACK,
+                "--identity-path",
+                str(root / "boot.key"),
+            ],
+        )
         swarm.initial_peers = boot.wait_line("initial-peers:", timeout=600)
         procs = []
         for i in range(args.nodes):
@@ -78,10 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     sweep_n = [round(sum(c["curve"][:n]), 2) for c in sweep]  # curve: the mean over nodes of each round's own reward
     result = {
         "command": "python bench/sapo/sapo_swarm_run.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "nodes": args.nodes, "steps_compared": n, "steps_taken": [len(r) for r in rows],
-        "training_wall_s": round(wall, 1), "cumulative_per_node": cumulative,
-        "cumulative_mean": round(statistics.fmean(cumulative), 2), "external_per_step": external,
-        "sweep_cells": [c["name"] for c in sweep], "sweep_cumulative_first_n": sweep_n,
+        "nodes": args.nodes,
+        "steps_compared": n,
+        "steps_taken": [len(r) for r in rows],
+        "training_wall_s": round(wall, 1),
+        "cumulative_per_node": cumulative,
+        "cumulative_mean": round(statistics.fmean(cumulative), 2),
+        "external_per_step": external,
+        "sweep_cells": [c["name"] for c in sweep],
+        "sweep_cumulative_first_n": sweep_n,
     }
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
+
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
 BUDGET = ["model.tiny.intermediate_size=90"]  # 217,984 parameters: the mean of hidden 64 (90,816) and 128 (345,472)
 SWARMS = {"h128x4": [[]] * 4, "mixed": [SMALL, [], SMALL, []], "budget": [BUDGET] * 4}
@@ -68,8 +69,8 @@ def run_cell(cell: dict, steps: int, eval_samples: int, config: str, sets: list[
     import torch
 
     from swarmnode.config import load_config
-    from swarmnode.local.evaluation import evaluate
     from swarmnode.identity import Identity
+    from swarmnode.local.evaluation import evaluate
     from swarmnode.model.models import count_parameters
     from swarmnode.node.sapo.policy import SapoPolicy
 
@@ -77,15 +78,28 @@ def run_cell(cell: dict, steps: int, eval_samples: int, config: str, sets: list[
     began = time.monotonic()
     nodes = []
     for index, size in enumerate(SWARMS[cell["swarm"]]):
-        cfg = load_config(config, [*sets, *size, f"sapo.local_groups={cell['local']}",
-                                   f"sapo.external_groups={cell['external']}",
-                                   f"sapo.external_weighting={cell['weighting']}",
-                                   f"sapo.pool_per_peer={max(1, cell['local'])}"])
+        cfg = load_config(
+            config,
+            [
+                *sets,
+                *size,
+                f"sapo.local_groups={cell['local']}",
+                f"sapo.external_groups={cell['external']}",
+                f"sapo.external_weighting={cell['weighting']}",
+                f"sapo.pool_per_peer={max(1, cell['local'])}",
+            ],
+        )
         policy = SapoPolicy(cfg, Identity.generate(), seed=cell["seed"] * 100 + index)
         nodes.append((cfg, policy, count_parameters(cfg.model)))
     task_eval = lambda cfg, p: evaluate(  # noqa: E731
-        p.model, p.tokenizer, p.task, samples=eval_samples, temperature=cfg.sampler.temperature,
-        max_new_tokens=cfg.sampler.max_completion_length, max_prompt_tokens=cfg.sampler.max_prompt_length, seed=0,
+        p.model,
+        p.tokenizer,
+        p.task,
+        samples=eval_samples,
+        temperature=cfg.sampler.temperature,
+        max_new_tokens=cfg.sampler.max_completion_length,
+        max_prompt_tokens=cfg.sampler.max_prompt_length,
+        seed=0,
     )["eval_reward"]
     eval_start = [task_eval(cfg, p) for cfg, p, _ in nodes]
     own = [[] for _ in nodes]
@@ -107,14 +121,19 @@ def run_cell(cell: dict, steps: int, eval_samples: int, config: str, sets: list[
     for _, p, _ in nodes:
         lies += sum(p.rescorer.lies.values())
     return {
-        **cell, "name": cell_name(cell), "steps": steps, "seconds": round(time.monotonic() - began, 1),
+        **cell,
+        "name": cell_name(cell),
+        "steps": steps,
+        "seconds": round(time.monotonic() - began, 1),
         "params": [n for _, _, n in nodes],
         "cumulative": [round(sum(r), 3) for r in own],
         "own_reward_first": [round(statistics.fmean(r[: max(1, steps // 10)]), 4) for r in own],
-        "own_reward_last": [round(statistics.fmean(r[-max(1, steps // 10):]), 4) for r in own],
+        "own_reward_last": [round(statistics.fmean(r[-max(1, steps // 10) :]), 4) for r in own],
         "curve": [round(statistics.fmean(col), 4) for col in zip(*own)],
-        "eval_start": [round(x, 4) for x in eval_start], "eval_end": [round(x, 4) for x in eval_end],
-        "external_trained": external, "reward_lies": lies,
+        "eval_start": [round(x, 4) for x in eval_start],
+        "eval_end": [round(x, 4) for x in eval_end],
+        "external_trained": external,
+        "reward_lies": lies,
     }
 
 
@@ -151,44 +170,57 @@ def _mean(values) -> float:
 
 def aggregate(cells: list[dict]) -> list[dict]:
     """One row per (swarm, split, weighting): means over seeds and nodes, and the gain over the same swarm's 8/0."""
-    keys = sorted({(c["swarm"], c["local"], c["external"], c["weighting"]) for c in cells},
-                  key=lambda k: (list(SWARMS).index(k[0]), -k[1], k[3]))
+    keys = sorted(
+        {(c["swarm"], c["local"], c["external"], c["weighting"]) for c in cells},
+        key=lambda k: (list(SWARMS).index(k[0]), -k[1], k[3]),
+    )
     rows = []
     for swarm, i, j, w in keys:
         mine = [c for c in cells if (c["swarm"], c["local"], c["external"], c["weighting"]) == (swarm, i, j, w)]
         base = [c for c in cells if c["swarm"] == swarm and c["external"] == 0]
         swarm_cum = [_mean(c["cumulative"]) for c in mine]  # per seed: the swarm's mean node
         base_cum = _mean([_mean(c["cumulative"]) for c in base])
-        rows.append({
-            "swarm": swarm, "split": f"{i}/{j}", "weighting": w, "seeds": len(mine), "steps": mine[0]["steps"],
-            "cumulative": _mean(swarm_cum), "cumulative_sd": statistics.pstdev(swarm_cum),
-            "gain_pct": 100 * (_mean(swarm_cum) / base_cum - 1) if base else None,
-            "per_node": [round(_mean(col), 1) for col in zip(*[c["cumulative"] for c in mine])],
-            "own_first": _mean([_mean(c["own_reward_first"]) for c in mine]),
-            "own_last": _mean([_mean(c["own_reward_last"]) for c in mine]),
-            "eval_start": _mean([_mean(c["eval_start"]) for c in mine]),
-            "eval_end": _mean([_mean(c["eval_end"]) for c in mine]),
-            "eval_end_sd": statistics.pstdev(_mean(c["eval_end"]) for c in mine),
-            "eval_end_per_node": [round(_mean(col), 3) for col in zip(*[c["eval_end"] for c in mine])],
-            "external": _mean([_mean(c["external_trained"]) for c in mine]),
-            "params": sum(mine[0]["params"]),
-        })
+        rows.append(
+            {
+                "swarm": swarm,
+                "split": f"{i}/{j}",
+                "weighting": w,
+                "seeds": len(mine),
+                "steps": mine[0]["steps"],
+                "cumulative": _mean(swarm_cum),
+                "cumulative_sd": statistics.pstdev(swarm_cum),
+                "gain_pct": 100 * (_mean(swarm_cum) / base_cum - 1) if base else None,
+                "per_node": [round(_mean(col), 1) for col in zip(*[c["cumulative"] for c in mine])],
+                "own_first": _mean([_mean(c["own_reward_first"]) for c in mine]),
+                "own_last": _mean([_mean(c["own_reward_last"]) for c in mine]),
+                "eval_start": _mean([_mean(c["eval_start"]) for c in mine]),
+                "eval_end": _mean([_mean(c["eval_end"]) for c in mine]),
+                "eval_end_sd": statistics.pstdev(_mean(c["eval_end"]) for c in mine),
+                "eval_end_per_node": [round(_mean(col), 3) for col in zip(*[c["eval_end"] for c in mine])],
+                "external": _mean([_mean(c["external_trained"]) for c in mine]),
+                "params": sum(mine[0]["params"]),
+            }
+        )
     return rows
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    out = [header, "",
-           "| swarm (params) | I/J | external weighting | seeds | cumulative reward per node (mean ± sd over seeds) "
-           "| vs same swarm 8/0 | per node | own reward first → last 10 % | eval start → end (sd) | eval end per node "
-           "| external groups trained per node |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        header,
+        "",
+        "| swarm (params) | I/J | external weighting | seeds | cumulative reward per node (mean ± sd over seeds) "
+        "| vs same swarm 8/0 | per node | own reward first → last 10 % | eval start → end (sd) | eval end per node "
+        "| external groups trained per node |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         gain = "—" if r["gain_pct"] is None or r["split"] == "8/0" else f"{r['gain_pct']:+.1f} %"
         out.append(
             f"| {r['swarm']} ({r['params'] / 1e6:.2f} M) | {r['split']} | {r['weighting']} | {r['seeds']} "
             f"| {r['cumulative']:.1f} ± {r['cumulative_sd']:.1f} | {gain} | {r['per_node']} "
             f"| {r['own_first']:.3f} → {r['own_last']:.3f} | {r['eval_start']:.3f} → {r['eval_end']:.3f} "
-            f"({r['eval_end_sd']:.3f}) | {r['eval_end_per_node']} | {r['external']:.0f} |")
+            f"({r['eval_end_sd']:.3f}) | {r['eval_end_per_node']} | {r['external']:.0f} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -206,7 +238,7 @@ def figure(cells: list[dict], path: Path) -> None:
     for label, mine in sorted(groups.items()):
         curve = [statistics.fmean(col) for col in zip(*[c["curve"] for c in mine])]
         k = 20
-        smooth = [statistics.fmean(curve[max(0, t - k + 1): t + 1]) for t in range(len(curve))]
+        smooth = [statistics.fmean(curve[max(0, t - k + 1) : t + 1]) for t in range(len(curve))]
         ax1.plot(smooth, label=label)
     ax1.set(xlabel="round", ylabel="mean own reward (20-round average)", title="reward of each node's own rollouts")
     ax1.legend(fontsize=7)
@@ -230,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--eval-samples", type=int, default=32)
-    ap.add_argument("--out", default="bench/sapo/results/sapo_sweep", help="writes <out>.md, <out>.png, <out>/cells.jsonl")
+    ap.add_argument(
+        "--out", default="bench/sapo/results/sapo_sweep", help="writes <out>.md, <out>.png, <out>/cells.jsonl"
+    )
     ap.add_argument("--report", action="store_true", help="write the table and figure from the cells on disk; run none")
     ap.add_argument("--reverse", action="store_true", help="run the cells in reverse order (a second sweep on one log)")
     ap.add_argument("--quick", action="store_true", help="pipeline check: seed 0, splits only, 6 steps")
@@ -262,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             with log.open("a") as f:
                 f.write(json.dumps(result) + "\n")
             done.append(result)
-            print(f"{result['name']}: cumulative {result['cumulative']} eval {result['eval_start']} -> "
-                  f"{result['eval_end']}  {result['seconds']:.0f} s (load {result['load']})", flush=True)
+            print(
+                f"{result['name']}: cumulative {result['cumulative']} eval {result['eval_start']} -> "
+                f"{result['eval_end']}  {result['seconds']:.0f} s (load {result['load']})",
+                flush=True,
+            )
     finally:
         if pool is not None:
             pool.close()
@@ -272,12 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = aggregate(cells)
     seconds = sum(c["seconds"] for c in cells)
     loads = [c["load"] for c in cells]
-    header = (f"# SAPO sweep\n\nCommand: `python bench/sapo/sapo_sweep.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
-              f"\n\n{len(cells)} cells, {args.steps} rounds each, 4 nodes per swarm, batch I + J = 8 groups x 8 "
-              f"completions per step; eval = mean@{args.eval_samples} on the held-out prompts. Cost: "
-              f"{seconds / 60:.1f} min of cell time in one process (one torch thread, {platform.machine()}, "
-              f"{os.cpu_count()} cores shared with other work; load average {min(loads):.1f}-{max(loads):.1f} "
-              f"at the cells' ends).")
+    header = (
+        f"# SAPO sweep\n\nCommand: `python bench/sapo/sapo_sweep.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
+        f"\n\n{len(cells)} cells, {args.steps} rounds each, 4 nodes per swarm, batch I + J = 8 groups x 8 "
+        f"completions per step; eval = mean@{args.eval_samples} on the held-out prompts. Cost: "
+        f"{seconds / 60:.1f} min of cell time in one process (one torch thread, {platform.machine()}, "
+        f"{os.cpu_count()} cores shared with other work; load average {min(loads):.1f}-{max(loads):.1f} "
+        f"at the cells' ends)."
+    )
     (out.parent / f"{out.name}.md").write_text(markdown(rows, header))
     (out.parent / f"{out.name}.json").write_text(json.dumps(rows, indent=1))
     figure(cells, out.parent / f"{out.name}.png")

@@ -47,6 +47,7 @@ def install() -> None:
             response = await handler(request, context)
             _count(self.peer_id, handle_name, request.ByteSize(), response.ByteSize())
             return response
+
         return await add(self, handle_name, counted, input_protobuf_type, balanced=balanced)
 
     P2P._call_unary_protobuf_handler = counted_call

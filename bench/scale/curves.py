@@ -15,8 +15,9 @@ import json
 import math
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 SPREAD_TAIL_S = 30.0  # versions published in the window's last seconds are not counted (not yet spread)
 
@@ -77,8 +78,9 @@ def spread(haves: list[dict], samplers: list[str], since: float, end: float) -> 
     return out
 
 
-def _silent_or_sending(nodes: dict[str, list[dict]], samplers: list[str], since: float,
-                       until: float) -> Iterator[tuple[str, str, list[dict]]]:
+def _silent_or_sending(
+    nodes: dict[str, list[dict]], samplers: list[str], since: float, until: float
+) -> Iterator[tuple[str, str, list[dict]]]:
     """(name, "silent" or "sending", its rows in [since, until]) for each sampler with two rows or more there:
     silent when it sent no group in the window."""
     for name in samplers:
@@ -87,8 +89,15 @@ def _silent_or_sending(nodes: dict[str, list[dict]], samplers: list[str], since:
             yield name, "sending" if rows[-1].get("sent", 0) - rows[0].get("sent", 0) else "silent", rows
 
 
-def version_lag(haves: list[dict], nodes: dict[str, list[dict]], samplers: list[str], since: float, until: float,
-                behind: int = 8, step: float = 2.0) -> dict[str, Any]:
+def version_lag(
+    haves: list[dict],
+    nodes: dict[str, list[dict]],
+    samplers: list[str],
+    since: float,
+    until: float,
+    behind: int = 8,
+    step: float = 2.0,
+) -> dict[str, Any]:
     """How far behind the learner's newest version the samplers that sent nothing in [since, until] were, against
     those that sent: the mean lag in versions, and the mean share of the window spent more than `behind`
     versions behind (a sampler that far behind fetches before it generates: half the lab's `sync.max_staleness`
@@ -107,9 +116,14 @@ def version_lag(haves: list[dict], nodes: dict[str, list[dict]], samplers: list[
     for name, kind, _ in _silent_or_sending(nodes, samplers, since, until):
         lags = [newest(learner, t) - newest(held[name], t) for t in ticks]
         groups[kind].append((statistics.fmean(lags), sum(lag > behind for lag in lags) / len(lags)))
-    return {key: {"samplers": len(vals), "lag_mean": statistics.fmean(v[0] for v in vals) if vals else None,
-                  "share_far_behind": statistics.fmean(v[1] for v in vals) if vals else None}
-            for key, vals in groups.items()}
+    return {
+        key: {
+            "samplers": len(vals),
+            "lag_mean": statistics.fmean(v[0] for v in vals) if vals else None,
+            "share_far_behind": statistics.fmean(v[1] for v in vals) if vals else None,
+        }
+        for key, vals in groups.items()
+    }
 
 
 def sampler_states(nodes: dict[str, list[dict]], samplers: list[str], since: float, until: float) -> dict[str, Any]:
@@ -124,9 +138,15 @@ def sampler_states(nodes: dict[str, list[dict]], samplers: list[str], since: flo
             shares[kind].append(Counter({k: v / total for k, v in states.items()}))
     if not any(shares.values()):
         return {}
-    return {kind: {"samplers": len(rows), **{state: round(sum(c[state] for c in rows) / len(rows), 3)
-                                             for state in sorted(set().union(*rows))}} if rows else {"samplers": 0}
-            for kind, rows in shares.items()}
+    return {
+        kind: {
+            "samplers": len(rows),
+            **{state: round(sum(c[state] for c in rows) / len(rows), 3) for state in sorted(set().union(*rows))},
+        }
+        if rows
+        else {"samplers": 0}
+        for kind, rows in shares.items()
+    }
 
 
 def publisher_chunks(nodes: dict[str, list[dict]], samplers: list[str], since: float) -> dict[str, Any]:
@@ -157,8 +177,13 @@ def _median_name(names: list[str], values: dict[str, float]) -> str | None:
     return ranked[(len(ranked) - 1) // 2][1] if ranked else None
 
 
-def summarise(lines: list[dict], since: float, samplers: int | None = None, started: float | None = None,
-              until: float | None = None) -> dict[str, Any]:
+def summarise(
+    lines: list[dict],
+    since: float,
+    samplers: int | None = None,
+    started: float | None = None,
+    until: float | None = None,
+) -> dict[str, Any]:
     """See the module docstring. Rates are over [since, until]; a version published in that window counts as
     spread when samplers hold it, even after `until` (the run went on)."""
     haves_all = [ln for ln in lines if ln.get("ev") == "have"]
@@ -184,18 +209,30 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
             ctl[name] = _rate_per_min(*w, "ctl_in", "ctl_out")
             calls[name] = (control_calls(w[1]) - control_calls(w[0])) * 60.0 / max(1e-9, w[1]["t"] - w[0]["t"])
     sampler_ctl = [ctl[n] for n in sampler_names if n in ctl]
-    doc: dict[str, Any] = {"window_s": round(end - since, 1), "samplers": samplers or len(sampler_names),
-                           "samplers_working": len(sampler_names), "samplers_failed": doc_failed}
+    doc: dict[str, Any] = {
+        "window_s": round(end - since, 1),
+        "samplers": samplers or len(sampler_names),
+        "samplers_working": len(sampler_names),
+        "samplers_failed": doc_failed,
+    }
     busiest = max((n for n in ctl if roles[n] != "bootstrap"), key=ctl.get, default=None)
     doc["control_bytes_per_min"] = {
         "median_sampler": statistics.median(sampler_ctl) if sampler_ctl else None,
-        "busiest_node": ctl.get(busiest) if busiest else None, "busiest_role": roles.get(busiest),
-        "learner": ctl.get("learner"), "bootstrap": ctl.get("bootstrap"),
+        "busiest_node": ctl.get(busiest) if busiest else None,
+        "busiest_role": roles.get(busiest),
+        "learner": ctl.get("learner"),
+        "bootstrap": ctl.get("bootstrap"),
         "max_sampler": max(sampler_ctl) if sampler_ctl else None,
     }
     boots = sorted(n for n, r in roles.items() if r == "bootstrap")
-    doc["bootstraps"] = {n: {"control_bytes_per_min": ctl.get(n), "control_calls_per_min": calls.get(n),
-                             "connections": nodes[n][-1].get("connections")} for n in boots}
+    doc["bootstraps"] = {
+        n: {
+            "control_bytes_per_min": ctl.get(n),
+            "control_calls_per_min": calls.get(n),
+            "connections": nodes[n][-1].get("connections"),
+        }
+        for n in boots
+    }
     median_name = _median_name(sampler_names, ctl)
     shard_reads = []  # each sampler's shard reads a minute (its ShardWindow's; absent from older runs' lines)
     for name in sampler_names:
@@ -203,10 +240,12 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
             shard_reads.append(_rate_per_min(*w, "shards_read"))
     doc["sampler_shard_reads_per_min"] = {"median": quantile(shard_reads, 0.5), "max": max(shard_reads, default=None)}
     sampler_calls = [calls[n] for n in sampler_names if n in calls]
-    doc["control_calls_per_min"] = {"median_sampler": calls.get(median_name) if median_name else None,
-                                    "median_of_samplers": statistics.median(sampler_calls) if sampler_calls else None,
-                                    "busiest_node": calls.get(busiest) if busiest else None,
-                                    "bootstrap": calls.get("bootstrap")}
+    doc["control_calls_per_min"] = {
+        "median_sampler": calls.get(median_name) if median_name else None,
+        "median_of_samplers": statistics.median(sampler_calls) if sampler_calls else None,
+        "busiest_node": calls.get(busiest) if busiest else None,
+        "bootstrap": calls.get("bootstrap"),
+    }
     doc["spread"] = spread(haves_all, sampler_names, since, end)
     if (w := _window(nodes.get("learner", []), since)) is not None:
         first, last = w
@@ -215,13 +254,21 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
         published = [h for h in haves if h["role"] == "learner" and first["t"] <= h["t"] <= last["t"]]
         vbytes = last.get("version_bytes") or 0
         served = last.get("served", 0) - first.get("served", 0)
-        stale = lambda r: r.get("buffer", {}).get("stale", 0) + r.get("buffer", {}).get("aged_out", 0)
-        refused = lambda r: sum(v for k, v in r.get("statuses", {}).items() if k not in ("ok", "full", "duplicate")) \
-            + sum(v for k, v in r.get("rejected", {}).items() if k not in ("reward_hint_mismatch", "replayed_unchecked"))
+
+        def stale(r):
+            return r.get("buffer", {}).get("stale", 0) + r.get("buffer", {}).get("aged_out", 0)
+
+        def refused(r):
+            return sum(v for k, v in r.get("statuses", {}).items() if k not in ("ok", "full", "duplicate")) + sum(
+                v for k, v in r.get("rejected", {}).items() if k not in ("reward_hint_mismatch", "replayed_unchecked")
+            )
+
         accepted = last.get("accepted", 0) - first.get("accepted", 0)
         wasted = stale(last) - stale(first) + refused(last) - refused(first)
         doc["learner"] = {
-            "version_bytes": vbytes, "versions_published": len(published), "versions_total": len(versions),
+            "version_bytes": vbytes,
+            "versions_published": len(published),
+            "versions_total": len(versions),
             "upload_copies_per_version": served / (vbytes * len(published)) if vbytes and published else None,
             "steps_per_s": (last.get("steps", 0) - first.get("steps", 0)) / dt,
             "groups_per_s": accepted / dt,
@@ -237,9 +284,12 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
             acked.append((last.get("acked", 0) - first.get("acked", 0)) * 600.0 / max(1e-9, last["t"] - first["t"]))
             if last.get("ack_p99") is not None:
                 ack_p99.append(last["ack_p99"])
-    doc["per_sampler_acked_per_10min"] = {"min": min(acked, default=None), "median": quantile(acked, 0.5),
-                                          "max": max(acked, default=None),
-                                          "none": sum(1 for a in acked if a == 0)}
+    doc["per_sampler_acked_per_10min"] = {
+        "min": min(acked, default=None),
+        "median": quantile(acked, 0.5),
+        "max": max(acked, default=None),
+        "none": sum(1 for a in acked if a == 0),
+    }
     doc["ack_p99_s"] = max(ack_p99, default=None)
     doc["version_lag"] = version_lag(haves_all, nodes, sampler_names, since, end)
     doc["sampler_states"] = sampler_states(nodes, sampler_names, since, end)
@@ -266,17 +316,23 @@ def summarise(lines: list[dict], since: float, samplers: int | None = None, star
         if (w := _window(procs.get(name.replace("bootstrap", "boot"), []), since)) is not None:
             first, last = w
             row["cpu_cores"] = (last["cpu_s"] + last["p2pd_cpu_s"] - first["cpu_s"] - first["p2pd_cpu_s"]) / max(
-                1e-9, last["t"] - first["t"])
+                1e-9, last["t"] - first["t"]
+            )
             row["rss_mb"] = (last["rss"] + last["p2pd_rss"]) / 1e6
     total_cpu, total_rss = 0.0, 0.0
-    for host, rows in procs.items():
+    for _host, rows in procs.items():
         if (w := _window(rows, since)) is not None:
             first, last = w
             total_cpu += (last["cpu_s"] + last["p2pd_cpu_s"] - first["cpu_s"] - first["p2pd_cpu_s"]) / max(
-                1e-9, last["t"] - first["t"])
+                1e-9, last["t"] - first["t"]
+            )
             total_rss += last["rss"] + last["p2pd_rss"]
     sampler_hosts = [rows[-1] for h, rows in procs.items() if h.startswith("h")]
-    doc["lab"] = {"cpu_cores": total_cpu, "rss_gb": total_rss / 1e9, "processes": len(procs),
-                  "p2pd": sum(r["p2pd"] for r in (rows[-1] for rows in procs.values())),
-                  "sampler_host_rss_mb": [round((r["rss"]) / 1e6) for r in sampler_hosts]}
+    doc["lab"] = {
+        "cpu_cores": total_cpu,
+        "rss_gb": total_rss / 1e9,
+        "processes": len(procs),
+        "p2pd": sum(r["p2pd"] for r in (rows[-1] for rows in procs.values())),
+        "sampler_host_rss_mb": [round((r["rss"]) / 1e6) for r in sampler_hosts],
+    }
     return doc

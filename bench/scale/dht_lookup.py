@@ -34,8 +34,14 @@ from swarmnode.identity import Identity  # noqa: E402
 from swarmnode.protocol.peer import PeerRecord  # noqa: E402
 from swarmnode.swarm.dht import SwarmDHT  # noqa: E402
 
-SETS = ["network.nat_port_map=false", "network.auto_nat=false", "network.use_relay=false",
-        "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "network.heartbeat_interval=60", "network.startup_timeout=120"]
+SETS = [
+    "network.nat_port_map=false",
+    "network.auto_nat=false",
+    "network.use_relay=false",
+    "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]",
+    "network.heartbeat_interval=60",
+    "network.startup_timeout=120",
+]
 SHARDS_A_READ = 8  # a sampler's refresh reads at most this many shards (swarmnode.swarm.shard_window)
 CONCURRENCY = 16  # operations in flight at once over the lab
 
@@ -73,8 +79,9 @@ async def grow(sizes: list[int], bucket: int, run: str, say) -> list[dict]:
     cfg = load_config(None, [*SETS, f"run_id={run}", f"network.dht_bucket_size={bucket}"])
     nodes: list[SwarmDHT] = [await SwarmDHT.create(cfg, Identity.generate())]
     boot = str((await nodes[0].p2p.get_visible_maddrs())[0])
-    joined = load_config(None, [*SETS, f"run_id={run}", f"network.dht_bucket_size={bucket}",
-                                f"network.initial_peers=[{boot}]"])
+    joined = load_config(
+        None, [*SETS, f"run_id={run}", f"network.dht_bucket_size={bucket}", f"network.initial_peers=[{boot}]"]
+    )
     rng = random.Random(0)
     rows = []
 
@@ -100,14 +107,20 @@ async def grow(sizes: list[int], bucket: int, run: str, say) -> list[dict]:
             key_calls, key_bytes, _ = await each(nodes, read_key)
             shard_calls, shard_bytes, _ = await each(nodes, read_shards)
             census = [len(await node.all_peers()) for node in rng.sample(nodes, 3)]
-            row = {"nodes": size, "bucket": bucket,
-                   "store": {"calls": store_calls, "bytes": store_bytes, "failed": store_failed},
-                   "read_key": {"calls": key_calls, "bytes": key_bytes},
-                   "read_8_shards": {"calls": shard_calls, "bytes": shard_bytes},
-                   "census_found": census, "grow_s": round(time.monotonic() - started, 1)}
-            say(f"bucket {bucket:2d}  N {size:4d}: store {store_calls:5.1f} calls {store_bytes / 1e3:6.1f} KB; "
+            row = {
+                "nodes": size,
+                "bucket": bucket,
+                "store": {"calls": store_calls, "bytes": store_bytes, "failed": store_failed},
+                "read_key": {"calls": key_calls, "bytes": key_bytes},
+                "read_8_shards": {"calls": shard_calls, "bytes": shard_bytes},
+                "census_found": census,
+                "grow_s": round(time.monotonic() - started, 1),
+            }
+            say(
+                f"bucket {bucket:2d}  N {size:4d}: store {store_calls:5.1f} calls {store_bytes / 1e3:6.1f} KB; "
                 f"key read {key_calls:5.1f} calls {key_bytes / 1e3:6.1f} KB; 8 shards {shard_calls:5.1f} calls "
-                f"{shard_bytes / 1e3:6.1f} KB; census found {census} of {size}")
+                f"{shard_bytes / 1e3:6.1f} KB; census found {census} of {size}"
+            )
             rows.append(row)
     finally:
         await asyncio.gather(*(n.shutdown() for n in reversed(nodes)), return_exceptions=True)
@@ -125,8 +138,12 @@ def main() -> None:
         rows += asyncio.run(grow(sorted(args.sizes), bucket, f"lookup-k{bucket}", lambda s: print(s, flush=True)))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"sizes": args.sizes, "buckets": args.buckets, "rows": rows,
-                                         "date": time.strftime("%Y-%m-%d")}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {"sizes": args.sizes, "buckets": args.buckets, "rows": rows, "date": time.strftime("%Y-%m-%d")},
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

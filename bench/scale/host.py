@@ -61,6 +61,7 @@ def _one_at_a_time(module: Any, name: str) -> None:
     def serial(*args, **kwargs):
         with MODEL_LOCK:
             return fn(*args, **kwargs)
+
     setattr(module, name, serial)
 
 
@@ -79,12 +80,14 @@ def _capture_roles() -> None:
             if isinstance(role, SamplerRole) and "pace" in PACING:
                 _share_pace(role, PACING["pace"])
             return role
+
         cls.create = classmethod(captured)
     start = Membership.start
 
     async def started(self):
         MEMBERS[self.identity.peer_id] = self
         return await start(self)
+
     Membership.start = started
 
 
@@ -97,6 +100,7 @@ def _share_pace(role: SamplerRole, pace: SharedPace) -> None:
             return await run(fn, *args, **kwargs)
         groups = args[0] if args and isinstance(args[0], int) else role.loop.cfg.sampler.prompts_per_batch
         return await pace.run(groups, lambda: run(fn, *args, **kwargs))
+
     role.compute.run = paced
 
 
@@ -126,10 +130,18 @@ def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
     """One node's counters now."""
     by_handle = counters.snapshot(peer)
     ctl_in, ctl_out = counters.control_bytes(by_handle)
-    row: dict[str, Any] = {"ev": "node", "t": time.time(), "name": name, "role": role, "peer": peer,
-                           "ctl_in": ctl_in, "ctl_out": ctl_out,
-                           "unary_in": sum(v[0] for v in by_handle.values()),
-                           "unary_out": sum(v[1] for v in by_handle.values()), "handles": by_handle}
+    row: dict[str, Any] = {
+        "ev": "node",
+        "t": time.time(),
+        "name": name,
+        "role": role,
+        "peer": peer,
+        "ctl_in": ctl_in,
+        "ctl_out": ctl_out,
+        "unary_in": sum(v[0] for v in by_handle.values()),
+        "unary_out": sum(v[1] for v in by_handle.values()),
+        "handles": by_handle,
+    }
     member = MEMBERS.get(peer)
     if member is not None and member.ready_s is not None:
         row["join_s"] = round(member.ready_s, 3)
@@ -143,18 +155,28 @@ def node_row(name: str, role: str, peer: str, t0: float) -> dict[str, Any]:
     if isinstance(node, SamplerRole):
         lat = sorted(node.sender.latencies)
         row["shards_read"] = node.peers.window.shards_read  # the sample's shard reads so far (ShardWindow)
-        row.update(sent=node.loop.groups_sent, acked=node.sender.delivered,
-                   dropped=node.sender.dropped + node.sender.unrouted,
-                   ack_p50=lat[len(lat) // 2] if lat else None,
-                   ack_p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
-                   state=sampler_state(node),
-                   seed_chunks=dict(node.puller.seed_chunks))  # the learner's chunks: asked, of them while unheard
+        row.update(
+            sent=node.loop.groups_sent,
+            acked=node.sender.delivered,
+            dropped=node.sender.dropped + node.sender.unrouted,
+            ack_p50=lat[len(lat) // 2] if lat else None,
+            ack_p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
+            state=sampler_state(node),
+            seed_chunks=dict(node.puller.seed_chunks),
+        )  # the learner's chunks: asked, of them while unheard
     else:
         stats = node.learner.buffer.stats()["counters"]
-        row.update(steps=node.learner.step_count, version=node.learner.version,
-                   accepted=node.receiver.accepted, statuses=dict(node.receiver.statuses),
-                   rejected=dict(node.learner.rejected), idle_s=node.idle_seconds, buffer=stats,
-                   passed_by=dict(node.learner.verifier.passed), clean_by=dict(node.learner.verifier.clean))
+        row.update(
+            steps=node.learner.step_count,
+            version=node.learner.version,
+            accepted=node.receiver.accepted,
+            statuses=dict(node.receiver.statuses),
+            rejected=dict(node.learner.rejected),
+            idle_s=node.idle_seconds,
+            buffer=stats,
+            passed_by=dict(node.learner.verifier.passed),
+            clean_by=dict(node.learner.verifier.clean),
+        )
     return row
 
 
@@ -172,8 +194,12 @@ async def watch(spec: dict, out, stop: asyncio.Event) -> None:
             for v in role.store.versions():
                 if (peer, v) not in seen:
                     seen[peer, v] = now
-                    out.write(json.dumps({"ev": "have", "t": now, "name": node["name"], "peer": peer,
-                                          "role": node["role"], "v": v}) + "\n")
+                    out.write(
+                        json.dumps(
+                            {"ev": "have", "t": now, "name": node["name"], "peer": peer, "role": node["role"], "v": v}
+                        )
+                        + "\n"
+                    )
         if now >= next_row:
             next_row = now + spec["sample_s"]
             for node in spec["nodes"]:
@@ -188,12 +214,14 @@ async def watch(spec: dict, out, stop: asyncio.Event) -> None:
             paced = {"gate_wait_s": round(gate.waited_s, 2), "gate_starts": gate.starts} if gate else {}
             if pace:
                 paced["paced_groups"] = pace.groups
-            out.write(json.dumps({"ev": "proc", "t": now, "host": spec["name"], **process_tree_stats(os.getpid()),
-                                  **paced}) + "\n")
+            out.write(
+                json.dumps({"ev": "proc", "t": now, "host": spec["name"], **process_tree_stats(os.getpid()), **paced})
+                + "\n"
+            )
         out.flush()
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -212,6 +240,7 @@ async def run_one(spec: dict, node: dict, stop: asyncio.Event, log) -> None:
     def emit(line: str) -> None:
         log.write(f"{time.time():.3f} {node['name']} {line}\n")
         log.flush()
+
     try:
         if node["role"] == "bootstrap":
             await run_bootstrap(cfg, identity, stop, as_json=False, log_interval=spec["sample_s"], emit=emit)
@@ -228,8 +257,16 @@ def preload() -> None:
     import transformers
     from transformers.convert_slow_tokenizer import bytes_to_unicode  # noqa: F401
 
-    for name in ("Qwen2Tokenizer", "Qwen2Config", "Qwen2ForCausalLM", "Qwen3Config", "AutoTokenizer",
-                 "AutoModelForCausalLM", "AutoConfig", "get_scheduler"):
+    for name in (
+        "Qwen2Tokenizer",
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        "Qwen3Config",
+        "AutoTokenizer",
+        "AutoModelForCausalLM",
+        "AutoConfig",
+        "get_scheduler",
+    ):
         getattr(transformers, name)
     import swarmnode.model.logprobs  # noqa: F401
     import swarmnode.sampler.engines  # noqa: F401

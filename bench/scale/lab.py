@@ -68,7 +68,7 @@ class ScaleLab:
     procs: list[Proc] = field(default_factory=list)
     started: float = 0.0
 
-    def __enter__(self) -> "ScaleLab":
+    def __enter__(self) -> ScaleLab:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -77,25 +77,43 @@ class ScaleLab:
     def _host(self, name: str, nodes: list[dict], initial: list[str], sets: list[str]) -> Proc:
         for node in nodes:
             node["peer"] = Identity.load_or_create(node["key"]).peer_id
-        spec = {"name": name, "config": self.config, "sets": sets, "initial_peers": initial, "nodes": nodes,
-                "sample_s": self.sample_s, "stagger_s": self.stagger_s,
-                "chunk_bytes": self.chunk_bytes, "groups_per_s": self.groups_per_s,
-                "gate_dir": str(self.workdir / "start-slots") if self.start_slots else None,
-                "gate_slots": self.start_slots}
+        spec = {
+            "name": name,
+            "config": self.config,
+            "sets": sets,
+            "initial_peers": initial,
+            "nodes": nodes,
+            "sample_s": self.sample_s,
+            "stagger_s": self.stagger_s,
+            "chunk_bytes": self.chunk_bytes,
+            "groups_per_s": self.groups_per_s,
+            "gate_dir": str(self.workdir / "start-slots") if self.start_slots else None,
+            "gate_slots": self.start_slots,
+        }
         path = self.workdir / f"{name}.json"
         path.write_text(json.dumps(spec, indent=1))
         log = self.workdir / f"{name}.out"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        popen = subprocess.Popen([sys.executable, "-P", str(HERE / "host.py"), str(path)], stdout=log.open("wb"),
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=_die_with_parent, env=env)
+        popen = subprocess.Popen(
+            [sys.executable, "-P", str(HERE / "host.py"), str(path)],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            env=env,
+        )
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
 
     def _node(self, name: str, role: str) -> dict:
-        node = {"name": name, "role": role, "key": str(self.workdir / f"{name}.key"),
-                "data_dir": str(self.workdir / name)}
+        node = {
+            "name": name,
+            "role": role,
+            "key": str(self.workdir / f"{name}.key"),
+            "data_dir": str(self.workdir / name),
+        }
         if self.uplinks is not None:  # a port of its own, its uplink capped by role (bootstraps uncapped)
             node["port"] = port_of(self.nodes_made)
             mbit = {"sampler": self.uplink_mbit, "learner": self.learner_mbit}.get(role)
@@ -106,8 +124,11 @@ class ScaleLab:
 
     def _log_lines(self, host: str, texts: tuple[str, ...]) -> list[str]:
         path = (self.workdir / f"{host}.json").with_suffix(".log")
-        return [ln for ln in (path.read_text(errors="replace").splitlines() if path.exists() else [])
-                if any(t in ln for t in texts)]
+        return [
+            ln
+            for ln in (path.read_text(errors="replace").splitlines() if path.exists() else [])
+            if any(t in ln for t in texts)
+        ]
 
     def _wait_log(self, host: str, text: str | tuple[str, ...], count: int, timeout: float) -> list[str]:
         """Lines of `host`'s node log holding `text` (or any of several), once there are `count` of them."""
@@ -126,8 +147,9 @@ class ScaleLab:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.uplink_mbit and self.uplinks is None:
             self.uplinks = Uplinks()
-        sets = prepare_swarm(self.workdir, self.config, [*LAB_SETS, f"learner.publish_every={self.publish_every}",
-                                                         *self.sets], say=say)
+        sets = prepare_swarm(
+            self.workdir, self.config, [*LAB_SETS, f"learner.publish_every={self.publish_every}", *self.sets], say=say
+        )
         self.run_sets = sets
         self.initial_peers = []
         for i in range(self.bootstraps):  # the second and later join the first
@@ -149,7 +171,7 @@ class ScaleLab:
         say(f"starting {count} samplers, {self.per_host} per process")
         began = time.time()
         names = [f"s{i:03d}" for i in range(self.sampler_count + 1, self.sampler_count + count + 1)]
-        groups = [names[i:i + self.per_host] for i in range(0, len(names), self.per_host)]
+        groups = [names[i : i + self.per_host] for i in range(0, len(names), self.per_host)]
         hosts, loads = [], [os.getloadavg()[0]]
         for group in groups:  # one host's imports at a time (each takes a core for 10-30 s)
             hosts.append((f"h{self.host_count:02d}", group))
@@ -170,11 +192,17 @@ class ScaleLab:
             loads.append(os.getloadavg()[0])
             time.sleep(1.0)
         ready = [float(ln.split()[0]) - began for ls in lines.values() for ln in ls if "sampler ready" in ln]
-        imported = {host: float(ls[0].split()[0]) for host, _ in hosts
-                    if (ls := self._log_lines(host, ("host imported",)))}
+        imported = {
+            host: float(ls[0].split()[0]) for host, _ in hosts if (ls := self._log_lines(host, ("host imported",)))
+        }
         # from the host's imports done (what a volunteer's own machine would not share) to ready
-        after_import = [float(ln.split()[0]) - imported[host] for host, ls in lines.items() if host in imported
-                        for ln in ls if "sampler ready" in ln]
+        after_import = [
+            float(ln.split()[0]) - imported[host]
+            for host, ls in lines.items()
+            if host in imported
+            for ln in ls
+            if "sampler ready" in ln
+        ]
         failed = len({ln.split()[1] for ls in lines.values() for ln in ls if " FAILED " in ln})
         late = count - len({ln.split()[1] for ls in lines.values() for ln in ls})  # neither ready nor failed
         if late:
@@ -187,10 +215,17 @@ class ScaleLab:
         self.samplers = self.sampler_count
         self.ready = time.time()
         say(f"{count} samplers ready in {self.ready - began:.1f} s ({self.samplers} in all)")
-        self.wave = {"count": count, "failed": failed, "late": late, "ready_s_p50": sorted(ready)[len(ready) // 2],
-                     "ready_s_max": max(ready), "learner_steps_per_s": self._learner_rate(began, self.ready),
-                     "load_max": max(loads), "load_median": sorted(loads)[len(loads) // 2],
-                     "ready_after_import_s_max": max(after_import, default=None)}
+        self.wave = {
+            "count": count,
+            "failed": failed,
+            "late": late,
+            "ready_s_p50": sorted(ready)[len(ready) // 2],
+            "ready_s_max": max(ready),
+            "learner_steps_per_s": self._learner_rate(began, self.ready),
+            "load_max": max(loads),
+            "load_median": sorted(loads)[len(loads) // 2],
+            "ready_after_import_s_max": max(after_import, default=None),
+        }
         return self.wave
 
     @property
@@ -202,8 +237,11 @@ class ScaleLab:
 
     def _learner_rate(self, since: float, until: float) -> float | None:
         """The learner's steps per second between two times (from its host's lines)."""
-        rows = [ln for ln in read_lines([self.workdir / "learner.jsonl"])
-                if ln.get("ev") == "node" and since <= ln["t"] <= until and "steps" in ln]
+        rows = [
+            ln
+            for ln in read_lines([self.workdir / "learner.jsonl"])
+            if ln.get("ev") == "node" and since <= ln["t"] <= until and "steps" in ln
+        ]
         if len(rows) < 2:
             return None
         return (rows[-1]["steps"] - rows[0]["steps"]) / max(1e-9, rows[-1]["t"] - rows[0]["t"])
@@ -227,16 +265,25 @@ class ScaleLab:
     def summary(self, since: float | None = None, until: float | None = None) -> dict:
         """The growth figures of this run (`curves.summarise`) from `since` (default: all samplers ready) to
         `until` (default: the last line)."""
-        return summarise(self.lines(), since if since is not None else self.ready, samplers=self.samplers,
-                         started=self.started, until=until)
+        return summarise(
+            self.lines(),
+            since if since is not None else self.ready,
+            samplers=self.samplers,
+            started=self.started,
+            until=until,
+        )
 
     def status_probe(self, timeout: float = 300.0) -> dict:
         """One `status` snapshot of the run (`status_probe.py` in a process of its own): seconds and bytes; an
         `error` instead when it fails or takes over `timeout` s (a loaded machine), never an exception."""
         sets = [a for one in self.run_sets for a in ("--set", one)]
         try:
-            out = subprocess.run([sys.executable, "-P", str(HERE / "status_probe.py"), self.config,
-                                  self.initial_peers[0], *sets], capture_output=True, text=True, timeout=timeout)
+            out = subprocess.run(
+                [sys.executable, "-P", str(HERE / "status_probe.py"), self.config, self.initial_peers[0], *sets],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"error": f"no snapshot within {timeout:.0f} s"}
         if out.returncode != 0:
@@ -262,8 +309,13 @@ class ScaleLab:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samplers", type=int, nargs="+", default=[8, 16, 32, 64],
-                    help="sizes, grown within one run: each step adds samplers (a join wave), then measures")
+    ap.add_argument(
+        "--samplers",
+        type=int,
+        nargs="+",
+        default=[8, 16, 32, 64],
+        help="sizes, grown within one run: each step adds samplers (a join wave), then measures",
+    )
     ap.add_argument("--seconds", type=float, default=90.0, help="measured time at each size")
     ap.add_argument("--per-host", type=int, default=16)
     ap.add_argument("--publish-every", type=int, default=5)
@@ -271,8 +323,12 @@ def main() -> None:
     ap.add_argument("--start-slots", type=int, default=2, help="p2pd starting at once in the lab (0: no gate)")
     ap.add_argument("--groups-per-s", type=float, default=8.0, help="one host process's samplers' generation, together")
     ap.add_argument("--ready-timeout", type=float, help="s a wave may take to be ready (default 300 + 5 per sampler)")
-    ap.add_argument("--host-wait", type=float, default=180.0,
-                    help="s to wait for a host's imports before starting the next (0: every host at once)")
+    ap.add_argument(
+        "--host-wait",
+        type=float,
+        default=180.0,
+        help="s to wait for a host's imports before starting the next (0: every host at once)",
+    )
     ap.add_argument("--bootstraps", type=int, default=1, help="bootstrap nodes; every node is given all of them")
     ap.add_argument("--uplink-mbit", type=float, help="cap each sampler's uplink (run the lab in its own namespace)")
     ap.add_argument("--learner-mbit", type=float, help="cap the learner's uplink (with --uplink-mbit)")
@@ -281,10 +337,20 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = []
-    with ScaleLab(args.workdir, args.samplers[0], per_host=args.per_host, sets=args.sets,
-                  publish_every=args.publish_every, chunk_bytes=(args.chunk_kb << 10) or None,
-                  start_slots=args.start_slots, groups_per_s=args.groups_per_s, bootstraps=args.bootstraps,
-                  uplink_mbit=args.uplink_mbit, learner_mbit=args.learner_mbit, host_wait_s=args.host_wait) as lab:
+    with ScaleLab(
+        args.workdir,
+        args.samplers[0],
+        per_host=args.per_host,
+        sets=args.sets,
+        publish_every=args.publish_every,
+        chunk_bytes=(args.chunk_kb << 10) or None,
+        start_slots=args.start_slots,
+        groups_per_s=args.groups_per_s,
+        bootstraps=args.bootstraps,
+        uplink_mbit=args.uplink_mbit,
+        learner_mbit=args.learner_mbit,
+        host_wait_s=args.host_wait,
+    ) as lab:
         lab.start(ready_timeout=args.ready_timeout)
         wave = lab.wave
         for n in args.samplers:
@@ -293,9 +359,15 @@ def main() -> None:
             load0, since = os.getloadavg()[0], lab.ready
             lab.run_for(args.seconds)
             until = time.time()
-            doc = {"since": since, "until": until, "load_start": load0, "load_end": os.getloadavg()[0],
-                   "dht_bucket_size": lab.dht_bucket_size, **lab.summary(since, until),
-                   "join_wave": wave}
+            doc = {
+                "since": since,
+                "until": until,
+                "load_start": load0,
+                "load_end": os.getloadavg()[0],
+                "dht_bucket_size": lab.dht_bucket_size,
+                **lab.summary(since, until),
+                "join_wave": wave,
+            }
             results.append(doc)
             if args.json:  # saved before the status probe, which may be slow
                 args.json.parent.mkdir(parents=True, exist_ok=True)

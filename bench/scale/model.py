@@ -37,8 +37,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -58,7 +58,7 @@ PER_CALL = {"median": "median_sampler", "busiest": "busiest_node", "bootstrap": 
 Basis = Callable[[np.ndarray], list[np.ndarray]]
 FORMS: dict[str, Basis] = {
     "linear": lambda n: [np.ones_like(n), n],
-    "quadratic": lambda n: [np.ones_like(n), n, n ** 2],
+    "quadratic": lambda n: [np.ones_like(n), n, n**2],
     "log": lambda n: [np.ones_like(n), np.log2(n)],
 }
 
@@ -73,11 +73,26 @@ def basis(form: str) -> Basis:
     if form.startswith("bucket"):
         return bucket_basis(int(form.split(":")[1]) if ":" in form else BUCKET)
     return FORMS[form]
-ONE_KEY = {"median": "linear", "busiest": "quadratic", "bootstrap": "quadratic", "spread_p95": "log",
-           "status_s": "linear", "status_bytes": "linear", "connections": "linear"}
-SHARDED = {**ONE_KEY, "median": "per_call", "busiest": "per_call", "bootstrap": "per_call", "status_bytes": None,
-           "status_s": None,  # sharded status reads a bounded census: measured over 10,000 records, not fitted
-           "spread_p95": None}  # the lab's spreads are its CPU's (load 24-150 past 16 samplers): not fitted
+
+
+ONE_KEY = {
+    "median": "linear",
+    "busiest": "quadratic",
+    "bootstrap": "quadratic",
+    "spread_p95": "log",
+    "status_s": "linear",
+    "status_bytes": "linear",
+    "connections": "linear",
+}
+SHARDED = {
+    **ONE_KEY,
+    "median": "per_call",
+    "busiest": "per_call",
+    "bootstrap": "per_call",
+    "status_bytes": None,
+    "status_s": None,  # sharded status reads a bounded census: measured over 10,000 records, not fitted
+    "spread_p95": None,
+}  # the lab's spreads are its CPU's (load 24-150 past 16 samplers): not fitted
 
 
 def fit(ns: list[float], ys: list[float], form: str) -> np.ndarray:
@@ -106,10 +121,15 @@ def measured_points(results: list[dict]) -> dict[str, list[tuple[int, float]]]:
     for doc in results:
         n = doc.get("samplers_working", doc["samplers"]) + 2  # samplers whose node started, learner, bootstrap
         ctl, status = doc.get("control_bytes_per_min", {}), doc.get("status", {})
-        for key, value in (("median", ctl.get("median_sampler")), ("busiest", ctl.get("busiest_node")),
-                           ("bootstrap", ctl.get("bootstrap")), ("spread_p95", doc.get("spread", {}).get("p95_s")),
-                           ("status_s", status.get("read_s")), ("status_bytes", status.get("bytes_in")),
-                           ("connections", (doc.get("bootstrap") or {}).get("connections"))):
+        for key, value in (
+            ("median", ctl.get("median_sampler")),
+            ("busiest", ctl.get("busiest_node")),
+            ("bootstrap", ctl.get("bootstrap")),
+            ("spread_p95", doc.get("spread", {}).get("p95_s")),
+            ("status_s", status.get("read_s")),
+            ("status_bytes", status.get("bytes_in")),
+            ("connections", (doc.get("bootstrap") or {}).get("connections")),
+        ):
             if value is not None and math.isfinite(value):
                 out[key].append((n, float(value)))
     return out
@@ -155,8 +175,9 @@ def lookup_growth(rows: list[dict], k: int) -> Callable[[float], float] | None:
     return lambda n: predict(coef, "log", max(n, k + 1))
 
 
-def calls_at(n: float, calls: list[tuple[int, float]], k: int = BUCKET,
-             growth: Callable[[float], float] | None = None) -> float:
+def calls_at(
+    n: float, calls: list[tuple[int, float]], k: int = BUCKET, growth: Callable[[float], float] | None = None
+) -> float:
     """DHT calls a minute at `n` nodes: the median measured (at sizes `calls`: (N, calls a minute)), grown with a
     lookup's calls from the median size measured to `n` (`growth`, measured in a DHT of up to 80 nodes; without
     it, log2 N / log2(k + 1) past one bucket)."""
@@ -218,16 +239,26 @@ def build(results: list[dict], design: dict[str, str] = ONE_KEY, lookup: list[di
             held = fit([p[0] for p in pts[:-1]], [p[1] for p in pts[:-1]], form)
             n, real = pts[-1]
             guess = predict(held, form, n)
-            checks[key] = {"n": n, "measured": real, "predicted": guess,
-                           "error": (guess - real) / real if real else None}
+            checks[key] = {
+                "n": n,
+                "measured": real,
+                "predicted": guess,
+                "error": (guess - real) / real if real else None,
+            }
     table = [{"n": n, **{key: max(0.0, _value(entry, n, growth)) for key, entry in model.items()}} for n in SCALES]
     for row in table:  # the connection manager trims a node's connections to its low water above the high
         if "connections" in row:
             row["connections"] = min(row["connections"], CONN_HIGH_WATER)
-    return {"design": design, "bucket": k, "calls_growth": "measured" if growth else "log2 N / log2(k + 1)",
-            "points": points, "per_call_points": per_call,
-            "coefficients": {k: [e[0], list(map(float, e[1]))] for k, e in model.items()},
-            "check": checks, "table": table}
+    return {
+        "design": design,
+        "bucket": k,
+        "calls_growth": "measured" if growth else "log2 N / log2(k + 1)",
+        "points": points,
+        "per_call_points": per_call,
+        "coefficients": {k: [e[0], list(map(float, e[1]))] for k, e in model.items()},
+        "check": checks,
+        "table": table,
+    }
 
 
 def limits(row: dict, record_bytes: float, shards: int = 1) -> list[str]:
@@ -236,22 +267,30 @@ def limits(row: dict, record_bytes: float, shards: int = 1) -> list[str]:
     n, out = row["n"], []
     per_key = -(-n // shards)
     if per_key > MAX_SUBKEYS_PER_KEY or per_key * record_bytes > MAX_BYTES_PER_KEY:
-        out.append(f"the peers key: {per_key} records x {record_bytes:.0f} B > a DHT node's cap "
-                   f"({MAX_SUBKEYS_PER_KEY} subkeys, {MAX_BYTES_PER_KEY >> 10} KiB): newer members' records are "
-                   "refused and invisible (more shards: network.peer_shards)")
+        out.append(
+            f"the peers key: {per_key} records x {record_bytes:.0f} B > a DHT node's cap "
+            f"({MAX_SUBKEYS_PER_KEY} subkeys, {MAX_BYTES_PER_KEY >> 10} KiB): newer members' records are "
+            "refused and invisible (more shards: network.peer_shards)"
+        )
     if shards == 1 and n * record_bytes > P2PD_REPLY_CAP:
         out.append("one read of the whole run exceeds p2pd's 4 MiB reply: status fails (read shards, census)")
     boot = row.get("bootstrap")
     if boot is not None and boot > CONTROL_SHARE * HOME_UPLINK_BYTES_PER_MIN and boot >= row.get("busiest", 0):
-        out.append(f"the bootstrap's control traffic {boot / 1e6:,.0f} MB/min > 10 % of a 20 Mbit/s uplink (more "
-                   "bootstraps in network.initial_peers; a bootstrap on a faster link)")
+        out.append(
+            f"the bootstrap's control traffic {boot / 1e6:,.0f} MB/min > 10 % of a 20 Mbit/s uplink (more "
+            "bootstraps in network.initial_peers; a bootstrap on a faster link)"
+        )
     busiest = row.get("busiest")
     if busiest is not None and busiest > CONTROL_SHARE * HOME_UPLINK_BYTES_PER_MIN:
-        out.append(f"the busiest node's control traffic {busiest / 1e6:.0f} MB/min > 10 % of a 20 Mbit/s uplink "
-                   "(more shards; a longer network.heartbeat_interval)")
+        out.append(
+            f"the busiest node's control traffic {busiest / 1e6:.0f} MB/min > 10 % of a 20 Mbit/s uplink "
+            "(more shards; a longer network.heartbeat_interval)"
+        )
     if row.get("connections", 0) > FD_LIMIT:
-        out.append(f"the bootstrap's {row['connections']:.0f} connections > {FD_LIMIT} open files (more "
-                   "bootstraps; raise ulimit -n)")
+        out.append(
+            f"the bootstrap's {row['connections']:.0f} connections > {FD_LIMIT} open files (more "
+            "bootstraps; raise ulimit -n)"
+        )
     if row.get("status_s", 0) > 10:
         out.append(f"status takes {row['status_s']:.0f} s (a census from sampled shards)")
     return out or ["none of the modelled limits"]
@@ -259,10 +298,15 @@ def limits(row: dict, record_bytes: float, shards: int = 1) -> list[str]:
 
 def markdown(doc: dict, record_bytes: float, shards: int = 1) -> str:
     """The table to 10,000 nodes and the held-out checks, as Markdown."""
-    cols = [("median", "median B/min", "{:,.0f}", 1), ("busiest", "busiest B/min", "{:,.0f}", 1),
-            ("bootstrap", "bootstrap B/min", "{:,.0f}", 1), ("spread_p95", "p95 spread s", "{:,.1f}", 1),
-            ("status_s", "status s", "{:,.1f}", 1), ("status_bytes", "status KB", "{:,.0f}", 1e3),
-            ("connections", "bootstrap conns", "{:,.0f}", 1)]
+    cols = [
+        ("median", "median B/min", "{:,.0f}", 1),
+        ("busiest", "busiest B/min", "{:,.0f}", 1),
+        ("bootstrap", "bootstrap B/min", "{:,.0f}", 1),
+        ("spread_p95", "p95 spread s", "{:,.1f}", 1),
+        ("status_s", "status s", "{:,.1f}", 1),
+        ("status_bytes", "status KB", "{:,.0f}", 1e3),
+        ("connections", "bootstrap conns", "{:,.0f}", 1),
+    ]
     lines = ["| N | " + " | ".join(c[1] for c in cols) + " | first limit |", "|---" * (len(cols) + 2) + "|"]
     for row in doc["table"]:
         cells = [fmt.format(row[key] / scale) if key in row else "-" for key, _, fmt, scale in cols]
@@ -270,8 +314,10 @@ def markdown(doc: dict, record_bytes: float, shards: int = 1) -> str:
     lines += ["", "| figure | form | N checked | measured | predicted | error |", "|---|---|---|---|---|---|"]
     for key, c in doc["check"].items():
         err = f"{100 * c['error']:+.0f} %" if c["error"] is not None else "-"
-        lines.append(f"| {key.split(' ')[0]} | {doc['design'][key.split(' ')[0]]} | {c['n']} | {c['measured']:,.2f} | {c['predicted']:,.2f} | "
-                     f"{err} |")
+        lines.append(
+            f"| {key.split(' ')[0]} | {doc['design'][key.split(' ')[0]]} | {c['n']} | {c['measured']:,.2f} | {c['predicted']:,.2f} | "
+            f"{err} |"
+        )
     return "\n".join(lines)
 
 
@@ -289,8 +335,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+", help="lab.py --json output(s)")
     ap.add_argument("--design", choices=("one-key", "sharded"), default="one-key")
-    ap.add_argument("--record-bytes", type=float, default=800.0,
-                    help="one heartbeat store's bytes (curves' bootstrap rpc_store mean; measured 0.74-0.81 KB)")
+    ap.add_argument(
+        "--record-bytes",
+        type=float,
+        default=800.0,
+        help="one heartbeat store's bytes (curves' bootstrap rpc_store mean; measured 0.74-0.81 KB)",
+    )
     ap.add_argument("--shards", type=int, default=64, help="network.peer_shards of the sharded design")
     ap.add_argument("--lookup", type=Path, help="dht_lookup.py --json output: the calls' growth past the lab's sizes")
     ap.add_argument("--json", type=Path)

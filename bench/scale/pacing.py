@@ -16,8 +16,9 @@ import contextlib
 import fcntl
 import os
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 
 class StartGate:
@@ -55,9 +56,11 @@ class StartGate:
 
     def gated(self, start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         """`start` (e.g. `start_p2p`) run while holding a slot."""
+
         async def gated_start(*args: Any, **kwargs: Any) -> Any:
             async with self.slot():
                 return await start(*args, **kwargs)
+
         return gated_start
 
 

@@ -14,9 +14,14 @@ from model import calls_per_min  # bench/scale/model.py (this script's directory
 
 PANELS = [
     ("control bytes/min, median sampler", lambda d: d["control_bytes_per_min"]["median_sampler"]),
-    ("control bytes per DHT call: median bytes / median calls (not load-bound)",
-     lambda d: d["control_bytes_per_min"]["median_sampler"] / calls
-     if (calls := calls_per_min(d, "median_sampler")) else None),
+    (
+        "control bytes per DHT call: median bytes / median calls (not load-bound)",
+        lambda d: (
+            d["control_bytes_per_min"]["median_sampler"] / calls
+            if (calls := calls_per_min(d, "median_sampler"))
+            else None
+        ),
+    ),
     ("control bytes/min, bootstrap", lambda d: d["control_bytes_per_min"]["bootstrap"]),
     ("version spread p95, s", lambda d: d["spread"].get("p95_s")),
     ("learner upload, copies/version", lambda d: (d.get("learner") or {}).get("upload_copies_per_version")),
@@ -39,8 +44,11 @@ def main() -> None:
     for path, label in zip(args.results, args.labels or [p.stem for p in args.results]):
         docs = json.loads(path.read_text())
         for ax, (title, get) in zip(axes.flat, PANELS):
-            pts = sorted((d.get("samplers_working", d["samplers"]) + 2, get(d)) for d in docs
-                         if get(d) is not None and get(d) != float("inf"))
+            pts = sorted(
+                (d.get("samplers_working", d["samplers"]) + 2, get(d))
+                for d in docs
+                if get(d) is not None and get(d) != float("inf")
+            )
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=label)
             ax.set_title(title, fontsize=10)

@@ -21,8 +21,8 @@ def _children(pid: int) -> list[int]:
 
 def _one(pid: int) -> tuple[float, int, str]:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    name = stat[stat.index("(") + 1:stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2:].split()
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
     cpu = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
     rss = int(fields[21]) * PAGE
     return cpu, rss, name

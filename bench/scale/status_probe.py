@@ -24,8 +24,10 @@ from swarmnode.observe.status import client_member, read_status  # noqa: E402
 
 
 async def probe(config: str, initial: str, sets: list[str]) -> dict:
-    cfg = load_config(config, [*sets, f"network.initial_peers={json.dumps([initial])}",
-                               'network.host_maddrs=["/ip4/127.0.0.1/tcp/0"]'])
+    cfg = load_config(
+        config,
+        [*sets, f"network.initial_peers={json.dumps([initial])}", 'network.host_maddrs=["/ip4/127.0.0.1/tcp/0"]'],
+    )
     began = time.monotonic()
     member = await client_member(cfg).start()
     joined = time.monotonic()
@@ -37,9 +39,16 @@ async def probe(config: str, initial: str, sets: list[str]) -> dict:
         after = counters.control_bytes(counters.snapshot(peer))
     finally:
         await member.stop()
-    return {"join_s": joined - began, "read_s": read - joined, "bytes_in": after[0] - before[0],
-            "bytes_out": after[1] - before[1], "join_bytes_in": before[0], "join_bytes_out": before[1],
-            "peers": doc.get("count"), "doc_bytes": len(json.dumps(doc, default=str))}
+    return {
+        "join_s": joined - began,
+        "read_s": read - joined,
+        "bytes_in": after[0] - before[0],
+        "bytes_out": after[1] - before[1],
+        "join_bytes_in": before[0],
+        "join_bytes_out": before[1],
+        "peers": doc.get("count"),
+        "doc_bytes": len(json.dumps(doc, default=str)),
+    }
 
 
 if __name__ == "__main__":

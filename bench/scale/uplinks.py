@@ -35,8 +35,10 @@ class Uplinks:
 
     def __init__(self, dev: str = "lo") -> None:
         if not in_own_namespace():
-            raise RuntimeError("capped uplinks change the loopback: run the lab in a network namespace of its own "
-                               "(ip netns exec NAME python bench/scale/lab.py ...)")
+            raise RuntimeError(
+                "capped uplinks change the loopback: run the lab in a network namespace of its own "
+                "(ip netns exec NAME python bench/scale/lab.py ...)"
+            )
         self.dev = dev
         self.classes: dict[int, float] = {}
         self._sh("tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "ffff")
@@ -49,10 +51,47 @@ class Uplinks:
     def cap(self, port: int, mbit: float) -> None:
         """Packets sent from `port` leave at most at `mbit` Mbit/s."""
         classid = f"1:{len(self.classes) + 1:x}"
-        self._sh("tc", "class", "add", "dev", self.dev, "parent", "1:", "classid", classid, "htb",
-                 "rate", f"{mbit}mbit", "ceil", f"{mbit}mbit", "burst", BURST, "cburst", BURST)
-        self._sh("tc", "filter", "add", "dev", self.dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-                 "match", "ip", "sport", str(port), "0xffff", "flowid", classid)
+        self._sh(
+            "tc",
+            "class",
+            "add",
+            "dev",
+            self.dev,
+            "parent",
+            "1:",
+            "classid",
+            classid,
+            "htb",
+            "rate",
+            f"{mbit}mbit",
+            "ceil",
+            f"{mbit}mbit",
+            "burst",
+            BURST,
+            "cburst",
+            BURST,
+        )
+        self._sh(
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            self.dev,
+            "parent",
+            "1:",
+            "protocol",
+            "ip",
+            "prio",
+            "1",
+            "u32",
+            "match",
+            "ip",
+            "sport",
+            str(port),
+            "0xffff",
+            "flowid",
+            classid,
+        )
         self.classes[port] = mbit
 
     def close(self) -> None:

@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
-
 import torch  # noqa: E402
 
+from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.local.evaluation import evaluate  # noqa: E402
 from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
@@ -34,14 +33,27 @@ def run(model, tokenizer, task, cfg, seeds: list[int], samples: int) -> dict:
     rows, seconds = [], []
     for seed in seeds:
         start = time.perf_counter()
-        rows.append(evaluate(model, tokenizer, task, samples=samples, temperature=cfg.sampler.temperature,
-                             max_new_tokens=cfg.sampler.max_completion_length,
-                             max_prompt_tokens=cfg.sampler.max_prompt_length, seed=seed))
+        rows.append(
+            evaluate(
+                model,
+                tokenizer,
+                task,
+                samples=samples,
+                temperature=cfg.sampler.temperature,
+                max_new_tokens=cfg.sampler.max_completion_length,
+                max_prompt_tokens=cfg.sampler.max_prompt_length,
+                seed=seed,
+            )
+        )
         seconds.append(time.perf_counter() - start)
     rewards = [r["eval_reward"] for r in rows]
-    return {"eval_reward_per_seed": [round(x, 4) for x in rewards],
-            "eval_reward_mean": round(statistics.fmean(rewards), 4), "seed_spread": round(max(rewards) - min(rewards), 4),
-            "eval_exact_per_seed": [round(r["eval_exact"], 4) for r in rows], "seconds_per_eval": [round(t, 1) for t in seconds]}
+    return {
+        "eval_reward_per_seed": [round(x, 4) for x in rewards],
+        "eval_reward_mean": round(statistics.fmean(rewards), 4),
+        "seed_spread": round(max(rewards) - min(rewards), 4),
+        "eval_exact_per_seed": [round(r["eval_exact"], 4) for r in rows],
+        "seconds_per_eval": [round(t, 1) for t in seconds],
+    }
 
 
 def main() -> None:
@@ -57,8 +69,13 @@ def main() -> None:
     task = build_task(cfg.task)
     tokenizer = load_tokenizer(cfg.model, cfg.task)
     model = load_model(cfg.model, cfg.task, "cpu")
-    out = {"config": args.config, "sets": args.sets, "eval_prompts": len(task.eval_prompts()), "samples": args.samples,
-           "load_average": os.getloadavg()}
+    out = {
+        "config": args.config,
+        "sets": args.sets,
+        "eval_prompts": len(task.eval_prompts()),
+        "samples": args.samples,
+        "load_average": os.getloadavg(),
+    }
     out["base"] = run(model, tokenizer, task, cfg, args.seeds, args.samples)
     if args.checkpoint:
         state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)

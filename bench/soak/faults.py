@@ -77,9 +77,19 @@ def schedule(seed: int, duration: float, plan: Plan = Plan()) -> list[Fault]:
             new = rng.random() < plan.new_identity_p
             generation[name] += new
             if back <= last and not _within(back, busy.get(name)):
-                faults.append(Fault(t, "sampler_kill", name, back, {
-                    "signal": rng.choice(["SIGKILL", "SIGTERM"]), "new_identity": new,
-                    "identity": generation[name]}))
+                faults.append(
+                    Fault(
+                        t,
+                        "sampler_kill",
+                        name,
+                        back,
+                        {
+                            "signal": rng.choice(["SIGKILL", "SIGTERM"]),
+                            "new_identity": new,
+                            "identity": generation[name],
+                        },
+                    )
+                )
                 down_until[name] = back
         t += rng.uniform(0.5, 1.5) * plan.churn_every
     return sorted(faults, key=lambda f: f.at)
@@ -94,5 +104,11 @@ def scaled_plan(duration: float) -> Plan:
     kill period so that it still sees one, and the special faults to fit."""
     if duration >= 3600:
         return Plan()
-    return Plan(learner_every=max(300.0, duration / 2.0), churn_every=60.0, freeze_s=min(120.0, duration / 10),
-                cut_s=60.0, full_s=min(120.0, duration / 10), warmup=min(120.0, duration / 8))
+    return Plan(
+        learner_every=max(300.0, duration / 2.0),
+        churn_every=60.0,
+        freeze_s=min(120.0, duration / 10),
+        cut_s=60.0,
+        full_s=min(120.0, duration / 10),
+        warmup=min(120.0, duration / 8),
+    )

@@ -34,8 +34,14 @@ def main() -> None:
     if state is not None:
         model.load_state_dict(state["model"])
     task = build_task(cfg.task)
-    result = evaluate(model, load_tokenizer(cfg.model, cfg.task), task, samples=16,
-                      temperature=cfg.sampler.temperature, max_new_tokens=cfg.sampler.max_completion_length)
+    result = evaluate(
+        model,
+        load_tokenizer(cfg.model, cfg.task),
+        task,
+        samples=16,
+        temperature=cfg.sampler.temperature,
+        max_new_tokens=cfg.sampler.max_completion_length,
+    )
     print(json.dumps({"version": int(state["version"]), "step": int(state["step"]), **result}))
 
 

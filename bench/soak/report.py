@@ -67,6 +67,7 @@ def dir_bounds(doc: dict) -> dict[str, int]:
     """The largest data directory the run's config allows a learner and a sampler (`swarmnode hardware`'s disk
     need: versions kept, checkpoint, journals, steps file, accepted ids), in bytes."""
     from soak import SOAK_SETS  # the run's settings; swarmnode only where a run has directories to judge
+
     from swarmnode.config import load_config
     from swarmnode.node.disk_need import disk_need
     from swarmnode.node.hardware import estimate_memory
@@ -92,11 +93,16 @@ def dir_growth(doc: dict, after: float) -> list[dict]:
         half = len(pts) // 2
         first, second = max(v for _, v in pts[:half]), max(v for _, v in pts[half:])
         bound = bounds.get(node.rstrip("0123456789"))
-        out.append({"node": node, "first_half_max_mb": round(first / 1e6, 2), "second_half_max_mb":
-                    round(second / 1e6, 2), "slope_mb_per_h": round(slope_per_hour(
-                        [(t, v / 1e6) for t, v in pts]) or 0.0, 2),
-                    "bound_mb": None if bound is None else round(bound / 1e6, 1),
-                    "flat": second <= 1.1 * first + 2e6 or (bound is not None and second <= bound)})
+        out.append(
+            {
+                "node": node,
+                "first_half_max_mb": round(first / 1e6, 2),
+                "second_half_max_mb": round(second / 1e6, 2),
+                "slope_mb_per_h": round(slope_per_hour([(t, v / 1e6) for t, v in pts]) or 0.0, 2),
+                "bound_mb": None if bound is None else round(bound / 1e6, 1),
+                "flat": second <= 1.1 * first + 2e6 or (bound is not None and second <= bound),
+            }
+        )
     return out
 
 
@@ -106,9 +112,15 @@ def acked_lost(doc: dict) -> list[dict]:
     replays = {r["life"]: r for r in doc["replays"]}
     for kill in doc["journal_at_kill"]:
         offered = sum(replays.get(kill["life"] + 1, {}).get("offered", {}).values())
-        out.append({"t": round(kill["t"]), "journal": kill["journal"], "offered": offered,
-                    "lost": max(0, kill["journal"] - offered),
-                    "replayed": replays.get(kill["life"] + 1, {}).get("replayed")})
+        out.append(
+            {
+                "t": round(kill["t"]),
+                "journal": kill["journal"],
+                "offered": offered,
+                "lost": max(0, kill["journal"] - offered),
+                "replayed": replays.get(kill["life"] + 1, {}).get("replayed"),
+            }
+        )
     return out
 
 
@@ -117,7 +129,7 @@ def versions_back(doc: dict) -> list[dict]:
     back = []
     for (node, life), rows in sorted(_lives(doc["samples"]).items()):
         held = [(r["t"], r["version"]) for r in rows if r.get("version") is not None and r["version"] >= 0]
-        for (t0, v0), (t1, v1) in zip(held, held[1:]):
+        for (_t0, v0), (t1, v1) in zip(held, held[1:]):
             if v1 < v0:
                 back.append({"node": node, "life": life, "t": t1, "from": v0, "to": v1})
     top = -1
@@ -126,8 +138,9 @@ def versions_back(doc: dict) -> list[dict]:
             continue
         versions = [r["version"] for r in rows if r.get("version") is not None]
         if versions and top >= 0 and versions[0] <= top:
-            back.append({"node": node, "life": life, "t": rows[0]["t"], "from": top, "to": versions[0],
-                         "across_restart": True})
+            back.append(
+                {"node": node, "life": life, "t": rows[0]["t"], "from": top, "to": versions[0], "across_restart": True}
+            )
         if versions:
             top = max(top, max(versions))
     return back
@@ -191,11 +204,22 @@ def recoveries(doc: dict, rates: list[tuple[float, float]], after: float) -> dic
     for f in doc["faults"]:
         before = [r for t, r in rates if f["at"] - BASELINE_S <= t <= f["at"]]
         baseline = statistics.median(before) if len(before) >= 5 else steady
-        rows.append({"at": round(f["at"]), "kind": f["kind"], "target": f["target"],
-                     "baseline_steps_per_s": round(baseline, 3), "recovery_s": back_after(f["end"], baseline),
-                     "recovery_run_median_s": back_after(f["end"], steady)})
-    return {"steady_steps_per_s": round(steady, 3), "faults": rows, "p95_s": p95([r["recovery_s"] for r in rows]),
-            "p95_run_median_s": p95([r["recovery_run_median_s"] for r in rows])}
+        rows.append(
+            {
+                "at": round(f["at"]),
+                "kind": f["kind"],
+                "target": f["target"],
+                "baseline_steps_per_s": round(baseline, 3),
+                "recovery_s": back_after(f["end"], baseline),
+                "recovery_run_median_s": back_after(f["end"], steady),
+            }
+        )
+    return {
+        "steady_steps_per_s": round(steady, 3),
+        "faults": rows,
+        "p95_s": p95([r["recovery_s"] for r in rows]),
+        "p95_run_median_s": p95([r["recovery_run_median_s"] for r in rows]),
+    }
 
 
 SAMPLER_OWN_FAULTS = ("freeze", "net_cut", "disk_full")  # a sampler cannot send while under one of these
@@ -233,8 +257,14 @@ def sampler_resume(doc: dict) -> list[dict]:
             resumed = end + gap if gap is not None else last
             if any(a < resumed and b > end for a, b in own[node]):
                 continue  # it was frozen, cut off or full meanwhile: that fault's own row judges it
-            out.append({"fault_at": round(f["at"]), "fault": f["kind"], "sampler": node, "resume_s":
-                        None if gap is None else round(gap, 1)})
+            out.append(
+                {
+                    "fault_at": round(f["at"]),
+                    "fault": f["kind"],
+                    "sampler": node,
+                    "resume_s": None if gap is None else round(gap, 1),
+                }
+            )
     return out
 
 
@@ -279,23 +309,41 @@ def goals(doc: dict) -> dict:
     orphans = [e for e in doc["events"] if e["kind"] == "orphan_p2pd"]
     summary = {
         "slope_after_s": after,
-        "worst_rss_slope_mb_h": worst_rss, "rss_goal_met": worst_rss is not None and worst_rss <= RSS_GOAL_MB_H,
+        "worst_rss_slope_mb_h": worst_rss,
+        "rss_goal_met": worst_rss is not None and worst_rss <= RSS_GOAL_MB_H,
         "dirs_flat": all(d["flat"] for d in dirs),
-        "acked_lost": sum(x["lost"] for x in lost), "versions_back": len(back),
-        "recovery_p95_s": rec["p95_s"], "recovery_goal_met": rec["p95_s"] is not None
-        and rec["p95_s"] <= RECOVERY_GOAL_S, "recovery_p95_run_median_s": rec["p95_run_median_s"],
+        "acked_lost": sum(x["lost"] for x in lost),
+        "versions_back": len(back),
+        "recovery_p95_s": rec["p95_s"],
+        "recovery_goal_met": rec["p95_s"] is not None and rec["p95_s"] <= RECOVERY_GOAL_S,
+        "recovery_p95_run_median_s": rec["p95_run_median_s"],
         "intake_recovery_p95_s": intake["p95_s"],
-        "sampler_resumes": len(resume), "late_resumes": len(late_resume),
-        "reward_rises": (reward["heldout_last"] or 0) > (reward["heldout_first"] or 0)
-        if doc["heldout"] else None,
-        "unexpected_exits": len(died), "orphan_p2pds": len(orphans),
+        "sampler_resumes": len(resume),
+        "late_resumes": len(late_resume),
+        "reward_rises": (reward["heldout_last"] or 0) > (reward["heldout_first"] or 0) if doc["heldout"] else None,
+        "unexpected_exits": len(died),
+        "orphan_p2pds": len(orphans),
         **acked_vs_trained(doc),
     }
-    summary["ci_pass"] = (summary["acked_lost"] == 0 and summary["versions_back"] == 0
-                          and worst_rss is not None and worst_rss <= RSS_CI_BOUND_MB_H)
-    return {"summary": summary, "memory": slopes, "dirs": dirs, "acked_lost": lost, "versions_back": back,
-            "recovery": rec, "intake_recovery": intake, "resume": resume, "reward": reward, "died": died,
-            "orphans": orphans}
+    summary["ci_pass"] = (
+        summary["acked_lost"] == 0
+        and summary["versions_back"] == 0
+        and worst_rss is not None
+        and worst_rss <= RSS_CI_BOUND_MB_H
+    )
+    return {
+        "summary": summary,
+        "memory": slopes,
+        "dirs": dirs,
+        "acked_lost": lost,
+        "versions_back": back,
+        "recovery": rec,
+        "intake_recovery": intake,
+        "resume": resume,
+        "reward": reward,
+        "died": died,
+        "orphans": orphans,
+    }
 
 
 def figure(doc: dict, path: Path) -> None:
@@ -332,13 +380,26 @@ def figure(doc: dict, path: Path) -> None:
     k = 50
     if len(steps) > k:
         xs = [(steps[i]["time"] - tw) / 60 for i in range(k, len(steps))]
-        ys = [statistics.fmean(s["reward_mean"] for s in steps[i - k:i]) for i in range(k, len(steps))]
+        ys = [statistics.fmean(s["reward_mean"] for s in steps[i - k : i]) for i in range(k, len(steps))]
         rew.plot(xs, ys, lw=0.8, color="C0", label=f"training reward (mean of {k} steps)")
     if doc["heldout"]:
-        rew.plot([(h["t"] - t_ready) / 60 for h in doc["heldout"]], [h["eval_reward"] for h in doc["heldout"]],
-                 "o-", color="C3", label="held-out reward (mean@16)")
-    titles = ["node RSS (MB)", "p2pd RSS (MB)", "node open files", "p2pd TCP connections", "data dir (MB)",
-              "policy version held", "learner steps/s (30 s window)", "reward"]
+        rew.plot(
+            [(h["t"] - t_ready) / 60 for h in doc["heldout"]],
+            [h["eval_reward"] for h in doc["heldout"]],
+            "o-",
+            color="C3",
+            label="held-out reward (mean@16)",
+        )
+    titles = [
+        "node RSS (MB)",
+        "p2pd RSS (MB)",
+        "node open files",
+        "p2pd TCP connections",
+        "data dir (MB)",
+        "policy version held",
+        "learner steps/s (30 s window)",
+        "reward",
+    ]
     for a, title in zip(ax, titles):
         a.set_title(title, fontsize=10)
         for f in doc["faults"]:
@@ -357,29 +418,55 @@ def table(doc: dict) -> str:
     g = doc["goals"]
     s = g["summary"]
     rows = [
-        ("RSS slope after the warm-up, every process never restarted (<= 5 MB/h)",
-         f"worst {s['worst_rss_slope_mb_h']} MB/h", s["rss_goal_met"]),
-        ("data directories flat or within their configured bound",
-         ", ".join(f"{d['node']} {d['first_half_max_mb']}->{d['second_half_max_mb']} MB"
-                   + (f" (bound {d['bound_mb']})" if d.get("bound_mb") else "") for d in g["dirs"]), s["dirs_flat"]),
-        ("acknowledged groups lost (0)", f"{s['acked_lost']} ({len(g['acked_lost'])} learner kills)",
-         s["acked_lost"] == 0),
+        (
+            "RSS slope after the warm-up, every process never restarted (<= 5 MB/h)",
+            f"worst {s['worst_rss_slope_mb_h']} MB/h",
+            s["rss_goal_met"],
+        ),
+        (
+            "data directories flat or within their configured bound",
+            ", ".join(
+                f"{d['node']} {d['first_half_max_mb']}->{d['second_half_max_mb']} MB"
+                + (f" (bound {d['bound_mb']})" if d.get("bound_mb") else "")
+                for d in g["dirs"]
+            ),
+            s["dirs_flat"],
+        ),
+        (
+            "acknowledged groups lost (0)",
+            f"{s['acked_lost']} ({len(g['acked_lost'])} learner kills)",
+            s["acked_lost"] == 0,
+        ),
         ("versions going back (0)", str(s["versions_back"]), s["versions_back"] == 0),
-        ("learner back to 90 % of its steps/s before the fault, p95 over faults (<= 60 s)",
-         f"{s['recovery_p95_s']} s (against the run's median rate: {s['recovery_p95_run_median_s']} s; the "
-         f"learner's intake of groups: {s['intake_recovery_p95_s']} s)", s["recovery_goal_met"]),
-        ("samplers make groups again within 2 min", f"{s['late_resumes']} late of {s['sampler_resumes']}",
-         s["late_resumes"] == 0),
-        ("held-out reward rises", f"{g['reward']['heldout_first']} -> {g['reward']['heldout_last']}",
-         s["reward_rises"]),
-        ("unexpected exits / orphan p2pd", f"{s['unexpected_exits']} / {s['orphan_p2pds']}",
-         s["unexpected_exits"] == 0 and s["orphan_p2pds"] == 0),
+        (
+            "learner back to 90 % of its steps/s before the fault, p95 over faults (<= 60 s)",
+            f"{s['recovery_p95_s']} s (against the run's median rate: {s['recovery_p95_run_median_s']} s; the "
+            f"learner's intake of groups: {s['intake_recovery_p95_s']} s)",
+            s["recovery_goal_met"],
+        ),
+        (
+            "samplers make groups again within 2 min",
+            f"{s['late_resumes']} late of {s['sampler_resumes']}",
+            s["late_resumes"] == 0,
+        ),
+        (
+            "held-out reward rises",
+            f"{g['reward']['heldout_first']} -> {g['reward']['heldout_last']}",
+            s["reward_rises"],
+        ),
+        (
+            "unexpected exits / orphan p2pd",
+            f"{s['unexpected_exits']} / {s['orphan_p2pds']}",
+            s["unexpected_exits"] == 0 and s["orphan_p2pds"] == 0,
+        ),
     ]
     lines = ["| goal | measured | met |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {'yes' if c else 'no'} |" for a, b, c in rows]
     lines.append("")
-    lines.append(f"groups acknowledged {s['acked']}, trained {s['trained']} ({s['steps']} steps); "
-                 f"steady {g['recovery']['steady_steps_per_s']} steps/s")
+    lines.append(
+        f"groups acknowledged {s['acked']}, trained {s['trained']} ({s['steps']} steps); "
+        f"steady {g['recovery']['steady_steps_per_s']} steps/s"
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -29,16 +29,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # bench/, for benchlib
 sys.path.insert(0, str(HERE))
-from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
-
 import faults as fault_plan  # noqa: E402
 import lab  # noqa: E402
 import probes  # noqa: E402
+
+from benchlib import config_args  # noqa: E402  (also puts this checkout's package first on sys.path)
 from swarmnode.local.swarm import Proc, kill_group, prepare_swarm, spawn_node, wait_for_line  # noqa: E402
 
 SMALL_FS_MB = 16  # the small-disk sampler's filesystem (a tiny-model sampler keeps ~6 MB)
 SOAK_SETS = [
-    "network.nat_port_map=false", "network.auto_nat=false", "network.heartbeat_interval=2",
+    "network.nat_port_map=false",
+    "network.auto_nat=false",
+    "network.heartbeat_interval=2",
     "sampler.max_groups_per_second=3",  # six samplers and a learner on a shared 2-core machine
     "learner.max_groups_per_second_per_sampler=50",
     # two-digit sums: a task the tiny model does not solve within the run, so most groups carry a learning signal
@@ -129,14 +131,30 @@ class Soak:
 
     def start(self, slot: Slot) -> None:
         slot.life += 1
-        common = [*self.config(), "--set", f"metrics.port={slot.metrics_port}",
-                  "--set", f"metrics.addr={slot.metrics_addr}", "--identity-path", str(slot.key(self.workdir))]
+        common = [
+            *self.config(),
+            "--set",
+            f"metrics.port={slot.metrics_port}",
+            "--set",
+            f"metrics.addr={slot.metrics_addr}",
+            "--identity-path",
+            str(slot.key(self.workdir)),
+        ]
         if slot.role == "bootstrap":
             peers = ["--initial-peers", self.address("bootstrap1")] if slot.name == "bootstrap2" else []
             args = ["bootstrap", *common, "--host-maddrs", f"/ip4/{slot.listen}/tcp/{slot.p2p_port}", *peers]
         else:
-            args = ["join", *common, *self.peers(), "--role", slot.role, "--set", f"data_dir={slot.data_dir}",
-                    "--host-maddrs", f"/ip4/{slot.listen}/tcp/0"]
+            args = [
+                "join",
+                *common,
+                *self.peers(),
+                "--role",
+                slot.role,
+                "--set",
+                f"data_dir={slot.data_dir}",
+                "--host-maddrs",
+                f"/ip4/{slot.listen}/tcp/0",
+            ]
         slot.proc = spawn_node(self.workdir, f"{slot.name}.{slot.life}", args, prefix=slot.prefix, threads=1)
         slot.started, slot.p2pd, slot.expected_down = self.now(), None, False
         self.event("start", slot.name, life=slot.life, pid=slot.proc.popen.pid, identity=slot.identity)
@@ -155,8 +173,14 @@ class Soak:
         except subprocess.TimeoutExpired:
             kill_group(slot.proc.popen)
             code = slot.proc.popen.wait(timeout=10)
-        self.event("stopped", slot.name, life=slot.life, signal=signal.Signals(sig).name, code=code,
-                   stop_s=round(time.monotonic() - began, 1))
+        self.event(
+            "stopped",
+            slot.name,
+            life=slot.life,
+            signal=signal.Signals(sig).name,
+            code=code,
+            stop_s=round(time.monotonic() - began, 1),
+        )
         if p2pd:
             self.p2pds_left.append({"node": slot.name, "life": slot.life, "pid": p2pd, "t": self.now()})
         slot.proc = None
@@ -170,8 +194,9 @@ class Soak:
         elif f.kind in ("learner_kill", "bootstrap_kill"):
             self.stop(slot, signal.SIGKILL)
             if f.kind == "learner_kill":
-                self.journal_at_kill.append({"t": self.now(), "life": slot.life,
-                                             "journal": journal_records(slot.data_dir / "group_journal")})
+                self.journal_at_kill.append(
+                    {"t": self.now(), "life": slot.life, "journal": journal_records(slot.data_dir / "group_journal")}
+                )
         elif f.kind == "freeze" and slot.pid:
             os.kill(slot.pid, signal.SIGSTOP)
         elif f.kind == "net_cut" and self.ns:
@@ -209,16 +234,30 @@ class Soak:
                 continue
             if slot.p2pd is None or not Path(f"/proc/{slot.p2pd}").exists():
                 slot.p2pd = probes.p2pd_of(pid)
-            row = {"t": t, "node": slot.name, "life": slot.life, "age": round(self.now() - slot.started, 1),
-                   "rss": probes.rss_mb(pid), "fds": probes.open_files(pid)}
+            row = {
+                "t": t,
+                "node": slot.name,
+                "life": slot.life,
+                "age": round(self.now() - slot.started, 1),
+                "rss": probes.rss_mb(pid),
+                "fds": probes.open_files(pid),
+            }
             if slot.p2pd:
-                row.update(p2pd_rss=probes.rss_mb(slot.p2pd), p2pd_fds=probes.open_files(slot.p2pd),
-                           conns=probes.tcp_connections(slot.p2pd))
+                row.update(
+                    p2pd_rss=probes.rss_mb(slot.p2pd),
+                    p2pd_fds=probes.open_files(slot.p2pd),
+                    conns=probes.tcp_connections(slot.p2pd),
+                )
             metrics = probes.scrape(slot.metrics_addr, slot.metrics_port)
             if metrics:
-                for key, name in (("swarmnode_policy_version", "version"), ("swarmnode_groups_sent", "sent"),
-                                  ("swarmnode_groups_acked", "acked"), ("swarmnode_learner_steps", "steps"),
-                                  ("swarmnode_groups_received", "received"), ("swarmnode_peers_seen", "peers")):
+                for key, name in (
+                    ("swarmnode_policy_version", "version"),
+                    ("swarmnode_groups_sent", "sent"),
+                    ("swarmnode_groups_acked", "acked"),
+                    ("swarmnode_learner_steps", "steps"),
+                    ("swarmnode_groups_received", "received"),
+                    ("swarmnode_peers_seen", "peers"),
+                ):
                     if (value := probes.metric(metrics, key)) is not None:
                         row[name] = value
             if with_dirs:
@@ -248,9 +287,17 @@ class Soak:
             except OSError:
                 return
             env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            procs.append((subprocess.Popen([sys.executable, str(HERE / "heldout.py"), str(copy), *self.config()],
-                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env),
-                          round(self.now(), 1)))
+            procs.append(
+                (
+                    subprocess.Popen(
+                        [sys.executable, str(HERE / "heldout.py"), str(copy), *self.config()],
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        env=env,
+                    ),
+                    round(self.now(), 1),
+                )
+            )
 
     # -- the run --------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -311,8 +358,9 @@ class Soak:
             if slot.proc is not None:
                 began = time.monotonic()
                 slot.proc.wait_or_kill(120 if slot.role == "learner" else 30)
-                self.event("final_stop", slot.name, code=slot.proc.popen.returncode,
-                           stop_s=round(time.monotonic() - began, 1))
+                self.event(
+                    "final_stop", slot.name, code=slot.proc.popen.returncode, stop_s=round(time.monotonic() - began, 1)
+                )
         for left in self.p2pds_left:
             if _is_p2pd(left["pid"]):
                 try:
@@ -323,12 +371,19 @@ class Soak:
     def result(self) -> dict:
         learner = self.slots["learner"]
         return {
-            "args": {k: v for k, v in vars(self.args).items() if k != "plan"}, "plan": vars(self.args.plan),
-            "t_ready": self.t_ready, "samples": self.samples, "events": self.events, "faults": self.faults,
-            "heldout": self.heldout, "journal_at_kill": self.journal_at_kill, "p2pds_left": self.p2pds_left,
+            "args": {k: v for k, v in vars(self.args).items() if k != "plan"},
+            "plan": vars(self.args.plan),
+            "t_ready": self.t_ready,
+            "samples": self.samples,
+            "events": self.events,
+            "faults": self.faults,
+            "heldout": self.heldout,
+            "journal_at_kill": self.journal_at_kill,
+            "p2pds_left": self.p2pds_left,
             "steps": read_steps(learner.data_dir / "learner_steps.jsonl"),
             "replays": replay_lines(self.workdir, "learner", learner.life),
-            "t0_wall": self.t0_wall, "load": os.getloadavg(),
+            "t0_wall": self.t0_wall,
+            "load": os.getloadavg(),
         }
 
 
@@ -342,9 +397,9 @@ def journal_records(path: Path) -> int:
         return 0
     count = pos = 0
     while pos + 8 <= len(data):
-        size = int.from_bytes(data[pos:pos + 4], "big")
-        body = data[pos + 8:pos + 8 + size]
-        if len(body) < size or zlib.crc32(body) != int.from_bytes(data[pos + 4:pos + 8], "big"):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        body = data[pos + 8 : pos + 8 + size]
+        if len(body) < size or zlib.crc32(body) != int.from_bytes(data[pos + 4 : pos + 8], "big"):
             break
         count, pos = count + 1, pos + 8 + size
     return count
@@ -359,8 +414,20 @@ def read_steps(path: Path) -> list[dict]:
                     row = json.loads(line)
                 except ValueError:
                     continue
-                rows.append({k: row.get(k) for k in ("step", "version", "time", "reward_mean", "groups_received",
-                                                     "dropped_stale", "staleness_mean")})
+                rows.append(
+                    {
+                        k: row.get(k)
+                        for k in (
+                            "step",
+                            "version",
+                            "time",
+                            "reward_mean",
+                            "groups_received",
+                            "dropped_stale",
+                            "staleness_mean",
+                        )
+                    }
+                )
         except OSError:
             continue
     return rows
@@ -377,8 +444,9 @@ def replay_lines(workdir: Path, name: str, lives: int) -> list[dict]:
         row = {"life": life}
         for line in text.splitlines():
             if line.startswith("acknowledged groups from before the restart:"):
-                row["offered"] = {r: int(n) for n, r in
-                                  (p.split() for p in line.split(":", 1)[1].split(",") if p.strip())}
+                row["offered"] = {
+                    r: int(n) for n, r in (p.split() for p in line.split(":", 1)[1].split(",") if p.strip())
+                }
             elif line.startswith("groups replayed after the restart:"):
                 row["replayed"] = line.split(":", 1)[1].strip()
             elif line.startswith("learner ready:"):
@@ -404,15 +472,21 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="results path without suffix (json, md, png)")
     ap.add_argument("--workdir", type=Path, default=None, help="node logs and data (default: a temp dir, kept)")
     ap.add_argument("--no-root-faults", action="store_true", help="no namespace cut, no small filesystem")
-    ap.add_argument("--check", action="store_true", help="exit 1 when a hard goal (no lost acknowledged group, "
-                    "no version going back, RSS slope under the CI bound) is missed")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a hard goal (no lost acknowledged group, "
+        "no version going back, RSS slope under the CI bound) is missed",
+    )
     config_args(ap)
     args = ap.parse_args()
     args.plan = fault_plan.scaled_plan(args.minutes * 60)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="soak-"))
     if workdir.is_dir() and any(workdir.iterdir()):  # its learner would resume the old run's checkpoint
-        ap.error(f"--workdir {workdir} is not empty: a soak there would resume the nodes of the run before it; "
-                 "give a new directory or remove that one")
+        ap.error(
+            f"--workdir {workdir} is not empty: a soak there would resume the nodes of the run before it; "
+            "give a new directory or remove that one"
+        )
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.minutes:g} min, seed {args.seed}, work dir {workdir}", flush=True)
     root = os.geteuid() == 0 and not args.no_root_faults

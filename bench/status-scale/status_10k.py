@@ -20,8 +20,8 @@ import asyncio
 import contextlib
 import json
 import os
-import resource
 import random
+import resource
 import statistics
 import sys
 import time
@@ -40,8 +40,13 @@ from swarmnode.swarm.dht import SwarmDHT  # noqa: E402
 from swarmnode.swarm.membership import Membership  # noqa: E402
 
 RUN = "status-scale"
-NET = ["network.nat_port_map=false", "network.auto_nat=false", "network.reachability=public",
-       "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "network.heartbeat_interval=120"]  # records may live 1440 s
+NET = [
+    "network.nat_port_map=false",
+    "network.auto_nat=false",
+    "network.reachability=public",
+    "network.host_maddrs=[/ip4/127.0.0.1/tcp/0]",
+    "network.heartbeat_interval=120",
+]  # records may live 1440 s
 LIFETIME_S = 1400.0  # the fakes' lifetime: generating and storing 10,000 takes minutes on a busy machine
 
 
@@ -60,8 +65,13 @@ def generate(count: int, expiration: float, seed: int = 0, run: str = RUN) -> li
     per_kind = -(-count // len(kinds))
     for version, reach in kinds:
         n = min(per_kind, count - len(out))
-        health = {"reachability": reach, "tokens_per_s": round(rng.uniform(50, 400), 1),
-                  "rollouts_per_s": round(rng.uniform(0.1, 2.0), 3), "uptime": 600.0, "version": version}
+        health = {
+            "reachability": reach,
+            "tokens_per_s": round(rng.uniform(50, 400), 1),
+            "rollouts_per_s": round(rng.uniform(0.1, 2.0), 3),
+            "uptime": 600.0,
+            "version": version,
+        }
         out += fake_peer_records(run, n, expiration, role="sampler", version=version, pad=False, health=health)
     return out
 
@@ -80,10 +90,25 @@ async def cli_status(boot: str, learner: str, run: str = RUN) -> tuple[float, fl
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "swarmnode", "status", "--json", "--config", "tiny-cpu",
-        "--set", f"run_id={run}", "--set", f"trust.learner_keys=[{learner}]", "--initial-peers", boot,
-        "--set", "network.heartbeat_interval=120",  # else its validator refuses the fakes' long lifetimes
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-P",
+        "-m",
+        "swarmnode",
+        "status",
+        "--json",
+        "--config",
+        "tiny-cpu",
+        "--set",
+        f"run_id={run}",
+        "--set",
+        f"trust.learner_keys=[{learner}]",
+        "--initial-peers",
+        boot,
+        "--set",
+        "network.heartbeat_interval=120",  # else its validator refuses the fakes' long lifetimes
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -100,8 +125,9 @@ async def imports_only() -> tuple[float, float]:
     """The baseline of `cli_status`: a fresh process that only imports what `status` imports; (wall, CPU s)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-P", "-c",
-                                                "import swarmnode.cli, swarmnode.observe.status, hivemind")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", "-c", "import swarmnode.cli, swarmnode.observe.status, hivemind"
+    )
     await proc.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.perf_counter() - t0, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -121,8 +147,9 @@ class Arm:
         self.docs: dict[str, dict] = {}
 
     def cfg(self):
-        return cfg(f"network.initial_peers=[{self.boot}]", f"trust.learner_keys=[{self.learner_id.peer_id}]",
-                   run=self.run)
+        return cfg(
+            f"network.initial_peers=[{self.boot}]", f"trust.learner_keys=[{self.learner_id.peer_id}]", run=self.run
+        )
 
     async def start_dht(self, count: int) -> None:
         """`count` DHT nodes of this run, then its learner."""
@@ -130,8 +157,9 @@ class Arm:
         self.nodes.append(first)
         self.boot = str((await first.p2p.get_visible_maddrs())[0])
         for _ in range(count - 1):
-            self.nodes.append(await SwarmDHT.create(cfg(f"network.initial_peers=[{self.boot}]", run=self.run),
-                                                    Identity.generate()))
+            self.nodes.append(
+                await SwarmDHT.create(cfg(f"network.initial_peers=[{self.boot}]", run=self.run), Identity.generate())
+            )
         for node in self.nodes:
             addr, _, peer_id = str((await node.p2p.get_visible_maddrs())[0]).rpartition("/p2p/")
             self.targets[peer_id] = addr
@@ -172,11 +200,15 @@ async def main_async(args) -> dict:
         records = {arm.run: generate(arm.records, expiration, run=arm.run) for arm in (big, base)}
         generated_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        accepted = {arm.run: await store_records(arm.run, arm.targets, records[arm.run], expiration)
-                    for arm in (big, base)}
+        accepted = {
+            arm.run: await store_records(arm.run, arm.targets, records[arm.run], expiration) for arm in (big, base)
+        }
         stored_s = time.perf_counter() - t0
-        print(f"{args.records} + {args.baseline} records generated in {generated_s:.1f} s, stored at "
-              f"{args.dht_nodes} DHT nodes each in {stored_s:.1f} s ({accepted} accepted)", file=sys.stderr)
+        print(
+            f"{args.records} + {args.baseline} records generated in {generated_s:.1f} s, stored at "
+            f"{args.dht_nodes} DHT nodes each in {stored_s:.1f} s ({accepted} accepted)",
+            file=sys.stderr,
+        )
         cli = {}
         for arm in (base, big):  # first: no record verified yet (a fresh process, as a person runs it)
             cli[arm.run] = await cli_status(arm.boot, arm.learner_id.peer_id, arm.run)
@@ -195,18 +227,37 @@ async def main_async(args) -> dict:
         figures = {}
         for kind in ("census", "exact"):
             (bw, bc), (sw, sc) = big.medians(kind), base.medians(kind)
-            figures[kind] = {"wall_s": round(bw, 3), "cpu_s": round(bc, 3), "base_wall_s": round(sw, 3),
-                             "base_cpu_s": round(sc, 3), "wall_ratio": ratio(bw, sw), "cpu_ratio": ratio(bc, sc)}
-        figures["cli"] = {"wall_s": round(cli_s, 2), "cpu_s": round(cli_cpu_s, 2), "base_wall_s": round(base_cli_s, 2),
-                          "base_cpu_s": round(base_cli_cpu_s, 2), "wall_ratio": ratio(cli_s, base_cli_s),
-                          "cpu_ratio": ratio(cli_cpu_s, base_cli_cpu_s)}
+            figures[kind] = {
+                "wall_s": round(bw, 3),
+                "cpu_s": round(bc, 3),
+                "base_wall_s": round(sw, 3),
+                "base_cpu_s": round(sc, 3),
+                "wall_ratio": ratio(bw, sw),
+                "cpu_ratio": ratio(bc, sc),
+            }
+        figures["cli"] = {
+            "wall_s": round(cli_s, 2),
+            "cpu_s": round(cli_cpu_s, 2),
+            "base_wall_s": round(base_cli_s, 2),
+            "base_cpu_s": round(base_cli_cpu_s, 2),
+            "wall_ratio": ratio(cli_s, base_cli_s),
+            "cpu_ratio": ratio(cli_cpu_s, base_cli_cpu_s),
+        }
         return {
-            "figures": figures, "baseline_records": args.baseline,
-            "cli_s": round(cli_s, 2), "cli_cpu_s": round(cli_cpu_s, 2), "cli_count": cli_doc.get("count"),
-            "import_s": round(import_s, 2), "import_cpu_s": round(import_cpu_s, 2),
+            "figures": figures,
+            "baseline_records": args.baseline,
+            "cli_s": round(cli_s, 2),
+            "cli_cpu_s": round(cli_cpu_s, 2),
+            "cli_count": cli_doc.get("count"),
+            "import_s": round(import_s, 2),
+            "import_cpu_s": round(import_cpu_s, 2),
             "cli_census": cli_doc.get("census"),
-            "records": args.records, "dht_nodes": args.dht_nodes, "accepted": accepted,
-            "generated_s": round(generated_s, 2), "stored_s": round(stored_s, 2), "client_join_s": round(join_s, 2),
+            "records": args.records,
+            "dht_nodes": args.dht_nodes,
+            "accepted": accepted,
+            "generated_s": round(generated_s, 2),
+            "stored_s": round(stored_s, 2),
+            "client_join_s": round(join_s, 2),
             "census_s": [round(w, 3) for w, _ in big.times["census"]],
             "exact_s": [round(w, 3) for w, _ in big.times["exact"]],
             "census_cpu_s": [round(c, 3) for _, c in big.times["census"]],
@@ -214,9 +265,15 @@ async def main_async(args) -> dict:
             "base_census_s": [round(w, 3) for w, _ in base.times["census"]],
             "base_census_cpu_s": [round(c, 3) for _, c in base.times["census"]],
             "base_count": base.docs["census"]["count"],
-            "census": doc.get("census"), "count": doc["count"], "exact_count": exact_doc["count"],
-            "exact_roles": exact_doc["roles"], "roles": doc["roles"], "peers_in_doc": len(doc["peers"]),
-            "exact_peers_in_doc": len(exact_doc["peers"]), "text_lines": len(text.splitlines()), "text": text,
+            "census": doc.get("census"),
+            "count": doc["count"],
+            "exact_count": exact_doc["count"],
+            "exact_roles": exact_doc["roles"],
+            "roles": doc["roles"],
+            "peers_in_doc": len(doc["peers"]),
+            "exact_peers_in_doc": len(exact_doc["peers"]),
+            "text_lines": len(text.splitlines()),
+            "text": text,
             "load": os.getloadavg(),
         }
     finally:
@@ -236,15 +293,19 @@ def main() -> None:
     doc = asyncio.run(main_async(args))
     doc["load_before"] = load_before
     census, fig = doc["census"] or {}, doc["figures"]
-    arms = "; ".join(f"{kind} {f['wall_s']:.2f} s wall, {f['cpu_s']:.2f} CPU s ({f['wall_ratio']}x / {f['cpu_ratio']}x "
-                     f"the {doc['baseline_records']}-record run's {f['base_wall_s']:.2f} s / {f['base_cpu_s']:.2f} s)"
-                     for kind, f in fig.items())
-    summary = (f"status over {doc['records']:,} records at {doc['dht_nodes']} DHT nodes (medians of "
-               f"{len(doc['census_s'])}): {arms}. The census read {census.get('records_read', 0):,} records of "
-               f"{census.get('shards_read')} / {census.get('shards')} shards; count {doc['count']:,}, exact "
-               f"{doc['exact_count']:,}; the text {doc['text_lines']} lines; cli = `swarmnode status --json` in a "
-               f"fresh process (its imports alone {doc['import_s']:.1f} s, {doc['import_cpu_s']:.1f} CPU s); load "
-               f"{doc['load_before'][0]:.1f} before, {doc['load'][0]:.1f} after")
+    arms = "; ".join(
+        f"{kind} {f['wall_s']:.2f} s wall, {f['cpu_s']:.2f} CPU s ({f['wall_ratio']}x / {f['cpu_ratio']}x "
+        f"the {doc['baseline_records']}-record run's {f['base_wall_s']:.2f} s / {f['base_cpu_s']:.2f} s)"
+        for kind, f in fig.items()
+    )
+    summary = (
+        f"status over {doc['records']:,} records at {doc['dht_nodes']} DHT nodes (medians of "
+        f"{len(doc['census_s'])}): {arms}. The census read {census.get('records_read', 0):,} records of "
+        f"{census.get('shards_read')} / {census.get('shards')} shards; count {doc['count']:,}, exact "
+        f"{doc['exact_count']:,}; the text {doc['text_lines']} lines; cli = `swarmnode status --json` in a "
+        f"fresh process (its imports alone {doc['import_s']:.1f} s, {doc['import_cpu_s']:.1f} CPU s); load "
+        f"{doc['load_before'][0]:.1f} before, {doc['load'][0]:.1f} after"
+    )
     print(summary)
     print(doc["text"])
     write_results(args.out, doc, summary + "\n\n```\n" + doc["text"] + "\n```\n")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
 from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
+
 sys.path.insert(0, str(ROOT / "tests"))
 from swarm_helpers import LocalSwarm  # noqa: E402
 from test_learner_restart import start_learner_and_sampler, wait_rows  # noqa: E402
@@ -28,8 +29,11 @@ def main() -> None:
             began = time.monotonic()
             proc.popen.send_signal(signal.SIGTERM)
             proc.popen.wait(60)
-            print(f"{name}: exit code {proc.popen.returncode} {time.monotonic() - began:.2f} s after SIGTERM "
-                  f"(load average {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"{name}: exit code {proc.popen.returncode} {time.monotonic() - began:.2f} s after SIGTERM "
+                f"(load average {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -59,8 +59,14 @@ def inner(groups_wanted: int) -> None:
 
 def run_tree(tree: Path, groups: int, core: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([*pin(core), sys.executable, "-P", __file__, "--inner", str(groups)],
-                         env=env, capture_output=True, text=True, check=True, cwd=tree)
+    out = subprocess.run(
+        [*pin(core), sys.executable, "-P", __file__, "--inner", str(groups)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tree,
+    )
     return float(json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"])
 
 
@@ -84,13 +90,18 @@ def main() -> None:
         for name, tree in (("old", args.old), ("new", args.new)):
             times[name].append(run_tree(tree.resolve(), args.groups, args.core))
     med = {k: statistics.median(v) for k, v in times.items()}
-    doc = {"ms_per_step": {k: [round(x, 2) for x in v] for k, v in times.items()},
-           "median_ms": {k: round(v, 2) for k, v in med.items()}, "new_over_old": round(med["new"] / med["old"], 3)}
+    doc = {
+        "ms_per_step": {k: [round(x, 2) for x in v] for k, v in times.items()},
+        "median_ms": {k: round(v, 2) for k, v in med.items()},
+        "new_over_old": round(med["new"] / med["old"], 3),
+    }
     if args.json:
         print(json.dumps(doc))
     else:
-        print(f"old {doc['median_ms']['old']} ms/step, new {doc['median_ms']['new']} ms/step (median of "
-              f"{args.rounds}; new/old {doc['new_over_old']}); all: {doc['ms_per_step']}")
+        print(
+            f"old {doc['median_ms']['old']} ms/step, new {doc['median_ms']['new']} ms/step (median of "
+            f"{args.rounds}; new/old {doc['new_over_old']}); all: {doc['ms_per_step']}"
+        )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import psutil
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
 
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
@@ -98,8 +97,9 @@ def loop_steps(cfg, tmp: Path, background: bool, seconds: float, tag: str) -> di
     def publish(version: int, state) -> None:
         store.publish(version, state, ident, parent_version=version - 1, model_id=cfg.model.name)
 
-    learner = LearnerLoop(model, tokenizer, task, cfg, buffer, publish, published_path=tmp / f"pv-{tag}",
-                          publish_in_background=background)
+    learner = LearnerLoop(
+        model, tokenizer, task, cfg, buffer, publish, published_path=tmp / f"pv-{tag}", publish_in_background=background
+    )
     inbox = RolloutInbox(buffer)
     sampler = SamplerLoop(build_engine(cfg), task, cfg, ident, inbox.send)
     learner.publish_current()
@@ -115,8 +115,12 @@ def loop_steps(cfg, tmp: Path, background: bool, seconds: float, tag: str) -> di
     skipped = learner.publisher.skipped if learner.publisher else 0
     if learner.publisher:
         learner.publisher.close()
-    return {"steps": learner.step_count, "steps_per_s": round(learner.step_count / wall, 2),
-            "cpu_ms_per_step": round(cpu / max(1, learner.step_count) * 1e3, 2), "versions_skipped": skipped}
+    return {
+        "steps": learner.step_count,
+        "steps_per_s": round(learner.step_count / wall, 2),
+        "cpu_ms_per_step": round(cpu / max(1, learner.step_count) * 1e3, 2),
+        "versions_skipped": skipped,
+    }
 
 
 async def fetch_costs(cfg, tmp: Path, versions: int) -> dict:
@@ -157,10 +161,12 @@ async def fetch_costs(cfg, tmp: Path, versions: int) -> dict:
         await sampler_p2p.shutdown()
         await learner_p2p.shutdown()
     n = versions
-    return {"publish_cpu_ms": round(publish_cpu / n * 1e3, 2),
-            "fetch_python_cpu_ms_both_sides": round(((p1 - p0) - publish_cpu) / n * 1e3, 2),
-            "p2pd_cpu_ms_both_daemons": round((d1 - d0) / n * 1e3, 2),
-            "version_bytes": sum(t.numel() * t.element_size() for t in state.values())}
+    return {
+        "publish_cpu_ms": round(publish_cpu / n * 1e3, 2),
+        "fetch_python_cpu_ms_both_sides": round(((p1 - p0) - publish_cpu) / n * 1e3, 2),
+        "p2pd_cpu_ms_both_daemons": round((d1 - d0) / n * 1e3, 2),
+        "version_bytes": sum(t.numel() * t.element_size() for t in state.values()),
+    }
 
 
 def local_split(cfg, rounds: int = 120) -> dict:
@@ -179,17 +185,29 @@ def local_split(cfg, rounds: int = 120) -> dict:
             pass
         training += time.thread_time() - c
     steps = max(1, trainer.learner.step_count)
-    return {"steps": steps, "sampling_cpu_ms_per_step": round(sampling / steps * 1e3, 1),
-            "learner_cpu_ms_per_step": round(training / steps * 1e3, 1)}
+    return {
+        "steps": steps,
+        "sampling_cpu_ms_per_step": round(sampling / steps * 1e3, 1),
+        "learner_cpu_ms_per_step": round(training / steps * 1e3, 1),
+    }
 
 
 def group_costs(cfg, n: int = 300) -> dict:
     ident = Identity.generate()
 
     def make(i: int) -> RolloutGroup:
-        return RolloutGroup.create(identity=ident, run_id=RUN, prompt_id="p1", prompt_tokens=list(range(12)),
-                                   completions=[[1, 2, 3, 4, 5, 6, 7, 8]] * 8, logprobs=[[-1.0] * 8] * 8,
-                                   temperature=1.0, rewards=[0.5] * 8, policy_version=1, lineage="")
+        return RolloutGroup.create(
+            identity=ident,
+            run_id=RUN,
+            prompt_id="p1",
+            prompt_tokens=list(range(12)),
+            completions=[[1, 2, 3, 4, 5, 6, 7, 8]] * 8,
+            logprobs=[[-1.0] * 8] * 8,
+            temperature=1.0,
+            rewards=[0.5] * 8,
+            policy_version=1,
+            lineage="",
+        )
 
     body = make(0).encode()
     limits = RolloutLimits.from_config(cfg, vocab_size=64)
@@ -208,8 +226,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)  # as a node pinned to one core has
     cfg = load_config("tiny-cpu", args.sets)
-    doc: dict = {"command": "python bench/swarm-speedup/swarm_costs.py " + " ".join(sys.argv[1:]),
-                 "load_before": [round(x, 2) for x in os.getloadavg()]}
+    doc: dict = {
+        "command": "python bench/swarm-speedup/swarm_costs.py " + " ".join(sys.argv[1:]),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+    }
     with tempfile.TemporaryDirectory(prefix="swarm-costs-") as tmp:
         doc["publish_per_version"] = publish_costs(cfg, Path(tmp), args.versions)
         print(json.dumps(doc["publish_per_version"]), file=sys.stderr)

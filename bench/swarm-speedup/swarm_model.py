@@ -20,8 +20,13 @@ import sys
 from pathlib import Path
 
 
-def swarm_steps_per_s(step_ms: float, own_batch_ms: float, sampler_batch_ms: float,
-                      learner_overhead_ms: float = 10.0, sampler_overhead_ms: float = 13.0) -> float:
+def swarm_steps_per_s(
+    step_ms: float,
+    own_batch_ms: float,
+    sampler_batch_ms: float,
+    learner_overhead_ms: float = 10.0,
+    sampler_overhead_ms: float = 13.0,
+) -> float:
     """The learner's steps/s: per second of its core, r * (step + overhead) + (r - s) * own_batch = 1000 ms, s the
     sampler's steps' worth of groups per second; no more than the learner trains when it never generates."""
     fed = 1000.0 / (sampler_batch_ms + sampler_overhead_ms)
@@ -34,8 +39,9 @@ def local_steps_per_s(generate_ms: float, step_ms: float) -> float:
     return 1000.0 / (generate_ms + step_ms)
 
 
-def predict(summary: dict, steps: float, start: float, swarm_start: float, learner_overhead: float,
-            sampler_overhead: float) -> dict:
+def predict(
+    summary: dict, steps: float, start: float, swarm_start: float, learner_overhead: float, sampler_overhead: float
+) -> dict:
     """Steps/s and times to the target: `train-local` (other core idle), the swarm as it runs here (both cores
     slowed by each other: `busy` figures) and on independent cores (`idle` figures for both)."""
     gen, train = summary["generate_ms"], summary["train_ms"]
@@ -53,7 +59,9 @@ def predict(summary: dict, steps: float, start: float, swarm_start: float, learn
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("interference", type=Path, help="a bench/core-interference/core_interference.py results document (.json)")
+    ap.add_argument(
+        "interference", type=Path, help="a bench/core-interference/core_interference.py results document (.json)"
+    )
     ap.add_argument("--steps", type=float, default=100.0, help="steps to the held-out target (both arms)")
     ap.add_argument("--start", type=float, default=3.8, help="seconds before train-local's first step")
     ap.add_argument("--swarm-start", type=float, default=4.1, help="seconds before the warm learner's first step")
@@ -69,8 +77,10 @@ def main() -> None:
     rows = predict(summary, args.steps, args.start, args.swarm_start, args.learner_overhead, args.sampler_overhead)
     print("| arm | steps/s | ratio | time to target (s) | speed-up |\n|---|---|---|---|---|")
     for name, r in rows.items():
-        print(f"| {name} | {r['steps_per_s']:.2f} | {r['steps_ratio']:.2f}x | {r['time_to_target_s']:.1f} | "
-              f"{r['speed_up']:.2f}x |")
+        print(
+            f"| {name} | {r['steps_per_s']:.2f} | {r['steps_ratio']:.2f}x | {r['time_to_target_s']:.1f} | "
+            f"{r['speed_up']:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

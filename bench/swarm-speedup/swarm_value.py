@@ -51,15 +51,22 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT, pin, core_pair, write_results  # noqa: E402  (also puts this checkout's package first)
-
+from benchlib import ROOT, core_pair, pin, write_results  # noqa: E402  (also puts this checkout's package first)
 from benchlib.neighbour_load import start_neighbour  # noqa: E402
 from benchlib.netns_hosts import in_namespace, limited_hosts, missing_for_namespaces  # noqa: E402
-from swarmnode.local.demo import read_steps  # noqa: E402
-from swarmnode.local.swarm import (  # noqa: E402
-    DemoRun, node_args, prepare_swarm, start_bootstrap, start_learners, start_samplers, start_swarm, wait_for_line)
 from swarmnode.learner.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from swarmnode.learner.steps_log import STEPS_FILE  # noqa: E402
+from swarmnode.local.demo import read_steps  # noqa: E402
+from swarmnode.local.swarm import (  # noqa: E402
+    DemoRun,
+    node_args,
+    prepare_swarm,
+    start_bootstrap,
+    start_learners,
+    start_samplers,
+    start_swarm,
+    wait_for_line,
+)
 
 LEARNER_CORE, SAMPLER_CORE = "0", "1"
 # ways to read the time to the target off each repeat's held-out curve, by the suffix of their keys in the results:
@@ -68,8 +75,10 @@ LEARNER_CORE, SAMPLER_CORE = "0", "1"
 ESTIMATORS = {
     "": ({}, "median time to target (first evaluation whose trailing mean of 3 reaches it)"),
     "_centered": ({"centered": True}, "the same with a centered mean of 3 evaluations"),
-    "_interpolated": ({"centered": True, "interpolate": True},
-                      "the centered curve's crossing, interpolated between evaluations"),
+    "_interpolated": (
+        {"centered": True, "interpolate": True},
+        "the centered curve's crossing, interpolated between evaluations",
+    ),
 }
 
 
@@ -103,8 +112,8 @@ def _sets_args(sets: list[str]) -> list[str]:
 
 def local_staleness(arm: str) -> int:
     """The fixed staleness of a local arm: `local-s<N>` N (`train-local --staleness N`), any other 0 (on-policy)."""
-    if arm.startswith("local-s") and arm[len("local-s"):].isdigit():
-        return int(arm[len("local-s"):])
+    if arm.startswith("local-s") and arm[len("local-s") :].isdigit():
+        return int(arm[len("local-s") :])
     return 0
 
 
@@ -118,8 +127,15 @@ def namespaced(arm: str) -> bool:
     return not arm.startswith("local") and arm.endswith("-netns")
 
 
-def run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
-              staleness: int = 0, neighbour: bool = False) -> dict:
+def run_local(
+    seconds: float,
+    config: str,
+    sets: list[str],
+    work: Path,
+    profile: Path | None,
+    staleness: int = 0,
+    neighbour: bool = False,
+) -> dict:
     """train-local pinned to the learner core (`--staleness staleness`; with `neighbour`, beside a generation
     load on the other core), checkpointing into `work`; its curve and snapshot copies."""
     nb = start_neighbour(config, sets, SAMPLER_CORE, work / "neighbour.err") if neighbour else None
@@ -131,14 +147,31 @@ def run_local(seconds: float, config: str, sets: list[str], work: Path, profile:
             nb.wait()
 
 
-def _run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
-               staleness: int) -> dict:
+def _run_local(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None, staleness: int) -> dict:
     ckpt = work / "local-ckpt"
     copier = SnapshotCopier(ckpt, work / "local-snapshots")
     py = [str(ROOT / "bench" / "benchlib" / "profile_node.py"), str(profile / "local.prof")] if profile else []
-    cmd = [*pin(LEARNER_CORE), sys.executable, "-P", *py, "-m", "swarmnode", "train-local", "-c",
-           config, "--json", "--steps", "100000000", "--max-seconds", str(seconds), "--checkpoint-dir",
-           str(ckpt), "--staleness", str(staleness), *_sets_args(sets)]
+    cmd = [
+        *pin(LEARNER_CORE),
+        sys.executable,
+        "-P",
+        *py,
+        "-m",
+        "swarmnode",
+        "train-local",
+        "-c",
+        config,
+        "--json",
+        "--steps",
+        "100000000",
+        "--max-seconds",
+        str(seconds),
+        "--checkpoint-dir",
+        str(ckpt),
+        "--staleness",
+        str(staleness),
+        *_sets_args(sets),
+    ]
     t0 = time.time()
     copier.start()
     out_path = work / "local.json"
@@ -156,9 +189,17 @@ def _run_local(seconds: float, config: str, sets: list[str], work: Path, profile
     if proc.returncode != 0:
         raise SystemExit(f"train-local failed:\n{(work / 'local.err').read_text()[-3000:]}")
     curve = json.loads(out_path.read_text())["curve"]  # --max-seconds counts from the loop's start: clip it
-    return {"t0": t0, "curve": [{"time": p["time"], "step": int(p["step"]), "reward_mean": p["reward_mean"]}
-                                for p in curve if p["time"] - t0 <= seconds],
-            "snapshots": copier.copied, "idle_seconds": None, "cpu_series": cpu_series}
+    return {
+        "t0": t0,
+        "curve": [
+            {"time": p["time"], "step": int(p["step"]), "reward_mean": p["reward_mean"]}
+            for p in curve
+            if p["time"] - t0 <= seconds
+        ],
+        "snapshots": copier.copied,
+        "idle_seconds": None,
+        "cpu_series": cpu_series,
+    }
 
 
 def prompts_per_step(config: str, sets: list[str]) -> int:
@@ -167,8 +208,16 @@ def prompts_per_step(config: str, sets: list[str]) -> int:
     return load_config(config, sets).learner.prompts_per_step
 
 
-def run_swarm(seconds: float, config: str, sets: list[str], work: Path, profile: Path | None, samplers: int = 2,
-              warm: bool = False, netns_mbit: float | None = None) -> dict:
+def run_swarm(
+    seconds: float,
+    config: str,
+    sets: list[str],
+    work: Path,
+    profile: Path | None,
+    samplers: int = 2,
+    warm: bool = False,
+    netns_mbit: float | None = None,
+) -> dict:
     """The demo swarm with the learner pinned to core 0 and everything else to core 1, for `seconds` from the
     learner's launch. `warm`: the bootstrap and the samplers are started first and the clock starts when every
     sampler is ready (model loaded, waiting for a learner), as a learner joining a running swarm finds them;
@@ -179,17 +228,32 @@ def run_swarm(seconds: float, config: str, sets: list[str], work: Path, profile:
         names = ["bootstrap", "learner", *[f"sampler{i}" for i in range(1, samplers + 1)]]
         hosts = dict(zip(names, stack.enter_context(limited_hosts(len(names), netns_mbit)))) if netns_mbit else {}
         run.host = lambda name: hosts[name][1] if hosts else None
-        run.prefix = lambda name: [*(in_namespace(hosts[name][0]) if hosts else []),
-                                   "taskset", "-c", LEARNER_CORE if name == "learner" else SAMPLER_CORE]
+        run.prefix = lambda name: [
+            *(in_namespace(hosts[name][0]) if hosts else []),
+            "taskset",
+            "-c",
+            LEARNER_CORE if name == "learner" else SAMPLER_CORE,
+        ]
         return _run_swarm(run, seconds, config, sets, work, profile, samplers, warm)
 
 
-def _run_swarm(run: DemoRun, seconds: float, config: str, sets: list[str], work: Path, profile: Path | None,
-               samplers: int, warm: bool) -> dict:
+def _run_swarm(
+    run: DemoRun,
+    seconds: float,
+    config: str,
+    sets: list[str],
+    work: Path,
+    profile: Path | None,
+    samplers: int,
+    warm: bool,
+) -> dict:
     root = run.workdir
     root.mkdir(parents=True, exist_ok=True)
     if profile is not None:
-        run.python_args = lambda name: [str(ROOT / "bench" / "benchlib" / "profile_node.py"), str(profile / f"{name}.prof")]
+        run.python_args = lambda name: [
+            str(ROOT / "bench" / "benchlib" / "profile_node.py"),
+            str(profile / f"{name}.prof"),
+        ]
     copier = SnapshotCopier(root / "learner" / "checkpoints", work / "swarm-snapshots")
     sets = prepare_swarm(root, config, sets, say=lambda _msg: None)  # the model is cached: both arms load it
     quiet = lambda _msg: None  # noqa: E731
@@ -217,11 +281,18 @@ def _run_swarm(run: DemoRun, seconds: float, config: str, sets: list[str], work:
         if copier.is_alive():
             copier.join()
     rows = read_steps(root / "learner" / STEPS_FILE)
-    return {"t0": t0, "curve": [{"time": r["time"], "step": int(r["step"]), "reward_mean": r["reward_mean"]}
-                                for r in rows if r["time"] - t0 <= seconds],
-            "snapshots": copier.copied, "cpu_series": cpu_series,
-            # seconds the learner waited for groups between its first and last step
-            "idle_seconds": rows[-1]["idle_seconds"] - rows[0]["idle_seconds"] if len(rows) > 1 else None}
+    return {
+        "t0": t0,
+        "curve": [
+            {"time": r["time"], "step": int(r["step"]), "reward_mean": r["reward_mean"]}
+            for r in rows
+            if r["time"] - t0 <= seconds
+        ],
+        "snapshots": copier.copied,
+        "cpu_series": cpu_series,
+        # seconds the learner waited for groups between its first and last step
+        "idle_seconds": rows[-1]["idle_seconds"] - rows[0]["idle_seconds"] if len(rows) > 1 else None,
+    }
 
 
 def total_cpu(pid: int) -> float:
@@ -258,13 +329,22 @@ def steady_cpu_per_group(result: dict, groups_per_step: int) -> dict | None:
     core0 = {"learner", "local"}
     delta = {name: last[1].get(name, 0.0) - first[1].get(name, 0.0) for name in last[1]}
     per = 1e3 / (steps * groups_per_step)
-    return {"learner_core": round(sum(v for k, v in delta.items() if k in core0) * per, 2),
-            "sampler_core": round(sum(v for k, v in delta.items() if k not in core0) * per, 2),
-            "steps_measured": steps}
+    return {
+        "learner_core": round(sum(v for k, v in delta.items() if k in core0) * per, 2),
+        "sampler_core": round(sum(v for k, v in delta.items() if k not in core0) * per, 2),
+        "steps_measured": steps,
+    }
 
 
-def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t0: float, config: str,
-                       sets: list[str], samples: int, max_evals: int) -> list[dict]:
+def evaluate_snapshots(
+    snapshots: list[tuple[Path, float]],
+    curve: list[dict],
+    t0: float,
+    config: str,
+    sets: list[str],
+    samples: int,
+    max_evals: int,
+) -> list[dict]:
     """Held-out reward of at most `max_evals` snapshots (evenly spaced, the last one always), each placed at the
     wall time of the step it holds."""
     import torch
@@ -284,7 +364,7 @@ def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t
     time_of = {p["step"]: p["time"] for p in curve}
     sc = cfg.sampler
     points = [{"step": 0, "t": 0.0, **_eval(model, tokenizer, task, sc, cfg, samples)}]  # the shared start
-    for path, seen in snapshots:
+    for path, _seen in snapshots:
         state = torch.load(path, map_location="cpu", weights_only=True)
         step = int(state["step"])
         if step == 0:
@@ -300,14 +380,22 @@ def evaluate_snapshots(snapshots: list[tuple[Path, float]], curve: list[dict], t
 def _eval(model, tokenizer, task, sc, cfg, samples: int) -> dict:
     from swarmnode.local.evaluation import evaluate
 
-    out = evaluate(model, tokenizer, task, samples=samples, temperature=sc.temperature,
-                   max_new_tokens=sc.max_completion_length, max_prompt_tokens=sc.max_prompt_length,
-                   seed=cfg.task.seed)
+    out = evaluate(
+        model,
+        tokenizer,
+        task,
+        samples=samples,
+        temperature=sc.temperature,
+        max_new_tokens=sc.max_completion_length,
+        max_prompt_tokens=sc.max_prompt_length,
+        seed=cfg.task.seed,
+    )
     return {"eval_reward": round(out["eval_reward"], 4)}
 
 
-def first_time_at(points: list[dict], target: float, window: int = 3, centered: bool = False,
-                  interpolate: bool = False) -> float | None:
+def first_time_at(
+    points: list[dict], target: float, window: int = 3, centered: bool = False, interpolate: bool = False
+) -> float | None:
     """Seconds from launch of the first held-out point whose trailing mean over `window` points (itself and the
     ones before it; fewer at the start) is at or above `target` (one lucky evaluation does not count).
     `centered`: the mean over the points around it instead (half before, half after), which does not lag the
@@ -318,7 +406,7 @@ def first_time_at(points: list[dict], target: float, window: int = 3, centered: 
     smoothed = []
     for i, p in enumerate(points):
         lo = i - window // 2 if centered else i - window + 1
-        smoothed.append(statistics.fmean(q["eval_reward"] for q in points[max(0, lo): lo + window]))
+        smoothed.append(statistics.fmean(q["eval_reward"] for q in points[max(0, lo) : lo + window]))
         if p["step"] > 0 and smoothed[i] >= target:
             before = points[i - 1] if i else None
             if not interpolate or before is None or before["step"] == 0 or smoothed[i - 1] >= target:
@@ -343,7 +431,8 @@ def summarise_arm(result: dict, points: list[dict], seconds: float, groups_per_s
         "steps_per_s": round(len(curve) / seconds, 2),
         "steps_per_s_after_first_step": round((len(curve) - 1) / active, 2) if active else None,
         "first_step_s": round(first, 2) if first is not None else None,
-        "reward_first10pct": _tenth(curve, first=True), "reward_last10pct": _tenth(curve, first=False),
+        "reward_first10pct": _tenth(curve, first=True),
+        "reward_last10pct": _tenth(curve, first=False),
         "heldout": points,
         "heldout_final": points[-1]["eval_reward"] if points else None,
         "heldout_at": {str(int(t)): heldout_at(points, t) for t in _checkpoints(seconds)},
@@ -380,27 +469,54 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=120.0, help="wall-clock budget of each arm, from launch")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--arms", default="local,swarm",
-                    help="comma-separated: local (on-policy), local-s<N> (train-local --staleness N) or "
-                    "local-<name> (on-policy, with its own --arm-set overrides), and swarm arms named swarm or "
-                    "swarm-<anything> (every node started at the clock's start) or warm or warm-<anything> (bootstrap "
-                    "and samplers already running: the clock starts at the learner's launch); an arm's own overrides "
-                    "come with --arm-set NAME=k=v")
+    ap.add_argument(
+        "--arms",
+        default="local,swarm",
+        help="comma-separated: local (on-policy), local-s<N> (train-local --staleness N) or "
+        "local-<name> (on-policy, with its own --arm-set overrides), and swarm arms named swarm or "
+        "swarm-<anything> (every node started at the clock's start) or warm or warm-<anything> (bootstrap "
+        "and samplers already running: the clock starts at the learner's launch); an arm's own overrides "
+        "come with --arm-set NAME=k=v",
+    )
     ap.add_argument("--samplers", type=int, default=2, help="sampler processes of every swarm arm (all on core 1)")
-    ap.add_argument("--config", default="tiny-cpu", help="preset or YAML of every arm (tiny-digitmap: 129-token "
-                    "answers, where generation is a larger share of the single process's step)")
+    ap.add_argument(
+        "--config",
+        default="tiny-cpu",
+        help="preset or YAML of every arm (tiny-digitmap: 129-token "
+        "answers, where generation is a larger share of the single process's step)",
+    )
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config override for every arm")
-    ap.add_argument("--swarm-set", dest="swarm_sets", action="append", default=["sampler.max_groups_per_second=0"],
-                    help="config override for every swarm arm (default: the samplers' throttle off)")
-    ap.add_argument("--arm-set", dest="arm_sets", action="append", default=[],
-                    help="NAME=k=v: a config override for one arm only (e.g. swarm-p8=learner.publish_every=8)")
+    ap.add_argument(
+        "--swarm-set",
+        dest="swarm_sets",
+        action="append",
+        default=["sampler.max_groups_per_second=0"],
+        help="config override for every swarm arm (default: the samplers' throttle off)",
+    )
+    ap.add_argument(
+        "--arm-set",
+        dest="arm_sets",
+        action="append",
+        default=[],
+        help="NAME=k=v: a config override for one arm only (e.g. swarm-p8=learner.publish_every=8)",
+    )
     ap.add_argument("--eval-samples", type=int, default=8, help="completions per held-out prompt")
     ap.add_argument("--max-evals", type=int, default=16, help="held-out evaluations per run at most")
     ap.add_argument("--target-fraction", type=float, default=0.75)
-    ap.add_argument("--cores", type=core_pair, default="0,1", help="LEARNER,SAMPLERS: the two cores to pin to (on a bigger machine, "
-                    "pick two that are not SMT siblings: /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)")
-    ap.add_argument("--netns-mbit", type=float, default=20.0, help="upload limit of every node of a swarm arm named "
-                    "<arm>-netns (e.g. warm-pull-netns), each node in its own network namespace (needs root)")
+    ap.add_argument(
+        "--cores",
+        type=core_pair,
+        default="0,1",
+        help="LEARNER,SAMPLERS: the two cores to pin to (on a bigger machine, "
+        "pick two that are not SMT siblings: /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)",
+    )
+    ap.add_argument(
+        "--netns-mbit",
+        type=float,
+        default=20.0,
+        help="upload limit of every node of a swarm arm named "
+        "<arm>-netns (e.g. warm-pull-netns), each node in its own network namespace (needs root)",
+    )
     ap.add_argument("--profile", type=Path, default=None, help="cProfile every process into this directory")
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
@@ -424,14 +540,35 @@ def main() -> None:
                 print(f"repeat {rep + 1}/{args.repeats}: {arm} ({args.seconds:.0f} s)", file=sys.stderr)
                 own = [spec.split("=", 1)[1] for spec in args.arm_sets if spec.split("=", 1)[0] == arm]
                 if arm.startswith("local"):
-                    result = run_local(args.seconds, args.config, [*args.sets, *own], work, args.profile,
-                                       local_staleness(arm), busy_neighbour(arm))
+                    result = run_local(
+                        args.seconds,
+                        args.config,
+                        [*args.sets, *own],
+                        work,
+                        args.profile,
+                        local_staleness(arm),
+                        busy_neighbour(arm),
+                    )
                 else:
-                    result = run_swarm(args.seconds, args.config, [*args.sets, *args.swarm_sets, *own], work,
-                                       args.profile, samplers=args.samplers, warm=arm.startswith("warm"),
-                                       netns_mbit=args.netns_mbit if namespaced(arm) else None)
-                points = evaluate_snapshots(result["snapshots"], result["curve"], result["t0"], args.config,
-                                            args.sets, args.eval_samples, args.max_evals)
+                    result = run_swarm(
+                        args.seconds,
+                        args.config,
+                        [*args.sets, *args.swarm_sets, *own],
+                        work,
+                        args.profile,
+                        samplers=args.samplers,
+                        warm=arm.startswith("warm"),
+                        netns_mbit=args.netns_mbit if namespaced(arm) else None,
+                    )
+                points = evaluate_snapshots(
+                    result["snapshots"],
+                    result["curve"],
+                    result["t0"],
+                    args.config,
+                    args.sets,
+                    args.eval_samples,
+                    args.max_evals,
+                )
                 raw[arm].append(summarise_arm(result, points, args.seconds, prompts_per_step(args.config, args.sets)))
         if args.profile:
             print_profiles(args.profile, 40)
@@ -442,11 +579,18 @@ def main() -> None:
 
 
 def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) -> dict:
-    doc = {"command": " ".join(["python bench/swarm-speedup/swarm_value.py", *sys.argv[1:]]), "config": args.config,
-           "seconds": args.seconds, "repeats": args.repeats, "load_before": [round(x, 2) for x in load],
-           "load_after": [round(x, 2) for x in os.getloadavg()], "sets": args.sets, "swarm_sets": args.swarm_sets,
-           "arm_sets": args.arm_sets,
-           "arms": raw}
+    doc = {
+        "command": " ".join(["python bench/swarm-speedup/swarm_value.py", *sys.argv[1:]]),
+        "config": args.config,
+        "seconds": args.seconds,
+        "repeats": args.repeats,
+        "load_before": [round(x, 2) for x in load],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "sets": args.sets,
+        "swarm_sets": args.swarm_sets,
+        "arm_sets": args.arm_sets,
+        "arms": raw,
+    }
     locals_ = [arm for arm in arms if arm.startswith("local")] or arms[:1]
     first = raw[locals_[0]]
     start = first[0]["heldout"][0]["eval_reward"] if first and first[0]["heldout"] else 0.0
@@ -461,28 +605,38 @@ def build_doc(args, arms: list[str], raw: dict[str, list[dict]], load: tuple) ->
     base = max(locals_, key=lambda arm: -float("inf") if finals[arm] is None else finals[arm])
     gain = None if finals[base] is None else finals[base] - start
     target = round(start + args.target_fraction * gain, 4) if gain is not None and gain > 0 else None
-    doc.update(baseline_arm=base, baseline_gain=None if gain is None else round(gain, 4), target=target,
-               start_eval_reward=start)
+    doc.update(
+        baseline_arm=base,
+        baseline_gain=None if gain is None else round(gain, 4),
+        target=target,
+        start_eval_reward=start,
+    )
     if target is None:
         doc["target_note"] = f"no target: the baseline {base} gained {gain} held-out reward in {args.seconds:.0f} s"
     for name, (how, _) in ESTIMATORS.items():
         doc[f"time_to_target{name}_s"] = times = {
             arm: [first_time_at(r["heldout"], target, **how) if target is not None else None for r in raw[arm]]
-            for arm in arms}
+            for arm in arms
+        }
         med = {arm: _median(times[arm]) for arm in arms}
         doc[f"median_time_to_target{name}_s"] = med
-        doc[f"speedup_time_to_target{name}"] = {arm: round(med[base] / med[arm], 3) for arm in arms
-                                                if arm != base and med.get(base) and med.get(arm)}
+        doc[f"speedup_time_to_target{name}"] = {
+            arm: round(med[base] / med[arm], 3) for arm in arms if arm != base and med.get(base) and med.get(arm)
+        }
         # against every other local arm too (e.g. local-busy: the single process with the other core as busy as
         # a swarm's)
         doc[f"speedup_over_other_locals{name}"] = {
-            local: {arm: round(med[local] / med[arm], 3) for arm in arms
-                    if not arm.startswith("local") and med.get(arm)}
-            for local in locals_ if local != base and med.get(local)}
+            local: {
+                arm: round(med[local] / med[arm], 3) for arm in arms if not arm.startswith("local") and med.get(arm)
+            }
+            for local in locals_
+            if local != base and med.get(local)
+        }
     rate = {arm: _median([r["steps_per_s_after_first_step"] for r in raw[arm]]) for arm in arms}
     doc["median_steps_per_s_after_first_step"] = rate
-    doc["steps_per_s_ratio"] = {arm: round(rate[arm] / rate[base], 3) for arm in arms
-                                if arm != base and rate.get(base) and rate.get(arm)}
+    doc["steps_per_s_ratio"] = {
+        arm: round(rate[arm] / rate[base], 3) for arm in arms if arm != base and rate.get(base) and rate.get(arm)
+    }
     return doc
 
 
@@ -496,26 +650,37 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def markdown(doc: dict) -> str:
-    lines = [f"# swarm value: `{doc['command']}`", "",
-             f"load average (1/5/15 min) before {doc['load_before']}, after {doc['load_after']}; "
-             f"{doc['seconds']:.0f} s per arm, {doc['repeats']} repeats; baseline {doc['baseline_arm']} (held-out gain "
-             f"{doc['baseline_gain']}), held-out target {doc['target']} (start {doc['start_eval_reward']})"
-             + (f"; {doc['target_note']}" if doc.get("target_note") else ""), "",
-             "| arm | repeat | steps | steps/s | steps/s after 1st step | 1st step (s) | train reward first/last 10% "
-             "| held-out final | time to target (s), first / interpolated | learner idle | CPU ms per trained group after the 1st step, learner core / other core |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# swarm value: `{doc['command']}`",
+        "",
+        f"load average (1/5/15 min) before {doc['load_before']}, after {doc['load_after']}; "
+        f"{doc['seconds']:.0f} s per arm, {doc['repeats']} repeats; baseline {doc['baseline_arm']} (held-out gain "
+        f"{doc['baseline_gain']}), held-out target {doc['target']} (start {doc['start_eval_reward']})"
+        + (f"; {doc['target_note']}" if doc.get("target_note") else ""),
+        "",
+        "| arm | repeat | steps | steps/s | steps/s after 1st step | 1st step (s) | train reward first/last 10% "
+        "| held-out final | time to target (s), first / interpolated | learner idle | CPU ms per trained group after the 1st step, learner core / other core |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for arm, reps in doc["arms"].items():
         for i, r in enumerate(reps):
-            lines.append(f"| {arm} | {i + 1} | {r['steps']} | {r['steps_per_s']} | {r['steps_per_s_after_first_step']} "
-                         f"| {r['first_step_s']} | {r['reward_first10pct']} / {r['reward_last10pct']} "
-                         f"| {r['heldout_final']} | {doc['time_to_target_s'][arm][i]} / "
-                         f"{doc['time_to_target_interpolated_s'][arm][i]} "
-                         f"| {r.get('learner_idle_fraction', '-')} "
-                         f"| {r.get('cpu_ms_per_group', {}).get('learner_core', '-')} / "
-                         f"{r.get('cpu_ms_per_group', {}).get('sampler_core', '-')} |")
+            lines.append(
+                f"| {arm} | {i + 1} | {r['steps']} | {r['steps_per_s']} | {r['steps_per_s_after_first_step']} "
+                f"| {r['first_step_s']} | {r['reward_first10pct']} / {r['reward_last10pct']} "
+                f"| {r['heldout_final']} | {doc['time_to_target_s'][arm][i]} / "
+                f"{doc['time_to_target_interpolated_s'][arm][i]} "
+                f"| {r.get('learner_idle_fraction', '-')} "
+                f"| {r.get('cpu_ms_per_group', {}).get('learner_core', '-')} / "
+                f"{r.get('cpu_ms_per_group', {}).get('sampler_core', '-')} |"
+            )
     marks = list(next(iter(doc["arms"].values()))[0]["heldout_at"]) if doc["arms"] else []
-    lines += ["", "held-out reward at wall-clock seconds since launch (mean over repeats):", "",
-              "| arm | " + " | ".join(f"{m} s" for m in marks) + " |", "|---|" + "---|" * len(marks)]
+    lines += [
+        "",
+        "held-out reward at wall-clock seconds since launch (mean over repeats):",
+        "",
+        "| arm | " + " | ".join(f"{m} s" for m in marks) + " |",
+        "|---|" + "---|" * len(marks),
+    ]
     for arm, reps in doc["arms"].items():
         cells = []
         for m in marks:
@@ -523,12 +688,20 @@ def markdown(doc: dict) -> str:
             cells.append(f"{statistics.fmean(values):.3f}" if values else "-")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     for name, (_, words) in ESTIMATORS.items():
-        lines += ["", f"{words}: {doc.get(f'median_time_to_target{name}_s')}; speed-up (baseline / arm): "
-                  f"{doc.get(f'speedup_time_to_target{name}', 'n/a')}"]
-        lines += [f"- over {local} ({local} / arm): {ups}"
-                  for local, ups in doc.get(f"speedup_over_other_locals{name}", {}).items()]
-    lines += ["", f"median steps/s after the first step: {doc['median_steps_per_s_after_first_step']}; ratio to the "
-              f"baseline: {doc['steps_per_s_ratio']}"]
+        lines += [
+            "",
+            f"{words}: {doc.get(f'median_time_to_target{name}_s')}; speed-up (baseline / arm): "
+            f"{doc.get(f'speedup_time_to_target{name}', 'n/a')}",
+        ]
+        lines += [
+            f"- over {local} ({local} / arm): {ups}"
+            for local, ups in doc.get(f"speedup_over_other_locals{name}", {}).items()
+        ]
+    lines += [
+        "",
+        f"median steps/s after the first step: {doc['median_steps_per_s_after_first_step']}; ratio to the "
+        f"baseline: {doc['steps_per_s_ratio']}",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -29,8 +29,9 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # this study, bench/
 
-from benchlib import write_results  # noqa: E402
 from swarm_value import ESTIMATORS, _median, first_time_at  # noqa: E402
+
+from benchlib import write_results  # noqa: E402
 
 Times = list[float | None]  # each repeat's time to the target (None: never reached)
 
@@ -45,8 +46,10 @@ def run_times(doc: dict, arm: str, after_first_step: bool = False) -> dict[str, 
             return t
         return round(t - r["first_step_s"], 3)
 
-    return {name: [since(r, first_time_at(r["heldout"], doc["target"], **how)) for r in reps]
-            for name, (how, _) in ESTIMATORS.items()}
+    return {
+        name: [since(r, first_time_at(r["heldout"], doc["target"], **how)) for r in reps]
+        for name, (how, _) in ESTIMATORS.items()
+    }
 
 
 def speedup(base: Times, arm: Times) -> float | None:
@@ -78,16 +81,21 @@ def run_interval(per_run: list[tuple[Times, Times]], draws: int, seed: int = 0) 
     return [round(ups[int(0.05 * (len(ups) - 1))], 3), round(ups[int(0.95 * (len(ups) - 1))], 3)]
 
 
-def pool(docs: dict[str, dict], arm: str, baselines: list[str], draws: int = 0, goal: float | None = None,
-         after_first_step: bool = False) -> dict:
+def pool(
+    docs: dict[str, dict],
+    arm: str,
+    baselines: list[str],
+    draws: int = 0,
+    goal: float | None = None,
+    after_first_step: bool = False,
+) -> dict:
     """Per run and pooled: `arm`'s speed-up over each of `baselines`, per reading, with the repeat counts. Each
     comparison pools only the runs that have both arms (in the same run, the same machine state). With `draws`,
     each pooled reading also gets its run-resampled 90 % interval (`interval`); with `goal`, the number of runs
     whose own speed-up reaches it (`runs_at_goal`) out of `runs`; with `after_first_step`, times count from each
     repeat's first step (`run_times`)."""
     out: dict = {"arm": arm, "runs": {}, "pooled": {}}
-    per_run: dict[str, dict[str, list[tuple[Times, Times]]]] = {b: {name: [] for name in ESTIMATORS}
-                                                                 for b in baselines}
+    per_run: dict[str, dict[str, list[tuple[Times, Times]]]] = {b: {name: [] for name in ESTIMATORS} for b in baselines}
     for label, doc in docs.items():
         if doc.get("target") is None or arm not in doc["arms"]:
             continue
@@ -102,16 +110,19 @@ def pool(docs: dict[str, dict], arm: str, baselines: list[str], draws: int = 0, 
         runs = per_run[b]
         if not runs[""]:
             continue
-        joined = {name: ([t for pair in runs[name] for t in pair[0]], [t for pair in runs[name] for t in pair[1]])
-                  for name in ESTIMATORS}
+        joined = {
+            name: ([t for pair in runs[name] for t in pair[0]], [t for pair in runs[name] for t in pair[1]])
+            for name in ESTIMATORS
+        }
         figures = out["pooled"][b] = {name: speedup(*joined[name]) for name in ESTIMATORS}
         figures["repeats"] = [len(joined[""][0]), len(joined[""][1])]
         figures["runs"] = len(runs[""])
         if draws:
             figures["interval"] = {name: run_interval(runs[name], draws) for name in ESTIMATORS}
         if goal is not None:
-            figures["runs_at_goal"] = {name: sum(1 for pair in runs[name] if (speedup(*pair) or 0.0) >= goal)
-                                       for name in ESTIMATORS}
+            figures["runs_at_goal"] = {
+                name: sum(1 for pair in runs[name] if (speedup(*pair) or 0.0) >= goal) for name in ESTIMATORS
+            }
     return out
 
 
@@ -119,23 +130,35 @@ def markdown(result: dict, command: str) -> str:
     names = list(ESTIMATORS)
     heads = " / ".join(n.strip("_") or "first" for n in names)
     since = "each repeat's first step" if result.get("after_first_step") else "launch"
-    lines = [f"# swarm value, pooled: `{command}`", "",
-             f"speed-up of {result['arm']} to the held-out target ({heads}; times from {since}), per run and pooled",
-             "",
-             "| run | over | speed-up |", "|---|---|---|"]
+    lines = [
+        f"# swarm value, pooled: `{command}`",
+        "",
+        f"speed-up of {result['arm']} to the held-out target ({heads}; times from {since}), per run and pooled",
+        "",
+        "| run | over | speed-up |",
+        "|---|---|---|",
+    ]
     for label, per in result["runs"].items():
         for base, ups in per.items():
             lines.append(f"| {label} | {base} | " + " / ".join(f"{ups[n]}" for n in names) + " |")
     for base, ups in result["pooled"].items():
-        lines.append(f"| **pooled** ({ups['runs']} runs, {ups['repeats'][0]} / {ups['repeats'][1]} repeats) | {base} | "
-                     + " / ".join(f"**{ups[n]}**" for n in names) + " |")
+        lines.append(
+            f"| **pooled** ({ups['runs']} runs, {ups['repeats'][0]} / {ups['repeats'][1]} repeats) | {base} | "
+            + " / ".join(f"**{ups[n]}**" for n in names)
+            + " |"
+        )
         if "interval" in ups:
-            lines.append(f"| 90 % interval, runs resampled ({result['draws']} draws) | {base} | "
-                         + " / ".join("-" if ups["interval"][n] is None else "{}-{}".format(*ups["interval"][n])
-                                      for n in names) + " |")
+            lines.append(
+                f"| 90 % interval, runs resampled ({result['draws']} draws) | {base} | "
+                + " / ".join("-" if ups["interval"][n] is None else "{}-{}".format(*ups["interval"][n]) for n in names)
+                + " |"
+            )
         if "runs_at_goal" in ups:
-            lines.append(f"| runs at {result['goal']}x or more | {base} | "
-                         + " / ".join(f"{ups['runs_at_goal'][n]} of {ups['runs']}" for n in names) + " |")
+            lines.append(
+                f"| runs at {result['goal']}x or more | {base} | "
+                + " / ".join(f"{ups['runs_at_goal'][n]} of {ups['runs']}" for n in names)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -147,8 +170,11 @@ def main() -> None:
     ap.add_argument("--also", action="append", default=[], help="another arm to compare against (repeatable)")
     ap.add_argument("--goal", type=float, default=None, help="count the runs whose own speed-up reaches this")
     ap.add_argument("--draws", type=int, default=2000, help="run resamplings for the 90 %% interval (0: none)")
-    ap.add_argument("--after-first-step", action="store_true",
-                    help="count each repeat's time from its first learner step, not from its launch")
+    ap.add_argument(
+        "--after-first-step",
+        action="store_true",
+        help="count each repeat's time from its first learner step, not from its launch",
+    )
     ap.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.md")
     args = ap.parse_args()
     docs = {}
@@ -161,11 +187,16 @@ def main() -> None:
         sys.exit("--draws must be 0 or more and --goal above 0")
     if args.after_first_step:
         for label, doc in docs.items():
-            if any(r.get("first_step_s") is None and r.get("steps") for reps in doc.get("arms", {}).values()
-                   for r in reps):
+            if any(
+                r.get("first_step_s") is None and r.get("steps") for reps in doc.get("arms", {}).values() for r in reps
+            ):
                 sys.exit(f"{label}: a repeat has no `first_step_s`; --after-first-step needs a newer results document")
-    result = {**pool(docs, args.arm, [args.baseline, *args.also], args.draws, args.goal, args.after_first_step),
-              "draws": args.draws, "goal": args.goal, "after_first_step": args.after_first_step}
+    result = {
+        **pool(docs, args.arm, [args.baseline, *args.also], args.draws, args.goal, args.after_first_step),
+        "draws": args.draws,
+        "goal": args.goal,
+        "after_first_step": args.after_first_step,
+    }
     command = " ".join(["python bench/swarm-speedup/swarm_value_pool.py", *sys.argv[1:]])
     text = markdown(result, command)
     print(text)

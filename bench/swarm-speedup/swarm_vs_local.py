@@ -22,8 +22,20 @@ from pathlib import Path
 
 
 def run_swarm(minutes: float, sets: list[str], workdir: Path) -> tuple[float, list[dict]]:
-    cmd = [sys.executable, "-m", "swarmnode", "demo", "--json", "--steps", "1000000", "--minutes", str(minutes),
-           "--workdir", str(workdir), *[a for s in sets for a in ("--set", s)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "swarmnode",
+        "demo",
+        "--json",
+        "--steps",
+        "1000000",
+        "--minutes",
+        str(minutes),
+        "--workdir",
+        str(workdir),
+        *[a for s in sets for a in ("--set", s)],
+    ]
     t0 = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=minutes * 60 + 300)
     if done.returncode != 0:
@@ -33,8 +45,20 @@ def run_swarm(minutes: float, sets: list[str], workdir: Path) -> tuple[float, li
 
 
 def run_local(minutes: float, sets: list[str]) -> tuple[float, list[dict]]:
-    cmd = [sys.executable, "-m", "swarmnode", "train-local", "-c", "tiny-cpu", "--json", "--steps", "1000000",
-           "--max-seconds", str(minutes * 60), *[a for s in sets for a in ("--set", s)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "swarmnode",
+        "train-local",
+        "-c",
+        "tiny-cpu",
+        "--json",
+        "--steps",
+        "1000000",
+        "--max-seconds",
+        str(minutes * 60),
+        *[a for s in sets for a in ("--set", s)],
+    ]
     t0 = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=minutes * 60 + 300)
     if done.returncode != 0:
@@ -70,10 +94,11 @@ def main() -> None:
     horizon = args.minutes * 60
     sb, lb = buckets(swarm_t0, swarm, args.bucket, horizon), buckets(local_t0, local, args.bucket, horizon)
     doc = {
-        "minutes": args.minutes, "bucket_s": args.bucket,
+        "minutes": args.minutes,
+        "bucket_s": args.bucket,
         "swarm": {"steps": len(swarm), "curve": sb, "gain": round(gain(swarm), 4)},
         "local": {"steps": len(local), "curve": lb, "gain": round(gain(local), 4)},
-        "ratio_curve": [round(s / l, 3) if s is not None and l else None for s, l in zip(sb, lb)],
+        "ratio_curve": [round(s / lo, 3) if s is not None and lo else None for s, lo in zip(sb, lb)],
     }
     doc["gain_ratio"] = round(doc["swarm"]["gain"] / doc["local"]["gain"], 3) if doc["local"]["gain"] else None
     doc["steps_ratio"] = round(len(swarm) / len(local), 3) if local else None
@@ -81,11 +106,15 @@ def main() -> None:
         print(json.dumps(doc, indent=2))
         return
     print(f"{'t (s)':>6} {'swarm':>7} {'local':>7} {'ratio':>6}")
-    for k, (s, l, r) in enumerate(zip(sb, lb, doc["ratio_curve"])):
-        print(f"{(k + 1) * args.bucket:6.0f} {s if s is not None else '-':>7} {l if l is not None else '-':>7} "
-              f"{r if r is not None else '-':>6}")
-    print(f"steps: swarm {len(swarm)}, local {len(local)} (ratio {doc['steps_ratio']}); reward gain: swarm "
-          f"{doc['swarm']['gain']:+.3f}, local {doc['local']['gain']:+.3f} (ratio {doc['gain_ratio']})")
+    for k, (s, lo, r) in enumerate(zip(sb, lb, doc["ratio_curve"])):
+        print(
+            f"{(k + 1) * args.bucket:6.0f} {s if s is not None else '-':>7} {lo if lo is not None else '-':>7} "
+            f"{r if r is not None else '-':>6}"
+        )
+    print(
+        f"steps: swarm {len(swarm)}, local {len(local)} (ratio {doc['steps_ratio']}); reward gain: swarm "
+        f"{doc['swarm']['gain']:+.3f}, local {doc['local']['gain']:+.3f} (ratio {doc['gain_ratio']})"
+    )
 
 
 if __name__ == "__main__":

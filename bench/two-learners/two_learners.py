@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import load_config
-from swarmnode.local.demo import read_steps
-from swarmnode.local.swarm import DemoRun, learner_names, prepare_swarm, start_swarm, wait_for_line
-from swarmnode.local.evaluation import evaluate
 from swarmnode.learner.steps_log import STEPS_FILE
+from swarmnode.local.demo import read_steps
+from swarmnode.local.evaluation import evaluate
+from swarmnode.local.swarm import DemoRun, learner_names, prepare_swarm, start_swarm, wait_for_line
 from swarmnode.model.models import load_model, load_tokenizer, resolve_model_path
 from swarmnode.swarm.weights import WeightStore
 from swarmnode.tasks import build_task
@@ -65,8 +65,13 @@ def run_arm(root: Path, learners: int, minutes: float, sets: list[str]) -> dict:
     finally:
         run.stop()
     rows = {n: [r for r in read_steps(root / n / STEPS_FILE) if r["time"] >= start] for n in names}
-    return {"start": start, "rows": rows, "stores": [root / n / "weights" for n in names], "load_before": before,
-            "load_after": load()}
+    return {
+        "start": start,
+        "rows": rows,
+        "stores": [root / n / "weights" for n in names],
+        "load_before": before,
+        "load_after": load(),
+    }
 
 
 def heldout(cfg, stores: list[Path] | None) -> dict:
@@ -78,9 +83,16 @@ def heldout(cfg, stores: list[Path] | None) -> dict:
         version, store = max(held, key=lambda vs: vs[0])
         model.load_state_dict(WeightStore(store, cfg.run_id).state_dict(version))
     sc = cfg.sampler
-    out = evaluate(model, load_tokenizer(cfg.model, cfg.task), build_task(cfg.task), samples=EVAL_SAMPLES,
-                   temperature=sc.temperature, max_new_tokens=sc.max_completion_length,
-                   max_prompt_tokens=sc.max_prompt_length, seed=cfg.task.seed)
+    out = evaluate(
+        model,
+        load_tokenizer(cfg.model, cfg.task),
+        build_task(cfg.task),
+        samples=EVAL_SAMPLES,
+        temperature=sc.temperature,
+        max_new_tokens=sc.max_completion_length,
+        max_prompt_tokens=sc.max_prompt_length,
+        seed=cfg.task.seed,
+    )
     return {"version": version, "reward": round(out["eval_reward"], 4), "exact": round(out["eval_exact"], 4)}
 
 
@@ -109,10 +121,13 @@ def averaging_costs(rows: dict[str, list[dict]]) -> dict:
         if rs:
             rounds = max(rounds, rs[-1].get("averaging_rounds") or 0)
             failures += rs[-1].get("averaging_failures") or 0
-    return {"rounds": rounds, "failures_all_learners": failures,
-            "seconds_per_round_median": round(statistics.median(seconds), 3) if seconds else None,
-            "seconds_per_round_mean": round(statistics.fmean(seconds), 3) if seconds else None,
-            "mb_per_round": round(statistics.fmean(mb), 3) if mb else None}
+    return {
+        "rounds": rounds,
+        "failures_all_learners": failures,
+        "seconds_per_round_median": round(statistics.median(seconds), 3) if seconds else None,
+        "seconds_per_round_mean": round(statistics.fmean(seconds), 3) if seconds else None,
+        "mb_per_round": round(statistics.fmean(mb), 3) if mb else None,
+    }
 
 
 def summarize(cfg, arm: dict, start_eval: dict, bucket: float, minutes: float) -> dict:
@@ -123,13 +138,17 @@ def summarize(cfg, arm: dict, start_eval: dict, bucket: float, minutes: float) -
     out = {
         "steps": {n: len(rs) for n, rs in rows.items()},
         "groups_trained": int(groups),
-        "heldout_start": start_eval, "heldout_end": end_eval, "heldout_gain": round(gain, 4),
+        "heldout_start": start_eval,
+        "heldout_end": end_eval,
+        "heldout_gain": round(gain, 4),
         "gain_per_1000_groups": round(1000 * gain / groups, 5) if groups else None,
         "gain_per_minute": round(gain / minutes, 5),
         "train_reward_curve": (points := curve(arm["start"], rows, bucket, minutes)),
-        "train_reward_last_third": round(statistics.fmean([p for p in points[-len(points) // 3:] if p is not None]
-                                                          or [0.0]), 4),
-        "load_before": arm["load_before"], "load_after": arm["load_after"],
+        "train_reward_last_third": round(
+            statistics.fmean([p for p in points[-len(points) // 3 :] if p is not None] or [0.0]), 4
+        ),
+        "load_before": arm["load_before"],
+        "load_after": arm["load_after"],
     }
     if len(rows) > 1:
         out["averaging"] = averaging_costs(rows)
@@ -138,8 +157,10 @@ def summarize(cfg, arm: dict, start_eval: dict, bucket: float, minutes: float) -
 
 def ratios(one: dict, two: dict) -> dict:
     """Two learners' figures over one learner's (None where one learner's is zero)."""
+
     def over(key: str) -> float | None:
         return round(two[key] / one[key], 3) if one[key] else None
+
     return {key: over(key) for key in ("heldout_gain", "groups_trained", "gain_per_1000_groups")}
 
 
@@ -164,9 +185,14 @@ def main() -> None:
     cfg = load_config(CONFIG, sets)
     resolve_model_path(cfg.model, cfg.task)  # built once, cached, before either arm's clock starts
     torch.set_num_threads(1)
-    doc = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "config": CONFIG,
-           "minutes_per_arm": args.minutes, "average_every": args.average_every, "cpus": os.cpu_count(),
-           "repeats": []}
+    doc = {
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "config": CONFIG,
+        "minutes_per_arm": args.minutes,
+        "average_every": args.average_every,
+        "cpus": os.cpu_count(),
+        "repeats": [],
+    }
     start_eval = heldout(cfg, None)
     with tempfile.TemporaryDirectory(prefix="two-learners-") as tmp:
         for rep in range(args.repeats):
@@ -175,13 +201,15 @@ def main() -> None:
                 print(f"repeat {rep + 1}/{args.repeats}: {name} learner(s), {args.minutes:g} min", file=sys.stderr)
                 root = Path(tmp) / f"{name}{rep}"
                 root.mkdir()
-                arms[name] = summarize(cfg, run_arm(root, learners, args.minutes, sets), start_eval, args.bucket,
-                                       args.minutes)
+                arms[name] = summarize(
+                    cfg, run_arm(root, learners, args.minutes, sets), start_eval, args.bucket, args.minutes
+                )
             arms["ratios_two_over_one"] = ratios(arms["one"], arms["two"])
             doc["repeats"].append(arms)
     doc["median_ratios_two_over_one"] = {
         key: median_of([r["ratios_two_over_one"][key] for r in doc["repeats"]])
-        for key in ("heldout_gain", "groups_trained", "gain_per_1000_groups")}
+        for key in ("heldout_gain", "groups_trained", "gain_per_1000_groups")
+    }
     doc["median_gain"] = {name: median_of([r[name]["heldout_gain"] for r in doc["repeats"]]) for name in ("one", "two")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")

@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benchlib
-from benchlib import ROOT  # noqa: E402  (also puts this checkout's package first on sys.path)
 from swarmnode.config import TrustConfig, load_config  # noqa: E402
 from swarmnode.local.trainer import LocalTrainer  # noqa: E402
 
@@ -41,10 +40,15 @@ def run(fraction: float, steps: int, sets: list[str]) -> dict:
     trainer.learner.step = timed
     trainer.run(steps)
     verifier = trainer.learner.verifier
-    return {"fraction": fraction, "learner_seconds": round(spent[0], 3), "steps": trainer.learner.step_count,
-            "verify_seconds": round(verifier.seconds, 3), "checked": verifier.counts["checked"],
-            "rejected": verifier.counts["rejected"],
-            "verify_share_of_learner_time": round(verifier.seconds / spent[0], 4) if spent[0] else None}
+    return {
+        "fraction": fraction,
+        "learner_seconds": round(spent[0], 3),
+        "steps": trainer.learner.step_count,
+        "verify_seconds": round(verifier.seconds, 3),
+        "checked": verifier.counts["checked"],
+        "rejected": verifier.counts["rejected"],
+        "verify_share_of_learner_time": round(verifier.seconds / spent[0], 4) if spent[0] else None,
+    }
 
 
 def main() -> int:
@@ -59,8 +63,13 @@ def main() -> int:
     base = runs[0]["learner_seconds"] / max(1, runs[0]["steps"])
     for r in runs:
         r["seconds_per_step_vs_baseline"] = round(r["learner_seconds"] / max(1, r["steps"]) / base, 3)
-    report = {"bench": "verify_cost", "default_fraction": default, "runs": runs, "load_avg": os.getloadavg(),
-              "command": " ".join(sys.argv)}
+    report = {
+        "bench": "verify_cost",
+        "default_fraction": default,
+        "runs": runs,
+        "load_avg": os.getloadavg(),
+        "command": " ".join(sys.argv),
+    }
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

@@ -51,8 +51,9 @@ LIE_ON = ("fp32", "bf16 logits x8")
 
 def sample(preset: str, seed: int, temperature: float, n: int):
     """`n` honest groups at `temperature`; (groups, engine)."""
-    cfg = load_config(preset, ["sampler.device=cpu", f"sampler.temperature={temperature}",
-                               "sampler.prompts_per_batch=32"])
+    cfg = load_config(
+        preset, ["sampler.device=cpu", f"sampler.temperature={temperature}", "sampler.prompts_per_batch=32"]
+    )
     torch.manual_seed(seed)
     engine, task = build_engine(cfg), build_task(cfg.task)
     out: list = []
@@ -62,8 +63,9 @@ def sample(preset: str, seed: int, temperature: float, n: int):
     return out[:n], engine
 
 
-def claims(model, low, groups, pad: int, bf16: bool) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]],
-                                                               torch.Tensor]:
+def claims(
+    model, low, groups, pad: int, bf16: bool
+) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
     """Per variant (reference, claimed) [rows, T] log-probs for `groups` (the bf16 ones when `bf16`), and the
     token mask."""
     prompts = [g.prompt_tokens for g in groups for _ in g.completions]
@@ -84,7 +86,7 @@ def claims(model, low, groups, pad: int, bf16: bool) -> tuple[dict[str, tuple[to
     target = ids[:, -T:].unsqueeze(-1)
 
     def logp(logits: torch.Tensor, scale: float, dtype) -> torch.Tensor:
-        scaled = (logits.float() * scale).to(dtype).float()[:, -(T + 1):-1] / t.view(-1, 1, 1)
+        scaled = (logits.float() * scale).to(dtype).float()[:, -(T + 1) : -1] / t.view(-1, 1, 1)
         return torch.log_softmax(scaled, dim=-1).gather(-1, target).squeeze(-1)
 
     for s in SCALES:
@@ -97,9 +99,20 @@ def measure(args) -> dict:
     tolerance = TrustConfig().verify_tolerance
     per_run = -(-args.groups // (len(SEEDS) * len(TEMPERATURES)))
     limits = {"median_abs": tolerance, "mean": tolerance, "mean_abs": tolerance, "sequence": tolerance}
-    honest: dict[str, dict] = defaultdict(lambda: {"groups": 0, "false_positives": 0, "reasons": Counter(),
-                                                  "tokens": 0, "abs_sum": 0.0, "abs_max": 0.0, "over_p99": [],
-                                                  "margin": Counter(), "off_tokens_max": 0, "kl_max": 0.0})
+    honest: dict[str, dict] = defaultdict(
+        lambda: {
+            "groups": 0,
+            "false_positives": 0,
+            "reasons": Counter(),
+            "tokens": 0,
+            "abs_sum": 0.0,
+            "abs_max": 0.0,
+            "over_p99": [],
+            "margin": Counter(),
+            "off_tokens_max": 0,
+            "kl_max": 0.0,
+        }
+    )
     lies: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     done = 0
     for seed in SEEDS:
@@ -108,7 +121,7 @@ def measure(args) -> dict:
             model, pad = engine.model, engine.tokenizer.pad_token_id
             low = copy.deepcopy(model).to(torch.bfloat16)
             for start in range(0, len(groups), BATCH):
-                batch = groups[start: start + BATCH]
+                batch = groups[start : start + BATCH]
                 variants, mask = claims(model, low, batch, pad, (start // BATCH) % args.bf16_every == 0)
                 offsets = [sum(len(g.completions) for g in batch[:k]) for k in range(len(batch))]
                 for name, (ref, claim) in variants.items():
@@ -141,24 +154,45 @@ def measure(args) -> dict:
                                 lies[name][kind]["caught"] += not got.passed
                                 lies[name][kind][got.reason or "passed"] += 1
             done += len(groups)
-            print(f"seed {seed} temperature {temperature}: {done} groups, load {os.getloadavg()[0]:.1f}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"seed {seed} temperature {temperature}: {done} groups, load {os.getloadavg()[0]:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
     table = {}
     for name, h in honest.items():
         p99 = sorted(h["over_p99"])
-        table[name] = {"groups": h["groups"], "false_positives": h["false_positives"],
-                       "false_positive_reasons": dict(h["reasons"]),
-                       "token_abs_delta_mean": round(h["abs_sum"] / max(1, h["tokens"]), 5),
-                       "token_abs_delta_p99_median_batch": round(p99[len(p99) // 2], 5),
-                       "token_abs_delta_max": round(h["abs_max"], 4),
-                       "off_tokens_max": h["off_tokens_max"],
-                       "largest_share_of_limit": {k: round(v, 3) for k, v in h["margin"].items()},
-                       "kl_max": round(h["kl_max"], 6)}
-    caught = {name: {kind: {"groups": c["groups"], "caught": c["caught"],
-                            "by": {k: v for k, v in c.items() if k not in ("groups", "caught")}}
-                     for kind, c in kinds.items()} for name, kinds in lies.items()}
-    return {"preset": args.preset, "tolerance": tolerance, "off_token_nats": OFF_TOKEN * tolerance,
-            "seeds": SEEDS, "temperatures": TEMPERATURES, "honest": table, "lies": caught}
+        table[name] = {
+            "groups": h["groups"],
+            "false_positives": h["false_positives"],
+            "false_positive_reasons": dict(h["reasons"]),
+            "token_abs_delta_mean": round(h["abs_sum"] / max(1, h["tokens"]), 5),
+            "token_abs_delta_p99_median_batch": round(p99[len(p99) // 2], 5),
+            "token_abs_delta_max": round(h["abs_max"], 4),
+            "off_tokens_max": h["off_tokens_max"],
+            "largest_share_of_limit": {k: round(v, 3) for k, v in h["margin"].items()},
+            "kl_max": round(h["kl_max"], 6),
+        }
+    caught = {
+        name: {
+            kind: {
+                "groups": c["groups"],
+                "caught": c["caught"],
+                "by": {k: v for k, v in c.items() if k not in ("groups", "caught")},
+            }
+            for kind, c in kinds.items()
+        }
+        for name, kinds in lies.items()
+    }
+    return {
+        "preset": args.preset,
+        "tolerance": tolerance,
+        "off_token_nats": OFF_TOKEN * tolerance,
+        "seeds": SEEDS,
+        "temperatures": TEMPERATURES,
+        "honest": table,
+        "lies": caught,
+    }
 
 
 def main() -> None:
@@ -172,8 +206,13 @@ def main() -> None:
     torch.set_num_threads(1)
     began = time.time()
     load = os.getloadavg()
-    report = {**measure(args), "load_avg_start": load, "load_avg_end": os.getloadavg(),
-              "seconds": round(time.time() - began, 1), "command": " ".join(sys.argv)}
+    report = {
+        **measure(args),
+        "load_avg_start": load,
+        "load_avg_end": os.getloadavg(),
+        "seconds": round(time.time() - began, 1),
+        "command": " ".join(sys.argv),
+    }
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

@@ -49,15 +49,23 @@ def map_deprecated_learner_keys(data: Any) -> Any:
     if out.get("token_aggregation") == "sequence":  # the old name of TRL's "grpo" aggregation
         out["token_aggregation"] = "grpo"
     old_family = out.get("loss_type")
-    family_meaning = old_family in OLD_LOSS_FAMILIES or (old_family == "grpo" and "importance_sampling_level" not in out)
+    family_meaning = old_family in OLD_LOSS_FAMILIES or (
+        old_family == "grpo" and "importance_sampling_level" not in out
+    )
     if old_family in OLD_LOSS_FAMILIES:
-        _warn("loss_type", f"loss_type={old_family} is read as importance_sampling_level="
-                           f"{OLD_LOSS_FAMILIES[old_family]} (loss_type now means token aggregation, as in TRL)")
+        _warn(
+            "loss_type",
+            f"loss_type={old_family} is read as importance_sampling_level="
+            f"{OLD_LOSS_FAMILIES[old_family]} (loss_type now means token aggregation, as in TRL)",
+        )
         out["importance_sampling_level"] = OLD_LOSS_FAMILIES[old_family]
         del out["loss_type"]
     elif old_family == "grpo" and "importance_sampling_level" not in out:
-        _warn("loss_type=grpo", "without importance_sampling_level it is read as GRPO (importance_sampling_level="
-                                "token); set importance_sampling_level (token, sequence or group) to silence this")
+        _warn(
+            "loss_type=grpo",
+            "without importance_sampling_level it is read as GRPO (importance_sampling_level="
+            "token); set importance_sampling_level (token, sequence or group) to silence this",
+        )
         out["importance_sampling_level"] = "token"
     for old, new in DEPRECATED_LEARNER_KEYS.items():
         if old not in out:
@@ -69,11 +77,17 @@ def map_deprecated_learner_keys(data: Any) -> Any:
         else:
             out.setdefault(new, value)
     if isinstance(out.get("beta"), (int, float)) and out["beta"] > 0:
-        warn_once("beta", "learner.beta is TRL's KL to a frozen reference model (the learner's starting weights); "
-                          "before, it was the learner-sampler KL, now learner.cppo_beta")
+        warn_once(
+            "beta",
+            "learner.beta is TRL's KL to a frozen reference model (the learner's starting weights); "
+            "before, it was the learner-sampler KL, now learner.cppo_beta",
+        )
     if out.get("scale_rewards") == "auto":
-        _warn("scale_rewards=auto", "one setting now applies to every loss; 'auto' is read as 'none' (the GEPO "
-                                    "authors' online runs); use group, batch or none")
+        _warn(
+            "scale_rewards=auto",
+            "one setting now applies to every loss; 'auto' is read as 'none' (the GEPO "
+            "authors' online runs); use group, batch or none",
+        )
         out["scale_rewards"] = "none"
     if out.get("epsilon", 0.2) is None:  # unset used to mean 'the loss's own default'; now TRL's 0.2
         del out["epsilon"]
@@ -90,7 +104,7 @@ MOVED_TRUST_KEYS = {
 # learner.<old> keys that are read no more, with why
 DROPPED_TRUST_KEYS = {
     "verify_versions": "the learner keeps every version of the staleness window for checks now; "
-                       "trust.verify_keep_bytes bounds their memory",
+    "trust.verify_keep_bytes bounds their memory"
 }
 
 

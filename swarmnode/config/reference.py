@@ -67,8 +67,10 @@ def _section(model: type[BaseModel], prefix: str) -> list[str]:
             subsections.append((field.annotation, f"{prefix}{name}."))  # listed here, detailed below
             lines.append(f"| `{prefix}{name}` | section | | see below |")
             continue
-        lines.append(f"| `{prefix}{name}` | {_type_name(field.annotation)} | {_default(field)} | "
-                     f"{_cell(field.description or '')} |")
+        lines.append(
+            f"| `{prefix}{name}` | {_type_name(field.annotation)} | {_default(field)} | "
+            f"{_cell(field.description or '')} |"
+        )
     lines.append("")
     for sub, sub_prefix in subsections:
         lines += _section(sub, sub_prefix)

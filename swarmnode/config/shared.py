@@ -18,22 +18,65 @@ from typing import Any
 
 from swarmnode.config.schema import NodeConfig
 
-SHARED = ("mode", "model", "task", "sampler.num_generations", "sampler.temperature", "sampler.top_p",
-          "sampler.max_completion_length", "sampler.max_prompt_length", "learner", "sync", "trust", "sapo",
-          "network.heartbeat_interval", "network.missed_beats_to_expire")
-LOCAL = ("model.gradient_checkpointing", "task.path", "learner.device", "learner.gradient_accumulation_steps",
-         "learner.max_tokens_per_microbatch", "learner.precision", "learner.checkpoint_every",
-         "learner.keep_versions", "learner.buffer_size", "learner.per_sampler_quota", "learner.buffer_high_water",
-         "learner.max_groups_per_second_per_sampler", "learner.sample_when_idle", "learner.draw_order",
-         "sync.simulate_delay", "sync.delay_target", "trust.accept_any_learner", "trust.verify_keep_bytes")
+SHARED = (
+    "mode",
+    "model",
+    "task",
+    "sampler.num_generations",
+    "sampler.temperature",
+    "sampler.top_p",
+    "sampler.max_completion_length",
+    "sampler.max_prompt_length",
+    "learner",
+    "sync",
+    "trust",
+    "sapo",
+    "network.heartbeat_interval",
+    "network.missed_beats_to_expire",
+)
+LOCAL = (
+    "model.gradient_checkpointing",
+    "task.path",
+    "learner.device",
+    "learner.gradient_accumulation_steps",
+    "learner.max_tokens_per_microbatch",
+    "learner.precision",
+    "learner.checkpoint_every",
+    "learner.keep_versions",
+    "learner.buffer_size",
+    "learner.per_sampler_quota",
+    "learner.buffer_high_water",
+    "learner.max_groups_per_second_per_sampler",
+    "learner.sample_when_idle",
+    "learner.draw_order",
+    "sync.simulate_delay",
+    "sync.delay_target",
+    "trust.accept_any_learner",
+    "trust.verify_keep_bytes",
+)
 # local settings the host's card suggests to joiners (they may set their own)
-CARRIED_DEFAULTS = ("network.host_maddrs", "network.nat_port_map", "network.auto_nat", "network.use_relay",
-                    "network.startup_timeout", "network.reachability", "sampler.device", "learner.device",
-                    "sampler.max_groups_per_second", "sampler.prompts_per_batch", "learner.buffer_size",
-                    "learner.max_groups_per_second_per_sampler")
+CARRIED_DEFAULTS = (
+    "network.host_maddrs",
+    "network.nat_port_map",
+    "network.auto_nat",
+    "network.use_relay",
+    "network.startup_timeout",
+    "network.reachability",
+    "sampler.device",
+    "learner.device",
+    "sampler.max_groups_per_second",
+    "sampler.prompts_per_batch",
+    "learner.buffer_size",
+    "learner.max_groups_per_second_per_sampler",
+)
 # shared settings a running node takes from a card update without a restart (any other change makes it leave)
-FOLLOWABLE = ("trust.learner_keys", "sync.max_staleness", "trust.verify_fraction", "trust.verify_tolerance",
-              "trust.probation_checks")
+FOLLOWABLE = (
+    "trust.learner_keys",
+    "sync.max_staleness",
+    "trust.verify_fraction",
+    "trust.verify_tolerance",
+    "trust.probation_checks",
+)
 
 
 def _matches(key: str, prefixes: tuple[str, ...]) -> int:

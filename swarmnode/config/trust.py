@@ -12,7 +12,9 @@ def check_trust_root(cfg: NodeConfig) -> None:
     neither does a SAPO node (every node trains its own policy; only text is shared)."""
     if cfg.role == "learner" or cfg.mode == "sapo" or cfg.trust.learner_keys or cfg.trust.accept_any_learner:
         return
-    raise UsageError("trust.learner_keys is empty: a sampler loads weights only from the run's designated "
-                     "learners; add --set trust.learner_keys=[PEER_ID] (`swarmnode identity --identity-path "
-                     "LEARNER_KEY` prints a learner's peer id), or join with --role learner; "
-                     "for a throwaway local run, --insecure-accept-any-learner")
+    raise UsageError(
+        "trust.learner_keys is empty: a sampler loads weights only from the run's designated "
+        "learners; add --set trust.learner_keys=[PEER_ID] (`swarmnode identity --identity-path "
+        "LEARNER_KEY` prints a learner's peer id), or join with --role learner; "
+        "for a throwaway local run, --insecure-accept-any-learner"
+    )

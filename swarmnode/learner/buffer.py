@@ -21,8 +21,8 @@ import logging
 import math
 import threading
 from collections import Counter, OrderedDict
-from typing import Callable, Protocol, TypeVar
-
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 F = TypeVar("F", bound=Callable)
 logger = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ def _locked(method: F) -> F:
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
 
 ACCEPTED = "ok"
 REASONS = ("ok", "duplicate", "quota", "stale", "future", "lineage", "evicted", "aged_out", "liar")
@@ -96,7 +97,7 @@ class ReplayBuffer:
         self._lock = threading.RLock()
 
     @classmethod
-    def from_config(cls, cfg, lineage: str | None = None, version: int = 0) -> "ReplayBuffer":
+    def from_config(cls, cfg, lineage: str | None = None, version: int = 0) -> ReplayBuffer:
         """A buffer sized and policed by a NodeConfig's learner and sync sections."""
         lc = cfg.learner
         return cls(lc.buffer_size, cfg.sync.max_staleness, lc.per_sampler_quota, lc.draw_order, lineage, version)
@@ -129,8 +130,12 @@ class ReplayBuffer:
     def narrow_staleness(self, max_staleness: int, why: str) -> None:
         """Accept claims at most `max_staleness` versions old from now on (said once in the log, with `why`)."""
         if max_staleness < self.max_staleness:
-            logger.warning("the learner accepts groups at most %d versions stale (sync.max_staleness=%d): %s",
-                           max_staleness, self.max_staleness, why)
+            logger.warning(
+                "the learner accepts groups at most %d versions stale (sync.max_staleness=%d): %s",
+                max_staleness,
+                self.max_staleness,
+                why,
+            )
             self.max_staleness = max_staleness
             self.set_version(self.version)
 
@@ -260,8 +265,13 @@ class ReplayBuffer:
     @_locked
     def state_dict(self) -> dict:
         """Position for a checkpoint: version, counters and dedup memory (held groups are not saved)."""
-        return {"version": self.version, "counters": dict(self.counters), "drawn": self.drawn,
-                "seen": list(self._seen), "skipped": list(self.skipped or [])}
+        return {
+            "version": self.version,
+            "counters": dict(self.counters),
+            "drawn": self.drawn,
+            "seen": list(self._seen),
+            "skipped": list(self.skipped or []),
+        }
 
     @_locked
     def load_state_dict(self, state: dict) -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from swarmnode.learner.verify import SpotChecker
 
@@ -42,8 +43,9 @@ def suspect_budget(share: float, prompts_per_step: int) -> int:
 class StepChecks:
     """One step's draw decisions under the two budgets (module docstring)."""
 
-    def __init__(self, checker: SpotChecker, unchecked: int, suspects: int,
-                 checkable: Callable[[Any], bool] = lambda g: True) -> None:
+    def __init__(
+        self, checker: SpotChecker, unchecked: int, suspects: int, checkable: Callable[[Any], bool] = lambda g: True
+    ) -> None:
         self.checker, self.unchecked, self.suspects, self.checkable = checker, unchecked, suspects, checkable
         self.passed: Counter[str] = Counter()  # key -> groups let into this step unchecked
         self.suspect_checks = 0

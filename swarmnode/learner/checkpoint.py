@@ -217,8 +217,9 @@ def restore_learner(loop: Checkpointed, state: dict[str, Any]) -> None:
         if "scheduler" in state:
             loop.scheduler.load_state_dict(state["scheduler"])
     except (RuntimeError, KeyError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint in {loop.checkpoint_dir} does not fit this model/optimizer "
-                              f"({str(exc).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"checkpoint in {loop.checkpoint_dir} does not fit this model/optimizer ({str(exc).splitlines()[0]})"
+        ) from None
     loop.version, loop.step_count = int(state["version"]), int(state["step"])
     set_rng_state(state["rng"], loop.rng)
     loop.buffer.load_state_dict(state["buffer"])
@@ -239,7 +240,7 @@ class StopFlag:
     def _handle(self, signum, _frame) -> None:
         self.requested, self.signal = True, signum
 
-    def __enter__(self) -> "StopFlag":
+    def __enter__(self) -> StopFlag:
         for s in self.signals:
             self._previous[s] = signal.signal(s, self._handle)
         return self

@@ -26,9 +26,9 @@ import contextlib
 import os
 import threading
 import zlib
-from pathlib import Path
 from collections import Counter
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from swarmnode.config import NodeConfig
 from swarmnode.diskspace import DiskFullError, raise_if_full
@@ -221,5 +221,3 @@ def _records(data: bytes):
             return
         pos += _HEADER + n
         yield body, pos
-
-

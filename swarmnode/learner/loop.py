@@ -44,15 +44,16 @@ import math
 import random
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.diskspace import DiskFullError, SpaceWatch
 from swarmnode.learner.buffer import ReplayBuffer
-from swarmnode.learner.hooks import LearnerHooks
+from swarmnode.learner.check_budget import StepChecks, draw_step, suspect_budget, unchecked_budget
 from swarmnode.learner.checkpoint import (
     learner_state,
     load_checkpoint,
@@ -61,11 +62,11 @@ from swarmnode.learner.checkpoint import (
     save_checkpoint,
     write_published,
 )
-from swarmnode.model.adapters import weights_hash
+from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
 from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
-from swarmnode.learner.optimizer import build_optimizer
 from swarmnode.learner.microbatch import loss_share, plan_microbatches, rows_per_chunk, weighted_mean
+from swarmnode.learner.optimizer import build_optimizer
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
 from swarmnode.learner.reference import ReferencePolicy
@@ -73,11 +74,11 @@ from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, step_stats
-from swarmnode.learner.check_budget import StepChecks, draw_step, suspect_budget, unchecked_budget
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
+from swarmnode.model.adapters import weights_hash
 from swarmnode.model.logprobs import completion_scores
-from swarmnode.staleness import StalenessHistogram
 from swarmnode.model.transfers import readback, to_device
+from swarmnode.staleness import StalenessHistogram
 
 logger = logging.getLogger(__name__)
 
@@ -178,8 +179,11 @@ class LearnerLoop:
         if groups:
             taus = [rows[0].staleness for rows in groups]
             self.staleness_hist.add(taus)
-            summary.update(staleness_min=float(min(taus)), staleness_median=float(statistics.median(taus)),
-                           staleness_max=float(max(taus)))
+            summary.update(
+                staleness_min=float(min(taus)),
+                staleness_median=float(statistics.median(taus)),
+                staleness_max=float(max(taus)),
+            )
         if not trained:
             return {**summary, **self._status(), "trained": 0.0}
         diag = self._optimise(groups)
@@ -190,8 +194,9 @@ class LearnerLoop:
         if self.hooks.on_step is not None:
             self.hooks.on_step(out)
         journal = self.hooks.journal
-        if self.checkpoint_dir and (self.step_count % self.lc.checkpoint_every == 0
-                                    or (journal is not None and journal.over_soft_limit)):
+        if self.checkpoint_dir and (
+            self.step_count % self.lc.checkpoint_every == 0 or (journal is not None and journal.over_soft_limit)
+        ):
             self.save()
         return out
 
@@ -227,22 +232,27 @@ class LearnerLoop:
         stats = self.step_statistics(groups)
         rows = [r for group in groups for r in group]
         starts = [sum(len(g) for g in groups[:gi]) for gi in range(len(groups))]
-        trained = [[starts[gi] + j for j in range(len(g))] for gi, g in enumerate(groups)
-                   if self.trains_zero_signal or bool(stats.signal[starts[gi]])]
+        trained = [
+            [starts[gi] + j for j in range(len(g))]
+            for gi, g in enumerate(groups)
+            if self.trains_zero_signal or bool(stats.signal[starts[gi]])
+        ]
         order = [i for group in trained for i in group]  # the trained rows, in the order of seq_logp below
         step_lengths = [len(rows[i].completion) for i in order]
         device = next(self.model.parameters()).device
         seq_logp = torch.zeros(len(order), device=device)
         parts: list[tuple[int, dict]] = []
-        chunk_rows = rows_per_chunk(self.lc.prompts_per_step, self.cfg.sampler.num_generations,
-                                    self.lc.gradient_accumulation_steps)
+        chunk_rows = rows_per_chunk(
+            self.lc.prompts_per_step, self.cfg.sampler.num_generations, self.lc.gradient_accumulation_steps
+        )
         sizes = [(len(rows[i].prompt_tokens), len(rows[i].completion)) for i in order]
         for chunk, batches in plan_microbatches(sizes, chunk_rows, self.lc.max_tokens_per_microbatch):
             chunk_lengths = [step_lengths[k] for k in chunk]
             for batch in batches:
                 picked = [order[k] for k in batch]
-                loss, diag, logp = self._micro_loss([rows[i] for i in picked], stats.group_index[picked],
-                                                    stats.adv[picked], stats.log_e[picked])
+                loss, diag, logp = self._micro_loss(
+                    [rows[i] for i in picked], stats.group_index[picked], stats.adv[picked], stats.log_e[picked]
+                )
                 seq_logp[to_device(torch.tensor(batch), device)] = logp
                 share = loss_share(self.lc.loss_type, [step_lengths[k] for k in batch], chunk_lengths, step_lengths)
                 self.precision.backward(loss * share)
@@ -260,8 +270,12 @@ class LearnerLoop:
 
     def step_statistics(self, groups: list[list[Row]]) -> StepStats:
         """Advantages and GEPO's log E_q[q] of every row of the step's groups (`learner.step_stats`)."""
-        return step_stats([[r.reward for r in g] for g in groups], [[_mean_logq(r) for r in g] for g in groups],
-                          self.lc, self.step_count)
+        return step_stats(
+            [[r.reward for r in g] for g in groups],
+            [[_mean_logq(r) for r in g] for g in groups],
+            self.lc,
+            self.step_count,
+        )
 
     def _micro_loss(self, rows: list[Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """(loss, diagnostics, per-row length-normalised learner log-prob on the device) of one micro-batch; the
@@ -269,15 +283,35 @@ class LearnerLoop:
         device = next(self.model.parameters()).device
         with self.precision.autocast():
             scores = completion_scores(
-                self.model, [r.prompt_tokens for r in rows], [r.completion for r in rows],
-                [r.temperature for r in rows], self.tokenizer.pad_token_id,
+                self.model,
+                [r.prompt_tokens for r in rows],
+                [r.completion for r in rows],
+                [r.temperature for r in rows],
+                self.tokenizer.pad_token_id,
             )
         data = row_tensors(rows, scores.logp.shape[1], group_index, device)
-        ref = data.logq if self.reference is None else self.reference.logprobs(
-            [r.prompt_tokens for r in rows], [r.completion for r in rows], [r.temperature for r in rows],
-            self.tokenizer.pad_token_id, self.precision.autocast).to(device)  # (logq: unused without beta)
-        args = (scores.logp, data.logq, scores.mask, data.rewards, data.group_index, data.staleness,
-                to_device(adv, device), to_device(log_e, device), ref)
+        ref = (
+            data.logq
+            if self.reference is None
+            else self.reference.logprobs(
+                [r.prompt_tokens for r in rows],
+                [r.completion for r in rows],
+                [r.temperature for r in rows],
+                self.tokenizer.pad_token_id,
+                self.precision.autocast,
+            ).to(device)
+        )  # (logq: unused without beta)
+        args = (
+            scores.logp,
+            data.logq,
+            scores.mask,
+            data.rewards,
+            data.group_index,
+            data.staleness,
+            to_device(adv, device),
+            to_device(log_e, device),
+            ref,
+        )
         loss, lazy = self._policy_loss(*args, lazy=True)
         with torch.no_grad():
             tokens = scores.where[0].numel()  # known on the host
@@ -296,8 +330,12 @@ class LearnerLoop:
         keys checked at rate 1 first, then the others; a key's groups over its unchecked budget come last (and
         are checked); further groups of keys at rate 1 wait in the buffer."""
         trust = self.cfg.trust
-        self.step_checks = StepChecks(self.verifier, unchecked_budget(trust.unchecked_share, n),
-                                      suspect_budget(trust.probation_share, n), self.hooks.checkable)
+        self.step_checks = StepChecks(
+            self.verifier,
+            unchecked_budget(trust.unchecked_share, n),
+            suspect_budget(trust.probation_share, n),
+            self.hooks.checkable,
+        )
         drawn = draw_step(self.buffer, self.step_checks, n)
         self.verifier.counts.update(self.step_checks.counts)  # deferred (left for later steps), forced checks
         return drawn
@@ -308,8 +346,13 @@ class LearnerLoop:
         `uncheckable`); True when it passes or is not drawn (`swarmnode.learner.verify`)."""
         if not self.hooks.checkable(group):
             return True
-        decision = self.verifier.decide(group.sampler_id, int(group.policy_version), self.version,
-                                        self._weights_published, self.step_checks.drawn(group))
+        decision = self.verifier.decide(
+            group.sampler_id,
+            int(group.policy_version),
+            self.version,
+            self._weights_published,
+            self.step_checks.drawn(group),
+        )
         if decision == SKIP:
             return True
         if decision != CHECK:  # made before this process started, with weights it no longer has (a swarm learner
@@ -320,8 +363,9 @@ class LearnerLoop:
             self.rejected["uncheckable"] += 1
             return False
         current = self.version if self._weights_published else None
-        mismatch = self.verifier.mismatch(self.model, group, self.tokenizer.pad_token_id, self.precision.autocast,
-                                          current)
+        mismatch = self.verifier.mismatch(
+            self.model, group, self.tokenizer.pad_token_id, self.precision.autocast, current
+        )
         if self.verifier.judge(group.sampler_id, mismatch):
             return True
         self.rejected["logprob_mismatch"] += 1
@@ -331,10 +375,22 @@ class LearnerLoop:
         return False
 
     def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp, lazy=False):
-        return policy_loss(self.lc.algorithm, logp, logq, mask, rewards, group_index, self.lc, staleness,
-                           shuffle_seed=self.step_count, adv=adv, log_e=log_e, lazy=lazy,
-                           max_completion_length=self.cfg.sampler.max_completion_length,
-                           ref_logp=ref_logp if self.reference is not None else None)
+        return policy_loss(
+            self.lc.algorithm,
+            logp,
+            logq,
+            mask,
+            rewards,
+            group_index,
+            self.lc,
+            staleness,
+            shuffle_seed=self.step_count,
+            adv=adv,
+            log_e=log_e,
+            lazy=lazy,
+            max_completion_length=self.cfg.sampler.max_completion_length,
+            ref_logp=ref_logp if self.reference is not None else None,
+        )
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
@@ -349,8 +405,9 @@ class LearnerLoop:
             if not torch.isfinite(loss):
                 self.rejected["poisoned_group"] += 1
                 if self.hooks.on_poisoned is not None:
-                    self.hooks.on_poisoned(rows[int(mine.nonzero()[0])].group,
-                                           "poisoned_group (its loss was not finite)")
+                    self.hooks.on_poisoned(
+                        rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)"
+                    )
                 continue
             n = int(mine.sum())
             kept.append((n, diag))
@@ -360,11 +417,17 @@ class LearnerLoop:
 
     def _status(self) -> dict:
         stats = self.buffer.stats()
-        out = {"step": float(self.step_count), "version": float(self.version), "buffer_size": float(stats["size"]),
-               "dropped_fraction": stats["dropped_fraction"],
-               "verified_groups": float(self.verifier.counts["checked"]),  # groups spot-checked so far
-               **{f"checks_{k}": float(self.verifier.counts[k])  # the per-step check budgets' work so far
-                  for k in ("deferred_probation", "deferred_unchecked", "forced_checks")}}
+        out = {
+            "step": float(self.step_count),
+            "version": float(self.version),
+            "buffer_size": float(stats["size"]),
+            "dropped_fraction": stats["dropped_fraction"],
+            "verified_groups": float(self.verifier.counts["checked"]),  # groups spot-checked so far
+            **{
+                f"checks_{k}": float(self.verifier.counts[k])  # the per-step check budgets' work so far
+                for k in ("deferred_probation", "deferred_unchecked", "forced_checks")
+            },
+        }
         out.update({f"rejected_{k}": float(v) for k, v in self.rejected.items()})
         return out
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from swarmnode.model.adapters import adapter_state, load_adapter_state
 from swarmnode.config import LoraSettings
+from swarmnode.model.adapters import adapter_state, load_adapter_state
 from swarmnode.protocol.manifest import AdapterSpec
 
 __all__ = ["adapter_spec", "adapter_state", "apply_lora", "is_lora", "load_adapter_state", "merged_state"]
@@ -27,8 +27,14 @@ def apply_lora(model: torch.nn.Module, settings: LoraSettings, seed: int = 0) ->
 
     if "lm_head" in settings.target_modules:
         raise ValueError("learner.lora.target_modules: lm_head cannot be adapted (the log-prob path reads its weight)")
-    config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=list(settings.target_modules), bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     try:
         with torch.random.fork_rng(devices=devices):
@@ -55,8 +61,11 @@ def merged_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     from peft.tuners.lora import LoraLayer
 
     base = model.get_base_model()
-    deltas = {f"{name}.weight": module.get_delta_weight(module.active_adapters[0])
-              for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    deltas = {
+        f"{name}.weight": module.get_delta_weight(module.active_adapters[0])
+        for name, module in base.named_modules()
+        if isinstance(module, LoraLayer)
+    }
     out = {}
     for key, value in base.state_dict().items():
         if ".lora_" in key:

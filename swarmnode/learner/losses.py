@@ -47,8 +47,8 @@ import math
 import torch
 
 from swarmnode.config import LearnerConfig
-from swarmnode.staleness import bucket_label, bucket_of
 from swarmnode.model.transfers import readback, to_device
+from swarmnode.staleness import bucket_label, bucket_of
 
 ALGORITHMS = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL
@@ -78,7 +78,9 @@ def _group_logsumexp(x: torch.Tensor, inv: torch.Tensor, n: int) -> torch.Tensor
     return peak + torch.log(_group_sum(torch.exp(x - peak[inv]), inv, n))
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, scale: str | bool) -> tuple[torch.Tensor, torch.Tensor]:
+def advantages(
+    rewards: torch.Tensor, group_index: torch.Tensor, scale: str | bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row group-relative advantages, and a per-group flag of zero signal (all rewards equal).
 
     `scale` (TRL's scale_rewards): "group" divides by the group's sample std (n-1) + 1e-4, "batch" by the std
@@ -121,8 +123,10 @@ def defensive_lambdas(cfg: LearnerConfig, staleness: torch.Tensor | None, rows: 
 def _masked(logp: torch.Tensor, logq: torch.Tensor, mask: torch.Tensor):
     """Token log-probs zeroed on padding (before any exp), lengths L_i = max(1, |y_i|), and LP_i, LQ_i."""
     if logp.shape != logq.shape or logp.shape != mask.shape or logp.dim() != 2:
-        raise ValueError(f"logp/logq/mask must share one [B, T] shape, got {tuple(logp.shape)}, "
-                         f"{tuple(logq.shape)}, {tuple(mask.shape)}")
+        raise ValueError(
+            f"logp/logq/mask must share one [B, T] shape, got {tuple(logp.shape)}, "
+            f"{tuple(logq.shape)}, {tuple(mask.shape)}"
+        )
     dtype = logp.dtype if logp.dtype == torch.float64 else torch.float32
     m = mask.to(torch.bool)
     zero = torch.zeros((), dtype=dtype, device=logp.device)
@@ -190,8 +194,9 @@ def _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness,
     return LP - log_den
 
 
-def _aggregate_tokens(per_tok: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, mode: str,
-                      max_length: int | None = None) -> torch.Tensor:
+def _aggregate_tokens(
+    per_tok: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, mode: str, max_length: int | None = None
+) -> torch.Tensor:
     """TRL's token aggregation of a [B, T] per-token loss that is zero on padding (see the module docstring);
     `max_length` is dr_grpo's constant (None: the padded width T)."""
     if mode in ("bnpo", "dapo"):
@@ -201,8 +206,7 @@ def _aggregate_tokens(per_tok: torch.Tensor, mask: torch.Tensor, lengths: torch.
     return (per_tok.sum(dim=1) / lengths).mean()
 
 
-def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
-                        rows: int = PAPER_MICROBATCH_ROWS) -> float:
+def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0, rows: int = PAPER_MICROBATCH_ROWS) -> float:
     """The paper's importance-weight variance, the same statistic for every loss family.
 
     The rows (length-normalised sequence log-probs LP_i under the learner, LQ_i under the sampler) are shuffled
@@ -213,8 +217,9 @@ def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
     return float(ratio_peqq_variance_tensor(LP, LQ, seed, rows))
 
 
-def ratio_peqq_variance_tensor(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0,
-                               rows: int = PAPER_MICROBATCH_ROWS) -> torch.Tensor:
+def ratio_peqq_variance_tensor(
+    LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0, rows: int = PAPER_MICROBATCH_ROWS
+) -> torch.Tensor:
     """`ratio_peqq_variance` as a float64 scalar tensor on LP's device (read back later, with others)."""
     LP, LQ = LP.detach().double(), LQ.detach().double()
     perm = to_device(torch.randperm(LP.shape[0], generator=torch.Generator().manual_seed(int(seed))), LP.device)
@@ -239,8 +244,9 @@ def cppo_kl_penalty(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
     return torch.expm1(near) - near + (d - near) * math.expm1(KL_LINEAR_FROM)
 
 
-def _kl_penalties(lp_tok: torch.Tensor, lq_tok: torch.Tensor, m: torch.Tensor, ref_logp: torch.Tensor | None,
-                  cfg: LearnerConfig) -> torch.Tensor | None:
+def _kl_penalties(
+    lp_tok: torch.Tensor, lq_tok: torch.Tensor, m: torch.Tensor, ref_logp: torch.Tensor | None, cfg: LearnerConfig
+) -> torch.Tensor | None:
     """The per-token KL terms added to the loss before aggregation: cppo_beta x k3 to the sampler, beta x k3 to
     the frozen reference model (TRL's); None when both are off."""
     terms = []
@@ -249,8 +255,11 @@ def _kl_penalties(lp_tok: torch.Tensor, lq_tok: torch.Tensor, m: torch.Tensor, r
     if cfg.beta > 0:
         if ref_logp is None:
             raise ValueError("learner.beta > 0 needs the reference model's log-probs (ref_logp)")
-        ref_tok = torch.where(m, ref_logp.to(device=lp_tok.device, dtype=lp_tok.dtype).detach(),
-                              torch.zeros((), dtype=lp_tok.dtype, device=lp_tok.device))
+        ref_tok = torch.where(
+            m,
+            ref_logp.to(device=lp_tok.device, dtype=lp_tok.dtype).detach(),
+            torch.zeros((), dtype=lp_tok.dtype, device=lp_tok.device),
+        )
         terms.append(cfg.beta * cppo_kl_penalty(lp_tok, ref_tok))
     return sum(terms[1:], terms[0]) if terms else None
 

@@ -22,7 +22,6 @@ Calibrated against peaks measured by bench/learner-memory/learner_memory.py (doc
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from swarmnode.config import NodeConfig
@@ -51,7 +50,7 @@ class ModelShape:
     tied_embeddings: bool = True
 
     @classmethod
-    def from_hf_config(cls, hf_cfg, parameters: int) -> "ModelShape":
+    def from_hf_config(cls, hf_cfg, parameters: int) -> ModelShape:
         heads = hf_cfg.num_attention_heads
         return cls(
             parameters=parameters,
@@ -69,14 +68,22 @@ class ModelShape:
         """(in, out) features of each linear layer of one decoder layer, by its HF module name."""
         h, heads = self.hidden_size, self.num_heads or self.hidden_size // self.head_dim
         q, kv, inter = heads * self.head_dim, self.num_kv_heads * self.head_dim, self.intermediate_size or 4 * h
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, inter), "up_proj": (h, inter), "down_proj": (inter, h)}
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, inter),
+            "up_proj": (h, inter),
+            "down_proj": (inter, h),
+        }
 
 
 def lora_parameters(shape: ModelShape, rank: int, target_modules: list[str]) -> int:
     """Adapter parameters: r x (in + out) per adapted projection per layer."""
-    return shape.num_layers * sum(rank * (i + o) for name, (i, o) in shape.projections().items()
-                                  if name in target_modules)
+    return shape.num_layers * sum(
+        rank * (i + o) for name, (i, o) in shape.projections().items() if name in target_modules
+    )
 
 
 @dataclass(frozen=True)
@@ -97,14 +104,21 @@ class TrainingMemory:
     def total(self) -> int:
         """Steady-state peak: AdamW's m and v are held throughout; the forward/backward peak (activations and the
         log-prob path) and the optimizer-step peak (gradients and AdamW's temporaries) do not overlap."""
-        return (self.weights + self.reference + self.optimizer
-                + max(self.activations + self.logprobs, self.grads + self.optimizer_step))
+        return (
+            self.weights
+            + self.reference
+            + self.optimizer
+            + max(self.activations + self.logprobs, self.grads + self.optimizer_step)
+        )
 
     @property
     def first_step(self) -> int:
         """The first step's peak: m and v are allocated by its optimizer step (what a one-step bench measures)."""
-        return self.weights + self.reference + max(self.activations + self.logprobs,
-                                                   self.grads + self.optimizer + self.optimizer_step)
+        return (
+            self.weights
+            + self.reference
+            + max(self.activations + self.logprobs, self.grads + self.optimizer + self.optimizer_step)
+        )
 
     def to_dict(self) -> dict:
         return {**asdict(self), "total": self.total, "first_step": self.first_step}
@@ -120,8 +134,9 @@ def micro_batch_rows_and_tokens(cfg: NodeConfig) -> tuple[int, int]:
     return rows, rows * seq
 
 
-def training_memory(shape: ModelShape, cfg: NodeConfig, device_type: str = "cuda",
-                    logits_path: str = "chunked") -> TrainingMemory:
+def training_memory(
+    shape: ModelShape, cfg: NodeConfig, device_type: str = "cuda", logits_path: str = "chunked"
+) -> TrainingMemory:
     """Estimate one learner step's peak bytes for `cfg` on a model of this shape (`device_type` picks the
     precision `learner.precision: auto` resolves to: autocast in model.dtype on cuda, fp32 on cpu)."""
     lc, model_bytes = cfg.learner, DTYPE_BYTES[cfg.model.dtype]

@@ -61,8 +61,9 @@ def rows_per_chunk(prompts_per_step: int, num_generations: int, gradient_accumul
     return max(1, math.ceil(prompts_per_step * num_generations / gradient_accumulation_steps))
 
 
-def plan_microbatches(lengths: list[tuple[int, int]], chunk_rows: int,
-                      max_tokens: int) -> list[tuple[list[int], list[list[int]]]]:
+def plan_microbatches(
+    lengths: list[tuple[int, int]], chunk_rows: int, max_tokens: int
+) -> list[tuple[list[int], list[list[int]]]]:
     """The loop's split of a step's trained rows (`lengths[i]`: row i's prompt and completion tokens, in the step's
     order): contiguous chunks of `chunk_rows` rows, each cut into token-budget micro-batches; per chunk, (its row
     indices, its micro-batches as row indices)."""

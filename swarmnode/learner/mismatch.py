@@ -53,13 +53,15 @@ class Mismatch:
         """One line for the log: the failing statistic, or the group's mean |d| when it passed."""
         if self.reason == "off_tokens":
             return f"{self.off_tokens} of {self.tokens} tokens off by more than {OFF_TOKEN:g}x the tolerance"
-        figures = {"median": f"median |d| {self.median_abs:.3g}", "mean": f"mean d {self.mean:.3g}",
-                   "sequence": f"a completion's mean d {self.sequence:.3g}"}
+        figures = {
+            "median": f"median |d| {self.median_abs:.3g}",
+            "mean": f"mean d {self.mean:.3g}",
+            "sequence": f"a completion's mean d {self.sequence:.3g}",
+        }
         return figures.get(self.reason or "", f"mean |d| {self.mean_abs:.3g}") + " nats per token"
 
 
-def group_mismatch(recomputed: torch.Tensor, claimed: torch.Tensor, mask: torch.Tensor,
-                   tolerance: float) -> Mismatch:
+def group_mismatch(recomputed: torch.Tensor, claimed: torch.Tensor, mask: torch.Tensor, tolerance: float) -> Mismatch:
     """The statistics of `claimed - recomputed` over the completion tokens `mask` ([completions, tokens] each),
     judged at `tolerance` (module docstring)."""
     delta = (claimed.to(recomputed.device).float() - recomputed.float()) * mask
@@ -75,8 +77,12 @@ def group_mismatch(recomputed: torch.Tensor, claimed: torch.Tensor, mask: torch.
     per_sequence = (delta.sum(dim=1).abs() / (lengths + SEQ_SLACK))[lengths > 0]
     sequence = float(per_sequence.max())
     kl = float((torch.exp(-flat) - 1 + flat).mean())
-    checks = (("median", median_abs > tolerance), ("mean", abs(mean) > tolerance),
-              ("mean_abs", mean_abs > tolerance), ("off_tokens", off > math.floor(OFF_SHARE * tokens)),
-              ("sequence", sequence > tolerance))
+    checks = (
+        ("median", median_abs > tolerance),
+        ("mean", abs(mean) > tolerance),
+        ("mean_abs", mean_abs > tolerance),
+        ("off_tokens", off > math.floor(OFF_SHARE * tokens)),
+        ("sequence", sequence > tolerance),
+    )
     reason = next((name for name, over in checks if over), None)
     return Mismatch(tokens, median_abs, mean, mean_abs, off, sequence, kl, reason)

@@ -16,12 +16,16 @@ from swarmnode.config import LearnerConfig
 def fused_supported(params: list[torch.nn.Parameter]) -> bool:
     """Whether torch's fused AdamW takes these parameters (floating, on one supported device type)."""
     kinds = {p.device.type for p in params}
-    return (len(kinds) == 1 and kinds <= set(_get_fused_kernels_supported_devices())
-            and all(p.is_floating_point() for p in params))
+    return (
+        len(kinds) == 1
+        and kinds <= set(_get_fused_kernels_supported_devices())
+        and all(p.is_floating_point() for p in params)
+    )
 
 
 def build_optimizer(params: list[torch.nn.Parameter], lc: LearnerConfig) -> torch.optim.AdamW:
     """AdamW over `params` at the configured learning rate and weight decay, fused where supported."""
     fused = fused_supported(params)
-    return torch.optim.AdamW(params, lr=lc.learning_rate, weight_decay=lc.weight_decay,
-                             fused=fused or None, foreach=None if fused else True)
+    return torch.optim.AdamW(
+        params, lr=lc.learning_rate, weight_decay=lc.weight_decay, fused=fused or None, foreach=None if fused else True
+    )

@@ -38,7 +38,7 @@ class Precision:
     scaler: torch.amp.GradScaler | None = field(default=None, compare=False)
 
     @classmethod
-    def from_config(cls, cfg: NodeConfig, device: torch.device | str) -> "Precision":
+    def from_config(cls, cfg: NodeConfig, device: torch.device | str) -> Precision:
         device_type = torch.device(device).type
         model_dtype = DTYPES[cfg.model.dtype]
         half = model_dtype != torch.float32
@@ -54,7 +54,7 @@ class Precision:
         return cls(torch.float32, None, model_dtype, device_type)
 
     @classmethod
-    def with_autocast(cls, compute: torch.dtype, publish: torch.dtype, device_type: str) -> "Precision":
+    def with_autocast(cls, compute: torch.dtype, publish: torch.dtype, device_type: str) -> Precision:
         """fp32 master weights under autocast in `compute`; a loss scaler when that is fp16."""
         scaler = torch.amp.GradScaler(device_type) if compute == torch.float16 else None
         return cls(torch.float32, compute, publish, device_type, scaler)

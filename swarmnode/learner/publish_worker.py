@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from swarmnode.diskspace import is_disk_full
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
@@ -19,8 +20,9 @@ def frozen_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     memo: dict[int, object] = {}
     for p in model.parameters():
         if id(p) not in memo:
-            memo[id(p)] = torch.nn.Parameter(p.detach().to(dtype if p.is_floating_point() else p.dtype, copy=True),
-                                             requires_grad=False)
+            memo[id(p)] = torch.nn.Parameter(
+                p.detach().to(dtype if p.is_floating_point() else p.dtype, copy=True), requires_grad=False
+            )
     for b in model.buffers():
         if id(b) not in memo:
             memo[id(b)] = b.detach().to(dtype if b.is_floating_point() else b.dtype, copy=True)
@@ -36,8 +38,14 @@ class ReferencePolicy:
         self.model = model if self._lora else frozen_copy(model, dtype)
 
     @torch.no_grad()
-    def logprobs(self, prompts: list[list[int]], completions: list[list[int]], temperatures: list[float],
-                 pad_id: int, autocast: Callable[[], ContextManager]) -> torch.Tensor:
+    def logprobs(
+        self,
+        prompts: list[list[int]],
+        completions: list[list[int]],
+        temperatures: list[float],
+        pad_id: int,
+        autocast: Callable[[], ContextManager],
+    ) -> torch.Tensor:
         """[B, T] reference log-probs (0 on padding), computed in the learner's precision."""
         off = self.model.disable_adapter() if self._lora else contextlib.nullcontext()
         with off, autocast():

@@ -16,7 +16,8 @@ def padded(values: list[list[float]], width: int) -> torch.Tensor:
     lengths = torch.tensor([min(len(v), width) for v in values], dtype=torch.long)
     out = torch.zeros(len(values), width, dtype=torch.float32)
     out[torch.arange(width)[None, :] < lengths[:, None]] = torch.tensor(
-        [x for v in values for x in v[:width]], dtype=torch.float32)
+        [x for v in values for x in v[:width]], dtype=torch.float32
+    )
     return out
 
 

@@ -33,7 +33,8 @@ class GroupRows:
     def __init__(self, task, tokenizer, max_prompt_length: int, rejected: Counter[str]):
         self.task, self.tokenizer, self.rejected = task, tokenizer, rejected
         self._encode_prompt = functools.lru_cache(PROMPT_CACHE)(
-            lambda text: tuple(encode_prompt(tokenizer, text, max_prompt_length)))
+            lambda text: tuple(encode_prompt(tokenizer, text, max_prompt_length))
+        )
 
     def prompt_tokens(self, text: str) -> list[int]:
         """The learner's own tokenisation of a prompt (the sampler engines' encoder, chat template included);

@@ -18,5 +18,9 @@ def build_scheduler(optimizer: torch.optim.Optimizer, lc: LearnerConfig) -> torc
 
     if lc.lr_schedule == "constant":
         return get_scheduler("constant", optimizer)
-    return get_scheduler(lc.lr_schedule, optimizer, num_warmup_steps=lc.warmup_steps,
-                         num_training_steps=max(lc.total_steps, lc.warmup_steps + 1))
+    return get_scheduler(
+        lc.lr_schedule,
+        optimizer,
+        num_warmup_steps=lc.warmup_steps,
+        num_training_steps=max(lc.total_steps, lc.warmup_steps + 1),
+    )

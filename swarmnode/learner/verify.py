@@ -36,7 +36,8 @@ import logging
 import random
 import time
 from collections import Counter, OrderedDict
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -134,8 +135,9 @@ class SpotChecker:
         """Whether a group of `sampler_id` is drawn for a check (with probability `rate`)."""
         return self.enabled and self.rng.random() < self.rate(sampler_id)
 
-    def decide(self, sampler_id: str, version: int, current: int, exact_weights: bool,
-               drawn: bool | None = None) -> str:
+    def decide(
+        self, sampler_id: str, version: int, current: int, exact_weights: bool, drawn: bool | None = None
+    ) -> str:
         """CHECK, SKIP (not drawn) or UNCHECKABLE (drawn, but the claimed version's weights are not kept);
         `drawn`: the draw already made (`learner.check_budget`), else drawn here."""
         if not self.enabled or not (self.drawn(sampler_id) if drawn is None else drawn):
@@ -150,14 +152,18 @@ class SpotChecker:
         """`group_mismatch` of `group` under the weights of the version it claims (the live weights when that is
         `current`, else its kept weights swapped in for the forward)."""
         began = time.perf_counter()
-        swap = contextlib.nullcontext() if group.policy_version == current else \
-            swapped(model, self.kept[int(group.policy_version)])
+        swap = (
+            contextlib.nullcontext()
+            if group.policy_version == current
+            else swapped(model, self.kept[int(group.policy_version)])
+        )
         training = model.training
         model.eval()  # as the sampler's engine ran it
         try:
             with swap, torch.no_grad(), autocast():
-                scores = completion_scores(model, [group.prompt_tokens] * len(group.completions), group.completions,
-                                           group.temperature, pad_id)
+                scores = completion_scores(
+                    model, [group.prompt_tokens] * len(group.completions), group.completions, group.temperature, pad_id
+                )
         finally:
             model.train(training)
         claimed = torch.zeros_like(scores.logp, dtype=torch.float32)

@@ -9,7 +9,8 @@ mean completion length in tokens: `drawn` (taken for a step), `stale` (refused o
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from swarmnode.learner.buffer import ReplayBuffer
 
@@ -36,8 +37,10 @@ class FateLengths:
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per fate: `groups` and `mean_tokens` (their mean completion length; None with no group)."""
-        return {fate: {"groups": n, "mean_tokens": round(self.tokens[fate] / n, 3) if n else None}
-                for fate, n in self.groups.items()}
+        return {
+            fate: {"groups": n, "mean_tokens": round(self.tokens[fate] / n, 3) if n else None}
+            for fate, n in self.groups.items()
+        }
 
 
 class MeteredBuffer(ReplayBuffer):
@@ -83,6 +86,7 @@ def waste_between(earlier: dict, later: dict) -> dict[str, float]:
     """Groups that reached the learner between two of its step records (their cumulative `buffer_counters`),
     how many were lost (`LOST`: refused on arrival, aged out or evicted; duplicates are not groups made twice),
     and the `waste` fraction lost/arrived (0 with none arrived)."""
+
     def delta(reason: str) -> int:
         return int(later["buffer_counters"].get(reason, 0)) - int(earlier["buffer_counters"].get(reason, 0))
 

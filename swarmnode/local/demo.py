@@ -23,9 +23,9 @@ from rich.live import Live
 from rich.table import Table
 
 from swarmnode.errors import Interrupted
-from swarmnode.observe.health import bucket_label
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.local.swarm import LEARNER_STOP_GRACE_S, DemoRun, learner_names, prepare_swarm, start_swarm
+from swarmnode.observe.health import bucket_label
 
 
 def read_steps(path: Path) -> list[dict]:
@@ -94,11 +94,14 @@ def summarize(rows: list[dict], wall: float) -> dict:
 def learner_summary(rows: list[dict]) -> dict:
     """One learner's line of the summary: its steps, newest version, averaging rounds (0 alone) and end reward."""
     last = rows[-1] if rows else {}
-    tail = [float(r.get("reward_mean", 0.0)) for r in rows[-max(1, len(rows) // 10):]]
-    return {"steps": len(rows), "version": int(last.get("version", 0)),
-            "averaging_rounds": int(last.get("averaging_rounds") or 0),
-            "averaging_failures": int(last.get("averaging_failures") or 0),
-            "reward_end": round(sum(tail) / len(tail), 4) if rows else None}
+    tail = [float(r.get("reward_mean", 0.0)) for r in rows[-max(1, len(rows) // 10) :]]
+    return {
+        "steps": len(rows),
+        "version": int(last.get("version", 0)),
+        "averaging_rounds": int(last.get("averaging_rounds") or 0),
+        "averaging_failures": int(last.get("averaging_failures") or 0),
+        "reward_end": round(sum(tail) / len(tail), 4) if rows else None,
+    }
 
 
 def summarize_learners(rows_by_learner: dict[str, list[dict]], wall: float) -> dict:
@@ -108,8 +111,9 @@ def summarize_learners(rows_by_learner: dict[str, list[dict]], wall: float) -> d
     merged = sorted((r for rows in each for r in rows), key=lambda r: float(r.get("time", 0.0)))
     out = summarize(merged, wall)
     if len(each) > 1:
-        out["rollouts_received"] = sum(max((int(r.get("groups_received", 0)) for r in rows), default=0)
-                                       for rows in each)
+        out["rollouts_received"] = sum(
+            max((int(r.get("groups_received", 0)) for r in rows), default=0) for rows in each
+        )
         out["dropped_stale"] = sum(max((int(r.get("dropped_stale", 0)) for r in rows), default=0) for rows in each)
         hists = [staleness_histogram(rows) for rows in each]
         out["staleness_hist"] = {b: sum(h.get(b, 0) for h in hists) for b in max(hists, key=len)}
@@ -127,13 +131,18 @@ def _live_table(rows_by_learner: dict[str, list[dict]], elapsed: float):
         if rows:
             last = rows[-1]
             recent = [float(r.get("reward_mean", 0.0)) for r in rows[-10:]]
-            cells = [str(len(rows)), str(last.get("version", 0)), str(last.get("groups_received", 0)),
-                     f"{float(last.get('staleness_mean', 0)):.1f} / {last.get('staleness_max', 0)}",
-                     f"{sum(recent) / len(recent):.3f}"]
+            cells = [
+                str(len(rows)),
+                str(last.get("version", 0)),
+                str(last.get("groups_received", 0)),
+                f"{float(last.get('staleness_mean', 0)):.1f} / {last.get('staleness_max', 0)}",
+                f"{sum(recent) / len(recent):.3f}",
+            ]
         else:
             cells = ["0", "-", "-", "-", "waiting for rollouts..."]
-        table.add_row(*([name, *cells, str(rows[-1].get("averaging_rounds") or 0) if rows else "-"] if several
-                        else cells))
+        table.add_row(
+            *([name, *cells, str(rows[-1].get("averaging_rounds") or 0) if rows else "-"] if several else cells)
+        )
     return table
 
 
@@ -144,21 +153,25 @@ def _number(value, spec: str = ".3f") -> str:
 def format_summary(summary: dict) -> str:
     """The demo's summary for a person: what happened, in sentences and short lists (`--json` has every field)."""
     s = summary
-    lines = [f"stopped: {s['stopped']} after {s['learner_steps']} learner steps in {s['wall_seconds']:.0f} s "
-             f"({s['versions_published']} versions published)",
-             f"reward: {_number(s['reward_start'])} -> {_number(s['reward_end'])} (first and last 10 % of steps; "
-             f"fitted gain {_number(s['reward_gain'], '+.3f')}, t = {_number(s['reward_trend_t'], '.1f')})",
-             f"staleness: mean {_number(s['staleness_mean'], '.2f')}, max {s['staleness_max']} versions; "
-             f"{s['rollouts_received']} groups received, {s['dropped_stale']} dropped as too stale"]
+    lines = [
+        f"stopped: {s['stopped']} after {s['learner_steps']} learner steps in {s['wall_seconds']:.0f} s "
+        f"({s['versions_published']} versions published)",
+        f"reward: {_number(s['reward_start'])} -> {_number(s['reward_end'])} (first and last 10 % of steps; "
+        f"fitted gain {_number(s['reward_gain'], '+.3f')}, t = {_number(s['reward_trend_t'], '.1f')})",
+        f"staleness: mean {_number(s['staleness_mean'], '.2f')}, max {s['staleness_max']} versions; "
+        f"{s['rollouts_received']} groups received, {s['dropped_stale']} dropped as too stale",
+    ]
     hist = s.get("staleness_hist") or {}
     if hist:
         lines.append("groups trained by staleness: " + ", ".join(f"{b}: {n}" for b, n in hist.items()))
     for name, each in (s.get("learners") or {}).items():
-        lines.append(f"{name}: {each['steps']} steps, version {each['version']}, {each['averaging_rounds']} "
-                     f"averaging rounds ({each['averaging_failures']} failed), reward at the end "
-                     f"{_number(each['reward_end'])}")
+        lines.append(
+            f"{name}: {each['steps']} steps, version {each['version']}, {each['averaging_rounds']} "
+            f"averaging rounds ({each['averaging_failures']} failed), reward at the end "
+            f"{_number(each['reward_end'])}"
+        )
     for name, each in (s.get("samplers") or {}).items():
-        trained = (f"steps {each['first_step']} to {each['last_step']}" if each["steps"] else "none")
+        trained = f"steps {each['first_step']} to {each['last_step']}" if each["steps"] else "none"
         lines.append(f"{name}: its groups trained {each['steps']} learner steps ({trained})")
     if s.get("sampler_killed_at_step") is not None:
         lines.append(f"sampler2 was killed and restarted at learner step {s['sampler_killed_at_step']}")
@@ -166,8 +179,9 @@ def format_summary(summary: dict) -> str:
         lines.append(f"work dir (logs, keys, checkpoints): {s['workdir']}")
     curve = s.get("reward_curve") or []
     if curve:
-        lines.append(f"reward curve ({len(curve)} steps): "
-                     + " ".join(f"{x:.2f}" for x in curve[:: max(1, len(curve) // 20)]))
+        lines.append(
+            f"reward curve ({len(curve)} steps): " + " ".join(f"{x:.2f}" for x in curve[:: max(1, len(curve) // 20)])
+        )
     return "\n".join(lines)
 
 
@@ -188,9 +202,18 @@ def sampler_contributions(rows: list[dict], samplers: dict[str, str]) -> dict[st
     return out
 
 
-def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str], workdir: str | None = None,
-             kill_sampler_at: int | None = None, keep: bool = False, config: str = "tiny-cpu",
-             learners: int = 1) -> dict:
+def run_demo(
+    *,
+    steps: int | None,
+    minutes: float,
+    quiet: bool,
+    sets: list[str],
+    workdir: str | None = None,
+    kill_sampler_at: int | None = None,
+    keep: bool = False,
+    config: str = "tiny-cpu",
+    learners: int = 1,
+) -> dict:
     """Start the local swarm, watch the learners until each took `steps` steps or `minutes` passed, stop
     everything, summarise (`summarize_learners`).
 
@@ -216,8 +239,16 @@ def run_demo(*, steps: int | None, minutes: float, quiet: bool, sets: list[str],
     return summary
 
 
-def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets: list[str],
-               kill_sampler_at: int | None, config: str, learners: int) -> dict:
+def _run_swarm(
+    root: Path,
+    steps: int | None,
+    minutes: float,
+    quiet: bool,
+    sets: list[str],
+    kill_sampler_at: int | None,
+    config: str,
+    learners: int,
+) -> dict:
     from swarmnode.identity import Identity
 
     run = DemoRun(root)
@@ -233,8 +264,9 @@ def _run_swarm(root: Path, steps: int | None, minutes: float, quiet: bool, sets:
         sampler_args = start_swarm(run, config, sets, say, learners)
         deadline = start + minutes * 60
         stopped = "minutes"
-        with Live(_live_table(dict.fromkeys(names, []), 0), console=console, refresh_per_second=1,
-                  transient=quiet) as live:
+        with Live(
+            _live_table(dict.fromkeys(names, []), 0), console=console, refresh_per_second=1, transient=quiet
+        ) as live:
             try:
                 while time.monotonic() < deadline:
                     run.check_alive()

@@ -16,8 +16,18 @@ from swarmnode.sampler.engines import HFEngine
 from swarmnode.tasks import Task
 
 
-def evaluate(model, tokenizer, task: Task, *, samples: int = 4, temperature: float = 1.0, max_new_tokens: int = 8,
-             max_prompt_tokens: int = 64, seed: int = 0, split: str = "eval") -> dict[str, float]:
+def evaluate(
+    model,
+    tokenizer,
+    task: Task,
+    *,
+    samples: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 8,
+    max_prompt_tokens: int = 64,
+    seed: int = 0,
+    split: str = "eval",
+) -> dict[str, float]:
     """{'<split>_reward': mean@k, '<split>_exact': exact@k, '<split>_prompts': n} for `model` on the task's
     held-out prompts: `split` "eval" = `task.eval_prompts()`, "val" = `task.validation_prompts()`."""
     prompts = task.eval_prompts() if split == "eval" else task.validation_prompts()

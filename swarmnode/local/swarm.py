@@ -11,9 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from swarmnode.config import load_config
 from swarmnode.errors import SwarmnodeError
@@ -61,9 +61,17 @@ def kill_group(popen: subprocess.Popen) -> None:
         pass
 
 
-def spawn_node(workdir: Path, name: str, args: list[str], *, separate_stderr: bool = False,
-               env: dict[str, str] | None = None, prefix: list[str] | None = None,
-               python_args: list[str] | None = None, threads: int | None = None) -> Proc:
+def spawn_node(
+    workdir: Path,
+    name: str,
+    args: list[str],
+    *,
+    separate_stderr: bool = False,
+    env: dict[str, str] | None = None,
+    prefix: list[str] | None = None,
+    python_args: list[str] | None = None,
+    threads: int | None = None,
+) -> Proc:
     """Start `swarmnode <args>` as node `name`, its output in `<workdir>/<name>.log` (stderr in `<name>.err` with
     `separate_stderr`): the one launcher of the demo, the tests and the benches. The node runs in its own session
     (Ctrl-C reaches the caller only, which stops its nodes) and is sent SIGTERM if the caller dies. `threads`: its
@@ -92,8 +100,9 @@ def learner_names(learners: int) -> list[str]:
     """The demo's learner node names: `learner` alone (its data in `<workdir>/learner`, as before), else
     `learner1` .. `learnerN`."""
     if not 1 <= learners <= MAX_DEMO_LEARNERS:
-        raise DemoError(f"--learners {learners}: expected 1 to {MAX_DEMO_LEARNERS} (each learner is a process "
-                        "on this machine)")
+        raise DemoError(
+            f"--learners {learners}: expected 1 to {MAX_DEMO_LEARNERS} (each learner is a process on this machine)"
+        )
     return ["learner"] if learners == 1 else [f"learner{i}" for i in range(1, learners + 1)]
 
 
@@ -123,8 +132,14 @@ class DemoRun:
         return ["--host-maddrs", f"/ip4/{address}/tcp/0"] if address else []
 
     def start(self, name: str, args: list[str]) -> Proc:
-        proc = spawn_node(self.workdir, name, args, prefix=self.prefix(name), python_args=self.python_args(name),
-                          threads=None if name == "bootstrap" else self.threads)
+        proc = spawn_node(
+            self.workdir,
+            name,
+            args,
+            prefix=self.prefix(name),
+            python_args=self.python_args(name),
+            threads=None if name == "bootstrap" else self.threads,
+        )
         self.procs.append(proc)
         return proc
 
@@ -182,15 +197,16 @@ def wait_for_line(proc: Proc, prefix: str, timeout: float) -> str:
     while time.monotonic() < deadline:
         for line in proc.log.read_text(errors="replace").splitlines():
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
+                return line[len(prefix) :].strip()
         if proc.popen.poll() is not None:
             raise DemoError(f"{proc.name} exited with code {proc.popen.returncode}:\n{proc.tail()}")
         time.sleep(0.2)
     raise DemoError(f"{proc.name} did not print {prefix!r} within {timeout:.0f} s:\n{proc.tail()}")
 
 
-def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str], None] = print,
-                  learners: int = 1) -> list[str]:
+def prepare_swarm(
+    root: Path, config: str, sets: list[str], say: Callable[[str], None] = print, learners: int = 1
+) -> list[str]:
     """Build (or find cached) the run's model and the learners' keys in `root`; returns `sets` plus those that
     make samplers trust only these learners (and, for several, `learner.max_learners`). Slow the first time (the
     tiny model's warm start)."""
@@ -206,8 +222,9 @@ def prepare_swarm(root: Path, config: str, sets: list[str], say: Callable[[str],
     return [*sets, f"trust.learner_keys=[{','.join(keys)}]", *several]  # samplers trust only these learners
 
 
-def start_swarm(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print,
-                learners: int = 1, samplers: int = 2) -> dict[int, list[str]]:
+def start_swarm(
+    run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print, learners: int = 1, samplers: int = 2
+) -> dict[int, list[str]]:
     """Start a local swarm in `run.workdir` (after `prepare_swarm`, whose `sets` it takes): a bootstrap, then
     `learners` learners (`learner_names`, each with its data in `<workdir>/<name>`) and `samplers` samplers
     joining it, each with its share of the cores (`threads_per_node`) unless `run.threads` is set. Returns each
@@ -226,8 +243,16 @@ def threads_per_node(nodes: int) -> int:
 
 def start_bootstrap(run: DemoRun, config: str, sets: list[str], say: Callable[[str], None] = print) -> str:
     """Start the swarm's bootstrap; its multiaddr once it is up."""
-    boot = run.start("bootstrap", ["bootstrap", *_config_args(config, sets), *run.host_args("bootstrap", "127.0.0.1"),
-                                   "--identity-path", str(run.workdir / "bootstrap.key")])
+    boot = run.start(
+        "bootstrap",
+        [
+            "bootstrap",
+            *_config_args(config, sets),
+            *run.host_args("bootstrap", "127.0.0.1"),
+            "--identity-path",
+            str(run.workdir / "bootstrap.key"),
+        ],
+    )
     peers = wait_for_line(boot, "initial-peers:", timeout=90)
     say(f"bootstrap up: {peers}")
     return peers
@@ -241,16 +266,37 @@ def node_args(config: str, sets: list[str], peers: str) -> list[str]:
 def start_learners(run: DemoRun, args: list[str], learners: int = 1) -> None:
     """Start `learners` learners (`learner_names`) with the shared `node_args`."""
     for name in learner_names(learners):
-        run.start(name, [*args, "--role", "learner", "--set", f"data_dir={run.workdir / name}",
-                         "--identity-path", str(run.workdir / f"{name}.key"), *run.host_args(name)])
+        run.start(
+            name,
+            [
+                *args,
+                "--role",
+                "learner",
+                "--set",
+                f"data_dir={run.workdir / name}",
+                "--identity-path",
+                str(run.workdir / f"{name}.key"),
+                *run.host_args(name),
+            ],
+        )
 
 
 def start_samplers(run: DemoRun, args: list[str], samplers: int = 2) -> dict[int, list[str]]:
     """Start samplers `sampler1`..`samplerN` with the shared `node_args`; each one's `join` arguments."""
     root = run.workdir
-    sampler_args = {i: [*args, "--role", "sampler", "--set", f"data_dir={root / f'sampler{i}'}",
-                        "--identity-path", str(root / f"sampler{i}.key"), *run.host_args(f"sampler{i}")]
-                    for i in range(1, samplers + 1)}
+    sampler_args = {
+        i: [
+            *args,
+            "--role",
+            "sampler",
+            "--set",
+            f"data_dir={root / f'sampler{i}'}",
+            "--identity-path",
+            str(root / f"sampler{i}.key"),
+            *run.host_args(f"sampler{i}"),
+        ]
+        for i in range(1, samplers + 1)
+    }
     for i, one in sampler_args.items():
         run.start(f"sampler{i}", one)
     return sampler_args

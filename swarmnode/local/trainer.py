@@ -22,36 +22,57 @@ import signal
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.delay import DelayModel
-from swarmnode.local.evaluation import evaluate
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox
 from swarmnode.learner.checkpoint import StopFlag, as_tuples
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.loop import LearnerLoop
+from swarmnode.local.evaluation import evaluate
 from swarmnode.model.models import load_model, load_tokenizer, pick_device
 from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.staleness import too_stale
 from swarmnode.tasks import build_task
 
-CURVE_KEYS = ("step", "version", "reward_mean", "staleness_mean", "staleness_max", "loss", "kl", "is_weight_var",
-              "ratio_peqq_var", "entropy", "completion_length_mean", "clip_fraction", "grad_norm",
-              "zero_signal_fraction")
+CURVE_KEYS = (
+    "step",
+    "version",
+    "reward_mean",
+    "staleness_mean",
+    "staleness_max",
+    "loss",
+    "kl",
+    "is_weight_var",
+    "ratio_peqq_var",
+    "entropy",
+    "completion_length_mean",
+    "clip_fraction",
+    "grad_norm",
+    "zero_signal_fraction",
+)
 
 
 class LocalTrainer:
     """Sampler + learner in one process; `run(steps)` trains until the learner has taken `steps` steps."""
 
-    def __init__(self, cfg: NodeConfig, staleness: int = 0, checkpoint_dir: Path | str | None = None,
-                 progress: Callable[[str], None] | None = print, delay: DelayModel | None = None,
-                 eval_every: int = 0, eval_samples: int = 4, seed: int | None = None):
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        staleness: int = 0,
+        checkpoint_dir: Path | str | None = None,
+        progress: Callable[[str], None] | None = print,
+        delay: DelayModel | None = None,
+        eval_every: int = 0,
+        eval_samples: int = 4,
+        seed: int | None = None,
+    ):
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0 (got {staleness})")
         if eval_every < 0 or eval_samples < 1:
@@ -71,9 +92,17 @@ class LocalTrainer:
         self.sync: tuple[int, int, dict[str, torch.Tensor]] | None = None  # (arrival step, version, state)
         self.forced_syncs = 0
         # in one process versions stay full weights (under LoRA, the adapters folded in)
-        self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, self.buffer, self._published,
-                                   checkpoint_dir, adapter_versions=False,
-                                   hooks=LearnerHooks(on_step=self._record, extra_state=self._extra))
+        self.learner = LearnerLoop(
+            model,
+            self.tokenizer,
+            self.task,
+            cfg,
+            self.buffer,
+            self._published,
+            checkpoint_dir,
+            adapter_versions=False,
+            hooks=LearnerHooks(on_step=self._record, extra_state=self._extra),
+        )
         self.inbox = RolloutInbox(self.buffer)  # the same delivery interface a swarm learner's receiver feeds
         self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self.inbox.send, seed=seed)
         extra = self.learner.restored_extra
@@ -135,9 +164,19 @@ class LocalTrainer:
         sc = self.cfg.sampler
         point = {"step": self.learner.step_count, "version": self.learner.version}
         for split in ("eval", "val") if self.task.validation_prompts() else ("eval",):
-            point.update(evaluate(self.learner.model, self.tokenizer, self.task, samples=self.eval_samples,
-                                  temperature=sc.temperature, max_new_tokens=sc.max_completion_length,
-                                  max_prompt_tokens=sc.max_prompt_length, seed=self.cfg.task.seed, split=split))
+            point.update(
+                evaluate(
+                    self.learner.model,
+                    self.tokenizer,
+                    self.task,
+                    samples=self.eval_samples,
+                    temperature=sc.temperature,
+                    max_new_tokens=sc.max_completion_length,
+                    max_prompt_tokens=sc.max_prompt_length,
+                    seed=self.cfg.task.seed,
+                    split=split,
+                )
+            )
         self.evals.append(point)
         return point
 
@@ -194,9 +233,16 @@ class LocalTrainer:
         }
 
 
-def train_local(cfg: NodeConfig, steps: int, staleness: int = 0, checkpoint_dir: Path | str | None = None,
-                progress: Callable[[str], None] | None = print, max_seconds: float | None = None,
-                delay: DelayModel | None = None, eval_every: int = 0) -> dict:
+def train_local(
+    cfg: NodeConfig,
+    steps: int,
+    staleness: int = 0,
+    checkpoint_dir: Path | str | None = None,
+    progress: Callable[[str], None] | None = print,
+    max_seconds: float | None = None,
+    delay: DelayModel | None = None,
+    eval_every: int = 0,
+) -> dict:
     """Build a LocalTrainer and run it to `steps` with SIGTERM/SIGINT turned into checkpoint-and-stop."""
     random.seed(cfg.task.seed)
     torch.manual_seed(cfg.task.seed)

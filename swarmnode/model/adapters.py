@@ -83,9 +83,19 @@ def check_adapter_tensors(tensors: TensorShapes, spec: AdapterSpec, model: Tenso
 
 def peft_config(spec: AdapterSpec) -> dict:
     """The adapter_config.json of `spec` (what peft's LoraConfig and vLLM's LoRA loader read)."""
-    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": spec.r, "lora_alpha": spec.alpha,
-            "target_modules": list(spec.target_modules), "lora_dropout": 0.0, "bias": "none",
-            "fan_in_fan_out": False, "use_rslora": False, "use_dora": False, "modules_to_save": None}
+    return {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": spec.r,
+        "lora_alpha": spec.alpha,
+        "target_modules": list(spec.target_modules),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "modules_to_save": None,
+    }
 
 
 def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -43,10 +43,12 @@ def pad_batch(
     # rows built as Python lists and converted once: per-row tensor writes cost ~6 small ops a row (measured 4 %
     # of a tiny-model learner step)
     pairs = list(zip(prompt_tokens, completions))
-    ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) + list(c) + [pad_id] * (T - len(c)) for p, c in pairs],
-                       dtype=torch.long)
-    attn = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (T - len(c)) for p, c in pairs],
-                        dtype=torch.long)
+    ids = torch.tensor(
+        [[pad_id] * (P - len(p)) + list(p) + list(c) + [pad_id] * (T - len(c)) for p, c in pairs], dtype=torch.long
+    )
+    attn = torch.tensor(
+        [[0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (T - len(c)) for p, c in pairs], dtype=torch.long
+    )
     comp_mask = torch.tensor([[True] * len(c) + [False] * (T - len(c)) for _, c in pairs], dtype=torch.bool)
     return ids, attn, comp_mask, T
 
@@ -212,7 +214,12 @@ def completion_scores(
     hidden = out.last_hidden_state[:, -(T + 1) : -1]  # position P-1+t predicts completion token t
     rows, cols = where  # the completion tokens, as `hidden[mask]` would take them, without a device sync
     logp_sel, ent_sel = ChunkedLMHeadLogProbs.apply(
-        hidden[rows, cols], head.weight, head.bias, ids[:, -T:][rows, cols], (1.0 / temps)[rows], token_chunk,
+        hidden[rows, cols],
+        head.weight,
+        head.bias,
+        ids[:, -T:][rows, cols],
+        (1.0 / temps)[rows],
+        token_chunk,
         vocab_chunk,
     )
     zeros = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)

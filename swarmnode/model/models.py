@@ -88,9 +88,7 @@ def tiny_config(tiny: TinyModelConfig, tokenizer):
 
     heads = tiny.num_attention_heads
     if tiny.hidden_size % heads or tiny.hidden_size // heads != 64:
-        raise ModelLoadError(
-            f"model.tiny: hidden_size/num_attention_heads must be 64 (got {tiny.hidden_size}/{heads})"
-        )
+        raise ModelLoadError(f"model.tiny: hidden_size/num_attention_heads must be 64 (got {tiny.hidden_size}/{heads})")
     return Qwen2Config(
         vocab_size=TINY_VOCAB_SIZE,
         hidden_size=tiny.hidden_size,
@@ -149,11 +147,20 @@ def ensure_tiny_model(
     torch.manual_seed(tiny.seed)
     model = Qwen2ForCausalLM(tiny_config(tiny, tokenizer))
     if tiny.warm_start_steps and task is not None:
-        progress(f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps, "
-                 "once: the result is cached)...")
-        warm_start(model, tokenizer, task, steps=tiny.warm_start_steps, seed=tiny.seed,
-                   correct_fraction=tiny.warm_start_correct, batch_size=tiny.warm_start_batch,
-                   on_step=step_reporter(progress, tiny.warm_start_steps))
+        progress(
+            f"warm-starting the tiny model on the {task.name} task format ({tiny.warm_start_steps} steps, "
+            "once: the result is cached)..."
+        )
+        warm_start(
+            model,
+            tokenizer,
+            task,
+            steps=tiny.warm_start_steps,
+            seed=tiny.seed,
+            correct_fraction=tiny.warm_start_correct,
+            batch_size=tiny.warm_start_batch,
+            on_step=step_reporter(progress, tiny.warm_start_steps),
+        )
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
@@ -224,8 +231,9 @@ def meta_state_dict(model: ModelConfig) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        lm = AutoModelForCausalLM.from_config(model_architecture(model), dtype=_dtype(model.dtype),
-                                              trust_remote_code=model.trust_remote_code)
+        lm = AutoModelForCausalLM.from_config(
+            model_architecture(model), dtype=_dtype(model.dtype), trust_remote_code=model.trust_remote_code
+        )
     return lm.state_dict()
 
 
@@ -239,12 +247,36 @@ def pick_device(spec: str = "auto") -> torch.device:
 # Architectures of the presets' models (from their published config.json), so that sizing them for the
 # hardware decision needs no download. Anything else is read with AutoConfig (local dir, HF cache or hub).
 KNOWN_ARCHITECTURES: dict[str, dict] = {
-    "Qwen/Qwen3-0.6B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                            num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
-    "Qwen/Qwen3-1.7B": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                            num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
-    "Qwen/Qwen3-4B": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-                          num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    "Qwen/Qwen3-0.6B": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen3-1.7B": dict(
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen3-4B": dict(
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
 }
 
 

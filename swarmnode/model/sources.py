@@ -51,8 +51,9 @@ def directory_digest(root: Path) -> str:
 def model_source(model: ModelConfig, task: TaskConfig | None = None) -> str | None:
     """The digest of the model weights' source (see the module docstring); None if it is not on this machine."""
     if model.name == BUILTIN_TINY:  # a warm start from a file: its bytes count, not where it lies
-        return tiny_digest(model.tiny, task.model_copy(update={"path": data_source(task)}) if task and task.path
-                           else task)
+        return tiny_digest(
+            model.tiny, task.model_copy(update={"path": data_source(task)}) if task and task.path else task
+        )
     try:
         packaged = packaged_model(model.name)
         if packaged is not None:
@@ -73,8 +74,15 @@ def data_source(task: TaskConfig) -> str | None:
         if task.path:
             path = Path(task.path).expanduser()
             return file_digest(path) if path.is_file() else None
-        return _sha({"dataset": task.dataset, "split": task.split, "prompt": task.prompt_field,
-                     "answer": task.answer_field, "template": task.prompt_template})
+        return _sha(
+            {
+                "dataset": task.dataset,
+                "split": task.split,
+                "prompt": task.prompt_field,
+                "answer": task.answer_field,
+                "template": task.prompt_template,
+            }
+        )
     try:
         made = build_task(task)
     except TaskError:
@@ -91,5 +99,8 @@ def source_digests(cfg: NodeConfig) -> dict[str, str]:
 
 def source_differences(run: dict[str, str], mine: dict[str, str]) -> list[str]:
     """One phrase per digest both sides have and that differs: `task data sha256 1a2b3c4d5e6f here, run 9f8e...`."""
-    return [f"{WHAT.get(key, key)} sha256 {mine[key][:12]} here, run {run[key][:12]}"
-            for key in sorted(run) if key in mine and mine[key] != run[key]]
+    return [
+        f"{WHAT.get(key, key)} sha256 {mine[key][:12]} here, run {run[key][:12]}"
+        for key in sorted(run)
+        if key in mine and mine[key] != run[key]
+    ]

@@ -42,8 +42,10 @@ def readback(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
 def host_copies(tensors: dict[str, torch.Tensor], dtype_of) -> dict[str, torch.Tensor]:
     """CPU copies of `tensors`, each cast to `dtype_of(tensor)`: from a GPU, all copies are queued at once
     (into pinned memory) and the host waits once for the last, not once per tensor."""
-    copies = {k: t.detach().to("cpu", dtype=dtype_of(t), non_blocking=t.device.type == "cuda", copy=True)
-              for k, t in tensors.items()}
+    copies = {
+        k: t.detach().to("cpu", dtype=dtype_of(t), non_blocking=t.device.type == "cuda", copy=True)
+        for k, t in tensors.items()
+    }
     for device in {t.device for t in tensors.values() if t.device.type == "cuda"}:
         torch.cuda.current_stream(device).synchronize()  # the copies are complete: safe to read
     return copies

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -28,8 +28,15 @@ def _answer_text(task_name: str, reference: str) -> str:
     return f"\\boxed{{{reference}}}" if task_name == "math" else reference
 
 
-def _batch(task, tokenizer, rng: random.Random, task_name: str, correct_fraction: float, max_len: int,
-           batch_size: int = BATCH_SIZE):
+def _batch(
+    task,
+    tokenizer,
+    rng: random.Random,
+    task_name: str,
+    correct_fraction: float,
+    max_len: int,
+    batch_size: int = BATCH_SIZE,
+):
     prompts = task.sample(batch_size, rng)
     decoys = task.sample(batch_size, rng)
     rows, masks = [], []
@@ -61,15 +68,23 @@ def step_reporter(emit: Callable[[str], None], total: int, parts: int = 10) -> C
         if step % every == 0 or step == total:
             elapsed = time.monotonic() - began
             left = elapsed / step * (total - step)
-            emit(f"  warm start {step}/{total} steps ({100 * step // total} %), loss {loss:.3f}, "
-                 f"{elapsed:.0f} s so far, ~{left:.0f} s left")
+            emit(
+                f"  warm start {step}/{total} steps ({100 * step // total} %), loss {loss:.3f}, "
+                f"{elapsed:.0f} s so far, ~{left:.0f} s left"
+            )
 
     return on_step
 
 
 def warm_start(
-    model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float,
-    batch_size: int = BATCH_SIZE, on_step: Callable[[int, float], None] | None = None,
+    model,
+    tokenizer,
+    task_cfg: TaskConfig,
+    steps: int,
+    seed: int,
+    correct_fraction: float,
+    batch_size: int = BATCH_SIZE,
+    on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train `model` in place for `steps` supervised steps; returns the loss per step. `on_step(step, loss)` is
     called after each (e.g. a `step_reporter`).
@@ -86,8 +101,16 @@ def warm_start(
         torch.set_num_threads(threads)
 
 
-def _train(model, tokenizer, task_cfg: TaskConfig, steps: int, seed: int, correct_fraction: float, batch_size: int,
-           on_step: Callable[[int, float], None] | None) -> list[float]:
+def _train(
+    model,
+    tokenizer,
+    task_cfg: TaskConfig,
+    steps: int,
+    seed: int,
+    correct_fraction: float,
+    batch_size: int,
+    on_step: Callable[[int, float], None] | None,
+) -> list[float]:
     task = build_task(task_cfg)
     rng = random.Random(f"warmstart:{seed}")
     torch.manual_seed(seed)

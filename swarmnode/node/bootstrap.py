@@ -6,22 +6,23 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from swarmnode.config import NodeConfig, known_run_ids
-from swarmnode.observe.health import record_health
-from swarmnode.observe.health_record import BootstrapHealth
 from swarmnode.identity import Identity
 from swarmnode.node.card_server import serve_card
+from swarmnode.observe.health import record_health
+from swarmnode.observe.health_record import BootstrapHealth
 from swarmnode.observe.metrics import serve_metrics
 from swarmnode.observe.status_census import census_fields, read_census
 from swarmnode.protocol.reachability import PUBLIC
 from swarmnode.swarm.membership import Membership
-from swarmnode.swarm.run_name import serve_run_name
 from swarmnode.swarm.relay import relays_here
 from swarmnode.swarm.relay_guard import RelayGuard
 from swarmnode.swarm.relay_known import keep_known
+from swarmnode.swarm.run_name import serve_run_name
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +33,14 @@ UNROUTED = ("/ip4/192.0.2.", "/ip4/198.51.100.", "/ip4/203.0.113.", "/ip4/169.25
 def share_addresses(maddrs: list[str], announce: list[str]) -> list[str]:
     """Addresses to print for `--initial-peers`: announced first, then public/LAN, loopback, and last those no
     other machine routes to (documentation ranges, link-local)."""
+
     def rank(addr: str) -> int:
         if any(addr.startswith(a) for a in announce):
             return 0
         if addr.startswith(UNROUTED):
             return 3
         return 2 if addr.startswith(("/ip4/127.", "/ip6/::1")) else 1
+
     return sorted(dict.fromkeys(maddrs), key=rank)
 
 
@@ -59,8 +62,16 @@ def bootstrap_health(member: Membership, counts: dict[str, Any], connections: in
     }
 
 
-async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, *, as_json: bool,
-                        log_interval: float, emit: Callable[[str], None] = print, card: Path | None = None) -> None:
+async def run_bootstrap(
+    cfg: NodeConfig,
+    identity: Identity,
+    stop: asyncio.Event,
+    *,
+    as_json: bool,
+    log_interval: float,
+    emit: Callable[[str], None] = print,
+    card: Path | None = None,
+) -> None:
     """`swarmnode bootstrap`: a long-lived DHT peer that prints its addresses and logs the peers it sees (and
     keeps the run's `card` file in the DHT: `swarmnode host`)."""
     async with Membership(cfg, identity, "bootstrap") as member:
@@ -69,8 +80,13 @@ async def run_bootstrap(cfg: NodeConfig, identity: Identity, stop: asyncio.Event
             asyncio.create_task(serve_card(member, card, stop))
         visible = [str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)]
         guard = RelayGuard.install(cfg, listening(cfg, visible)) if relays_here(cfg, visible) else RelayGuard()
-        known = asyncio.create_task(keep_known(guard, member.dht, cfg.trust.learner_keys,
-                                               cfg.network.relay_known_after_s, stop)) if guard.strangers else None
+        known = (
+            asyncio.create_task(
+                keep_known(guard, member.dht, cfg.trust.learner_keys, cfg.network.relay_known_after_s, stop)
+            )
+            if guard.strangers
+            else None
+        )
         try:
             await _serve(cfg, identity, member, visible, stop, as_json=as_json, log_interval=log_interval, emit=emit)
         finally:
@@ -85,8 +101,17 @@ def listening(cfg: NodeConfig, visible: list[str]) -> list[str]:
     return fixed + [a for a in visible if not any(a.startswith(x) for x in cfg.network.announce_maddrs)]
 
 
-async def _serve(cfg: NodeConfig, identity: Identity, member: Membership, visible: list[str], stop: asyncio.Event,
-                 *, as_json: bool, log_interval: float, emit: Callable[[str], None]) -> None:
+async def _serve(
+    cfg: NodeConfig,
+    identity: Identity,
+    member: Membership,
+    visible: list[str],
+    stop: asyncio.Event,
+    *,
+    as_json: bool,
+    log_interval: float,
+    emit: Callable[[str], None],
+) -> None:
     """Print the addresses and `ready`, then log the peers seen until `stop`."""
     addrs = share_addresses(visible, cfg.network.announce_maddrs)
     for addr in addrs:
@@ -101,7 +126,7 @@ async def _serve(cfg: NodeConfig, identity: Identity, member: Membership, visibl
         try:
             await asyncio.wait_for(stop.wait(), timeout=log_interval)
             break
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         try:
             census = await read_census(member.dht)  # a bounded read, whatever the run's size
@@ -119,7 +144,13 @@ async def _serve(cfg: NodeConfig, identity: Identity, member: Membership, visibl
             roles = ", ".join(f"{k} {v}" for k, v in sorted(doc["roles"].items())) or "none"
             others = ", ".join(f"{run} {n}" for run, n in sorted(doc["other_runs"].items()))
             reach = ", ".join(f"{k} {v}" for k, v in sorted(doc["reachability"].items()) if k != PUBLIC)
-            emit(f"peers seen: {doc['live_peers']} ({roles}{'; ' + reach if reach else ''}); "
-                 f"connections {connections}; "
-                 f"uptime {doc['uptime_s']:.0f} s" + (f"; records of other runs refused: {others} (this "
-                                                      f"bootstrap serves run {cfg.run_id})" if others else ""))
+            emit(
+                f"peers seen: {doc['live_peers']} ({roles}{'; ' + reach if reach else ''}); "
+                f"connections {connections}; "
+                f"uptime {doc['uptime_s']:.0f} s"
+                + (
+                    f"; records of other runs refused: {others} (this bootstrap serves run {cfg.run_id})"
+                    if others
+                    else ""
+                )
+            )

@@ -39,5 +39,5 @@ async def serve_card(member: Membership, path: Path, stop: asyncio.Event) -> Non
             logger.info("storing the run card failed: %s", exc)
         try:
             await asyncio.wait_for(stop.wait(), member.cfg.network.heartbeat_interval)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

@@ -35,26 +35,40 @@ def disk_need(cfg: NodeConfig, estimate: MemoryEstimate) -> dict[str, int]:
     version = int(estimate.training.get("trainable_parameters", 0)) * 4 if lc.lora.enabled else estimate.weights_bytes
     learner_versions = lc.keep_versions
     if cfg.trust.verify_fraction > 0:
-        learner_versions = max(learner_versions, min(cfg.sync.max_staleness + 1,
-                                                     cfg.trust.verify_keep_bytes // max(1, version)))
-    checkpoint = int(estimate.training.get("weights", 0)) * (0 if lc.lora.enabled else 1) + version \
-        + estimate.optimizer_bytes
+        learner_versions = max(
+            learner_versions, min(cfg.sync.max_staleness + 1, cfg.trust.verify_keep_bytes // max(1, version))
+        )
+    checkpoint = (
+        int(estimate.training.get("weights", 0)) * (0 if lc.lora.enabled else 1) + version + estimate.optimizer_bytes
+    )
     journal = journal_limits(cfg)["hard_limit"] * group_bytes(cfg)
     seen = journal_bytes_at_most(SEEN_CAPACITY, MAX_GROUPS_PER_READ)
     sampler = (lc.keep_versions + 1) * version
     learner = (learner_versions + 1) * version + 2 * checkpoint + journal + 2 * STEPS_FILE_MAX_BYTES + seen
-    return {"version_bytes": version, "sampler_versions": lc.keep_versions + 1, "sampler_bytes": sampler,
-            "learner_versions": learner_versions + 1, "checkpoint_bytes": checkpoint, "journal_bytes": journal,
-            "steps_log_bytes": 2 * STEPS_FILE_MAX_BYTES, "seen_ids_bytes": seen, "learner_bytes": learner}
+    return {
+        "version_bytes": version,
+        "sampler_versions": lc.keep_versions + 1,
+        "sampler_bytes": sampler,
+        "learner_versions": learner_versions + 1,
+        "checkpoint_bytes": checkpoint,
+        "journal_bytes": journal,
+        "steps_log_bytes": 2 * STEPS_FILE_MAX_BYTES,
+        "seen_ids_bytes": seen,
+        "learner_bytes": learner,
+    }
 
 
 def format_disk(disk: dict[str, int]) -> str:
     """The `swarmnode hardware` line."""
+
     def gb(n: int) -> str:
         return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
-    return (f"disk: sampler ~{gb(disk['sampler_bytes'])} ({disk['sampler_versions']} versions of "
-            f"{gb(disk['version_bytes'])}); learner ~{gb(disk['learner_bytes'])} ({disk['learner_versions']} "
-            f"versions, 2 x checkpoint {gb(disk['checkpoint_bytes'])}, group journal <= {gb(disk['journal_bytes'])}, "
-            f"steps file <= {gb(disk['steps_log_bytes'])}, accepted ids <= {gb(disk['seen_ids_bytes'])}); "
-            "bounded by learner.keep_versions and the config, not "
-            "by run length")
+
+    return (
+        f"disk: sampler ~{gb(disk['sampler_bytes'])} ({disk['sampler_versions']} versions of "
+        f"{gb(disk['version_bytes'])}); learner ~{gb(disk['learner_bytes'])} ({disk['learner_versions']} "
+        f"versions, 2 x checkpoint {gb(disk['checkpoint_bytes'])}, group journal <= {gb(disk['journal_bytes'])}, "
+        f"steps file <= {gb(disk['steps_log_bytes'])}, accepted ids <= {gb(disk['seen_ids_bytes'])}); "
+        "bounded by learner.keep_versions and the config, not "
+        "by run length"
+    )

@@ -75,7 +75,7 @@ class HardwareProbe:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def for_config(self, cfg: NodeConfig) -> "HardwareProbe":
+    def for_config(self, cfg: NodeConfig) -> HardwareProbe:
         """This probe as the node may use it: without GPUs when both roles are pinned to `device: cpu`."""
         if cfg.sampler.device == "cpu" and cfg.learner.device == "cpu":
             return HardwareProbe((), self.cpu_count, self.ram_total_bytes, self.ram_available_bytes)
@@ -138,9 +138,13 @@ class MemoryEstimate:
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out.update(inference_bytes=self.inference_bytes, training_bytes=self.training_bytes,
-                   grads_bytes=self.grads_bytes, optimizer_bytes=self.optimizer_bytes,
-                   training_activation_bytes=self.training_activation_bytes)
+        out.update(
+            inference_bytes=self.inference_bytes,
+            training_bytes=self.training_bytes,
+            grads_bytes=self.grads_bytes,
+            optimizer_bytes=self.optimizer_bytes,
+            training_activation_bytes=self.training_activation_bytes,
+        )
         return out
 
 
@@ -159,8 +163,9 @@ def estimate_from_shape(shape: ModelShape, cfg: NodeConfig) -> MemoryEstimate:
     inf_act = s.num_generations * (seq_len * shape.hidden_size * b * 4 + shape.vocab_size * 4)
     device_type = "cpu" if lc.device == "cpu" else "cuda"
     training = training_memory(shape, cfg, device_type)
-    lora_cfg = cfg.model_copy(update={"learner": lc.model_copy(update={"lora": lc.lora.model_copy(
-        update={"enabled": True})})})
+    lora_cfg = cfg.model_copy(
+        update={"learner": lc.model_copy(update={"lora": lc.lora.model_copy(update={"enabled": True})})}
+    )
     rows, tokens = micro_batch_rows_and_tokens(cfg)
     notes = (
         f"sampler: KV cache for one group of {s.num_generations} x {seq_len} tokens",
@@ -245,9 +250,7 @@ def decide_role(
     if gpu is None and not estimate.builtin_tiny:
         reasons.append("CPU-only nodes never train (except the built-in tiny model)")
     seats_left = learners_in_run is None or learners_in_run < max_learners
-    seats = (
-        "learner count unknown" if learners_in_run is None else f"run has {learners_in_run}/{max_learners} learners"
-    )
+    seats = "learner count unknown" if learners_in_run is None else f"run has {learners_in_run}/{max_learners} learners"
 
     if requested_role in ("sampler", "learner"):
         reasons.append(f"role {requested_role} requested explicitly")
@@ -266,8 +269,10 @@ def decide_role(
         return RoleDecision("sampler", device, tuple(reasons))
     if can_infer:
         if not can_train and _fits(estimate.lora_training_bytes, have, reserved) and gpu is not None:
-            reasons.append(f"as a LoRA learner it would need ~{_gb(estimate.lora_training_bytes * HEADROOM)}, "
-                           "which fits (--set learner.lora.enabled=true)")
+            reasons.append(
+                f"as a LoRA learner it would need ~{_gb(estimate.lora_training_bytes * HEADROOM)}, "
+                "which fits (--set learner.lora.enabled=true)"
+            )
         reasons.append("can run inference but not training -> sampler")
         return RoleDecision("sampler", device, tuple(reasons))
     reasons.append("cannot run the model -> none (use a smaller model or bigger hardware, or force --role)")
@@ -287,7 +292,9 @@ def format_report(report: dict) -> str:
     p, e = report["probe"], report["estimate"]
     t = e["training"]
     lines = [f"CPU: {p['cpu_count']} cores, RAM {_gb(p['ram_available_bytes'])} free of {_gb(p['ram_total_bytes'])}"]
-    lines += [f"GPU {g['index']}: {g['name']}, {_gb(g['free_bytes'])} free of {_gb(g['total_bytes'])}" for g in p["gpus"]]
+    lines += [
+        f"GPU {g['index']}: {g['name']}, {_gb(g['free_bytes'])} free of {_gb(g['total_bytes'])}" for g in p["gpus"]
+    ]
     if not p["gpus"]:
         lines.append("GPU: none")
     lines.append(

@@ -22,9 +22,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 import yaml
 
@@ -33,10 +34,10 @@ from swarmnode.config.shared import carried_defaults, describe, diff, is_shared,
 from swarmnode.errors import SwarmnodeError, UsageError
 from swarmnode.identity import Identity
 from swarmnode.model.sources import source_digests
-from swarmnode.protocol.codec import InvalidRecord
-from swarmnode.protocol.run_card import RunCard, Invite
 from swarmnode.node.card_server import read_card_file
 from swarmnode.node.invite import merge, with_task_file
+from swarmnode.protocol.codec import InvalidRecord
+from swarmnode.protocol.run_card import Invite, RunCard
 
 Emit = Callable[[str], None]
 LEARNER_STOP_S = 120.0  # the learner's final checkpoint on a loaded machine
@@ -54,7 +55,7 @@ class HostFiles:
     root: Path
 
     @classmethod
-    def of(cls, run_id: str) -> "HostFiles":
+    def of(cls, run_id: str) -> HostFiles:
         return cls(default_data_dir() / "host" / run_id)
 
     card = property(lambda self: self.root / "card.json")
@@ -70,11 +71,22 @@ def default_owner_key() -> Path:
 
 def next_card(cfg: NodeConfig, owner: Identity, bootstraps: list[str], previous: RunCard | None) -> RunCard:
     """The card for `cfg` served from `bootstraps`: the previous one when nothing changed, else its next version."""
-    card = RunCard(run_id=cfg.run_id, version=1, owner=owner.peer_id, bootstraps=list(bootstraps),
-                   settings=shared_settings(cfg), defaults=carried_defaults(cfg), sources=source_digests(cfg))
+    card = RunCard(
+        run_id=cfg.run_id,
+        version=1,
+        owner=owner.peer_id,
+        bootstraps=list(bootstraps),
+        settings=shared_settings(cfg),
+        defaults=carried_defaults(cfg),
+        sources=source_digests(cfg),
+    )
     if previous is not None and previous.owner == owner.peer_id:
         if (previous.settings, previous.bootstraps, previous.defaults, previous.sources) == (
-                card.settings, card.bootstraps, card.defaults, card.sources):
+            card.settings,
+            card.bootstraps,
+            card.defaults,
+            card.sources,
+        ):
             return previous
         card.version = previous.version + 1
     return card.signed(owner)
@@ -103,8 +115,10 @@ def update_card(spec: str | None, sets: list[str], owner_key: Path, emit: Emit) 
     sets = [item for item in sets if key_of(item) != "run_id"]
     local = [key_of(item) for item in sets if not is_shared(key_of(item))]
     if local or not sets:
-        raise UsageError(f"host --update changes the run's shared settings only (--set key=value); "
-                         f"{', '.join(local) or 'none given'}: not in the card")
+        raise UsageError(
+            f"host --update changes the run's shared settings only (--set key=value); "
+            f"{', '.join(local) or 'none given'}: not in the card"
+        )
     cfg = build_config(load_config_data(spec, naming))
     files = HostFiles.of(cfg.run_id)
     previous = _previous_card(files)
@@ -125,12 +139,20 @@ def update_card(spec: str | None, sets: list[str], owner_key: Path, emit: Emit) 
     if any(key.startswith(("model.", "task.")) for key, _, _ in changes):
         own = local_part(load_config_data(spec, naming))
         sources = source_digests(build_config(with_task_file(merge(data, own))))
-    card = RunCard(run_id=cfg.run_id, version=previous.version + 1, owner=owner.peer_id,
-                   bootstraps=previous.bootstraps, settings=settings, defaults=previous.defaults,
-                   sources=sources).signed(owner)
+    card = RunCard(
+        run_id=cfg.run_id,
+        version=previous.version + 1,
+        owner=owner.peer_id,
+        bootstraps=previous.bootstraps,
+        settings=settings,
+        defaults=previous.defaults,
+        sources=sources,
+    ).signed(owner)
     write_card(files, card)
-    emit(f"run card v{card.version}: {describe(changes) or 'no setting changed'} (the run's nodes take it within "
-         "two heartbeats)")
+    emit(
+        f"run card v{card.version}: {describe(changes) or 'no setting changed'} (the run's nodes take it within "
+        "two heartbeats)"
+    )
     return card
 
 
@@ -147,9 +169,15 @@ class Child:
 
     def __init__(self, name: str, args: list[str], on_line: Callable[[str, str], None]):
         self.name = name
-        self.popen = subprocess.Popen([sys.executable, "-P", "-m", "swarmnode", *args], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                      preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.popen = subprocess.Popen(
+            [sys.executable, "-P", "-m", "swarmnode", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, args=(self.popen.stdout, on_line), daemon=True)
         self._reader.start()
@@ -192,8 +220,9 @@ def _wait_for_addresses(child: Child, timeout: float) -> list[str]:
     raise HostError(f"the bootstrap did not start ({tail})")
 
 
-def run_host(spec: str | None, sets: list[str], *, owner_key: Path, bootstrap_only: bool,
-             bootstrap_maddrs: list[str], emit: Emit) -> None:
+def run_host(
+    spec: str | None, sets: list[str], *, owner_key: Path, bootstrap_only: bool, bootstrap_maddrs: list[str], emit: Emit
+) -> None:
     """`swarmnode host` (see the module docstring): runs until Ctrl-C / SIGTERM or a child fails."""
     own = load_config_data(spec, sets)
     cfg = build_config(own)
@@ -204,8 +233,10 @@ def run_host(spec: str | None, sets: list[str], *, owner_key: Path, bootstrap_on
     if not bootstrap_only:
         keys.append(Identity.load_or_create(files.learner_key).peer_id)
     elif not keys:
-        raise UsageError("host --bootstrap-only needs the run's learner keys: --set trust.learner_keys=[PEER_ID] "
-                         "(`swarmnode identity --identity-path LEARNER_KEY` prints one)")
+        raise UsageError(
+            "host --bootstrap-only needs the run's learner keys: --set trust.learner_keys=[PEER_ID] "
+            "(`swarmnode identity --identity-path LEARNER_KEY` prints one)"
+        )
     cfg.trust.learner_keys = list(dict.fromkeys(keys))
     lock = threading.Lock()
 
@@ -231,8 +262,22 @@ def run_host(spec: str | None, sets: list[str], *, owner_key: Path, bootstrap_on
         emit(f"invite written to {files.invite}")
         if not bootstrap_only:
             files.learner_local.write_text(yaml.safe_dump(local_part(own)))
-            children.append(Child("learner", ["join", invite, "--role", "learner", "--identity-path",
-                                              str(files.learner_key), "--config", str(files.learner_local)], relay))
+            children.append(
+                Child(
+                    "learner",
+                    [
+                        "join",
+                        invite,
+                        "--role",
+                        "learner",
+                        "--identity-path",
+                        str(files.learner_key),
+                        "--config",
+                        str(files.learner_local),
+                    ],
+                    relay,
+                )
+            )
         while True:
             for child in children:
                 code = child.popen.poll()

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from swarmnode.config import NodeConfig, build_config, load_config_data
 from swarmnode.config.addresses import check_initial_peers
@@ -43,9 +44,19 @@ class CardError(SwarmnodeError):
 def client_config(invite: Invite, timeout: float = FETCH_TIMEOUT_S) -> NodeConfig:
     """The config of a throwaway client that reads the invite's run (loopback listener, no NAT machinery)."""
     check_initial_peers(list(invite.bootstraps))
-    return build_config({"run_id": invite.run_id, "network": {
-        "initial_peers": list(invite.bootstraps), "host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "startup_timeout": timeout,
-        "nat_port_map": False, "auto_nat": False, "use_relay": False}})
+    return build_config(
+        {
+            "run_id": invite.run_id,
+            "network": {
+                "initial_peers": list(invite.bootstraps),
+                "host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+                "startup_timeout": timeout,
+                "nat_port_map": False,
+                "auto_nat": False,
+                "use_relay": False,
+            },
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -86,8 +97,10 @@ async def fetch_card(invite: Invite, timeout: float = FETCH_TIMEOUT_S) -> RunCar
             if loop.time() > deadline:
                 others = sorted({c.owner[:16] + "..." for c in cards if c.owner != invite.owner})
                 signed = f" (only cards signed by other keys: {', '.join(others)}; refused)" if others else ""
-                raise CardError(f"run {invite.run_id}: the bootstraps answered but hold no run card signed by the "
-                                f"invite's owner {invite.owner[:16]}...{signed}; ask the host for a fresh invite")
+                raise CardError(
+                    f"run {invite.run_id}: the bootstraps answered but hold no run card signed by the "
+                    f"invite's owner {invite.owner[:16]}...{signed}; ask the host for a fresh invite"
+                )
             await asyncio.sleep(1.0)
     finally:
         await member.stop()
@@ -119,8 +132,10 @@ def config_from_card(card: RunCard, own: dict[str, Any]) -> NodeConfig:
         clash.insert(0, ("run_id", own["run_id"], card.run_id))
     if clash:
         items = ", ".join(f"{key} {a!r}, run {b!r}" for key, a, b in clash)
-        raise UsageError(f"your settings differ from the run's (card v{card.version}): {items}; the invite sets "
-                         "them: drop them from --config/--set")
+        raise UsageError(
+            f"your settings differ from the run's (card v{card.version}): {items}; the invite sets "
+            "them: drop them from --config/--set"
+        )
     data = with_task_file(merge(merge(card.defaults, local_part(own)), card.settings))
     peers = list(dict.fromkeys([*card.bootstraps, *own.get("network", {}).get("initial_peers", [])]))
     data = merge(data, {"run_id": card.run_id, "network": {"initial_peers": peers}})
@@ -146,13 +161,17 @@ def check_sources(cfg: NodeConfig, card: RunCard) -> None:
     """SourceMismatch (one line naming what differs) unless this machine's model and task data digests
     (`swarmnode.model.sources`) equal the card's; a digest the card or this machine lacks is not compared."""
     if cfg.task.path == RUN_TASK_FILE:
-        raise SourceMismatch(f"run {card.run_id}'s task reads its problems from a JSONL file on each machine: get "
-                             "the run's file from its host and add --set task.path=FILE")
+        raise SourceMismatch(
+            f"run {card.run_id}'s task reads its problems from a JSONL file on each machine: get "
+            "the run's file from its host and add --set task.path=FILE"
+        )
     differ = source_differences(card.sources, source_digests(cfg))
     if differ:
         where = f" (task.path {cfg.task.path})" if cfg.task.path and any("task data" in d for d in differ) else ""
-        raise SourceMismatch(f"this machine's model or data is not the run's (card v{card.version}): "
-                             f"{'; '.join(differ)}{where}; get the run's files from its host")
+        raise SourceMismatch(
+            f"this machine's model or data is not the run's (card v{card.version}): "
+            f"{'; '.join(differ)}{where}; get the run's files from its host"
+        )
 
 
 def card_software(software: str, card: RunCard) -> str:
@@ -163,8 +182,14 @@ def card_software(software: str, card: RunCard) -> str:
 class CardWatch:
     """Follows a running node's card (see the module docstring). `on_change(changes)` tells the role."""
 
-    def __init__(self, cfg: NodeConfig, card: RunCard, member: Membership, emit: Callable[[str], None],
-                 on_change: Callable[[list[tuple[str, Any, Any]]], None] | None = None):
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        card: RunCard,
+        member: Membership,
+        emit: Callable[[str], None],
+        on_change: Callable[[list[tuple[str, Any, Any]]], None] | None = None,
+    ):
         self.cfg, self.card, self.member, self.emit, self.on_change = cfg, card, member, emit, on_change
         self.invite = Invite.of(card)
         self.left: str | None = None  # why the node leaves (a change it cannot follow)
@@ -176,7 +201,7 @@ class CardWatch:
             try:
                 await asyncio.wait_for(stop.wait(), self.cfg.network.heartbeat_interval)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             try:
                 newer = await read_card(self.member, self.invite, above=self.card.version)
@@ -191,8 +216,10 @@ class CardWatch:
         """Apply `newer` if this node can; False (and `left` says why) if it must leave."""
         changes = diff(self.card.settings, newer.settings)
         if not followable(changes):
-            self.left = (f"the run's card v{newer.version} changed what this node cannot follow without a restart "
-                         f"({describe(changes)}); leaving: join again with the invite")
+            self.left = (
+                f"the run's card v{newer.version} changed what this node cannot follow without a restart "
+                f"({describe(changes)}); leaving: join again with the invite"
+            )
             self.emit(self.left)
             return False
         for key, _, value in changes:
@@ -201,9 +228,12 @@ class CardWatch:
         added = [b for b in newer.bootstraps if b not in self.cfg.network.initial_peers]
         if added:
             self.cfg.network.initial_peers = [*self.cfg.network.initial_peers, *added]
-        self.emit(f"run card v{self.card.version} -> v{newer.version}: "
-                  f"{describe(changes + ([('bootstraps', self.card.bootstraps, newer.bootstraps)] if added else []))}"
-                  if changes or added else f"run card v{newer.version}: no setting changed")
+        self.emit(
+            f"run card v{self.card.version} -> v{newer.version}: "
+            f"{describe(changes + ([('bootstraps', self.card.bootstraps, newer.bootstraps)] if added else []))}"
+            if changes or added
+            else f"run card v{newer.version}: no setting changed"
+        )
         self.card = newer
         self.member.update(software=card_software(self.member.fields.get("software", ""), newer))
         if self.on_change is not None and changes:
@@ -211,6 +241,12 @@ class CardWatch:
         return True
 
 
-__all__ = ["CardError", "CardWatch", "SourceMismatch", "check_sources", "config_for_invite", "config_from_card",
-           "fetch_card"]
-
+__all__ = [
+    "CardError",
+    "CardWatch",
+    "SourceMismatch",
+    "check_sources",
+    "config_for_invite",
+    "config_from_card",
+    "fetch_card",
+]

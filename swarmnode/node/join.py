@@ -13,30 +13,31 @@ from __future__ import annotations
 import asyncio
 
 from swarmnode.config import NodeConfig
+from swarmnode.identity import Identity, node_data_dir
 from swarmnode.node.hardware import decide_role, estimate_memory, probe_hardware
 from swarmnode.node.invite import CardError, CardWatch
-from swarmnode.observe.health import record_health
-from swarmnode.observe.health_record import LearnerHealth
-from swarmnode.identity import Identity, node_data_dir
-from swarmnode.swarm.membership import Membership
-from swarmnode.observe.metrics import serve_metrics
-from swarmnode.protocol.peer import PeerRecord
-from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED, with_reachability
-from swarmnode.protocol.run_card import RunCard
-from swarmnode.swarm.p2p import SwarmStartError
-from swarmnode.swarm.relay import relay_limit_warning
 from swarmnode.node.roles.base import Emit, ready_line
 from swarmnode.node.roles.learner_role import LearnerRole
 from swarmnode.node.roles.sampler_role import SamplerRole
 from swarmnode.node.sapo.role import SapoRole
+from swarmnode.observe.health import record_health
+from swarmnode.observe.health_record import LearnerHealth
+from swarmnode.observe.metrics import serve_metrics
+from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED, with_reachability
+from swarmnode.protocol.run_card import RunCard
+from swarmnode.swarm.membership import Membership
+from swarmnode.swarm.p2p import SwarmStartError
+from swarmnode.swarm.relay import relay_limit_warning
 
 __all__ = ["decide_swarm_role", "node_data_dir", "run_node"]
 
 
 def decide_swarm_role(cfg: NodeConfig, learners_in_run: int) -> tuple[str, list[str]]:
     """The hardware decision for `cfg`, given how many learners the run already has."""
-    decision = decide_role(probe_hardware().for_config(cfg), estimate_memory(cfg), cfg.role, learners_in_run,
-                           cfg.learner.max_learners)
+    decision = decide_role(
+        probe_hardware().for_config(cfg), estimate_memory(cfg), cfg.role, learners_in_run, cfg.learner.max_learners
+    )
     return decision.role, list(decision.reasons)
 
 
@@ -63,8 +64,10 @@ def refuse_unreachable_learner(cfg: NodeConfig, member: Membership, role: str, e
     if role != "learner" or cfg.mode == "sapo" or reach is None or reach.status != CLIENT_ONLY:
         return role
     if cfg.role == "learner":
-        raise SwarmStartError(f"this node cannot be a learner: samplers can neither dial it nor reach it through a "
-                              f"relay ({reach.how}); {reach.advice()}, or join through a bootstrap that relays")
+        raise SwarmStartError(
+            f"this node cannot be a learner: samplers can neither dial it nor reach it through a "
+            f"relay ({reach.how}); {reach.advice()}, or join through a bootstrap that relays"
+        )
     emit("role: samplers cannot dial this node (no relay either): it samples instead of learning")
     return "sampler"
 
@@ -99,8 +102,10 @@ async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, 
         await member.publish()
         return role
     role, reasons = await asyncio.to_thread(decide_swarm_role, cfg, cfg.learner.max_learners)
-    emit(f"role: {len(learners)} learners announced at once (max_learners {cfg.learner.max_learners}); "
-         f"this node steps back to {role}")
+    emit(
+        f"role: {len(learners)} learners announced at once (max_learners {cfg.learner.max_learners}); "
+        f"this node steps back to {role}"
+    )
     for reason in reasons:
         emit(f"role: {reason}")
     member.update(role=role)
@@ -108,8 +113,9 @@ async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, 
     return role
 
 
-async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emit: Emit = print,
-                   card: RunCard | None = None) -> None:
+async def run_node(
+    cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emit: Emit = print, card: RunCard | None = None
+) -> None:
     """`swarmnode join`: join the run, pick a role, construct it, run it until `stop`, leave cleanly. A node that
     joined by invite follows its run `card` (`swarmnode.node.invite.CardWatch`) and leaves when it cannot."""
     async with Membership(cfg, identity, "auto") as member:
@@ -132,8 +138,15 @@ async def run_node(cfg: NodeConfig, identity: Identity, stop: asyncio.Event, emi
                 await asyncio.gather(relay_check, return_exceptions=True)
 
 
-async def _run_role(cfg: NodeConfig, identity: Identity, member: Membership, role: str, stop: asyncio.Event,
-                    emit: Emit, watch: "CardWatch | None") -> None:
+async def _run_role(
+    cfg: NodeConfig,
+    identity: Identity,
+    member: Membership,
+    role: str,
+    stop: asyncio.Event,
+    emit: Emit,
+    watch: CardWatch | None,
+) -> None:
     """Construct the role, serve /metrics if asked, say `ready` (the role can work now: `ready_line`), run it until
     `stop` (following the run card if `watch`)."""
     if cfg.mode == "sapo":
@@ -143,8 +156,7 @@ async def _run_role(cfg: NodeConfig, identity: Identity, member: Membership, rol
         runner = LearnerRole if role == "learner" else SamplerRole
         node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow
     if cfg.metrics.port is not None:
-        port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role,
-                             cfg.metrics.addr)
+        port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role, cfg.metrics.addr)
         emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
     emit(ready_line(identity, role, cfg, member))
     if watch is None:

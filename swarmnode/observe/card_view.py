@@ -30,9 +30,15 @@ def with_card(doc: dict[str, Any], card: RunCard) -> dict[str, Any]:
     for peer in doc["peers"]:
         version = card_version_of(peer.get("software", ""))
         if version is not None and version < card.version:
-            doc["alerts"].append({"kind": "old_card", "severity": "warning", "peer_id": peer["peer_id"],
-                                  "message": f"{peer['peer_id']} ({peer['role']}) runs card v{version}, the run's is "
-                                             f"v{card.version}: it has not taken the update"})
+            doc["alerts"].append(
+                {
+                    "kind": "old_card",
+                    "severity": "warning",
+                    "peer_id": peer["peer_id"],
+                    "message": f"{peer['peer_id']} ({peer['role']}) runs card v{version}, the run's is "
+                    f"v{card.version}: it has not taken the update",
+                }
+            )
     return doc
 
 
@@ -55,9 +61,13 @@ class CardStatus:
 def format_card(summary: dict[str, Any]) -> str:
     """The card's lines above the status table."""
     learners = ", ".join(summary["learners"]) or "none"
-    return "\n".join([f"card v{summary['version']} of run {summary['run_id']}, owner {summary['owner']}",
-                      f"  model {summary['model']}, task {summary['task']}; learners: {learners}",
-                      f"  bootstraps: {', '.join(summary['bootstraps'])}"])
+    return "\n".join(
+        [
+            f"card v{summary['version']} of run {summary['run_id']}, owner {summary['owner']}",
+            f"  model {summary['model']}, task {summary['task']}; learners: {learners}",
+            f"  bootstraps: {', '.join(summary['bootstraps'])}",
+        ]
+    )
 
 
 def card_panel(doc: dict[str, Any]) -> Panel:

@@ -14,14 +14,45 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 CENSUS_RECORDS = 2000  # records `status` reads before it estimates instead of counting everyone
 Z95 = 1.96
 # Student's t, two-sided 95 %, by degrees of freedom 1..30 (beyond 30: Z95 is within 4 %)
-T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-       2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t95(df: int) -> float:
@@ -110,8 +141,16 @@ def worst_first(peers: Iterable[dict[str, Any]], flagged: set[str] = frozenset()
     """Peer summaries, the worst first: those an alert names, then the most versions behind, then the longest
     unheard, then the unreachable (client-only, relayed); the peer id breaks ties."""
     rank = {"client-only": 2, "relayed": 1}
-    return sorted(peers, key=lambda p: (p["peer_id"] not in flagged, -(p.get("lag") or 0), -p.get("age_s", 0.0),
-                                        -rank.get(p.get("reachability", ""), 0), p["peer_id"]))
+    return sorted(
+        peers,
+        key=lambda p: (
+            p["peer_id"] not in flagged,
+            -(p.get("lag") or 0),
+            -p.get("age_s", 0.0),
+            -rank.get(p.get("reachability", ""), 0),
+            p["peer_id"],
+        ),
+    )
 
 
 def page_of(rows: list[Any], page: int, size: int) -> tuple[list[Any], int, int]:

@@ -17,7 +17,8 @@ import termios
 import time
 import tty
 from collections import deque
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -25,12 +26,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from swarmnode.observe.card_view import CardStatus, card_panel
 from swarmnode.observe.census import page_of, worst_first
 from swarmnode.observe.health import rejected_by_reason
-from swarmnode.staleness import bucket_label
-from swarmnode.observe.card_view import CardStatus, card_panel
 from swarmnode.observe.status import client_member, other_runs_hint
 from swarmnode.protocol.run_card import RunCard
+from swarmnode.staleness import bucket_label
 from swarmnode.swarm.p2p import SwarmStartError
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -113,8 +114,9 @@ def _header(doc: dict[str, Any], history: History) -> Panel:
     text.append(f"   peers {'~' if estimated else ''}{doc['count']:,} ({roles or 'none'})")
     if estimated:
         c = census["count"]
-        text.append(f" [{c['low']:,}-{c['high']:,}, 95 %: {census['shards_read']}/{census['shards']} shards read]",
-                    style="dim")
+        text.append(
+            f" [{c['low']:,}-{c['high']:,}, 95 %: {census['shards_read']}/{census['shards']} shards read]", style="dim"
+        )
     reach = doc.get("reachability") or {}
     if set(reach) - {"public", "unknown"}:  # someone behind a NAT: say how many of each
         text.append("   " + ", ".join(f"{n} {r}" for r, n in sorted(reach.items())), style="yellow")
@@ -137,25 +139,43 @@ REACH_STYLE = {"public": "green", "relayed": "yellow", "client-only": "cyan"}
 def _peers_table(doc: dict[str, Any], max_rows: int, page: int = 0) -> Table:
     """The learners, then the other peers read, the worst first (`census.worst_first`), a page of `max_rows`."""
     bad = {a["peer_id"] for a in doc["alerts"] if a["peer_id"]}
-    learners = sorted((p for p in doc["peers"] if p["role"] == "learner"),
-                      key=lambda p: (p.get("designated") is False, p["peer_id"]))
+    learners = sorted(
+        (p for p in doc["peers"] if p["role"] == "learner"), key=lambda p: (p.get("designated") is False, p["peer_id"])
+    )
     others = worst_first((p for p in doc["peers"] if p["role"] != "learner"), bad)
     peers = learners + others
     shown, page, pages = page_of(peers, page, max_rows)
     title = "peers" + (f", the worst first: page {page + 1} of {pages} (n / p)" if pages > 1 else "")
     table = Table(expand=True, title=title, title_justify="left", pad_edge=False)
-    for col, justify in (("peer", "left"), ("role", "left"), ("reach", "left"), ("hardware", "left"), ("version", "right"),
-                         ("lag", "right"), ("throughput", "left"), ("last seen", "right"), ("note", "left")):
+    for col, justify in (
+        ("peer", "left"),
+        ("role", "left"),
+        ("reach", "left"),
+        ("hardware", "left"),
+        ("version", "right"),
+        ("lag", "right"),
+        ("throughput", "left"),
+        ("last seen", "right"),
+        ("note", "left"),
+    ):
         table.add_column(col, justify=justify, no_wrap=True)
     for p in shown:
         version = "-" if p["version"] < 0 else str(p["version"])
         lag = "-" if p.get("lag") is None else str(p["lag"])
         note = "self-declared" if p.get("designated") is False else str(p.get("health", {}).get("paused") or "")
         reach = p.get("reachability", "unknown")
-        table.add_row(_short(p["peer_id"]), Text(p["role"], style=ROLE_STYLE.get(p["role"], "")),
-                      Text(reach, style=REACH_STYLE.get(reach, "dim")), _hardware(p.get("hardware", {})), version, lag, _throughput(p), f"{p['age_s']:.1f} s",
-                      Text(note or ("alert" if p["peer_id"] in bad else ""), style="yellow"),
-                      style="red" if p["peer_id"] in bad else None)
+        table.add_row(
+            _short(p["peer_id"]),
+            Text(p["role"], style=ROLE_STYLE.get(p["role"], "")),
+            Text(reach, style=REACH_STYLE.get(reach, "dim")),
+            _hardware(p.get("hardware", {})),
+            version,
+            lag,
+            _throughput(p),
+            f"{p['age_s']:.1f} s",
+            Text(note or ("alert" if p["peer_id"] in bad else ""), style="yellow"),
+            style="red" if p["peer_id"] in bad else None,
+        )
     if pages > 1:
         table.add_row("…", f"{len(peers) - len(shown)} more", *[""] * 7)
     return table
@@ -165,8 +185,11 @@ def _histogram(counts: list[int], width: int = 24) -> Table:
     grid = Table.grid(padding=(0, 1))
     top = max(counts, default=0) or 1
     for i, n in enumerate(counts):
-        grid.add_row(Text(f"τ {bucket_label(i)}", style="dim"), Text("█" * max(int(n > 0), round(n / top * width)),
-                                                                         style="cyan"), str(n))
+        grid.add_row(
+            Text(f"τ {bucket_label(i)}", style="dim"),
+            Text("█" * max(int(n > 0), round(n / top * width)), style="cyan"),
+            str(n),
+        )
     return grid
 
 
@@ -182,10 +205,15 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
     grid.add_row("reward mean", f"{_fmt(h.get('reward_mean'))}  (best {_fmt(max(nums, default=None))})")
     span = f"v{versions[0]}..v{versions[-1]}" if versions else ""
     grid.add_row("reward trend", Text(sparkline(rewards), style="green") + Text(f" {span}", style="dim"))
-    grid.add_row("KL vs sampler", Text(sparkline(h.get("kl_history") or [], 24), style="yellow")
-                 + Text(f" {_fmt(h.get('kl'), '.4f')}"))
-    grid.add_row("IS-var trend", Text(sparkline(h.get("is_var_history") or [], 24), style="yellow")
-                 + Text(f" {_fmt(h.get('is_weight_var'), '.4f')}"))
+    grid.add_row(
+        "KL vs sampler",
+        Text(sparkline(h.get("kl_history") or [], 24), style="yellow") + Text(f" {_fmt(h.get('kl'), '.4f')}"),
+    )
+    grid.add_row(
+        "IS-var trend",
+        Text(sparkline(h.get("is_var_history") or [], 24), style="yellow")
+        + Text(f" {_fmt(h.get('is_weight_var'), '.4f')}"),
+    )
     grid.add_row("paper IS var", f"{_fmt(h.get('ratio_peqq_var'), '.4f')}  (p/E_q[q])")
     grid.add_row("entropy", _fmt(h.get("entropy"), ".3f"))
     grid.add_row("clip fraction", _fmt(h.get("clip_frac")))
@@ -197,8 +225,9 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
     if h.get("averaging_rounds") is not None:  # one of several learners averaging through hivemind
         grid.add_row("averaging", _averaging(h))
     if h.get("mode") == "sapo":  # its own policy: what it trained on, by origin
-        grid.add_row("trained on", f"{_fmt(h.get('local_groups'), 'd')} own + {_fmt(h.get('external_groups'), 'd')} "
-                     "external")
+        grid.add_row(
+            "trained on", f"{_fmt(h.get('local_groups'), 'd')} own + {_fmt(h.get('external_groups'), 'd')} external"
+        )
         grid.add_row("reward lies", _fmt(h.get("reward_lies"), "d"))
         peers = zip(h.get("external_peers") or [], h.get("external_counts") or [])
         grid.add_row("external from", ", ".join(f"{str(peer)[-8:]} {n}" for peer, n in peers) or "nobody yet")
@@ -216,8 +245,10 @@ def _averaging(h: dict[str, Any]) -> str:
     """Averaging rounds of one of several learners: done, failed, the last one's group, time and traffic."""
     text = f"{_fmt(h.get('averaging_rounds'), 'd')} rounds, {_fmt(h.get('averaging_failures'), 'd')} failed"
     if h.get("averaging_group") is not None:
-        text += (f"; last: {_fmt(h.get('averaging_group'), 'd')} learners, {_fmt(h.get('averaging_seconds'), '.2f')} s, "
-                 f"{_fmt(h.get('averaging_mb'), '.1f')} MB")
+        text += (
+            f"; last: {_fmt(h.get('averaging_group'), 'd')} learners, {_fmt(h.get('averaging_seconds'), '.2f')} s, "
+            f"{_fmt(h.get('averaging_mb'), '.1f')} MB"
+        )
         if (outer := h.get("averaging_outer_lr")) is not None and outer != 1:
             text += f", outer step {outer:g}"
     return text
@@ -229,9 +260,11 @@ def _versions_panel(doc: dict[str, Any], width: int = 20) -> Panel:
     top = max(holders.values(), default=0) or 1
     for version, n in list(holders.items())[:12]:
         current = int(version) == doc["newest_version"]
-        grid.add_row(Text(f"v{version}", style="bold green" if current else ""),
-                     Text("█" * max(1, round(n / top * width)), style="green" if current else "cyan"),
-                     f"{n} sampler{'s' if n != 1 else ''}")
+        grid.add_row(
+            Text(f"v{version}", style="bold green" if current else ""),
+            Text("█" * max(1, round(n / top * width)), style="green" if current else "cyan"),
+            f"{n} sampler{'s' if n != 1 else ''}",
+        )
     if not holders:
         grid.add_row(Text("no sampler holds a version yet", style="dim"))
     return Panel(grid, title="versions held", border_style="green")
@@ -256,8 +289,12 @@ def build_view(doc: dict[str, Any], history: History | None = None, max_rows: in
     for _ in range(len(shown) + 1):
         middle.add_column(ratio=1)
     middle.add_row(*[_learner_panel(p) for p in shown], _versions_panel(doc))
-    parts = [_header(doc, history), *([card_panel(doc)] if "card" in doc else []),
-             _peers_table(doc, max_rows, history.page), middle]
+    parts = [
+        _header(doc, history),
+        *([card_panel(doc)] if "card" in doc else []),
+        _peers_table(doc, max_rows, history.page),
+        middle,
+    ]
     if rest:
         parts.append(_other_learners(rest))
     return Group(*parts, _alerts_panel(doc))
@@ -265,16 +302,27 @@ def build_view(doc: dict[str, Any], history: History | None = None, max_rows: in
 
 def _other_learners(learners: list[dict[str, Any]]) -> Table:
     """Learners beyond the two with panels, a line each."""
-    table = Table(expand=True, title=f"{len(learners)} more learner{'s' if len(learners) != 1 else ''}",
-                  title_justify="left", pad_edge=False)
+    table = Table(
+        expand=True,
+        title=f"{len(learners)} more learner{'s' if len(learners) != 1 else ''}",
+        title_justify="left",
+        pad_edge=False,
+    )
     for col in ("learner", "step", "version", "reward", "KL", "IS var", "received", "dropped stale", "rounds"):
         table.add_column(col, justify="left" if col == "learner" else "right")
     for p in learners:
         h = p.get("health", {})
-        table.add_row(_short(p["peer_id"]), _fmt(h.get("step"), "d"), _fmt(h.get("version"), "d"),
-                      _fmt(h.get("reward_mean")), _fmt(h.get("kl"), ".4f"), _fmt(h.get("is_weight_var"), ".4f"),
-                      _fmt(h.get("groups_received"), "d"), _fmt(h.get("dropped_stale"), "d"),
-                      f"{_fmt(h.get('averaging_rounds'), 'd')}/{_fmt(h.get('averaging_failures'), 'd')} failed")
+        table.add_row(
+            _short(p["peer_id"]),
+            _fmt(h.get("step"), "d"),
+            _fmt(h.get("version"), "d"),
+            _fmt(h.get("reward_mean")),
+            _fmt(h.get("kl"), ".4f"),
+            _fmt(h.get("is_weight_var"), ".4f"),
+            _fmt(h.get("groups_received"), "d"),
+            _fmt(h.get("dropped_stale"), "d"),
+            f"{_fmt(h.get('averaging_rounds'), 'd')}/{_fmt(h.get('averaging_failures'), 'd')} failed",
+        )
     return table
 
 
@@ -299,8 +347,13 @@ def logs_into(history: History) -> Iterator[None]:
     swapped: list[tuple[logging.Logger, list[logging.Handler]]] = []
     sink = _ToHistory(history)
     for logger in loggers:
-        mine = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)
-                and not isinstance(h, logging.FileHandler) and getattr(h, "stream", None) in terminal]
+        mine = [
+            h
+            for h in logger.handlers
+            if isinstance(h, logging.StreamHandler)
+            and not isinstance(h, logging.FileHandler)
+            and getattr(h, "stream", None) in terminal
+        ]
         if mine:
             for h in mine:
                 logger.removeHandler(h)
@@ -319,8 +372,9 @@ def logs_into(history: History) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop,
-               on_page: Callable[[int], None] = lambda _step: None) -> Iterator[bool]:
+def key_reader(
+    stop: asyncio.Event, loop: asyncio.AbstractEventLoop, on_page: Callable[[int], None] = lambda _step: None
+) -> Iterator[bool]:
     """On a terminal: cbreak mode, `q` sets `stop`, `n` / `p` call `on_page(+1 / -1)`; the terminal's mode is
     restored on exit. Yields whether on."""
     stream = sys.stdin
@@ -351,15 +405,22 @@ def key_reader(stop: asyncio.Event, loop: asyncio.AbstractEventLoop,
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once: bool = False,
-                        console: Console | None = None, card: RunCard | None = None) -> dict[str, Any]:
+async def run_dashboard(
+    cfg,
+    stop: asyncio.Event,
+    *,
+    refresh: float = 3.0,
+    once: bool = False,
+    console: Console | None = None,
+    card: RunCard | None = None,
+) -> dict[str, Any]:
     """Poll the run's health (and `card`: `CardStatus`) every `refresh` s and draw it until `stop` (q, Ctrl-C)."""
     console, status = console or Console(), CardStatus(card)
     poll_timeout = max(10.0, 3 * refresh)
     member = client_member(cfg)
     try:
         await asyncio.wait_for(member.start(), cfg.network.startup_timeout + 30)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise SwarmStartError(f"no answer from the swarm within {cfg.network.startup_timeout + 30:.0f} s") from None
     try:
         history = History()
@@ -383,20 +444,26 @@ async def run_dashboard(cfg, stop: asyncio.Event, *, refresh: float = 3.0, once:
             if live is not None:
                 live.update(build_view(doc, history, rows()), refresh=True)
 
-        with Live(build_view(doc, history, rows()), console=console, screen=console.is_terminal,
-                  auto_refresh=False, redirect_stderr=False) as live, key_reader(stop, loop, turn_page), \
-                logs_into(history):
+        live = Live(
+            build_view(doc, history, rows()),
+            console=console,
+            screen=console.is_terminal,
+            auto_refresh=False,
+            redirect_stderr=False,
+        )
+        with live, key_reader(stop, loop, turn_page), logs_into(history):
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), refresh)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 try:
                     fresh = await asyncio.wait_for(status.read(member), poll_timeout)
                     if not fresh["peers"] and not await member.dht.p2p.list_peers():
-                        raise ConnectionError("lost contact with the swarm: connected to none of its peers "
-                                              "(is the bootstrap down?)")
+                        raise ConnectionError(
+                            "lost contact with the swarm: connected to none of its peers (is the bootstrap down?)"
+                        )
                     doc = fresh
                     history.add(doc)
                 except Exception as exc:  # keep showing the last view; say the poll failed

@@ -14,11 +14,11 @@ import time
 from collections import OrderedDict, deque
 from typing import Any
 
-from swarmnode.protocol.reachability import HEALTH_KEY as REACHABILITY, RELAYED
-from swarmnode.observe.sampler_kl import kl_alerts
 from swarmnode.observe.health_record import FIELDS, WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
-from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, bucket_of  # noqa: F401 (re-export)
-from swarmnode.staleness import too_stale
+from swarmnode.observe.sampler_kl import kl_alerts
+from swarmnode.protocol.reachability import HEALTH_KEY as REACHABILITY
+from swarmnode.protocol.reachability import RELAYED
+from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, bucket_of, too_stale  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
 HISTORY_LEN = 32  # versions kept in a learner's reward/KL/IS-variance history
@@ -27,6 +27,7 @@ MAX_INVALID_PEERS = 4
 
 _UNDECLARED: set[str] = set()  # keys left out of a non-strict record_health, logged once each
 MAX_VERIFIED_PEERS = 8  # samplers whose spot-check score a learner's record carries (the worst first)
+
 
 class RateMeter:
     """The rate of a growing total (bytes served, ...) over about the last `window` seconds."""
@@ -88,7 +89,9 @@ def record_health(health: NodeHealth | dict[str, Any], *, strict: bool = True) -
                 raise UnknownHealthKey(f"no health record declares {key!r}")
             if key not in _UNDECLARED:
                 _UNDECLARED.add(key)
-                logger.info("health key %r is declared by no record (swarmnode.observe.health_record): not advertised", key)
+                logger.info(
+                    "health key %r is declared by no record (swarmnode.observe.health_record): not advertised", key
+                )
             continue
         if value is None or not check_value(spec, value):
             continue
@@ -104,9 +107,11 @@ def record_health(health: NodeHealth | dict[str, Any], *, strict: bool = True) -
 def spot_check_health(scores: list[tuple[str, float, float]]) -> dict[str, list]:
     """A learner's spot-check scores (sampler id, mean |delta log-prob| per token, KL estimate per token) as
     three parallel lists."""
-    return {"verified_peers": [peer for peer, _, _ in scores],
-            "verified_mismatch": [round(float(score), 6) for _, score, _ in scores],
-            "verified_kl": [round(float(kl), 6) for _, _, kl in scores]}
+    return {
+        "verified_peers": [peer for peer, _, _ in scores],
+        "verified_mismatch": [round(float(score), 6) for _, score, _ in scores],
+        "verified_kl": [round(float(kl), 6) for _, _, kl in scores],
+    }
 
 
 def rejected_by_reason(health: dict[str, Any]) -> dict[str, int]:
@@ -159,13 +164,14 @@ def staleness_bound(peers: list[dict[str, Any]], default: int) -> int:
     return min(bounds, default=default)
 
 
-def reward_collapse(rewards: list[float], window: int = 3, drop: float = 0.5,
-                    min_best: float = 0.1) -> tuple[float, float] | None:
+def reward_collapse(
+    rewards: list[float], window: int = 3, drop: float = 0.5, min_best: float = 0.1
+) -> tuple[float, float] | None:
     """(best, recent) if the mean of the last `window` rewards fell below (1 - drop) x the best such mean."""
     values = [float(r) for r in rewards if isinstance(r, (int, float)) and math.isfinite(r)]
     if len(values) < 2 * window:
         return None
-    means = [sum(values[i:i + window]) / window for i in range(len(values) - window + 1)]
+    means = [sum(values[i : i + window]) / window for i in range(len(values) - window + 1)]
     best, recent = max(means), means[-1]
     if best >= min_best and recent < (1.0 - drop) * best:
         return round(best, 4), round(recent, 4)
@@ -189,24 +195,56 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
     for p in peers:
         lag = peer_lag(p, newest)
         if lag is not None and too_stale(lag, bound):
-            alerts.append(_alert("too_stale", "warning", f"sampler {p['peer_id'][-8:]} is {lag} versions behind "
-                                 f"(max_staleness {bound}): its rollouts are dropped", p["peer_id"]))
+            alerts.append(
+                _alert(
+                    "too_stale",
+                    "warning",
+                    f"sampler {p['peer_id'][-8:]} is {lag} versions behind "
+                    f"(max_staleness {bound}): its rollouts are dropped",
+                    p["peer_id"],
+                )
+            )
         paused = str(p.get("health", {}).get("paused") or "") if p["role"] == "sampler" else ""
         if paused.startswith("undelivered"):
-            alerts.append(_alert("sampler_undelivered", "warning", f"sampler {p['peer_id'][-8:]} stopped generating: "
-                                 f"{paused} (its log says why and what to change)", p["peer_id"]))
+            alerts.append(
+                _alert(
+                    "sampler_undelivered",
+                    "warning",
+                    f"sampler {p['peer_id'][-8:]} stopped generating: {paused} (its log says why and what to change)",
+                    p["peer_id"],
+                )
+            )
     for learner in learners:
         health = learner.get("health", {})
         for bad in health.get("invalid_peers") or []:
-            alerts.append(_alert("invalid_data", "warning", f"peer {str(bad)[-8:]} sent invalid rollouts to "
-                                 f"learner {learner['peer_id'][-8:]}", str(bad)))
+            alerts.append(
+                _alert(
+                    "invalid_data",
+                    "warning",
+                    f"peer {str(bad)[-8:]} sent invalid rollouts to learner {learner['peer_id'][-8:]}",
+                    str(bad),
+                )
+            )
         if health.get(REACHABILITY) == RELAYED:
-            alerts.append(_alert("learner_relayed", "warning", f"learner {learner['peer_id'][-8:]} is reached only "
-                                 "through a relay: every group and weight fetch crosses the bootstrap (forward a "
-                                 "port to it, or run it on a host with a public address)", learner["peer_id"]))
+            alerts.append(
+                _alert(
+                    "learner_relayed",
+                    "warning",
+                    f"learner {learner['peer_id'][-8:]} is reached only "
+                    "through a relay: every group and weight fetch crosses the bootstrap (forward a "
+                    "port to it, or run it on a host with a public address)",
+                    learner["peer_id"],
+                )
+            )
         collapsed = reward_collapse(health.get("reward_history") or [])
         if collapsed:
-            alerts.append(_alert("reward_collapse", "error", f"learner {learner['peer_id'][-8:]}: reward fell "
-                                 f"from {collapsed[0]:.3f} to {collapsed[1]:.3f}", learner["peer_id"]))
+            alerts.append(
+                _alert(
+                    "reward_collapse",
+                    "error",
+                    f"learner {learner['peer_id'][-8:]}: reward fell from {collapsed[0]:.3f} to {collapsed[1]:.3f}",
+                    learner["peer_id"],
+                )
+            )
     alerts += kl_alerts(learners)  # a sampler whose claims sit far from the learner's (`observe.sampler_kl`)
     return sorted(alerts, key=lambda a: a["severity"] != "error")

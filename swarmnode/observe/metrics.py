@@ -7,7 +7,8 @@ The Metrics table of docs/status-and-metrics.md is generated from the same field
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -18,7 +19,8 @@ from swarmnode.staleness import bucket_label
 
 # health key -> (metric name, kind, help) of the unlabelled families. Counters get _total as Prometheus expects.
 HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
-    k: (f.metric, f.kind, f.help) for k, f in FIELDS.items() if f.metric and not f.label}
+    k: (f.metric, f.kind, f.help) for k, f in FIELDS.items() if f.metric and not f.label
+}
 LABELLED_METRICS = {k: f for k, f in FIELDS.items() if f.metric and f.label}
 REJECTED_METRIC = FIELDS["rejected"].metric  # label: reason
 STALENESS_METRIC = FIELDS["staleness_hist"].metric  # label: bucket ("0", "1", "2-3", "4-7", ...)

@@ -10,13 +10,20 @@ import contextlib
 import math
 import sys
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+
 @contextlib.contextmanager
-def fetch_progress(description: str, *, emit: Callable[[str], None] | None = None, interactive: bool | None = None,
-                   after_s: float = 2.0, every_s: float = 10.0) -> Iterator[Callable[[int, int], None]]:
+def fetch_progress(
+    description: str,
+    *,
+    emit: Callable[[str], None] | None = None,
+    interactive: bool | None = None,
+    after_s: float = 2.0,
+    every_s: float = 10.0,
+) -> Iterator[Callable[[int, int], None]]:
     """A progress callback for a person, for downloads that take longer than `after_s`: on a terminal (stderr is
     one, unless `interactive` says otherwise) a rich bar with bytes, rate and time left that goes away when done;
     elsewhere (logs, the demo's prefixed output) a line through `emit` every `every_s` seconds. Quick fetches,
@@ -33,15 +40,23 @@ def fetch_progress(description: str, *, emit: Callable[[str], None] | None = Non
             return
         if interactive:
             if bar is None:
-                bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                               TimeRemainingColumn(), transient=True)
+                bar = Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    DownloadColumn(),
+                    TransferSpeedColumn(),
+                    TimeRemainingColumn(),
+                    transient=True,
+                )
                 bar.start()
                 task = bar.add_task(description, total=total)
             bar.update(task, completed=done, total=total)
         elif emit is not None and now - last_line >= every_s:
             last_line = now
-            emit(f"{description}: {done / 1e6:,.0f} of {total / 1e6:,.0f} MB ({done / total:.0%}) after "
-                 f"{now - start:.0f} s")
+            emit(
+                f"{description}: {done / 1e6:,.0f} of {total / 1e6:,.0f} MB ({done / total:.0%}) after "
+                f"{now - start:.0f} s"
+            )
 
     try:
         yield update

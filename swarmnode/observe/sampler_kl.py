@@ -30,8 +30,14 @@ def kl_alerts(learners: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for learner in learners:
         for peer, kl, ratio in sampler_kl(learner.get("health", {})):
             if kl > KL_FLOOR and ratio is not None and ratio >= KL_RATIO:
-                alerts.append({"kind": "sampler_kl", "severity": "warning", "peer_id": peer,
-                               "message": f"sampler {peer[-8:]}: its claimed log-probs are {kl:.3g} nats per token "
-                                          f"(KL) from learner {learner['peer_id'][-8:]}'s, {ratio:.0f}x the run's "
-                                          "other samplers"})
+                alerts.append(
+                    {
+                        "kind": "sampler_kl",
+                        "severity": "warning",
+                        "peer_id": peer,
+                        "message": f"sampler {peer[-8:]}: its claimed log-probs are {kl:.3g} nats per token "
+                        f"(KL) from learner {learner['peer_id'][-8:]}'s, {ratio:.0f}x the run's "
+                        "other samplers",
+                    }
+                )
     return alerts

@@ -13,8 +13,9 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 FILE_NAME = "health.json"
 WRITE_EVERY_S = 5.0
@@ -25,19 +26,34 @@ HISTORY_S = 3600.0
 class SelfRecord:
     """Writes a node's `health.json` (see the module docstring). `work` reads the node's work counter."""
 
-    def __init__(self, data_dir: str | Path, *, peer_id: str, role: str, run_id: str,
-                 heartbeat: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        *,
+        peer_id: str,
+        role: str,
+        run_id: str,
+        heartbeat: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.path = Path(data_dir) / FILE_NAME
         self.clock = clock
-        self.head = {"pid": os.getpid(), "peer_id": peer_id, "role": role, "run_id": run_id,
-                     "heartbeat": heartbeat, "started_at": clock()}
+        self.head = {
+            "pid": os.getpid(),
+            "peer_id": peer_id,
+            "role": role,
+            "run_id": run_id,
+            "heartbeat": heartbeat,
+            "started_at": clock(),
+        }
         self.history: deque[tuple[float, float, float]] = deque()  # (time, sent, work)
         self.extra: dict[str, Any] = {}  # role-specific facts the reader uses (waiting for credit, ...)
         self.counters: tuple[float, float, float] = (round(clock(), 1), 0.0, 0.0)  # the latest (time, sent, work)
         self._written = -float("inf")
 
-    def update(self, health: dict[str, Any], *, sent: float | None = None, work: float | None = None,
-               force: bool = False) -> bool:
+    def update(
+        self, health: dict[str, Any], *, sent: float | None = None, work: float | None = None, force: bool = False
+    ) -> bool:
         """Note the counters and rewrite the file if `WRITE_EVERY_S` passed (or `force`); True when written."""
         now = self.clock()
         if work is not None:
@@ -49,8 +65,13 @@ class SelfRecord:
         if not force and now - self._written < WRITE_EVERY_S:
             return False
         self._written = now
-        doc = {**self.head, "written_at": now, "health": health, "history": [*self.history, self.counters],
-               **self.extra}
+        doc = {
+            **self.head,
+            "written_at": now,
+            "health": health,
+            "history": [*self.history, self.counters],
+            **self.extra,
+        }
         tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
         try:
             tmp.write_text(json.dumps(doc))

@@ -22,8 +22,9 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from swarmnode.observe.self_record import FILE_NAME, read_self_record
 
@@ -59,8 +60,12 @@ def verdict(doc: dict[str, Any] | None, now: float | None = None, where: str | P
     """The answer for a node record `doc` (None: none found in `where`): state, why, exit code and the figures."""
     now = time.time() if now is None else now
     if doc is None:
-        return _answer("unknown", f"no node record ({FILE_NAME}) in {where}: is a node running with this data "
-                       "directory? (`--set data_dir=...` names another)", {})
+        return _answer(
+            "unknown",
+            f"no node record ({FILE_NAME}) in {where}: is a node running with this data "
+            "directory? (`--set data_dir=...` names another)",
+            {},
+        )
     health = doc.get("health") or {}
     role = doc.get("role", "node")
     age = now - float(doc.get("written_at", 0))
@@ -68,8 +73,14 @@ def verdict(doc: dict[str, Any] | None, now: float | None = None, where: str | P
     history = doc.get("history") or []
     _, work_hour, _ = _delta(history, 3600.0, now)
     sent_recent, work_recent, span = _delta(history, RECENT_S, now)
-    facts = {"role": role, "peer_id": doc.get("peer_id"), "pid": doc.get("pid"), "record_age_s": round(age, 1),
-             "uptime_s": round(uptime, 1), "version": health.get("version")}
+    facts = {
+        "role": role,
+        "peer_id": doc.get("peer_id"),
+        "pid": doc.get("pid"),
+        "record_age_s": round(age, 1),
+        "uptime_s": round(uptime, 1),
+        "version": health.get("version"),
+    }
     unit = "groups acknowledged" if role == "sampler" else "steps trained"
     facts["work_last_hour"] = int(work_hour)
     stale_after = max(STALE_MIN_S, STALE_BEATS * float(doc.get("heartbeat", 2.0)))
@@ -85,8 +96,12 @@ def verdict(doc: dict[str, Any] | None, now: float | None = None, where: str | P
         tail = f", version {health.get('version')}" + (f", {lag} behind" if lag is not None else "")
         return _answer("contributing", f"{int(work_hour)} {unit} in the last hour{tail}", facts)
     if role == "sampler" and sent_recent > 0 and span >= RECENT_S / 2:
-        return _answer("failing", f"{int(sent_recent)} groups sent in {span:.0f} s and none acknowledged: the "
-                       "learners refuse or never receive them (see the node's log)", facts)
+        return _answer(
+            "failing",
+            f"{int(sent_recent)} groups sent in {span:.0f} s and none acknowledged: the "
+            "learners refuse or never receive them (see the node's log)",
+            facts,
+        )
     if uptime < STARTING_S:
         return _answer("idle", f"starting ({uptime:.0f} s up, no work yet)", facts)
     paused = health.get("paused")
@@ -95,8 +110,9 @@ def verdict(doc: dict[str, Any] | None, now: float | None = None, where: str | P
     if doc.get("waiting_for") == "credit":
         return _answer("idle", "waiting for credit: the learners hold enough groups for now", facts)
     if role == "learner":
-        return _answer("idle", "no samplers: no rollout groups to train on in the last "
-                       f"{RECENT_S / 60:.0f} minutes", facts)
+        return _answer(
+            "idle", f"no samplers: no rollout groups to train on in the last {RECENT_S / 60:.0f} minutes", facts
+        )
     return _answer("idle", f"no work in the last {RECENT_S / 60:.0f} minutes", facts)
 
 
@@ -124,8 +140,9 @@ def check(record_dir: Path, now: float | None = None) -> dict[str, Any]:
     return verdict(read_self_record(record_dir), now, record_dir)
 
 
-def alert_if_changed(record_dir: Path, answer: dict[str, Any], command: str,
-                     run: Callable[..., Any] = subprocess.run) -> bool:
+def alert_if_changed(
+    record_dir: Path, answer: dict[str, Any], command: str, run: Callable[..., Any] = subprocess.run
+) -> bool:
     """Run `command` when `answer`'s state differs from the one remembered in `record_dir` (see the module
     docstring); remember the new state. True when the command ran."""
     memory = record_dir / ALERT_FILE
@@ -135,9 +152,14 @@ def alert_if_changed(record_dir: Path, answer: dict[str, Any], command: str,
         previous = "contributing"
     if previous == answer["state"]:
         return False
-    env = {**os.environ, "SWARMNODE_ALERT_STATE": answer["state"], "SWARMNODE_ALERT_PREVIOUS": previous,
-           "SWARMNODE_ALERT_MESSAGE": line(answer), "SWARMNODE_ALERT_PEER": str(answer.get("peer_id") or ""),
-           "SWARMNODE_ALERT_JSON": json.dumps(answer)}
+    env = {
+        **os.environ,
+        "SWARMNODE_ALERT_STATE": answer["state"],
+        "SWARMNODE_ALERT_PREVIOUS": previous,
+        "SWARMNODE_ALERT_MESSAGE": line(answer),
+        "SWARMNODE_ALERT_PEER": str(answer.get("peer_id") or ""),
+        "SWARMNODE_ALERT_JSON": json.dumps(answer),
+    }
     try:
         run(command, shell=True, env=env, timeout=ALERT_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -149,8 +171,15 @@ def alert_if_changed(record_dir: Path, answer: dict[str, Any], command: str,
     return True
 
 
-def run_self_status(data_dir: Path, explicit: bool, *, as_json: bool, on_alert: str | None, watch: float | None,
-                    echo: Callable[[str], None]) -> int:
+def run_self_status(
+    data_dir: Path,
+    explicit: bool,
+    *,
+    as_json: bool,
+    on_alert: str | None,
+    watch: float | None,
+    echo: Callable[[str], None],
+) -> int:
     """`status --self`: print the answer (a line, or JSON), run `on_alert` on a change; with `watch`, check again
     every `watch` seconds until interrupted. The exit code of the last answer."""
     while True:

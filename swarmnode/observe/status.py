@@ -8,13 +8,13 @@ from collections import Counter
 from typing import Any
 
 from swarmnode.config import NodeConfig, known_run_ids
-from swarmnode.observe.health import find_alerts, peer_lag, staleness_bound, swarm_summary
 from swarmnode.identity import Identity
-from swarmnode.protocol.peer import PeerRecord
-from swarmnode.protocol.reachability import reachability_of
+from swarmnode.observe.health import find_alerts, peer_lag, staleness_bound, swarm_summary
 from swarmnode.observe.status_census import census_fields, read_census, run_learners
 from swarmnode.observe.status_schema import STATUS_SCHEMA_VERSION
 from swarmnode.observe.status_text import PAGE_ROWS, alert_lines, summary_lines
+from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.reachability import reachability_of
 from swarmnode.swarm.follower import with_designated
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.p2p import parse_initial_peer
@@ -26,8 +26,9 @@ def client_member(cfg: NodeConfig) -> Membership:
     return Membership(cfg, Identity.generate(), "client", client_mode=True)
 
 
-def status_document(cfg: NodeConfig, live: list[PeerRecord], now: float | None = None,
-                    census: dict[str, Any] | None = None) -> dict[str, Any]:
+def status_document(
+    cfg: NodeConfig, live: list[PeerRecord], now: float | None = None, census: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The `status --json` document (schema in `swarmnode.observe.status_schema`) from the run's live peer records
     (those read); `census` (`status_census.census_fields`) replaces its run-wide counts by the census's."""
     now = time.time() if now is None else now
@@ -67,12 +68,25 @@ def self_declared_alerts(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     `MAX_SELF_DECLARED_ALERTS` of them, one warning that counts them all (a flood of records, not a list)."""
     rogue = [p["peer_id"] for p in peers if p.get("designated") is False]
     if len(rogue) > MAX_SELF_DECLARED_ALERTS:
-        return [{"kind": "self_declared_learner", "severity": "warning", "peer_id": None,
-                 "message": f"{len(rogue)} peers say they are learners but are not trust.learner_keys (a flood of "
-                            "throwaway records?): their figures and reports are left out"}]
-    return [{"kind": "self_declared_learner", "severity": "warning", "peer_id": peer,
-             "message": f"{peer} says it is a learner but is not one of trust.learner_keys: its figures "
-                        "and reports are left out"} for peer in rogue]
+        return [
+            {
+                "kind": "self_declared_learner",
+                "severity": "warning",
+                "peer_id": None,
+                "message": f"{len(rogue)} peers say they are learners but are not trust.learner_keys (a flood of "
+                "throwaway records?): their figures and reports are left out",
+            }
+        ]
+    return [
+        {
+            "kind": "self_declared_learner",
+            "severity": "warning",
+            "peer_id": peer,
+            "message": f"{peer} says it is a learner but is not one of trust.learner_keys: its figures "
+            "and reports are left out",
+        }
+        for peer in rogue
+    ]
 
 
 NODE_ROLES = ("sampler", "learner", "auto")
@@ -105,8 +119,7 @@ async def read_status(member: Membership, exact: bool = False) -> dict[str, Any]
     """
     census = await read_census(member.dht, exact=exact)
     learners = run_learners(census.records, await member.dht.learners(), await member.designated_learners())
-    doc = status_document(member.cfg, with_designated(census.records, learners),
-                          census=census_fields(census, learners))
+    doc = status_document(member.cfg, with_designated(census.records, learners), census=census_fields(census, learners))
     if not any(p["role"] in NODE_ROLES for p in doc["peers"]):
         doc["other_runs"] = await other_runs(member)
     return doc
@@ -137,8 +150,12 @@ def other_runs_hint(doc: dict[str, Any]) -> str | None:
         return None
     found = doc["other_runs"]
     if not found:
-        return (f"no nodes in run {doc['run_id']}; none in the other known runs either (the nodes print their "
-                "run in their `ready ... run=` line: give status the same --config or --set run_id)")
+        return (
+            f"no nodes in run {doc['run_id']}; none in the other known runs either (the nodes print their "
+            "run in their `ready ... run=` line: give status the same --config or --set run_id)"
+        )
     runs = ", ".join(f"{run} ({n} live)" for run, n in sorted(found.items()))
-    return (f"no nodes in run {doc['run_id']}, but this DHT has nodes in run(s): {runs}; use the nodes' --config "
-            "or --set run_id=...")
+    return (
+        f"no nodes in run {doc['run_id']}, but this DHT has nodes in run(s): {runs}; use the nodes' --config "
+        "or --set run_id=..."
+    )

@@ -6,7 +6,8 @@ sample of them, with each count then an estimate and its 95 % interval (`census`
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from swarmnode.observe.census import CENSUS_RECORDS, Census, estimates_doc, values_of
 from swarmnode.observe.health import generates
@@ -17,8 +18,9 @@ from swarmnode.swarm.dht import SwarmDHT
 SHARDS_PER_READ = 16  # shards in one batched DHT read
 
 
-async def read_census(dht: SwarmDHT, records: int = CENSUS_RECORDS, *, exact: bool = False,
-                      rng: random.Random | None = None) -> Census:
+async def read_census(
+    dht: SwarmDHT, records: int = CENSUS_RECORDS, *, exact: bool = False, rng: random.Random | None = None
+) -> Census:
     """Live records of shards of the run read in random order until `records` records or every shard (`exact`:
     every shard); a `Census` of PeerRecords."""
     return Census(await dht.sample_shards(1 << 62 if exact else records, SHARDS_PER_READ, rng), dht.shards)
@@ -44,6 +46,7 @@ def census_fields(census: Census, learners: list[PeerRecord]) -> dict[str, Any]:
     def health(name: str) -> Callable[[PeerRecord], float]:
         def amount(r: PeerRecord) -> float:
             return _number(r.health.get(name) if sampler(r) else None)
+
         return amount
 
     count = census.count(other)
@@ -64,16 +67,24 @@ def census_fields(census: Census, learners: list[PeerRecord]) -> dict[str, Any]:
         "roles": role_counts,
         "reachability": reachability,
         "versions": dict(sorted(values_of(versions).items(), key=lambda kv: -int(kv[0]))),
-        "tokens_per_s": round(census.total(health("tokens_per_s")) + sum(  # SAPO nodes generate too
-            _number(r.health.get("tokens_per_s")) for r in learners if generates(r.role, r.health)), 2),
+        "tokens_per_s": round(
+            census.total(health("tokens_per_s"))
+            + sum(  # SAPO nodes generate too
+                _number(r.health.get("tokens_per_s")) for r in learners if generates(r.role, r.health)
+            ),
+            2,
+        ),
         "rollouts_per_s": round(census.total(health("rollouts_per_s")), 3),
         "census": {
             "exact": census.exact,
             "shards": census.shards,
             "shards_read": len(census.read),
             "records_read": len(census.records),
-            "count": {"estimate": count.value + len(learners), "low": count.low + len(learners),
-                      "high": count.high + len(learners)},
+            "count": {
+                "estimate": count.value + len(learners),
+                "low": count.low + len(learners),
+                "high": count.high + len(learners),
+            },
             "roles": estimates_doc(roles),
             "reachability": estimates_doc(reach),
             "versions": estimates_doc(versions),

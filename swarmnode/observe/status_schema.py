@@ -28,8 +28,23 @@ HEALTH_SCHEMA: dict[str, Any] = {
 
 PEER_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["peer_id", "role", "session", "state", "hardware", "version", "versions", "throughput",
-                 "software", "addrs", "health", "timestamp", "age_s", "lag", "reachability"],
+    "required": [
+        "peer_id",
+        "role",
+        "session",
+        "state",
+        "hardware",
+        "version",
+        "versions",
+        "throughput",
+        "software",
+        "addrs",
+        "health",
+        "timestamp",
+        "age_s",
+        "lag",
+        "reachability",
+    ],
     "properties": {
         "peer_id": {"type": "string"},
         "role": {"enum": ["bootstrap", "sampler", "learner", "auto", "client"]},
@@ -45,10 +60,16 @@ PEER_SCHEMA: dict[str, Any] = {
         "timestamp": {"type": "number", "minimum": 0},
         "age_s": {"type": "number", "minimum": 0},
         "lag": {"type": ["integer", "null"], "minimum": 0},
-        "reachability": {"enum": list(REACHABILITIES), "description": "public: dialled directly; relayed: through "
-                         "a bootstrap's relay; client-only: nobody can dial it; unknown: not said (older node)"},
-        "designated": {"type": "boolean", "description": "a learner: one of trust.learner_keys (false: it only "
-                       "says it is a learner; its figures and reports are left out of the summary and alerts)"},
+        "reachability": {
+            "enum": list(REACHABILITIES),
+            "description": "public: dialled directly; relayed: through "
+            "a bootstrap's relay; client-only: nobody can dial it; unknown: not said (older node)",
+        },
+        "designated": {
+            "type": "boolean",
+            "description": "a learner: one of trust.learner_keys (false: it only "
+            "says it is a learner; its figures and reports are left out of the summary and alerts)",
+        },
     },
     "additionalProperties": False,
 }
@@ -57,9 +78,19 @@ ALERT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["kind", "severity", "peer_id", "message"],
     "properties": {
-        "kind": {"enum": ["no_learner", "too_stale", "invalid_data", "reward_collapse", "learner_relayed",
-                          "self_declared_learner", "old_card",
-                          "sampler_undelivered", "sampler_kl"]},
+        "kind": {
+            "enum": [
+                "no_learner",
+                "too_stale",
+                "invalid_data",
+                "reward_collapse",
+                "learner_relayed",
+                "self_declared_learner",
+                "old_card",
+                "sampler_undelivered",
+                "sampler_kl",
+            ]
+        },
         "severity": {"enum": ["error", "warning"]},
         "peer_id": {"type": ["string", "null"]},
         "message": {"type": "string"},
@@ -67,14 +98,18 @@ ALERT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-_ESTIMATE = {"type": "object", "required": ["estimate", "low", "high"], "additionalProperties": False,
-             "properties": {"estimate": _COUNT, "low": _COUNT, "high": _COUNT}}
+_ESTIMATE = {
+    "type": "object",
+    "required": ["estimate", "low", "high"],
+    "additionalProperties": False,
+    "properties": {"estimate": _COUNT, "low": _COUNT, "high": _COUNT},
+}
 _ESTIMATES = {"type": "object", "additionalProperties": _ESTIMATE}
 
 CENSUS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "how the run-wide counts were made: every shard of the peer records read (exact) or a sample "
-                   "of them (each count an estimate with its 95 % interval; the learners are always counted exactly)",
+    "of them (each count an estimate with its 95 % interval; the learners are always counted exactly)",
     "required": ["exact", "shards", "shards_read", "records_read", "count", "roles", "reachability", "versions"],
     "properties": {
         "exact": {"type": "boolean"},
@@ -93,8 +128,21 @@ STATUS_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "swarmnode status",
     "type": "object",
-    "required": ["schema_version", "run_id", "queried_at", "count", "roles", "newest_version", "tokens_per_s",
-                 "rollouts_per_s", "versions", "max_staleness", "peers", "alerts", "reachability"],
+    "required": [
+        "schema_version",
+        "run_id",
+        "queried_at",
+        "count",
+        "roles",
+        "newest_version",
+        "tokens_per_s",
+        "rollouts_per_s",
+        "versions",
+        "max_staleness",
+        "peers",
+        "alerts",
+        "reachability",
+    ],
     "properties": {
         "schema_version": {"enum": [STATUS_SCHEMA_VERSION]},
         "run_id": {"type": "string"},
@@ -104,18 +152,21 @@ STATUS_SCHEMA: dict[str, Any] = {
         "newest_version": {"type": "integer", "minimum": -1},
         "tokens_per_s": {"type": "number", "minimum": 0},
         "rollouts_per_s": {"type": "number", "minimum": 0},
-        "versions": {"type": "object", "description": "version -> samplers holding it",
-                     "additionalProperties": _COUNT},
+        "versions": {"type": "object", "description": "version -> samplers holding it", "additionalProperties": _COUNT},
         "max_staleness": _COUNT,
-        "reachability": {"type": "object", "description": "reachability -> live peers",
-                         "additionalProperties": _COUNT},
+        "reachability": {"type": "object", "description": "reachability -> live peers", "additionalProperties": _COUNT},
         "peers": {"type": "array", "items": PEER_SCHEMA},
         "alerts": {"type": "array", "items": ALERT_SCHEMA},
-        "card": {"type": "object", "description": "status <invite>: the run card (run_id, version, owner, model, "
-                 "task, learners, bootstraps)"},
+        "card": {
+            "type": "object",
+            "description": "status <invite>: the run card (run_id, version, owner, model, task, learners, bootstraps)",
+        },
         "census": CENSUS_SCHEMA,
-        "other_runs": {"type": "object", "additionalProperties": _COUNT,
-                       "description": "only when this run has no nodes: other known runs with live nodes here"},
+        "other_runs": {
+            "type": "object",
+            "additionalProperties": _COUNT,
+            "description": "only when this run has no nodes: other known runs with live nodes here",
+        },
     },
     "additionalProperties": False,
 }

@@ -17,8 +17,10 @@ def _count(doc: dict[str, Any]) -> str:
     if not census or census["exact"]:
         return f"{doc['count']} live peers"
     c = census["count"]
-    return (f"~{c['estimate']:,} live peers ({c['low']:,}-{c['high']:,}, 95 %; estimated from "
-            f"{census['shards_read']} of {census['shards']} shards, {census['records_read']:,} records read)")
+    return (
+        f"~{c['estimate']:,} live peers ({c['low']:,}-{c['high']:,}, 95 %; estimated from "
+        f"{census['shards_read']} of {census['shards']} shards, {census['records_read']:,} records read)"
+    )
 
 
 def _by(counts: dict[str, int], estimates: dict[str, Any] | None, limit: int = 8) -> str:
@@ -27,7 +29,9 @@ def _by(counts: dict[str, int], estimates: dict[str, Any] | None, limit: int = 8
     parts = []
     for name, n in items[:limit]:
         e = (estimates or {}).get(name)
-        parts.append(f"{name} {n:,}" if e is None or e["low"] == e["high"] else f"{name} ~{n:,} ({e['low']:,}-{e['high']:,})")
+        parts.append(
+            f"{name} {n:,}" if e is None or e["low"] == e["high"] else f"{name} ~{n:,} ({e['low']:,}-{e['high']:,})"
+        )
     if len(items) > limit:
         parts.append(f"{len(items) - limit} more")
     return ", ".join(parts) or "none"
@@ -41,29 +45,37 @@ def peer_row(p: dict[str, Any]) -> str:
     version = "-" if p["version"] < 0 else str(p["version"])
     lag = "-" if p.get("lag") is None else str(p["lag"])
     role = p["role"] + ("?" if p.get("designated") is False else "")  # a self-declared learner
-    return (f"{p['peer_id']:<54} {role:<10} {p.get('reachability', 'unknown'):<11} {version:>7} "
-            f"{lag:>4} {p['age_s']:>8.1f} s")
+    return (
+        f"{p['peer_id']:<54} {role:<10} {p.get('reachability', 'unknown'):<11} {version:>7} "
+        f"{lag:>4} {p['age_s']:>8.1f} s"
+    )
 
 
 def summary_lines(doc: dict[str, Any], page: int = 0, page_rows: int = PAGE_ROWS) -> list[str]:
     """The head line and the peers: every one in a table while they fit one page, else the summary and page
     `page` (0-based) of the non-learners, the worst first."""
-    lines = [f"run {doc['run_id']}: {_count(doc)}, newest version {doc['newest_version']}, "
-             f"{doc['tokens_per_s']:.0f} tokens/s"]
+    lines = [
+        f"run {doc['run_id']}: {_count(doc)}, newest version {doc['newest_version']}, "
+        f"{doc['tokens_per_s']:.0f} tokens/s"
+    ]
     peers = doc["peers"]
     if len(peers) <= page_rows and not (doc.get("census") and not doc["census"]["exact"]):
         return lines + [HEADER] + [peer_row(p) for p in peers]
     census = doc.get("census") or {}
     lines.append(f"roles: {_by(doc['roles'], census.get('roles'))}")
-    lines.append(f"versions held by samplers: {_by({f'v{k}': n for k, n in doc['versions'].items()}, {f'v{k}': e for k, e in (census.get('versions') or {}).items()})}")
+    lines.append(
+        f"versions held by samplers: {_by({f'v{k}': n for k, n in doc['versions'].items()}, {f'v{k}': e for k, e in (census.get('versions') or {}).items()})}"
+    )
     lines.append(f"reachability: {_by(doc['reachability'], census.get('reachability'))}")
     learners = [p for p in peers if p["role"] == "learner"]
     lines += [f"learners ({len(learners)}):", HEADER] + [peer_row(p) for p in learners[:page_rows]]
     flagged = {a["peer_id"] for a in doc["alerts"] if a.get("peer_id")}
     others = worst_first((p for p in peers if p["role"] != "learner"), flagged)
     shown, page, pages = page_of(others, page, page_rows)
-    lines.append(f"peers read, the worst first (alerted, most versions behind, longest unheard, unreachable): "
-                 f"page {page + 1} of {pages}" + (" (--page N for another)" if pages > 1 else ""))
+    lines.append(
+        f"peers read, the worst first (alerted, most versions behind, longest unheard, unreachable): "
+        f"page {page + 1} of {pages}" + (" (--page N for another)" if pages > 1 else "")
+    )
     return lines + [HEADER] + [peer_row(p) for p in shown]
 
 

@@ -26,11 +26,12 @@ class VersionAnnouncement:
     timestamp: float = 0.0
 
     def encode(self) -> bytes:
-        return pack({"peer_id": self.peer_id, "version": self.version, "pointer": self.pointer,
-                     "timestamp": self.timestamp})
+        return pack(
+            {"peer_id": self.peer_id, "version": self.version, "pointer": self.pointer, "timestamp": self.timestamp}
+        )
 
     @classmethod
-    def decode(cls, data: bytes) -> "VersionAnnouncement":
+    def decode(cls, data: bytes) -> VersionAnnouncement:
         """Parse and bound-check; raises only InvalidRecord."""
         obj = unpack(data, MAX_ANNOUNCEMENT_BYTES)
         if set(obj) != {"peer_id", "version", "pointer", "timestamp"}:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -27,8 +28,14 @@ def pack(obj: dict[str, Any]) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def unpack(data: bytes, max_bytes: int, *, max_array_len: int | None = None,
-           max_containers: int | None = None, max_map_len: int = 1024) -> dict[str, Any]:
+def unpack(
+    data: bytes,
+    max_bytes: int,
+    *,
+    max_array_len: int | None = None,
+    max_containers: int | None = None,
+    max_map_len: int = 1024,
+) -> dict[str, Any]:
     """Decode msgpack bytes into a dict, enforcing `max_bytes` before parsing anything.
 
     `max_array_len` bounds every array's element count and `max_containers` the number of arrays and maps in
@@ -63,8 +70,9 @@ def unpack(data: bytes, max_bytes: int, *, max_array_len: int | None = None,
     return obj
 
 
-def unpack_record(data: bytes, max_bytes: int, kind: str, version: int, wire_fields: frozenset[str],
-                  **bounds: int) -> dict[str, Any]:
+def unpack_record(
+    data: bytes, max_bytes: int, kind: str, version: int, wire_fields: frozenset[str], **bounds: int
+) -> dict[str, Any]:
     """`unpack` (with `bounds`: max_array_len, max_containers, max_map_len), then the checks every strict record
     shares: no unknown field, the right `kind`, wire version."""
     obj = unpack(data, max_bytes, **bounds)
@@ -92,8 +100,9 @@ def content_id(content: dict[str, Any]) -> str:
     return hashlib.sha256(pack(content)).hexdigest()
 
 
-def check_content(content: dict[str, Any], id_field: str, claimed_id: str, signer_peer_id: str,
-                  signature: bytes) -> None:
+def check_content(
+    content: dict[str, Any], id_field: str, claimed_id: str, signer_peer_id: str, signature: bytes
+) -> None:
     """Raise InvalidRecord unless `claimed_id` is the content's hash and the signature over the content plus
     `{id_field: claimed_id}` was made by `signer_peer_id`."""
     if content_id(content) != claimed_id:

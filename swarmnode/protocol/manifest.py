@@ -86,15 +86,19 @@ class AdapterSpec:
         return [self.base_hash, self.r, self.alpha, list(self.target_modules)]
 
     @classmethod
-    def from_wire(cls, item: Any) -> "AdapterSpec":
+    def from_wire(cls, item: Any) -> AdapterSpec:
         if not isinstance(item, (list, tuple)) or len(item) != 4:
             raise InvalidRecord("adapter must be [base_hash, r, alpha, target_modules]")
         obj = dict(zip(("base_hash", "r", "alpha", "target_modules"), item))
         targets = list_field(obj, "target_modules", MAX_TARGET_MODULES, lambda t: str_field({"t": t}, "t", 128, 1))
         if not targets:
             raise InvalidRecord("adapter names no target module")
-        return cls(bytes_field(obj, "base_hash", HASH_BYTES, exact=HASH_BYTES), int_field(obj, "r", 1, 4096),
-                   float_field(obj, "alpha", 1e-9, 1e9), tuple(targets))
+        return cls(
+            bytes_field(obj, "base_hash", HASH_BYTES, exact=HASH_BYTES),
+            int_field(obj, "r", 1, 4096),
+            float_field(obj, "alpha", 1e-9, 1e9),
+            tuple(targets),
+        )
 
 
 @dataclass
@@ -131,11 +135,20 @@ class WeightManifest:
         tensors: list[TensorEntry],
         chunks: list[ChunkEntry],
         adapter: AdapterSpec | None = None,
-    ) -> "WeightManifest":
+    ) -> WeightManifest:
         """Build, validate and sign a manifest as `identity` (`adapter`: an adapter-only version)."""
         total = sum(c.size for c in chunks)
-        m = cls(run_id, version, parent_version, model_id, list(tensors), list(chunks), total, identity.peer_id,
-                adapter=adapter)
+        m = cls(
+            run_id,
+            version,
+            parent_version,
+            model_id,
+            list(tensors),
+            list(chunks),
+            total,
+            identity.peer_id,
+            adapter=adapter,
+        )
         m._check_layout()
         m.signature = sign_fields(m._fields(), identity)
         return m
@@ -172,7 +185,7 @@ class WeightManifest:
         return data
 
     @classmethod
-    def decode(cls, data: bytes, max_bytes: int = MAX_MANIFEST_BYTES) -> "WeightManifest":
+    def decode(cls, data: bytes, max_bytes: int = MAX_MANIFEST_BYTES) -> WeightManifest:
         """Parse, validate and verify the signature (against the claimed publisher); only InvalidRecord."""
         obj = unpack(data, min(max_bytes, MAX_MANIFEST_BYTES))
         m = cls(
@@ -208,8 +221,18 @@ class WeightManifest:
                 raise InvalidRecord(f"tensor {t.name!r}: nbytes does not match dtype and shape")
 
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2,
-             "int8": 1, "uint8": 1, "bool": 1}
+_ITEMSIZE = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
 
 
 def _itemsize(dtype: str) -> int:
@@ -244,4 +267,6 @@ def _chunk(item: Any) -> ChunkEntry:
     if not isinstance(item, (list, tuple)) or len(item) != 2:
         raise InvalidRecord("chunk entry must be [sha256, size]")
     obj = dict(zip(("sha256", "size"), item))
-    return ChunkEntry(bytes_field(obj, "sha256", HASH_BYTES, exact=HASH_BYTES), int_field(obj, "size", 1, MAX_CHUNK_BYTES))
+    return ChunkEntry(
+        bytes_field(obj, "sha256", HASH_BYTES, exact=HASH_BYTES), int_field(obj, "size", 1, MAX_CHUNK_BYTES)
+    )

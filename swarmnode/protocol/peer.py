@@ -107,7 +107,7 @@ class PeerRecord:
         return body
 
     @classmethod
-    def create(cls, identity: Identity, **values: Any) -> "PeerRecord":
+    def create(cls, identity: Identity, **values: Any) -> PeerRecord:
         """A record for `identity`, timestamped now and signed; validated so a bad field fails at the source."""
         values.setdefault("timestamp", time.time())
         if "versions" in values:  # a store keeping more (learner.keep_versions) lists its newest
@@ -121,7 +121,7 @@ class PeerRecord:
         return pack({**self._fields(), "signature": self.signature})
 
     @classmethod
-    def decode(cls, data: bytes, *, check_signature_of: bool = True) -> "PeerRecord":
+    def decode(cls, data: bytes, *, check_signature_of: bool = True) -> PeerRecord:
         """Parse, check every field's type and bounds, and verify the signature; raises only InvalidRecord.
         `check_signature_of=False` skips the signature check: only for bytes whose signer is proven otherwise (the
         DHT validator has verified the owner's signature over these very bytes)."""

@@ -14,7 +14,8 @@ treated as dialable, as every peer was before.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 PUBLIC, RELAYED, CLIENT_ONLY, UNKNOWN = "public", "relayed", "client-only", "unknown"
 REACHABILITIES = (PUBLIC, RELAYED, CLIENT_ONLY, UNKNOWN)

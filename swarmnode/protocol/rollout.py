@@ -29,9 +29,9 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.codec import (
     MAX_VERSION,
     InvalidRecord,
+    SignedGroup,
     bytes_field,
     check_content,
-    SignedGroup,
     decode_guarded,
     float_field,
     int_field,
@@ -82,7 +82,7 @@ class RolloutLimits:
         return self.max_generations + _SCALAR_FIELDS_SLACK
 
     @classmethod
-    def from_config(cls, cfg, vocab_size: int) -> "RolloutLimits":
+    def from_config(cls, cfg, vocab_size: int) -> RolloutLimits:
         """Limits of a run: G, lengths and message size from the node config (a NodeConfig); temperatures
         within half to twice the run's sampler temperature."""
         temperature = cfg.sampler.temperature
@@ -118,8 +118,10 @@ def _plausible_logprobs(raw_lps: list, floor: float, vocab: int) -> list[list[fl
         i = int(np.searchsorted(ends, int(np.argmin(plausible)), side="right"))
         if not sane[starts[i] : ends[i]].all():
             raise InvalidRecord(f"logprobs[{i}] holds a non-finite or positive log-prob")
-        raise InvalidRecord(f"logprobs[{i}] holds {float(values[starts[i] : ends[i]].min()):.3g}, below the "
-                            f"plausible floor {floor:.1f} for a vocabulary of {vocab}")
+        raise InvalidRecord(
+            f"logprobs[{i}] holds {float(values[starts[i] : ends[i]].min()):.3g}, below the "
+            f"plausible floor {floor:.1f} for a vocabulary of {vocab}"
+        )
     flat = values.astype(np.float64).tolist()
     return [flat[a:b] for a, b in zip(starts, ends)]
 
@@ -179,7 +181,7 @@ class RolloutGroup(SignedGroup):
         policy_version: int,
         lineage: str,
         created_at: float | None = None,
-    ) -> "RolloutGroup":
+    ) -> RolloutGroup:
         """A signed group with its content-hash id (log-probs rounded to float32, as on the wire)."""
         group = cls(
             run_id=run_id,
@@ -199,15 +201,22 @@ class RolloutGroup(SignedGroup):
         return group._seal(identity)
 
     @classmethod
-    def decode(cls, data: bytes, limits: RolloutLimits) -> "RolloutGroup":
+    def decode(cls, data: bytes, limits: RolloutLimits) -> RolloutGroup:
         """Parse, validate and verify a wire record; raises only InvalidRecord (with the reason)."""
         return decode_guarded(lambda: cls._decode(data, limits), "rollout group")
 
     @classmethod
-    def _decode(cls, data: bytes, limits: RolloutLimits) -> "RolloutGroup":
-        obj = unpack_record(data, limits.max_bytes, KIND, WIRE_VERSION, _WIRE_FIELDS,
-                            max_array_len=limits.max_array_len, max_containers=limits.max_containers,
-                            max_map_len=2 * len(_WIRE_FIELDS))
+    def _decode(cls, data: bytes, limits: RolloutLimits) -> RolloutGroup:
+        obj = unpack_record(
+            data,
+            limits.max_bytes,
+            KIND,
+            WIRE_VERSION,
+            _WIRE_FIELDS,
+            max_array_len=limits.max_array_len,
+            max_containers=limits.max_containers,
+            max_map_len=2 * len(_WIRE_FIELDS),
+        )
         vocab = limits.vocab_size
 
         def token_list(name: str, value, lo: int, hi: int) -> list[int]:
@@ -259,4 +268,3 @@ class RolloutGroup(SignedGroup):
         )
         check_content(group._content(), "group_id", group.group_id, group.sampler_id, group.signature)
         return group
-

@@ -51,7 +51,7 @@ class RunCard:
         fields.pop("signature")
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
-    def signed(self, owner: Identity) -> "RunCard":
+    def signed(self, owner: Identity) -> RunCard:
         """This card signed by `owner` (who must be its owner)."""
         if owner.peer_id != self.owner:
             raise ValueError("a card is signed by its owner only")
@@ -59,7 +59,7 @@ class RunCard:
         self.signature = owner.sign(_DOMAIN + self.body())
         return self
 
-    def check(self) -> "RunCard":
+    def check(self) -> RunCard:
         """Raise InvalidRecord unless the owner's signature is valid and the fields are sane; return self."""
         if self.format != CARD_FORMAT:
             raise InvalidRecord(f"card format {self.format} (this swarmnode reads {CARD_FORMAT})")
@@ -77,22 +77,28 @@ class RunCard:
         return data
 
     @classmethod
-    def decode(cls, data: bytes) -> "RunCard":
+    def decode(cls, data: bytes) -> RunCard:
         """Parse and check (signature included); raises only InvalidRecord."""
         obj = unpack(data, MAX_CARD_BYTES)
         return cls.from_body(bytes_field(obj, "body", MAX_CARD_BYTES), bytes_field(obj, "signature", 64, 64))
 
     @classmethod
-    def from_body(cls, body: bytes, signature: bytes) -> "RunCard":
+    def from_body(cls, body: bytes, signature: bytes) -> RunCard:
         try:
             fields = json.loads(body)
             card = cls(**fields, signature=bytes(signature))
         except (ValueError, TypeError) as exc:
             raise InvalidRecord(f"malformed run card ({type(exc).__name__})") from None
-        if not (isinstance(card.run_id, str) and isinstance(card.owner, str) and isinstance(card.version, int)
-                and isinstance(card.bootstraps, list) and all(isinstance(b, str) for b in card.bootstraps)
-                and isinstance(card.settings, dict) and isinstance(card.defaults, dict)
-                and isinstance(card.sources, dict)):
+        if not (
+            isinstance(card.run_id, str)
+            and isinstance(card.owner, str)
+            and isinstance(card.version, int)
+            and isinstance(card.bootstraps, list)
+            and all(isinstance(b, str) for b in card.bootstraps)
+            and isinstance(card.settings, dict)
+            and isinstance(card.defaults, dict)
+            and isinstance(card.sources, dict)
+        ):
             raise InvalidRecord("malformed run card (field types)")
         if card.body() != body:
             raise InvalidRecord("run card body is not in canonical form")
@@ -103,7 +109,7 @@ class RunCard:
         return json.dumps({**json.loads(self.body()), "signature": self.signature.hex()}, indent=2, sort_keys=True)
 
     @classmethod
-    def from_file(cls, text: str) -> "RunCard":
+    def from_file(cls, text: str) -> RunCard:
         """A card from `to_file`'s JSON, checked; InvalidRecord if it is not one."""
         try:
             fields = json.loads(text)
@@ -115,9 +121,15 @@ class RunCard:
     def summary(self) -> dict[str, Any]:
         """What status and the dashboard show of the card."""
         s = self.settings
-        return {"run_id": self.run_id, "version": self.version, "owner": self.owner,
-                "model": s.get("model", {}).get("name"), "task": s.get("task", {}).get("name"),
-                "learners": list(s.get("trust", {}).get("learner_keys", [])), "bootstraps": list(self.bootstraps)}
+        return {
+            "run_id": self.run_id,
+            "version": self.version,
+            "owner": self.owner,
+            "model": s.get("model", {}).get("name"),
+            "task": s.get("task", {}).get("name"),
+            "learners": list(s.get("trust", {}).get("learner_keys", [])),
+            "bootstraps": list(self.bootstraps),
+        }
 
 
 def newest_card(cards: list[RunCard], owner: str, run_id: str, above: int = -1) -> RunCard | None:
@@ -135,29 +147,32 @@ class Invite:
     bootstraps: tuple[str, ...]
 
     def encode(self) -> str:
-        body = json.dumps({"run": self.run_id, "owner": self.owner, "bootstraps": list(self.bootstraps)},
-                          separators=(",", ":")).encode()
+        body = json.dumps(
+            {"run": self.run_id, "owner": self.owner, "bootstraps": list(self.bootstraps)}, separators=(",", ":")
+        ).encode()
         return INVITE_PREFIX + base64.urlsafe_b64encode(body).decode().rstrip("=")
 
     @classmethod
-    def parse(cls, text: str) -> "Invite":
+    def parse(cls, text: str) -> Invite:
         """The invite in `text`; UsageError (one line) if it is not one."""
         text = text.strip()
         hint = "(copy the whole `swarmnode join swarmnode1:...` line the host printed)"
         if not text.startswith(INVITE_PREFIX):
             raise UsageError(f"{text[:24]!r} is not an invite: an invite starts with {INVITE_PREFIX} {hint}")
-        raw = text[len(INVITE_PREFIX):]
+        raw = text[len(INVITE_PREFIX) :]
         try:
             obj = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
             invite = cls(str(obj["run"]), str(obj["owner"]), tuple(str(b) for b in obj["bootstraps"]))
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise UsageError(f"the invite is damaged (cut short or mistyped?) {hint}") from None
         if not invite.bootstraps or len(invite.bootstraps) > MAX_INVITE_BOOTSTRAPS:
-            raise UsageError(f"the invite names {len(invite.bootstraps)} bootstraps (1 to {MAX_INVITE_BOOTSTRAPS}) {hint}")
+            raise UsageError(
+                f"the invite names {len(invite.bootstraps)} bootstraps (1 to {MAX_INVITE_BOOTSTRAPS}) {hint}"
+            )
         return invite
 
     @classmethod
-    def of(cls, card: RunCard) -> "Invite":
+    def of(cls, card: RunCard) -> Invite:
         return cls(card.run_id, card.owner, tuple(card.bootstraps))
 
 

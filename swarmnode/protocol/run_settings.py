@@ -15,8 +15,11 @@ SETTINGS_STATUS = "settings"  # the ack status of a group made under other setti
 
 def run_values(cfg: NodeConfig) -> dict[str, Any]:
     """The generation settings a group is checked against (what a `settings` ack carries)."""
-    return {"sampler.temperature": cfg.sampler.temperature, "sampler.num_generations": cfg.sampler.num_generations,
-            "sampler.max_completion_length": cfg.sampler.max_completion_length}
+    return {
+        "sampler.temperature": cfg.sampler.temperature,
+        "sampler.num_generations": cfg.sampler.num_generations,
+        "sampler.max_completion_length": cfg.sampler.max_completion_length,
+    }
 
 
 def group_mismatch(group: Any, run: dict[str, Any]) -> list[str]:
@@ -36,7 +39,9 @@ def differences(own: dict[str, Any], run: Any) -> str | None:
     `run`); None when the ack carries nothing readable or nothing differs."""
     if not isinstance(run, dict):
         return None
-    diffs = [f"{key} {own[key]!r}, run {run[key]!r}" for key in own
-             if key in run and isinstance(run[key], (int, float)) and not isinstance(run[key], bool)
-             and run[key] != own[key]]
+    diffs = [
+        f"{key} {own[key]!r}, run {run[key]!r}"
+        for key in own
+        if key in run and isinstance(run[key], (int, float)) and not isinstance(run[key], bool) and run[key] != own[key]
+    ]
     return ", ".join(diffs) or None

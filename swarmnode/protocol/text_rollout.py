@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import (
     InvalidRecord,
+    SignedGroup,
     bytes_field,
     check_content,
-    SignedGroup,
     decode_guarded,
     float_field,
     list_field,
@@ -54,7 +54,7 @@ class TextRolloutLimits:
     max_bytes: int = 4 * 1024 * 1024
 
     @classmethod
-    def from_config(cls, cfg) -> "TextRolloutLimits":
+    def from_config(cls, cfg) -> TextRolloutLimits:
         """Limits of a run from a NodeConfig: G, the text lengths of its `sapo` section, the message cap."""
         return cls(
             max_generations=cfg.sampler.num_generations,
@@ -119,24 +119,32 @@ class TextRolloutGroup(SignedGroup):
         temperature: float,
         model_id: str,
         created_at: float | None = None,
-    ) -> "TextRolloutGroup":
+    ) -> TextRolloutGroup:
         """A signed group with its content-hash id."""
         group = cls(
-            run_id=run_id, group_id="", prompt_id=prompt_id, prompt_text=prompt_text,
-            completions=[str(c) for c in completions], finished=[bool(f) for f in finished],
-            rewards=[float(r) for r in rewards], seq_logprobs=[float(x) for x in seq_logprobs],
-            temperature=float(temperature), model_id=model_id, sampler_id=identity.peer_id,
-            created_at=time.time() if created_at is None else float(created_at), signature=b"",
+            run_id=run_id,
+            group_id="",
+            prompt_id=prompt_id,
+            prompt_text=prompt_text,
+            completions=[str(c) for c in completions],
+            finished=[bool(f) for f in finished],
+            rewards=[float(r) for r in rewards],
+            seq_logprobs=[float(x) for x in seq_logprobs],
+            temperature=float(temperature),
+            model_id=model_id,
+            sampler_id=identity.peer_id,
+            created_at=time.time() if created_at is None else float(created_at),
+            signature=b"",
         )
         return group._seal(identity)
 
     @classmethod
-    def decode(cls, data: bytes, limits: TextRolloutLimits) -> "TextRolloutGroup":
+    def decode(cls, data: bytes, limits: TextRolloutLimits) -> TextRolloutGroup:
         """Parse, validate and verify a wire record; raises only InvalidRecord (with the reason)."""
         return decode_guarded(lambda: cls._decode(data, limits), "text rollout group")
 
     @classmethod
-    def _decode(cls, data: bytes, limits: TextRolloutLimits) -> "TextRolloutGroup":
+    def _decode(cls, data: bytes, limits: TextRolloutLimits) -> TextRolloutGroup:
         obj = unpack_record(data, limits.max_bytes, KIND, WIRE_VERSION, _WIRE_FIELDS)
 
         def text(value, where: str) -> str:

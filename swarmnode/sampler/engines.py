@@ -25,13 +25,13 @@ import contextlib
 import hashlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
-from swarmnode.model.adapters import weights_hash
 from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.model.adapters import weights_hash
 from swarmnode.model.prompting import encode_prompts
 from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.sampler.lora import PeftAdapter
@@ -95,8 +95,10 @@ class GenerationEngine(ABC):
         EngineError, the weights unchanged, when it is for other base weights or cannot be applied."""
         if self.base_hash is None or spec.base_hash != self.base_hash:
             mine = self.base_hash.hex()[:16] if self.base_hash else "not available"
-            raise EngineError(f"adapter version {version} is for base weights {spec.base_hash.hex()[:16]}; this "
-                              f"engine's base weights are {mine}: refused")
+            raise EngineError(
+                f"adapter version {version} is for base weights {spec.base_hash.hex()[:16]}; this "
+                f"engine's base weights are {mine}: refused"
+            )
         self._apply_adapter(state, spec)
         self.version = version
 
@@ -105,8 +107,10 @@ class GenerationEngine(ABC):
 
     def _record_throughput(self, tokens: int, seconds: float) -> None:
         rate = tokens / max(seconds, 1e-9)
-        self.tokens_per_second = rate if not self.tokens_per_second else (
-            THROUGHPUT_EMA * rate + (1 - THROUGHPUT_EMA) * self.tokens_per_second
+        self.tokens_per_second = (
+            rate
+            if not self.tokens_per_second
+            else (THROUGHPUT_EMA * rate + (1 - THROUGHPUT_EMA) * self.tokens_per_second)
         )
 
 

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import random
 import threading
+
 import torch
 
 from swarmnode.config import NodeConfig
@@ -74,13 +75,20 @@ class SamplerLoop:
         with self._lock:
             return self._pending[1] if self._pending else self.engine.version
 
-    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None,
-                      adapter: AdapterSpec | None = None) -> None:
+    def offer_weights(
+        self,
+        state: dict[str, torch.Tensor],
+        version: int,
+        lineage: str | None = None,
+        adapter: AdapterSpec | None = None,
+    ) -> None:
         """Hand in a newer state (of learner line `lineage`, if given; LoRA adapter tensors if `adapter`); it is
         loaded before the next batch. Older versions are ignored, and so is the same version unless it comes from
         another learner line (a sampler's first version 0 names the learner whose line its groups belong to)."""
         with self._lock:
-            newest, line = (self._pending[1], self._pending[2]) if self._pending else (self.engine.version, self.lineage)
+            newest, line = (
+                (self._pending[1], self._pending[2]) if self._pending else (self.engine.version, self.lineage)
+            )
             if version > newest or (version == newest and lineage is not None and lineage != line):
                 self._pending = (state, version, lineage, adapter)
 
@@ -96,8 +104,12 @@ class SamplerLoop:
             else:
                 self.engine.load_adapter(state, adapter, version)
         except EngineError as exc:
-            log.error("weights version %d not applied: %s; generating with version %d still", version, exc,
-                      self.engine.version)
+            log.error(
+                "weights version %d not applied: %s; generating with version %d still",
+                version,
+                exc,
+                self.engine.version,
+            )
             return False
         if lineage is not None:
             self.lineage = lineage  # groups name the learner line whose weights made them

@@ -50,8 +50,9 @@ def write_adapter_dir(directory: Path, state: dict[str, torch.Tensor], spec: Ada
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "adapter_config.json").write_text(json.dumps(peft_config(spec)))
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()},
-              str(directory / "adapter_model.safetensors"))
+    save_file(
+        {k: v.detach().to("cpu").contiguous() for k, v in state.items()}, str(directory / "adapter_model.safetensors")
+    )
     return directory
 
 
@@ -73,8 +74,10 @@ class VLLMAdapter:
 
         if self.max_rank is None or spec.r > self.max_rank:
             started = "without LoRA" if self.max_rank is None else f"for rank <= {self.max_rank}"
-            raise ValueError(f"adapter of rank {spec.r}: this vLLM engine was started {started} (set "
-                             f"learner.lora.enabled=true and learner.lora.r >= {spec.r} in the sampler's config)")
+            raise ValueError(
+                f"adapter of rank {spec.r}: this vLLM engine was started {started} (set "
+                f"learner.lora.enabled=true and learner.lora.r >= {spec.r} in the sampler's config)"
+            )
         lora_id = self.request.lora_int_id + 1 if self.request is not None else 1
         path = write_adapter_dir(self.root / f"lora-{lora_id}", state, spec)
         self.drop(llm)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 UNDELIVERED_MIN = 128  # groups made without an ack before a sampler stops (4 batches when those are bigger)
 PROBE_S, PROBE_CAP_S = 30.0, 300.0
@@ -110,8 +110,10 @@ def why_undelivered(e: Evidence) -> tuple[str, str]:
         line = f"the learners refused them ({counts}): {what}"
         if top == "lineage" and not e.version_loaded:
             fetch = f": {e.fetch_error}" if e.fetch_error else ""
-            line += (f"; no version of the learner is loaded here{fetch}; check that this node can fetch from it "
-                     "(`swarmnode status`: its version and reachability)")
+            line += (
+                f"; no version of the learner is loaded here{fetch}; check that this node can fetch from it "
+                "(`swarmnode status`: its version and reachability)"
+            )
         elif top == "stale":
             fetch = f" ({e.fetch_error})" if e.fetch_error else ""
             line += f"; this node does not load the learner's versions fast enough{fetch}"
@@ -119,15 +121,19 @@ def why_undelivered(e: Evidence) -> tuple[str, str]:
     if not e.learners:
         return "no learner to send them to", "undelivered: no learner"
     error = f" (last: {e.push_error})" if e.push_error else ""
-    hint = ("set network.use_relay=true here: a learner behind a NAT is reached only through a relay"
-            if not e.use_relay else
-            "check with `swarmnode status` that the learner is public or relayed (not client-only) and that the "
-            "bootstrap relays (network.relay_service=true)")
+    hint = (
+        "set network.use_relay=true here: a learner behind a NAT is reached only through a relay"
+        if not e.use_relay
+        else "check with `swarmnode status` that the learner is public or relayed (not client-only) and that the "
+        "bootstrap relays (network.relay_service=true)"
+    )
     return f"no learner answered{error}; {hint}", "undelivered: no learner answered"
 
 
 def stop_line(e: Evidence, next_try_s: float) -> str:
     """The line a sampler prints when it stops generating."""
     line, _ = why_undelivered(e)
-    return (f"sampler: stopped generating: {e.made} groups made and none acknowledged: {line}; next try in "
-            f"{next_try_s:.0f} s")
+    return (
+        f"sampler: stopped generating: {e.made} groups made and none acknowledged: {line}; next try in "
+        f"{next_try_s:.0f} s"
+    )

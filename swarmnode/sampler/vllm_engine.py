@@ -90,8 +90,9 @@ class VLLMEngine(GenerationEngine):
         )  # no per-request seed: one seed for every prompt would correlate their samples
         prompt_ids = encode_prompts(self.tokenizer, prompts, self.max_prompt_tokens)
         start = time.perf_counter()
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False,
-                                    lora_request=self._lora.request)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False, lora_request=self._lora.request
+        )
         results, produced = [], 0
         for ids, out in zip(prompt_ids, outputs):
             comps, lps = [], []

@@ -35,8 +35,9 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import msgpack
 import torch
@@ -102,8 +103,9 @@ class DHTBridge:
             if not owner or (self.trusted and owner not in self.trusted) or not isinstance(item.value, bytes):
                 continue
             try:
-                out[PeerID.from_base58(owner).to_bytes()] = ValueWithExpiration(msgpack.unpackb(item.value),
-                                                                               item.expiration_time)
+                out[PeerID.from_base58(owner).to_bytes()] = ValueWithExpiration(
+                    msgpack.unpackb(item.value), item.expiration_time
+                )
             except Exception:  # validated on receipt; anything odd is skipped, never fatal
                 continue
         return ValueWithExpiration(out, found.expiration_time)
@@ -116,20 +118,36 @@ class ParameterAverager(ThreadedAverager):
     """hivemind's averager over float64 copies of a learner's parameters; `shared()` is what a joining learner
     downloads: ({"version": v}, the tensors published as version v)."""
 
-    def __init__(self, tensors: Sequence[torch.Tensor], bridge: DHTBridge, prefix: str, target_group_size: int,
-                 timeout: float, shared: Callable[[], SharedState]) -> None:
-        super().__init__(tensors, bridge, prefix=prefix, target_group_size=target_group_size,
-                         min_group_size=2, min_matchmaking_time=MIN_MATCHMAKING_S,
-                         request_timeout=MIN_MATCHMAKING_S / 2, allreduce_timeout=timeout,
-                         next_chunk_timeout=timeout / 2, declare_state_period=max(10.0, timeout))
+    def __init__(
+        self,
+        tensors: Sequence[torch.Tensor],
+        bridge: DHTBridge,
+        prefix: str,
+        target_group_size: int,
+        timeout: float,
+        shared: Callable[[], SharedState],
+    ) -> None:
+        super().__init__(
+            tensors,
+            bridge,
+            prefix=prefix,
+            target_group_size=target_group_size,
+            min_group_size=2,
+            min_matchmaking_time=MIN_MATCHMAKING_S,
+            request_timeout=MIN_MATCHMAKING_S / 2,
+            allreduce_timeout=timeout,
+            next_chunk_timeout=timeout / 2,
+            declare_state_period=max(10.0, timeout),
+        )
         self._shared = shared
 
     def get_current_state(self) -> tuple[dict[str, Any], Sequence[torch.Tensor], None]:
         metadata, tensors = self._shared()
         return metadata, tensors, None
 
-    async def _run_allreduce_inplace_(self, tensors: Sequence[torch.Tensor], group_info: Any,
-                                      group_id: bytes | None = None, **kwargs: Any) -> None:
+    async def _run_allreduce_inplace_(
+        self, tensors: Sequence[torch.Tensor], group_info: Any, group_id: bytes | None = None, **kwargs: Any
+    ) -> None:
         """hivemind's all-reduce, failed when any part of the result did not come back: hivemind then keeps this
         member's own values for that part, and the member would publish the agreed version with weights the
         others do not hold. Failing the round instead leaves the learner's parameters untouched."""
@@ -137,8 +155,10 @@ class ParameterAverager(ThreadedAverager):
         runner = self._running_groups[group_info.group_id if group_id is None else group_id].result()
         missing = runner.tensor_part_container.failed_size
         if missing:
-            raise AllreduceException(f"{missing} of {runner.tensor_part_container.total_size} averaged values "
-                                     "did not come back from the group")
+            raise AllreduceException(
+                f"{missing} of {runner.tensor_part_container.total_size} averaged values "
+                "did not come back from the group"
+            )
 
 
 def agreed_outer_lr(gathered: list[Any], anchor: str | None, outer_lr: float) -> float:
@@ -164,9 +184,19 @@ class LearnerAveraging:
     learners and returns the agreed version; `load_from_peers()` fetches the current state of one of them.
     Both block: call them from the training thread (never during a step). `stop()` at the end."""
 
-    def __init__(self, params: Sequence[torch.Tensor], dht: SwarmDHT, run_id: str, *, group_size: int,
-                 timeout: float, trusted: Iterable[str] = (), loop: asyncio.AbstractEventLoop | None = None,
-                 outer_lr: float = 1.0, version: int = 0) -> None:
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        dht: SwarmDHT,
+        run_id: str,
+        *,
+        group_size: int,
+        timeout: float,
+        trusted: Iterable[str] = (),
+        loop: asyncio.AbstractEventLoop | None = None,
+        outer_lr: float = 1.0,
+        version: int = 0,
+    ) -> None:
         self.params = list(params)
         self.timeout = timeout
         self.outer_lr = outer_lr
@@ -180,10 +210,11 @@ class LearnerAveraging:
         self._shared: SharedState = ({"version": -1}, [p.detach().cpu().clone() for p in self.params])
         work = [p.detach().to("cpu", torch.float64).clone() for p in self.params]
         bridge = DHTBridge(dht, loop or asyncio.get_running_loop(), self.trusted)
-        self.averager = ParameterAverager(work, bridge, averaging_prefix(run_id), group_size, timeout,
-                                          lambda: self._shared)
+        self.averager = ParameterAverager(
+            work, bridge, averaging_prefix(run_id), group_size, timeout, lambda: self._shared
+        )
 
-    def start(self) -> "LearnerAveraging":
+    def start(self) -> LearnerAveraging:
         logging.getLogger("hivemind.averaging.averager").setLevel(logging.CRITICAL)  # `round` logs failures itself
         self.averager.start_in_thread(self.timeout)
         return self
@@ -221,9 +252,11 @@ class LearnerAveraging:
         # an anchor counts only while this learner has published nothing of its own since it was set
         anchor = self.anchor_id if self.anchor_id is not None and int(version) == self.anchor_version else None
         try:
-            gathered = self.averager.step(gather={"version": int(version), "anchor": anchor,
-                                                  "outer_lr": self.outer_lr},
-                                          timeout=self.timeout, allow_retries=False)
+            gathered = self.averager.step(
+                gather={"version": int(version), "anchor": anchor, "outer_lr": self.outer_lr},
+                timeout=self.timeout,
+                allow_retries=False,
+            )
             agreed, size = self._agreed_version(gathered)
         except Exception as exc:  # no group in time, a peer died mid-round, a stranger in the group...
             return self._finish(RoundResult(None, 0, time.monotonic() - began, f"{type(exc).__name__}: {exc}"))
@@ -251,8 +284,9 @@ class LearnerAveraging:
         self.last = result
         if result.version is None:
             self.failures += 1
-            logger.warning("averaging round failed after %.1f s (%s); training on locally", result.seconds,
-                           result.error)
+            logger.warning(
+                "averaging round failed after %.1f s (%s); training on locally", result.seconds, result.error
+            )
         else:
             self.rounds += 1
         return result

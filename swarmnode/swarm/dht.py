@@ -31,8 +31,8 @@ from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED
 from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
-from swarmnode.swarm.peer_keys import learners_key, peer_shard, peer_shard_key
 from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
+from swarmnode.swarm.peer_keys import learners_key, peer_shard, peer_shard_key
 from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p
 from swarmnode.swarm.relay import start_relay_p2p
 from swarmnode.swarm.validator import (
@@ -61,8 +61,9 @@ def max_record_ttl(cfg: NodeConfig) -> float:
 class SwarmDHT:
     """One node's view of the run's DHT. Create with `await SwarmDHT.create(...)`; `await shutdown()` at the end."""
 
-    def __init__(self, cfg: NodeConfig, identity: Identity, p2p: P2P, node: DHTNode, validator: SwarmValidator,
-                 owns_p2p: bool):
+    def __init__(
+        self, cfg: NodeConfig, identity: Identity, p2p: P2P, node: DHTNode, validator: SwarmValidator, owns_p2p: bool
+    ):
         self.cfg, self.identity, self.p2p, self.node = cfg, identity, p2p, node
         self.validator = validator
         self._owns_p2p = owns_p2p
@@ -74,9 +75,16 @@ class SwarmDHT:
         self.dialback: DialbackService | None = None  # answering others' reachability checks
 
     @classmethod
-    async def create(cls, cfg: NodeConfig, identity: Identity, p2p: P2P | None = None, *,
-                     client_mode: bool = False, check_reachability: bool = False,
-                     relay_service: bool = False) -> "SwarmDHT":
+    async def create(
+        cls,
+        cfg: NodeConfig,
+        identity: Identity,
+        p2p: P2P | None = None,
+        *,
+        client_mode: bool = False,
+        check_reachability: bool = False,
+        relay_service: bool = False,
+    ) -> SwarmDHT:
         """Join the run's DHT through the initial peers the P2P host reached (starts a host if `p2p` is None).
 
         `check_reachability`: decide first whether others can dial this node (`swarmnode.swarm.reachability`);
@@ -96,8 +104,9 @@ class SwarmDHT:
         try:
             connected = {str(info.peer_id) for info in await p2p.list_peers()}
             initial = [t for t in cfg.network.initial_peers if str(parse_initial_peer(t).peer_id) in connected]
-            validator = SwarmValidator(cfg.run_id, identity, max_ttl=max_record_ttl(cfg),
-                                       shards=cfg.network.peer_shards)
+            validator = SwarmValidator(
+                cfg.run_id, identity, max_ttl=max_record_ttl(cfg), shards=cfg.network.peer_shards
+            )
             node = await DHTNode.create(
                 p2p=p2p,
                 initial_peers=initial,
@@ -136,10 +145,14 @@ class SwarmDHT:
             raise ValueError("a node can only publish its own peer record")
         if self._redial is None or self._redial.done():  # in the background: a dead address may take seconds
             self._redial = asyncio.create_task(self._reconnect_quietly())
-        return bool(await self.node.store(
-            self.shard_key(peer_shard(record.peer_id, self.shards)), record.encode(),
-            get_dht_time() + self.record_ttl, subkey=record.peer_id
-        ))
+        return bool(
+            await self.node.store(
+                self.shard_key(peer_shard(record.peer_id, self.shards)),
+                record.encode(),
+                get_dht_time() + self.record_ttl,
+                subkey=record.peer_id,
+            )
+        )
 
     def shard_key(self, shard: int, run_id: str | None = None) -> str:
         """The DHT key of shard `shard` of the peer records of this run (or of `run_id`)."""
@@ -151,13 +164,15 @@ class SwarmDHT:
         if record.peer_id != self.identity.peer_id or record.role != "learner":
             raise ValueError("a node can only publish its own learner record")
         keys = [learner_key(self.cfg.run_id, record.peer_id), learners_key(self.cfg.run_id)]
-        stored = await self.node.store_many(keys, [record.encode()] * 2, get_dht_time() + self.record_ttl,
-                                            subkeys=[record.peer_id] * 2)
+        stored = await self.node.store_many(
+            keys, [record.encode()] * 2, get_dht_time() + self.record_ttl, subkeys=[record.peer_id] * 2
+        )
         return any(stored.values())
 
     async def designated_learners(self, peer_ids: list[str]) -> list[PeerRecord]:
         """The live records of the learners `peer_ids` (`trust.learner_keys`), each read from its own key: one
         small read per learner, whatever the run's peers key holds."""
+
         async def one(peer_id: str) -> PeerRecord | None:
             payload = (await self._subkeys(learner_key(self.cfg.run_id, peer_id))).get(peer_id)
             try:
@@ -181,7 +196,9 @@ class SwarmDHT:
         for peer in wanted:
             if str(peer.peer_id) in connected or str(peer.peer_id) == self.identity.peer_id:
                 continue
-            if await dial_peer(self.p2p, peer, timeout) is None and await ping_into_routing_table(self.node, peer.peer_id):
+            if await dial_peer(self.p2p, peer, timeout) is None and await ping_into_routing_table(
+                self.node, peer.peer_id
+            ):
                 logger.info("initial peer %s is back", peer.text)
                 back += 1
         return back
@@ -202,8 +219,11 @@ class SwarmDHT:
         for key in keys:
             item = found.get(key)
             value = item.value if item is not None else None
-            out[key] = ({sub: v.value for sub, v in value.items() if isinstance(v.value, bytes)}
-                        if isinstance(value, dict) else {})
+            out[key] = (
+                {sub: v.value for sub, v in value.items() if isinstance(v.value, bytes)}
+                if isinstance(value, dict)
+                else {}
+            )
         return out
 
     def _decoded(self, subkeys: dict[str, bytes]) -> list[PeerRecord]:
@@ -243,8 +263,9 @@ class SwarmDHT:
         """The live records in the run's index of learners (`peer_keys.learners_key`), whoever they are (with
         `leaving`, those marked leaving too)."""
         records = self._decoded(await self._subkeys(learners_key(self.cfg.run_id)))
-        return sorted((r for r in records if (leaving or r.state == "up") and r.role == "learner"),
-                      key=lambda r: r.peer_id)
+        return sorted(
+            (r for r in records if (leaving or r.state == "up") and r.role == "learner"), key=lambda r: r.peer_id
+        )
 
     async def own_record(self) -> PeerRecord | None:
         """This node's record as the DHT holds it now (a read of its own shard alone), or None."""
@@ -252,8 +273,9 @@ class SwarmDHT:
         found = await self.read_shards([peer_shard(me, self.shards)])
         return next((r for records in found.values() for r in records if r.peer_id == me), None)
 
-    async def sample_shards(self, limit: int, batch: int = 4, rng: random.Random | None = None,
-                            run_id: str | None = None) -> dict[int, list[PeerRecord]]:
+    async def sample_shards(
+        self, limit: int, batch: int = 4, rng: random.Random | None = None, run_id: str | None = None
+    ) -> dict[int, list[PeerRecord]]:
         """Live peer records (not leaving) of whole shards read in random order, `batch` shards per batched read,
         until at least `limit` records or every shard is read: shard -> its records. A bounded part of the run
         whatever its size (about `limit` + one read's worth of records; every record while the run is small)."""
@@ -274,10 +296,14 @@ class SwarmDHT:
         payload = announcement.encode()
         VersionAnnouncement.decode(payload)  # fail at the source, not at every receiver
         self._last_announcement = (int(version), dict(pointer))
-        return bool(await self.node.store(
-            self._keys["versions"], payload, get_dht_time() + self.announcement_ttl,
-            subkey=owned_subkey(self.identity.peer_id, ANNOUNCEMENT_LABEL),  # each announcement replaces the last
-        ))
+        return bool(
+            await self.node.store(
+                self._keys["versions"],
+                payload,
+                get_dht_time() + self.announcement_ttl,
+                subkey=owned_subkey(self.identity.peer_id, ANNOUNCEMENT_LABEL),  # each announcement replaces the last
+            )
+        )
 
     @property
     def announcement_ttl(self) -> float:
@@ -317,9 +343,14 @@ class SwarmDHT:
     async def store_card(self, card: RunCard) -> bool:
         """Store the run's card (signed by its owner) under this node's subkey of `<run>/card`, for `CARD_TTL_S`
         seconds: whoever serves the card re-stores it on its heartbeat."""
-        return bool(await self.node.store(self._keys["card"], card.encode(),
-                                          get_dht_time() + min(CARD_TTL_S, max_record_ttl(self.cfg) - 1),
-                                          subkey=owned_subkey(self.identity.peer_id, CARD_LABEL)))
+        return bool(
+            await self.node.store(
+                self._keys["card"],
+                card.encode(),
+                get_dht_time() + min(CARD_TTL_S, max_record_ttl(self.cfg) - 1),
+                subkey=owned_subkey(self.identity.peer_id, CARD_LABEL),
+            )
+        )
 
     async def cards(self) -> list[RunCard]:
         """Every valid run card stored for this run (whoever signed it: the reader picks the owner's)."""
@@ -338,7 +369,7 @@ class SwarmDHT:
         try:
             if p2pd_alive(self.p2p):  # a dead daemon answers nothing: leaving politely would only time out
                 await while_p2pd_alive(self.p2p, self.node.shutdown(), timeout=10)
-        except (asyncio.TimeoutError, Exception) as exc:  # a broken daemon must not block leaving
+        except (TimeoutError, Exception) as exc:  # a broken daemon must not block leaving
             if p2pd_alive(self.p2p):  # a daemon that exited first (Ctrl-C reaches it too) is no news
                 logger.warning("DHT node did not shut down cleanly: %r", exc)
         finally:

@@ -33,8 +33,9 @@ class CappedStorage(DHTLocalStorage):
     """`DHTLocalStorage` that refuses new subkeys beyond `max_subkeys` or `max_bytes` of values per key (see the
     module docstring); `refused` counts them."""
 
-    def __init__(self, max_subkeys: int = MAX_SUBKEYS_PER_KEY, max_bytes: int = MAX_BYTES_PER_KEY,
-                 remember_s: float = REMEMBER_S):
+    def __init__(
+        self, max_subkeys: int = MAX_SUBKEYS_PER_KEY, max_bytes: int = MAX_BYTES_PER_KEY, remember_s: float = REMEMBER_S
+    ):
         super().__init__()
         self.max_subkeys, self.max_bytes, self.remember_s = max_subkeys, max_bytes, remember_s
         self.refused = 0
@@ -48,8 +49,12 @@ class CappedStorage(DHTLocalStorage):
             if not self._fits(held.value, subkey, len(value), scale):
                 self.refused += 1
                 if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
-                    logger.warning("DHT storage: refused %d new subkeys under full keys (at most %d subkeys and %d "
-                                   "bytes per key)", self.refused, self.max_subkeys, self.max_bytes)
+                    logger.warning(
+                        "DHT storage: refused %d new subkeys under full keys (at most %d subkeys and %d bytes per key)",
+                        self.refused,
+                        self.max_subkeys,
+                        self.max_bytes,
+                    )
                 return False
         stored = super().store_subkey(key, subkey, value, expiration_time)
         if stored:

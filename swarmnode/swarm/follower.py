@@ -19,21 +19,30 @@ import collections
 import contextlib
 import logging
 import time
-from typing import Any, Awaitable, Callable, ContextManager, Iterable, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractContextManager as ContextManager
+from typing import Any, Protocol
 
 import torch
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.backoff import Backoff
 from swarmnode.diskspace import is_disk_full
-from swarmnode.protocol.reachability import RELAYED, by_dial_cost, dialable, reachability_of
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, WeightManifest
+from swarmnode.protocol.reachability import RELAYED, by_dial_cost, dialable, reachability_of
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.liveness import ProvenAlive
 from swarmnode.swarm.shard_window import DEFAULT_WINDOW, ShardWindow
-from swarmnode.swarm.weights import (FetchError, FetchStats, ModelLayout, ProgressCallback, WeightFetcher, WeightStore,
-                                     ping_holder)
+from swarmnode.swarm.weights import (
+    FetchError,
+    FetchStats,
+    ModelLayout,
+    ProgressCallback,
+    WeightFetcher,
+    WeightStore,
+    ping_holder,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +62,13 @@ def no_progress(_description: str):
 class WeightSink(Protocol):
     """Where fetched weights go: the sampler loop (swapped in between batches)."""
 
-    def offer_weights(self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None,
-                      adapter: AdapterSpec | None = None) -> None: ...
+    def offer_weights(
+        self,
+        state: dict[str, torch.Tensor],
+        version: int,
+        lineage: str | None = None,
+        adapter: AdapterSpec | None = None,
+    ) -> None: ...
 
 
 class WeightFollower:
@@ -66,8 +80,15 @@ class WeightFollower:
     any learner) limits which learners' ack hints are followed.
     """
 
-    def __init__(self, newest_version: NewestVersion, fetch: Fetch, *, trusted: Iterable[str] = (),
-                 backoff: Backoff | None = None, ask_learners: NewestVersion | None = None) -> None:
+    def __init__(
+        self,
+        newest_version: NewestVersion,
+        fetch: Fetch,
+        *,
+        trusted: Iterable[str] = (),
+        backoff: Backoff | None = None,
+        ask_learners: NewestVersion | None = None,
+    ) -> None:
         self._newest_version = newest_version
         self._ask_learners = ask_learners
         self._fetch = fetch
@@ -123,7 +144,7 @@ class WeightFollower:
         if wait and self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logger.warning("version %d not fetched within %.0f s", version, timeout)
 
     async def close(self) -> None:
@@ -175,17 +196,28 @@ class LivePeers:
     `live_window` seconds; unproven candidates are probed in the background). The run's designated learners
     (`designated`, read from their own keys) are always eligible: they are the trust root."""
 
-    def __init__(self, dht: SwarmDHT, me: str, max_age: float, designated: Iterable[str] = (), *,
-                 live_window: float | None = None, alive: ProvenAlive | None = None, use_relay: bool = True,
-                 sample: int | None = None, window: int = DEFAULT_WINDOW) -> None:
+    def __init__(
+        self,
+        dht: SwarmDHT,
+        me: str,
+        max_age: float,
+        designated: Iterable[str] = (),
+        *,
+        live_window: float | None = None,
+        alive: ProvenAlive | None = None,
+        use_relay: bool = True,
+        sample: int | None = None,
+        window: int = DEFAULT_WINDOW,
+    ) -> None:
         self.dht, self.me, self.max_age = dht, me, max_age
         self.use_relay = use_relay  # False: this node cannot dial relayed peers (no circuit transport in its p2pd)
         self.relayed_only: list[str] = []  # learners left out, as of the last `learners()`: reached only by relay
         self.designated = list(designated)  # trust.learner_keys: read from their own keys too (no flood hides them)
         self.sample = sample or dht.cfg.network.peer_sample
         run_id = dht.cfg.run_id
-        self.alive = alive or ProvenAlive(live_window or max(LIVE_WINDOW_S, 4 * max_age),
-                                          probe=lambda peer: ping_holder(dht.p2p, run_id, peer))
+        self.alive = alive or ProvenAlive(
+            live_window or max(LIVE_WINDOW_S, 4 * max_age), probe=lambda peer: ping_holder(dht.p2p, run_id, peer)
+        )
         self._records: list = []
         self._acked: dict[str, float] = {}  # learner -> monotonic time it last acked our groups (`acked`)
         self.window = ShardWindow(dht.shards, self.sample, window=window, every=self.SHARED_EVERY)
@@ -220,9 +252,14 @@ class LivePeers:
         under a flood, or the record of a learner too starved of CPU to heartbeat in time, does not pause a
         sampler. A learner this read found leaving is not kept."""
         seen = {r.peer_id for r in found}
-        return [r for r in self._records if r.role == "learner" and r.peer_id not in seen
-                and (not self.designated or r.peer_id in self.designated)
-                and (r.age() <= self.alive.window or self.alive.alive(r.peer_id) or self.taking(r.peer_id))]
+        return [
+            r
+            for r in self._records
+            if r.role == "learner"
+            and r.peer_id not in seen
+            and (not self.designated or r.peer_id in self.designated)
+            and (r.age() <= self.alive.window or self.alive.alive(r.peer_id) or self.taking(r.peer_id))
+        ]
 
     def acked(self, peer: object) -> None:
         """`peer` acknowledged our groups just now (any answer on the authenticated push stream): a send target
@@ -296,10 +333,19 @@ class WeightPuller:
     shows long fetches to a person (the caller's display, e.g. `swarmnode.observe.progress.fetch_progress`); `hold()` gives
     seconds to hold the weights back (`--simulate-delay`)."""
 
-    def __init__(self, p2p: P2P, store: WeightStore, peers: LivePeers, sink: WeightSink, *,
-                 trusted: Iterable[str] = (), emit: Callable[[str], None] = print,
-                 layout: ModelLayout | None = None, progress: ProgressDisplay = no_progress,
-                 hold: Callable[[], float] = lambda: 0.0) -> None:
+    def __init__(
+        self,
+        p2p: P2P,
+        store: WeightStore,
+        peers: LivePeers,
+        sink: WeightSink,
+        *,
+        trusted: Iterable[str] = (),
+        emit: Callable[[str], None] = print,
+        layout: ModelLayout | None = None,
+        progress: ProgressDisplay = no_progress,
+        hold: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self.p2p, self.store, self.peers, self.sink = p2p, store, peers, sink
         self.layout = layout
         self.trusted = list(trusted)
@@ -307,8 +353,9 @@ class WeightPuller:
         self.last_stats: FetchStats | None = None
         self.seed_chunks = collections.Counter()  # "asked", "unheard": a publisher's chunks over every fetch
 
-    async def newest_from(self, learners: Iterable[PeerID], timeout: float = 2.0,
-                          grace: float = 0.25) -> tuple[int, Pointer] | None:
+    async def newest_from(
+        self, learners: Iterable[PeerID], timeout: float = 2.0, grace: float = 0.25
+    ) -> tuple[int, Pointer] | None:
         """The newest version `learners` hold, asked of each of them at once (one request each, no DHT look):
         (version, pointer holding its manifest, so the fetch does not ask for it again), or None when none of them
         answered with a valid one within `timeout`. Once one has answered, the others get `grace` seconds more (a
@@ -317,8 +364,9 @@ class WeightPuller:
         answered: list[PeerID] = []
 
         async def ask(learner: PeerID) -> WeightManifest | None:
-            fetcher = WeightFetcher(self.p2p, self.store, self.trusted or [str(learner)], layout=self.layout,
-                                    request_timeout=timeout)
+            fetcher = WeightFetcher(
+                self.p2p, self.store, self.trusted or [str(learner)], layout=self.layout, request_timeout=timeout
+            )
             manifest = await fetcher.newest_manifest(learner)
             answered.append(learner)
             return manifest
@@ -328,8 +376,9 @@ class WeightPuller:
         deadline, manifests = loop.time() + timeout, []
         try:
             while pending and loop.time() < deadline:
-                done, pending = await asyncio.wait(pending, timeout=deadline - loop.time(),
-                                                   return_when=asyncio.FIRST_COMPLETED)
+                done, pending = await asyncio.wait(
+                    pending, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED
+                )
                 for task in done:
                     if isinstance(task.exception(), InvalidRecord):
                         logger.warning("weights: a learner's newest manifest was refused: %s", task.exception())
@@ -360,17 +409,20 @@ class WeightPuller:
         fetcher = WeightFetcher(self.p2p, self.store, allowed, layout=self.layout)
         known = pointer.get("manifest")  # from `newest_from`: checked again by the fetch, not asked for again
         with self.progress(f"weights v{version}") as progress:
-            await fetcher.fetch(ids, version, progress=progress,
-                                manifest=known if isinstance(known, WeightManifest) else None)
+            await fetcher.fetch(
+                ids, version, progress=progress, manifest=known if isinstance(known, WeightManifest) else None
+            )
         if (stats := fetcher.last_stats) is not None and stats.version == version:
             self.last_stats = stats
             self.seed_chunks.update(asked=stats.seed_chunks, unheard=stats.seed_chunks_unheard)
             self.peers.proven(stats.chunks_by_holder or ())  # they served chunks: alive
             self.peers.failed(stats.lost_holders)  # a stalling holder is not picked again for a while
             if stats.seconds >= 2.0:  # worth a line (a small model's fetches take milliseconds)
-                self.emit(f"fetched weights v{version}: {stats.fetched_bytes / 1e6:,.0f} MB in {stats.seconds:.1f} s "
-                          f"({stats.bytes_per_second / 1e6:,.0f} MB/s), {stats.reused_bytes / 1e6:,.0f} MB reused, "
-                          f"from {len(stats.chunks_by_holder)} peer(s)")
+                self.emit(
+                    f"fetched weights v{version}: {stats.fetched_bytes / 1e6:,.0f} MB in {stats.seconds:.1f} s "
+                    f"({stats.bytes_per_second / 1e6:,.0f} MB/s), {stats.reused_bytes / 1e6:,.0f} MB reused, "
+                    f"from {len(stats.chunks_by_holder)} peer(s)"
+                )
         if (hold := self.hold()) > 0:
             await asyncio.sleep(hold)
         state = await asyncio.to_thread(self.store.state_dict, version)

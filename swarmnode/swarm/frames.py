@@ -87,7 +87,7 @@ class FrameSink(asyncio.BufferedProtocol):
         self.last_received = time.monotonic()  # when the last byte arrived (or the sink was made)
 
     @classmethod
-    def attach(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> "FrameSink":
+    def attach(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> FrameSink:
         """Take over a freshly opened stream; its reader must hold no unread bytes."""
         if has_buffered_bytes(reader):
             raise RuntimeError("stream already has buffered bytes; cannot take over its transport")

@@ -20,15 +20,16 @@ import queue
 import select
 import threading
 import weakref
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import hivemind
 from hivemind.averaging import DecentralizedAverager
 from hivemind.averaging.averager import _background_thread_fetch_current_state
 from hivemind.averaging.control import StepControl
 from hivemind.dht.storage import DictionaryDHTValue
-from hivemind.utils import get_dht_time
 from hivemind.p2p import P2P, PeerID
+from hivemind.utils import get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.errors import ExitCode, SwarmnodeError
@@ -48,7 +49,8 @@ def check_hivemind_version(installed: str = hivemind.__version__) -> None:
         raise HivemindVersionError(
             f"swarmnode needs hivemind=={PINNED_HIVEMIND} (it relies on a few of its internals, see "
             f"swarmnode/swarm/hivemind_compat.py), but hivemind {installed} is installed: "
-            f"pip install hivemind=={PINNED_HIVEMIND}")
+            f"pip install hivemind=={PINNED_HIVEMIND}"
+        )
 
 
 check_hivemind_version()
@@ -167,8 +169,12 @@ class ThreadedAverager(DecentralizedAverager):
         super().__init__(*args, start=False, **kwargs)
         self._inner_pipe.send(("_SHUTDOWN", None))  # ends the state-request thread listening on the real pipe
         self._inner_pipe, self._outer_pipe = _local_pipe()
-        threading.Thread(target=_background_thread_fetch_current_state, daemon=True, name="averager-state",
-                         args=[self.serializer, self._outer_pipe, weakref.WeakMethod(self.get_current_state)]).start()
+        threading.Thread(
+            target=_background_thread_fetch_current_state,
+            daemon=True,
+            name="averager-state",
+            args=[self.serializer, self._outer_pipe, weakref.WeakMethod(self.get_current_state)],
+        ).start()
 
     def start_in_thread(self, timeout: float) -> None:
         """Run the averager's loop in a daemon thread and wait until it serves requests (raises on failure)."""
@@ -199,15 +205,25 @@ class ThreadedAverager(DecentralizedAverager):
         self._outer_pipe.send(("_shutdown", [timeout], {}))
         self._thread.join(timeout + 5)
 
-    def step(self, gather: Any = None, timeout: float | None = None, allow_retries: bool = True,  # type: ignore[override]
-             weight: float = 1.0) -> Any:
+    def step(
+        self,
+        gather: Any = None,
+        timeout: float | None = None,
+        allow_retries: bool = True,  # type: ignore[override]
+        weight: float = 1.0,
+    ) -> Any:
         """One round (matchmaking, then all-reduce) within `timeout` seconds; the data gathered from the group,
         keyed by peer id. Raises when no group formed or the all-reduce failed."""
         now = get_dht_time()
         deadline = now + timeout if timeout is not None else float("inf")
         data = self.serializer.dumps([self.bandwidth, self.mode.value, self.serializer.dumps(gather)])
-        step = StepControl(scheduled_time=now + self.matchmaking_kwargs["min_matchmaking_time"], deadline=deadline,
-                           allow_retries=allow_retries, weight=weight, data_for_gather=data)
+        step = StepControl(
+            scheduled_time=now + self.matchmaking_kwargs["min_matchmaking_time"],
+            deadline=deadline,
+            allow_retries=allow_retries,
+            weight=weight,
+            data_for_gather=data,
+        )
         attached: concurrent.futures.Future = concurrent.futures.Future()
         self._outer_pipe.send(("_step", [], dict(step=step, future_for_init=attached)))
         attached.result()
@@ -219,8 +235,11 @@ class ThreadedAverager(DecentralizedAverager):
             await super()._shutdown(timeout)
         finally:
             await self._p2p.shutdown()  # the replica client this averager opened (the daemon is the node's)
-            others = [t for t in asyncio.all_tasks()  # but this one and the control loop awaiting it
-                      if t is not asyncio.current_task() and t.get_coro().__name__ != "_run"]
+            others = [
+                t
+                for t in asyncio.all_tasks()  # but this one and the control loop awaiting it
+                if t is not asyncio.current_task() and t.get_coro().__name__ != "_run"
+            ]
             for task in others:  # the periodic state declaration and what a failed round left behind
                 task.cancel()
             await asyncio.gather(*others, return_exceptions=True)

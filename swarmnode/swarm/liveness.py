@@ -16,7 +16,7 @@ import contextlib
 import logging
 import random
 import time
-from typing import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,16 @@ class ProvenAlive:
     """Proofs of life per peer id (see the module docstring). `probe(peer)` answers whether `peer` answered a
     cheap request; None: no probing (only marks and connections prove a peer)."""
 
-    def __init__(self, window: float, probe: Probe | None = None, *, probes_per_refresh: int = 16,
-                 probe_timeout: float = 2.0, retry_after: float = 30.0, max_retry_after: float = 600.0) -> None:
+    def __init__(
+        self,
+        window: float,
+        probe: Probe | None = None,
+        *,
+        probes_per_refresh: int = 16,
+        probe_timeout: float = 2.0,
+        retry_after: float = 30.0,
+        max_retry_after: float = 600.0,
+    ) -> None:
         self.window = window
         self.probe = probe
         self.probes_per_refresh = probes_per_refresh
@@ -68,8 +76,11 @@ class ProvenAlive:
         if self.probe is None or (self._probing is not None and not self._probing.done()):
             return
         now = time.monotonic()
-        due = [p for p in dict.fromkeys(map(str, candidates))
-               if not self.alive(p) and self._failed.get(p, (0.0, 0.0))[0] <= now]
+        due = [
+            p
+            for p in dict.fromkeys(map(str, candidates))
+            if not self.alive(p) and self._failed.get(p, (0.0, 0.0))[0] <= now
+        ]
         random.shuffle(due)
         due.sort(key=lambda p: p not in self._seen)  # stable: once-proven peers first, each group shuffled
         if due:

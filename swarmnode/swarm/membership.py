@@ -53,8 +53,15 @@ def unstored_is_news(role: str, stored_before: bool, unstored: int) -> bool:
 class Membership:
     """This node's presence in the run: DHT + heartbeat-refreshed PeerRecord. Use `async with` or start/stop."""
 
-    def __init__(self, cfg: NodeConfig, identity: Identity, role: str, *, hardware: dict[str, Any] | None = None,
-                 client_mode: bool = False):
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        identity: Identity,
+        role: str,
+        *,
+        hardware: dict[str, Any] | None = None,
+        client_mode: bool = False,
+    ):
         self.cfg, self.identity, self.role = cfg, identity, role
         self.client_mode = client_mode
         self.session = secrets.token_hex(8)  # tells this process's records from an earlier run's
@@ -69,13 +76,17 @@ class Membership:
         self._published = False  # a record of ours was stored at least once
         self._unstored = 0  # publishes in a row no DHT peer stored
 
-    async def start(self) -> "Membership":
+    async def start(self) -> Membership:
         """Join the DHT, refuse a duplicate identity, publish our record and start the heartbeat."""
         self.started_at = time.monotonic()
         self._lock.acquire()
         try:
-            self.dht = await SwarmDHT.create(self.cfg, self.identity, client_mode=self.client_mode,
-                                             **network_part(self.cfg, self.role, self.client_mode))
+            self.dht = await SwarmDHT.create(
+                self.cfg,
+                self.identity,
+                client_mode=self.client_mode,
+                **network_part(self.cfg, self.role, self.client_mode),
+            )
             if str(self.dht.p2p.peer_id) != self.identity.peer_id:
                 raise SwarmStartError(f"p2pd runs as {self.dht.p2p.peer_id}, not {self.identity.peer_id}")
             if not self.client_mode:
@@ -111,8 +122,9 @@ class Membership:
     def record(self, state: str = "up") -> PeerRecord:
         fields = {k: v() if callable(v) else v for k, v in self.fields.items()}
         fields["health"] = with_reachability(fields.get("health"), self.reachability)
-        return PeerRecord.create(self.identity, role=self.role, session=self.session, state=state,
-                                 addrs=self._addrs, **fields)
+        return PeerRecord.create(
+            self.identity, role=self.role, session=self.session, state=state, addrs=self._addrs, **fields
+        )
 
     async def publish(self, state: str = "up") -> bool:
         record = self.record(state)
@@ -120,7 +132,8 @@ class Membership:
         self._unstored = 0 if stored else self._unstored + 1
         if not stored:
             (logger.warning if unstored_is_news(self.role, self._published, self._unstored) else logger.debug)(
-                "peer record was not stored by any DHT peer (will retry on the next heartbeat)")
+                "peer record was not stored by any DHT peer (will retry on the next heartbeat)"
+            )
         self._published = self._published or stored
         await self._store_learner(record)
         return stored
@@ -168,7 +181,8 @@ class Membership:
                 raise SwarmStartError(
                     f"identity {me} is already used by another live node in run {self.cfg.run_id!r} "
                     f"(its last heartbeat was {now.age():.1f} s ago); give each node its own --identity-path",
-                    exit_code=ExitCode.IN_USE)
+                    exit_code=ExitCode.IN_USE,
+                )
 
     async def stop(self) -> None:
         """Mark our record as leaving (peers drop us at once), leave the DHT, stop p2pd."""
@@ -190,7 +204,7 @@ class Membership:
         finally:
             self._lock.release()
 
-    async def __aenter__(self) -> "Membership":
+    async def __aenter__(self) -> Membership:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -26,9 +26,10 @@ import subprocess
 import tempfile
 import time
 import weakref
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, TypeVar
+from typing import TypeVar
 
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
@@ -43,10 +44,10 @@ T = TypeVar("T")
 
 SOCKET_GLOB = "/tmp/hivemind-p2p*.sock"
 _WATCHDOG_SCRIPT = (
-    'read _ignored; '
+    "read _ignored; "
     'for pid in "$@"; do grep -qs p2pd /proc/$pid/cmdline && kill -TERM $pid; done; sleep 1; '
     'for pid in "$@"; do grep -qs p2pd /proc/$pid/cmdline && kill -KILL $pid; done; '
-    'rm -f $SOCKS'
+    "rm -f $SOCKS"
 )
 
 
@@ -76,7 +77,8 @@ def parse_initial_peer(text: str) -> InitialPeer:
     except Exception:
         raise SwarmStartError(
             f"initial peer {text!r} is not a multiaddr ending in /p2p/<peer id> "
-            "(copy the `initial-peers:` line that `swarmnode bootstrap` prints)", exit_code=ExitCode.USAGE
+            "(copy the `initial-peers:` line that `swarmnode bootstrap` prints)",
+            exit_code=ExitCode.USAGE,
         ) from None
     try:
         peer_id = PeerID.from_base58(peer)
@@ -130,7 +132,8 @@ class IdentityLock:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise SwarmStartError(
                     f"identity {self.peer_id} is already used by a live node on this machine (pid {holder}); "
-                    "give each node its own --identity-path", exit_code=ExitCode.IN_USE
+                    "give each node its own --identity-path",
+                    exit_code=ExitCode.IN_USE,
                 ) from None
             raise
         os.ftruncate(fd, 0)
@@ -183,7 +186,7 @@ async def while_p2pd_alive(p2p: P2P, work: Awaitable[T], timeout: float) -> T:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            raise asyncio.TimeoutError("p2pd has exited" if not p2pd_alive(p2p) else f"no answer in {timeout:.0f} s")
+            raise TimeoutError("p2pd has exited" if not p2pd_alive(p2p) else f"no answer in {timeout:.0f} s")
         await asyncio.wait({task}, timeout=min(0.1, max(0.0, deadline - time.monotonic())))
     return task.result()
 
@@ -192,7 +195,7 @@ async def stop_p2p(p2p: P2P) -> None:
     """Stop the daemon and disarm its watchdog (idempotent)."""
     try:
         await asyncio.wait_for(p2p.shutdown(), timeout=10)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         logger.warning("p2pd did not stop in 10 s; killing it")
         with contextlib.suppress(ProcessLookupError, AttributeError):
             p2pd_process(p2p).kill()
@@ -223,8 +226,12 @@ def relay_flags(cfg: NodeConfig, relay_service: bool, relays: list[str] | None) 
     flags: dict = {"relayService": serve}
     kwargs: dict = {}
     if serve:
-        flags.update(relayMaxReservations=net.relay_max_reservations, relayMaxCircuits=net.relay_max_circuits,
-                     relayDataLimit=int(net.relay_data_limit_mb * 1e6), relayTimeLimit=f"{net.relay_time_limit_s:.0f}s")
+        flags.update(
+            relayMaxReservations=net.relay_max_reservations,
+            relayMaxCircuits=net.relay_max_circuits,
+            relayDataLimit=int(net.relay_data_limit_mb * 1e6),
+            relayTimeLimit=f"{net.relay_time_limit_s:.0f}s",
+        )
         kwargs["force_reachability"] = "public"  # p2pd relays only for a node it believes public
     if relays and net.use_relay:
         flags["relayDiscovery"] = False  # the given relays only: p2pd reserves at once, not after minutes
@@ -234,8 +241,15 @@ def relay_flags(cfg: NodeConfig, relay_service: bool, relays: list[str] | None) 
     return flags, kwargs
 
 
-async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool, deadline: float, *,
-                         relay_service: bool = False, relays: list[str] | None = None) -> P2P:
+async def _create_daemon(
+    cfg: NodeConfig,
+    identity: Identity,
+    client_mode: bool,
+    deadline: float,
+    *,
+    relay_service: bool = False,
+    relays: list[str] | None = None,
+) -> P2P:
     net = cfg.network
     flags, relay_kwargs = relay_flags(cfg, relay_service, relays)
     daemon = p2p_class_with_daemon_flags(flags)
@@ -262,8 +276,9 @@ async def _create_daemon(cfg: NodeConfig, identity: Identity, client_mode: bool,
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if isinstance(exc, ValueError) or "address already in use" in reason:
                     code = ExitCode.IN_USE if "address already in use" in reason else ExitCode.USAGE
-                    raise SwarmStartError(f"cannot start p2pd with host_maddrs {net.host_maddrs}: {reason}",
-                                          exit_code=code) from None
+                    raise SwarmStartError(
+                        f"cannot start p2pd with host_maddrs {net.host_maddrs}: {reason}", exit_code=code
+                    ) from None
                 if time.monotonic() + delay >= deadline:
                     raise SwarmStartError(
                         f"p2pd did not start within {net.startup_timeout:.0f} s ({attempt} attempts; last: {reason})"
@@ -281,7 +296,7 @@ async def dial_peer(p2p: P2P, peer: InitialPeer, timeout: float) -> str | None:
     try:
         await asyncio.wait_for(connect(p2p, peer.peer_id, [peer.addr]), timeout)
         return None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"no answer in {timeout:.1f} s"
     except Exception as exc:  # ControlFailure and friends; the reason text is what the user needs
         lines = [line.strip().lstrip("* ").strip() for line in str(exc).splitlines() if line.strip()]
@@ -293,8 +308,9 @@ def refused(reason: str) -> bool:
     return "connection refused" in reason
 
 
-async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: float, timeout_s: float, *,
-                                refusal_is_final: bool = False) -> list[InitialPeer]:
+async def connect_initial_peers(
+    p2p: P2P, peers: list[InitialPeer], deadline: float, timeout_s: float, *, refusal_is_final: bool = False
+) -> list[InitialPeer]:
     """Dial every initial peer, retrying with backoff until at least one answers; SwarmStartError at deadline,
     or at once when `refusal_is_final` and every peer refused the connection (a one-shot client: `status`)."""
     attempt, delay = 0, 0.5
@@ -303,8 +319,10 @@ async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: fl
         attempt += 1
         per_try = max(0.5, min(5.0, deadline - time.monotonic()))
         reasons = await asyncio.gather(*(dial_peer(p2p, peer, per_try) for peer in peers))
-        reasons = [r if r is None or not r.endswith("dial backoff") else first_reasons.get(p.text, r)
-                   for p, r in zip(peers, reasons)]
+        reasons = [
+            r if r is None or not r.endswith("dial backoff") else first_reasons.get(p.text, r)
+            for p, r in zip(peers, reasons)
+        ]
         for peer, reason in zip(peers, reasons):
             first_reasons.setdefault(peer.text, reason) if reason else None
         reached = [peer for peer, reason in zip(peers, reasons) if reason is None]
@@ -315,8 +333,10 @@ async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: fl
             return reached
         if refusal_is_final and all(refused(reason) for reason in reasons):
             detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
-            raise SwarmStartError(f"every initial peer refused the connection: {detail}. Check the address and "
-                                  "port, and that the bootstrap is running")
+            raise SwarmStartError(
+                f"every initial peer refused the connection: {detail}. Check the address and "
+                "port, and that the bootstrap is running"
+            )
         if time.monotonic() + delay >= deadline:
             detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
             raise SwarmStartError(
@@ -329,8 +349,14 @@ async def connect_initial_peers(p2p: P2P, peers: list[InitialPeer], deadline: fl
         delay = min(delay * 2, 8.0)
 
 
-async def start_p2p(cfg: NodeConfig, identity: Identity, *, client_mode: bool = False, relay_service: bool = False,
-                    relays: list[str] | None = None) -> P2P:
+async def start_p2p(
+    cfg: NodeConfig,
+    identity: Identity,
+    *,
+    client_mode: bool = False,
+    relay_service: bool = False,
+    relays: list[str] | None = None,
+) -> P2P:
     """Start p2pd for `identity` on the configured addresses and connect to the initial peers.
 
     `relay_service`: relay for nodes that cannot be dialled (within `network.relay_*`); `relays`: take a
@@ -347,8 +373,7 @@ async def start_p2p(cfg: NodeConfig, identity: Identity, *, client_mode: bool = 
     try:
         arm_watchdog(p2p)
         if peers:
-            await connect_initial_peers(p2p, peers, deadline, cfg.network.startup_timeout,
-                                        refusal_is_final=client_mode)
+            await connect_initial_peers(p2p, peers, deadline, cfg.network.startup_timeout, refusal_is_final=client_mode)
     except BaseException:
         await stop_p2p(p2p)
         raise

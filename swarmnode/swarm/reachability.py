@@ -76,16 +76,22 @@ class Reachability:
             return f"reachability: unknown ({self.how}); this node assumes others can dial it"
         seen = f", seen as {self.observed}" if self.observed else ""
         if self.status == RELAYED:
-            return (f"reachability: not reachable ({self.how}{seen}); relayed through {self.relay}: sampling and "
-                    f"training work, relayed traffic is slower; {self.advice()}")
-        return (f"reachability: not reachable and no relay ({self.how}{seen}): this node joins as a client; "
-                f"sampling works, a learner needs a relaying bootstrap or {self.advice()}")
+            return (
+                f"reachability: not reachable ({self.how}{seen}); relayed through {self.relay}: sampling and "
+                f"training work, relayed traffic is slower; {self.advice()}"
+            )
+        return (
+            f"reachability: not reachable and no relay ({self.how}{seen}): this node joins as a client; "
+            f"sampling works, a learner needs a relaying bootstrap or {self.advice()}"
+        )
 
     def advice(self) -> str:
         port = self.port or "<port>"
         ip = self.observed.split("/")[2] if self.observed and self.observed.startswith("/ip") else "<public ip>"
-        return (f"to be dialled directly, forward TCP port {port} on your router to this machine and pass "
-                f"--announce-maddrs /ip4/{ip}/tcp/{port}")
+        return (
+            f"to be dialled directly, forward TCP port {port} on your router to this machine and pass "
+            f"--announce-maddrs /ip4/{ip}/tcp/{port}"
+        )
 
 
 def decide(answers: list[DialbackAnswer]) -> bool | None:
@@ -139,7 +145,7 @@ class DialbackService:
         self._busy = asyncio.Semaphore(4)
         self.answered = 0
 
-    async def start(self) -> "DialbackService":
+    async def start(self) -> DialbackService:
         await self.p2p.add_protobuf_handler(DIALBACK, self._handle, BytesValue)
         return self
 
@@ -148,8 +154,15 @@ class DialbackService:
             if self._probe is None:
                 # no DHT: it dials the given addresses only, never ones a DHT lookup would find
                 probe = p2p_class_with_daemon_flags({"dhtClient": False})
-                self._probe = await probe.create(host_maddrs=[], no_listen=True, nat_port_map=False, auto_nat=False,
-                                                 use_relay=False, dht_mode="client", idle_timeout=0)
+                self._probe = await probe.create(
+                    host_maddrs=[],
+                    no_listen=True,
+                    nat_port_map=False,
+                    auto_nat=False,
+                    use_relay=False,
+                    dht_mode="client",
+                    idle_timeout=0,
+                )
                 arm_watchdog(self._probe)
             return self._probe
 
@@ -176,8 +189,14 @@ class DialbackService:
                 probe = await self._probe_p2p()
                 try:  # all at once (p2pd dials a peer's addresses in parallel): a router that drops costs one wait
                     await asyncio.wait_for(connect(probe, asker, candidates), self.dial_timeout)
-                    reached = next((str(info.addrs[0]) for info in await probe.list_peers()
-                                    if info.peer_id == asker and info.addrs), str(candidates[0]))  # the one that answered
+                    reached = next(
+                        (
+                            str(info.addrs[0])
+                            for info in await probe.list_peers()
+                            if info.peer_id == asker and info.addrs
+                        ),
+                        str(candidates[0]),
+                    )  # the one that answered
                 except Exception:  # refused, unreachable, timed out, or another peer answered there
                     pass
                 finally:
@@ -186,8 +205,9 @@ class DialbackService:
                     except Exception:
                         pass
         self.answered += 1
-        return BytesValue(value=pack({"reachable": reached is not None, "addr": reached, "observed": observed,
-                                      "relay": self.relay}))
+        return BytesValue(
+            value=pack({"reachable": reached is not None, "addr": reached, "observed": observed, "relay": self.relay})
+        )
 
     async def close(self) -> None:
         if self._probe is not None:
@@ -199,15 +219,20 @@ async def ask_dialback(p2p: P2P, helper: PeerID, listen: list[str], timeout: flo
     """Ask `helper` to dial us back; its answer, or None if it does not offer the check or did not answer."""
     try:
         reply = await asyncio.wait_for(
-            p2p.call_protobuf_handler(helper, DIALBACK, BytesValue(value=pack({"addrs": listen})), BytesValue),
-            timeout)
+            p2p.call_protobuf_handler(helper, DIALBACK, BytesValue(value=pack({"addrs": listen})), BytesValue), timeout
+        )
         body = unpack(reply.value, MAX_REQUEST_BYTES)
     except Exception as exc:  # an older helper without the handler, a timeout, a malformed answer
         logger.info("dial-back check by %s failed: %s", helper, str(exc).splitlines()[0] if str(exc) else exc)
         return None
     text = lambda v: v if isinstance(v, str) else None  # noqa: E731
-    return DialbackAnswer(str(helper), bool(body.get("reachable")), text(body.get("addr")),
-                          text(body.get("observed")), bool(body.get("relay")))
+    return DialbackAnswer(
+        str(helper),
+        bool(body.get("reachable")),
+        text(body.get("addr")),
+        text(body.get("observed")),
+        bool(body.get("relay")),
+    )
 
 
 def _listen_port(addrs: list[str]) -> int | None:
@@ -224,14 +249,16 @@ async def helpers_reached(p2p: P2P, cfg: NodeConfig) -> list[tuple[PeerID, str]]
     return [(p.peer_id, p.text) for p in peers if str(p.peer_id) in connected]
 
 
-async def ask_helpers(p2p: P2P, cfg: NodeConfig, helpers: list[tuple[PeerID, str]] | None = None
-                      ) -> list[tuple[str, DialbackAnswer]]:
+async def ask_helpers(
+    p2p: P2P, cfg: NodeConfig, helpers: list[tuple[PeerID, str]] | None = None
+) -> list[tuple[str, DialbackAnswer]]:
     """Ask every initial peer this daemon is connected to (or `helpers`) to dial it back, all at once, bounded by
     `network.reachability_timeout`: (its `--initial-peers` text, its answer) for each that answered."""
     own = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
     helpers = await helpers_reached(p2p, cfg) if helpers is None else helpers
-    found = await asyncio.gather(*(ask_dialback(p2p, peer, own, cfg.network.reachability_timeout)
-                                   for peer, _ in helpers))
+    found = await asyncio.gather(
+        *(ask_dialback(p2p, peer, own, cfg.network.reachability_timeout) for peer, _ in helpers)
+    )
     return [(text, a) for (_, text), a in zip(helpers, found) if a is not None]
 
 
@@ -258,12 +285,12 @@ async def check(p2p: P2P, cfg: NodeConfig) -> tuple[Reachability, list[str]]:
         return Reachability(UNKNOWN, how, port=port), relays
     how = how_many(answers)
     addr = next((a.addr for a in answers if a.addr), None)
-    return Reachability(PUBLIC if verdict else CLIENT_ONLY, how, addr=addr, observed=observed, port=port,
-                        relays_offered=relays), relays
+    return Reachability(
+        PUBLIC if verdict else CLIENT_ONLY, how, addr=addr, observed=observed, port=port, relays_offered=relays
+    ), relays
 
 
-async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_service: bool
-                            ) -> tuple[P2P, Reachability]:
+async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_service: bool) -> tuple[P2P, Reachability]:
     """Start p2pd, decide reachability, and for a node that cannot be dialled restart it with a relay reservation
     where a helper offers one (see the module docstring). Bounded: `reachability_timeout` for the check,
     `relay_wait` for the reservation."""
@@ -276,8 +303,11 @@ async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_servic
     if reach.status in (PUBLIC, UNKNOWN):
         return p2p, reach
     if not cfg.network.use_relay or not relays:
-        reach.how += "; relaying is off here (network.use_relay=false)" if not cfg.network.use_relay else \
-            "; no bootstrap offers a relay"
+        reach.how += (
+            "; relaying is off here (network.use_relay=false)"
+            if not cfg.network.use_relay
+            else "; no bootstrap offers a relay"
+        )
         return p2p, reach
     await stop_p2p(p2p)
     p2p = await start_p2p(cfg, identity, relays=relays)
@@ -291,4 +321,3 @@ async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_servic
     else:
         reach.status, reach.relay = RELAYED, relay
     return p2p, reach
-

@@ -71,8 +71,11 @@ class ReachabilityWatch:
 
     def _dialback_due(self, relay_lost: bool) -> bool:
         every = self.cfg.network.reachability_recheck
-        return relay_lost or self.transition.pending is not None or (
-            every > 0 and self.clock() - self.last_dialback >= every)
+        return (
+            relay_lost
+            or self.transition.pending is not None
+            or (every > 0 and self.clock() - self.last_dialback >= every)
+        )
 
     async def look(self) -> str | None:
         """One look (see the module docstring); the new status when it changed."""

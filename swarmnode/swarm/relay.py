@@ -66,9 +66,17 @@ async def relay_carries_data(relay_addr: str, nbytes: int = RELAY_CHECK_BYTES, t
     hidden = fetcher = None
     try:
         hidden = await p2p_class_with_daemon_flags({"relayService": False, "relayDiscovery": False}).create(
-            initial_peers=[relay_addr], host_maddrs=[], no_listen=True, nat_port_map=False, auto_nat=False,
-            use_relay=True, use_auto_relay=True, trusted_relays=[relay_addr], force_reachability="private",
-            check_if_identity_free=False)
+            initial_peers=[relay_addr],
+            host_maddrs=[],
+            no_listen=True,
+            nat_port_map=False,
+            auto_nat=False,
+            use_relay=True,
+            use_auto_relay=True,
+            trusted_relays=[relay_addr],
+            force_reachability="private",
+            check_if_identity_free=False,
+        )
         if await wait_for_relay(hidden, timeout / 2) is None:
             return False
 
@@ -79,8 +87,13 @@ async def relay_carries_data(relay_addr: str, nbytes: int = RELAY_CHECK_BYTES, t
 
         await hidden.add_binary_stream_handler(RELAY_CHECK, serve)
         fetcher = await p2p_class_with_daemon_flags({"relayService": False}).create(
-            initial_peers=[relay_addr], host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False,
-            use_relay=True, check_if_identity_free=False)
+            initial_peers=[relay_addr],
+            host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+            nat_port_map=False,
+            auto_nat=False,
+            use_relay=True,
+            check_if_identity_free=False,
+        )
 
         async def fetch() -> int:
             _, reader, writer = await fetcher.call_binary_stream_handler(hidden.peer_id, RELAY_CHECK)
@@ -113,9 +126,11 @@ async def relay_limit_warning(relay_addr: str) -> str | None:
     than libp2p's default 128 KiB per relayed connection), else the one line that says what to change."""
     if await relay_carries_data(relay_addr):
         return None
-    return (f"relay: {relay_addr} did not carry {RELAY_CHECK_BYTES >> 10} KiB over one relayed connection: samplers "
-            "may get this learner's groups but not its versions (p2pd's default relay limits, 128 KiB and 2 min per "
-            "connection); restart that bootstrap (it checks its limits at start) or forward a port to this node")
+    return (
+        f"relay: {relay_addr} did not carry {RELAY_CHECK_BYTES >> 10} KiB over one relayed connection: samplers "
+        "may get this learner's groups but not its versions (p2pd's default relay limits, 128 KiB and 2 min per "
+        "connection); restart that bootstrap (it checks its limits at start) or forward a port to this node"
+    )
 
 
 RELAY_START_TRIES = 12
@@ -147,7 +162,10 @@ async def start_relay_p2p(cfg: NodeConfig, identity: Identity) -> P2P:
             break
         await stop_p2p(p2p)
         p2p = await start_p2p(cfg, identity, relay_service=True)
-    logger.warning("relay: p2pd's default relay limits (128 KiB and 2 min per relayed connection) are in force "
-                   "after %d starts: relayed nodes exchange groups, but weight transfers to or from them fail; "
-                   "restart this bootstrap", RELAY_START_TRIES)
+    logger.warning(
+        "relay: p2pd's default relay limits (128 KiB and 2 min per relayed connection) are in force "
+        "after %d starts: relayed nodes exchange groups, but weight transfers to or from them fail; "
+        "restart this bootstrap",
+        RELAY_START_TRIES,
+    )
     return p2p

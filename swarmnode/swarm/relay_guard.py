@@ -49,10 +49,14 @@ class Limits:
     strangers: int = 0  # open connections of all unknown addresses together (0: no such cap)
 
     @classmethod
-    def of(cls, cfg: NodeConfig) -> "Limits":
+    def of(cls, cfg: NodeConfig) -> Limits:
         net = cfg.network
-        return cls(net.relay_conns_per_address, net.relay_conns_per_prefix, net.relay_new_conns_per_minute,
-                   net.relay_stranger_conns)
+        return cls(
+            net.relay_conns_per_address,
+            net.relay_conns_per_prefix,
+            net.relay_new_conns_per_minute,
+            net.relay_stranger_conns,
+        )
 
 
 def chain_name(port: int) -> str:
@@ -70,18 +74,62 @@ def guard_rules(tool: str, port: int, limits: Limits) -> list[list[str]]:
     rules = [["-N", chain], ["-A", chain, "-s", LOOPBACK[tool], "-j", "RETURN"]]
     for above, mask in ((limits.per_address, addr_mask), (limits.per_prefix, prefix_mask)):
         if above > 0:
-            rules.append(["-A", chain, "-p", "tcp", "-m", "connlimit", "--connlimit-above", str(above),
-                          "--connlimit-mask", str(mask), *reject])
+            rules.append(
+                [
+                    "-A",
+                    chain,
+                    "-p",
+                    "tcp",
+                    "-m",
+                    "connlimit",
+                    "--connlimit-above",
+                    str(above),
+                    "--connlimit-mask",
+                    str(mask),
+                    *reject,
+                ]
+            )
     if limits.new_per_minute > 0:
-        rules.append(["-A", chain, "-p", "tcp", "-m", "hashlimit", "--hashlimit-above",
-                      f"{limits.new_per_minute}/minute", "--hashlimit-burst", str(max(1, limits.per_address)),
-                      "--hashlimit-mode", "srcip", "--hashlimit-srcmask", str(addr_mask),
-                      "--hashlimit-name", f"swn{port}{tool[:3]}", *reject])
+        rules.append(
+            [
+                "-A",
+                chain,
+                "-p",
+                "tcp",
+                "-m",
+                "hashlimit",
+                "--hashlimit-above",
+                f"{limits.new_per_minute}/minute",
+                "--hashlimit-burst",
+                str(max(1, limits.per_address)),
+                "--hashlimit-mode",
+                "srcip",
+                "--hashlimit-srcmask",
+                str(addr_mask),
+                "--hashlimit-name",
+                f"swn{port}{tool[:3]}",
+                *reject,
+            ]
+        )
     if limits.strangers > 0:  # known addresses RETURN before it (`RelayGuard.set_known`); the rest share the cap
         known = known_chain(port)
-        rules += [["-N", known], ["-A", known, "-p", "tcp", "-m", "connlimit", "--connlimit-above",
-                                  str(limits.strangers), "--connlimit-mask", "0", *reject],
-                  ["-A", chain, "-j", known]]
+        rules += [
+            ["-N", known],
+            [
+                "-A",
+                known,
+                "-p",
+                "tcp",
+                "-m",
+                "connlimit",
+                "--connlimit-above",
+                str(limits.strangers),
+                "--connlimit-mask",
+                "0",
+                *reject,
+            ],
+            ["-A", chain, "-j", known],
+        ]
     rules.append(["-I", "INPUT", "-p", "tcp", "--dport", str(port), "--syn", "-j", chain])
     return rules
 
@@ -120,7 +168,7 @@ class RelayGuard:
     known: set[str] = field(default_factory=set)  # addresses in the SWN-KNOWN chains
 
     @classmethod
-    def install(cls, cfg: NodeConfig, maddrs: list[str]) -> "RelayGuard":
+    def install(cls, cfg: NodeConfig, maddrs: list[str]) -> RelayGuard:
         """Guard every TCP port in `maddrs` (the bootstrap's listening addresses), or say in one line why not."""
         guard, limits = cls(), Limits.of(cfg)
         ports = tcp_ports(maddrs)
@@ -128,8 +176,11 @@ class RelayGuard:
             return guard
         missing = [t for t, p in ports.items() if p and shutil.which(t) is None]
         if os.geteuid() != 0 or missing:
-            logger.warning("relay: per-address limits are not enforced (they need %s): one address with many keys "
-                           "can take every reservation", "root" if os.geteuid() != 0 else " and ".join(missing))
+            logger.warning(
+                "relay: per-address limits are not enforced (they need %s): one address with many keys "
+                "can take every reservation",
+                "root" if os.geteuid() != 0 else " and ".join(missing),
+            )
             return guard
         for tool, tool_ports in ports.items():
             for port in sorted(tool_ports):
@@ -139,15 +190,23 @@ class RelayGuard:
                     if done.returncode != 0:
                         remove_guard(tool, port)
                         guard.remove()
-                        logger.warning("relay: per-address limits are not enforced (%s %s: %s)", tool,
-                                       " ".join(args), done.stderr.strip().splitlines()[-1:] or done.returncode)
+                        logger.warning(
+                            "relay: per-address limits are not enforced (%s %s: %s)",
+                            tool,
+                            " ".join(args),
+                            done.stderr.strip().splitlines()[-1:] or done.returncode,
+                        )
                         return cls()
                 guard.installed.append((tool, port))
         guard.strangers = limits.strangers
-        logger.info("relay: at most %d connections per address, %d per prefix and %d new per minute per address%s "
-                    "(ports %s)", limits.per_address, limits.per_prefix, limits.new_per_minute,
-                    f", {limits.strangers} from unknown addresses in all" if limits.strangers else "",
-                    ", ".join(str(p) for _, p in guard.installed))
+        logger.info(
+            "relay: at most %d connections per address, %d per prefix and %d new per minute per address%s (ports %s)",
+            limits.per_address,
+            limits.per_prefix,
+            limits.new_per_minute,
+            f", {limits.strangers} from unknown addresses in all" if limits.strangers else "",
+            ", ".join(str(p) for _, p in guard.installed),
+        )
         return guard
 
     def set_known(self, addresses: set[str]) -> None:
@@ -155,13 +214,17 @@ class RelayGuard:
         removed one by one: the cap never lapses). Nothing without that cap."""
         if not self.strangers:
             return
-        for ip, add in [*((ip, True) for ip in sorted(addresses - self.known)),
-                        *((ip, False) for ip in sorted(self.known - addresses))]:
+        for ip, add in [
+            *((ip, True) for ip in sorted(addresses - self.known)),
+            *((ip, False) for ip in sorted(self.known - addresses)),
+        ]:
             tool = "ip6tables" if ":" in ip else "iptables"
             for t, port in self.installed:
                 if t == tool:
-                    _run(tool, ["-I" if add else "-D", known_chain(port), *(["1"] if add else []), "-s", ip,
-                                "-j", "RETURN"])
+                    _run(
+                        tool,
+                        ["-I" if add else "-D", known_chain(port), *(["1"] if add else []), "-s", ip, "-j", "RETURN"],
+                    )
             (self.known.add if add else self.known.discard)(ip)
 
     def remove(self) -> None:

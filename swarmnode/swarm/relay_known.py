@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from swarmnode.swarm.relay import ip_of
 
@@ -56,8 +56,9 @@ class KnownAddresses:
     ttl: float = KNOWN_ADDRESS_TTL
     until: dict[str, float] = field(default_factory=dict)  # ip -> when it is forgotten
 
-    def observe(self, connections: Iterable[tuple[str, list[str]]], known: set[str],
-                now: float | None = None) -> set[str]:
+    def observe(
+        self, connections: Iterable[tuple[str, list[str]]], known: set[str], now: float | None = None
+    ) -> set[str]:
         """Note the direct connections (peer id, its remote multiaddrs) of `known` keys; the addresses known now."""
         now = time.monotonic() if now is None else now
         for peer, addrs in connections:
@@ -82,12 +83,13 @@ async def keep_known(guard, dht, learner_keys: list[str], after: float, stop, ev
         try:
             shards = await dht.sample_shards(READ_RECORDS)
             peers.observe(r.peer_id for records in shards.values() for r in records)
-            connections = [(info.peer_id.to_base58(), [str(a) for a in info.addrs])
-                           for info in await dht.p2p.list_peers()]
+            connections = [
+                (info.peer_id.to_base58(), [str(a) for a in info.addrs]) for info in await dht.p2p.list_peers()
+            ]
             guard.set_known(addresses.observe(connections, peers.known()))
         except Exception as exc:  # a slow DHT read under load: the known set stays as it was
             logger.debug("relay: known addresses not refreshed: %s", exc)
         try:
             await asyncio.wait_for(stop.wait(), every)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

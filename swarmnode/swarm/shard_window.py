@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 Records = list  # PeerRecord-like objects with `state` ("up" or leaving)
 ReadShards = Callable[[list[int]], Awaitable[dict[int, Records]]]
@@ -35,8 +35,15 @@ class ShardWindow:
     batched read of those shards (`SwarmDHT.read_shards`); `first(sample)` the first look's read until `sample`
     records (`SwarmDHT.sample_shards`)."""
 
-    def __init__(self, shards: int, sample: int, *, window: int = DEFAULT_WINDOW, every: int = 5,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        shards: int,
+        sample: int,
+        *,
+        window: int = DEFAULT_WINDOW,
+        every: int = 5,
+        rng: random.Random | None = None,
+    ) -> None:
         if shards < 1 or sample < 1 or window < 1 or every < 1:
             raise ValueError("shards, sample, window and every must be at least 1")
         self.shards, self.sample, self.window, self.every = shards, sample, min(window, shards), every

@@ -19,7 +19,7 @@ import hashlib
 import logging
 import struct
 from collections import Counter, OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import msgpack
 from hivemind.dht.routing import DHTID
@@ -70,6 +70,7 @@ def _card_schema(run_id: str) -> Schema:
         card = RunCard.decode(payload)  # the owner's signature checked inside
         if label != CARD_LABEL or card.run_id != run_id:
             raise InvalidRecord("run card of another run, or under another label")
+
     return check
 
 
@@ -90,12 +91,16 @@ def _own_learner_schema(owner: str, label: str, payload: bytes) -> PeerRecord:
 
 def _shard_schema(shard: int, shards: int) -> Schema:
     """A peer record under shard key `shard`: its owner's record, and the owner's shard is `shard`."""
+
     def schema(owner: str, label: str, payload: bytes) -> PeerRecord:
         record = _peer_schema(owner, label, payload)
         if peer_shard(owner, shards) != shard:
-            raise InvalidRecord(f"peer record under shard {shard}, but its owner's shard is "
-                                f"{peer_shard(owner, shards)} of {shards} (network.peer_shards differs?)")
+            raise InvalidRecord(
+                f"peer record under shard {shard}, but its owner's shard is "
+                f"{peer_shard(owner, shards)} of {shards} (network.peer_shards differs?)"
+            )
         return record
+
     return schema
 
 
@@ -155,11 +160,20 @@ def split_subkey(subkey: str) -> tuple[str, str]:
 class SwarmValidator(RecordValidatorBase):
     """Signs this node's records with `identity` and validates everyone's for run `run_id`."""
 
-    def __init__(self, run_id: str, identity: Identity, extra_schemas: dict[str, Schema] | None = None,
-                 max_ttl: float = DEFAULT_MAX_TTL_S, shards: int = DEFAULT_PEER_SHARDS):
+    def __init__(
+        self,
+        run_id: str,
+        identity: Identity,
+        extra_schemas: dict[str, Schema] | None = None,
+        max_ttl: float = DEFAULT_MAX_TTL_S,
+        shards: int = DEFAULT_PEER_SHARDS,
+    ):
         self.run_id, self.shards = run_id, shards
-        schemas: dict[str, Schema] = {f"{run_id}/versions": _version_schema,
-                                      f"{run_id}/card": _card_schema(run_id), **peer_schemas(run_id, shards)}
+        schemas: dict[str, Schema] = {
+            f"{run_id}/versions": _version_schema,
+            f"{run_id}/card": _card_schema(run_id),
+            **peer_schemas(run_id, shards),
+        }
         schemas.update({key: _averaging_schema for key in averaging_keys(run_id)})
         schemas.update(extra_schemas or {})
         self._schemas = {DHTID.generate(source=key).to_bytes(): schema for key, schema in schemas.items()}
@@ -176,8 +190,11 @@ class SwarmValidator(RecordValidatorBase):
     def runs_seen(self, candidates: list[str]) -> dict[str, int]:
         """Refused records by run id, for the candidate run ids whose keys they were under (a DHT key is a hash:
         other run ids cannot be read back); the rest under "other"."""
-        names = {DHTID.generate(source=key).to_bytes(): run
-                 for run in candidates for key in run_keys(run, self.shards).values()}
+        names = {
+            DHTID.generate(source=key).to_bytes(): run
+            for run in candidates
+            for key in run_keys(run, self.shards).values()
+        }
         seen: Counter[str] = Counter()
         for key, count in self.foreign_keys.items():
             seen[names.get(key, "other")] += count
@@ -203,8 +220,14 @@ class SwarmValidator(RecordValidatorBase):
         """Whether `record` may be stored or read. A record already found valid (same key, subkey, value and
         expiration) is not verified again: every DHT read returns every subkey of a key, and two signature checks
         per record per read made a key holding hundreds of records cost seconds of CPU each heartbeat."""
-        digest = hashlib.blake2b(b"%d:%d:" % (len(record.key), len(record.subkey)) + record.key + record.subkey
-                                 + record.value + struct.pack("<d", record.expiration_time), digest_size=16).digest()
+        digest = hashlib.blake2b(
+            b"%d:%d:" % (len(record.key), len(record.subkey))
+            + record.key
+            + record.subkey
+            + record.value
+            + struct.pack("<d", record.expiration_time),
+            digest_size=16,
+        ).digest()
         if digest in self._valid:
             self._valid.move_to_end(digest)
             return record.expiration_time <= get_dht_time() + self.max_ttl  # still within the lifetime cap
@@ -234,11 +257,15 @@ class SwarmValidator(RecordValidatorBase):
         if schema is None:
             if record.key in self.foreign_keys or len(self.foreign_keys) < MAX_FOREIGN_KEYS:
                 self.foreign_keys[record.key] += 1
-            raise InvalidRecord("key is not one of this run's keys (a node of another run id shares this DHT; "
-                                "`swarmnode status` names the runs it finds)")
+            raise InvalidRecord(
+                "key is not one of this run's keys (a node of another run id shares this DHT; "
+                "`swarmnode status` names the runs it finds)"
+            )
         if record.expiration_time > get_dht_time() + self.max_ttl:
-            raise InvalidRecord(f"expires {record.expiration_time - get_dht_time():.0f} s from now, "
-                                f"beyond the cap of {self.max_ttl:.0f} s")
+            raise InvalidRecord(
+                f"expires {record.expiration_time - get_dht_time():.0f} s from now, "
+                f"beyond the cap of {self.max_ttl:.0f} s"
+            )
         if len(record.value) > MAX_RECORD_BYTES:
             raise InvalidRecord(f"value of {len(record.value)} bytes exceeds {MAX_RECORD_BYTES}")
         if len(record.value) <= SIGNATURE_BYTES:
@@ -288,8 +315,8 @@ def _digest(payload: bytes) -> bytes:
 
 def _loads(data: bytes, limit: int) -> object:
     try:
-        return msgpack.unpackb(data, raw=False, max_bin_len=limit, max_str_len=limit,
-                               max_array_len=0, max_map_len=0, max_ext_len=0)
+        return msgpack.unpackb(
+            data, raw=False, max_bin_len=limit, max_str_len=limit, max_array_len=0, max_map_len=0, max_ext_len=0
+        )
     except Exception as exc:  # msgpack raises many types
         raise InvalidRecord(f"not a msgpack scalar ({type(exc).__name__})") from None
-

@@ -19,6 +19,15 @@ from swarmnode.tasks.math_problems import MathTask, load_dataset_rows, load_json
 from swarmnode.tasks.registry import build_task
 
 __all__ = [
-    "EVAL_EVERY", "ArithmeticTask", "MathTask", "Prompt", "Task", "TaskError", "arithmetic_reward", "build_task",
-    "load_dataset_rows", "load_jsonl_rows", "math_verify_reward",
+    "EVAL_EVERY",
+    "ArithmeticTask",
+    "MathTask",
+    "Prompt",
+    "Task",
+    "TaskError",
+    "arithmetic_reward",
+    "build_task",
+    "load_dataset_rows",
+    "load_jsonl_rows",
+    "math_verify_reward",
 ]

@@ -11,7 +11,6 @@ import re
 
 from swarmnode.tasks.base import EVAL_EVERY, Prompt, Task, hash_held_out
 
-
 _INT = re.compile(r"\d{1,18}")
 
 

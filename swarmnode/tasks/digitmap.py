@@ -95,5 +95,6 @@ class DigitMapTask(Task):
     def noisy_answer(prompt: Prompt, correct_fraction: float, rng: random.Random) -> str:
         """The reference with per-token label noise: each digit kept with probability `correct_fraction`, else
         replaced by a random other digit (the warm start's answers)."""
-        return "".join(c if rng.random() < correct_fraction else str((int(c) + rng.randint(1, 9)) % 10)
-                       for c in prompt.reference)
+        return "".join(
+            c if rng.random() < correct_fraction else str((int(c) + rng.randint(1, 9)) % 10) for c in prompt.reference
+        )

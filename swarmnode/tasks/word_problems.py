@@ -18,8 +18,16 @@ import re
 from swarmnode.tasks.base import Prompt, Task, hash_held_out
 from swarmnode.tasks.math_problems import math_verify_reward
 
-NAMES = [("Mia", "She"), ("Tom", "He"), ("Ava", "She"), ("Leo", "He"), ("Zoe", "She"), ("Sam", "He"),
-         ("Lily", "She"), ("Ben", "He")]
+NAMES = [
+    ("Mia", "She"),
+    ("Tom", "He"),
+    ("Ava", "She"),
+    ("Leo", "He"),
+    ("Zoe", "She"),
+    ("Sam", "He"),
+    ("Lily", "She"),
+    ("Ben", "He"),
+]
 OBJECTS = ["apples", "books", "marbles", "stickers", "pencils", "cookies", "coins", "cards"]
 # (sentence, operation): {n} name, {p} pronoun, {o} objects, {a} {b} operands
 TEMPLATES: list[tuple[str, str]] = [
@@ -63,8 +71,13 @@ class WordProblemTask(Task):
         return Prompt(prompt_id=f"wp:{t}:{n}:{o}:{a}:{b}", text=text, reference=str(answer))
 
     def _draw(self, rng: random.Random) -> Prompt:
-        return self._prompt(rng.randrange(len(TEMPLATES)), rng.randrange(len(NAMES)), rng.randrange(len(OBJECTS)),
-                            rng.randint(1, self.max_operand), rng.randint(1, self.max_operand))
+        return self._prompt(
+            rng.randrange(len(TEMPLATES)),
+            rng.randrange(len(NAMES)),
+            rng.randrange(len(OBJECTS)),
+            rng.randint(1, self.max_operand),
+            rng.randint(1, self.max_operand),
+        )
 
     def _is_eval(self, prompt: Prompt) -> bool:
         return hash_held_out(self.seed, prompt.prompt_id)

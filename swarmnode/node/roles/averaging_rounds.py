@@ -43,8 +43,9 @@ def averaging_enabled(cfg: NodeConfig) -> bool:
 class AveragingRounds:
     """Drives `averaging` for `learner`: `await join()` once, `await after_step()` after every trained step."""
 
-    def __init__(self, learner: LearnerLoop, averaging: LearnerAveraging, dht: SwarmDHT, cfg: NodeConfig,
-                 me: str, emit: Any) -> None:
+    def __init__(
+        self, learner: LearnerLoop, averaging: LearnerAveraging, dht: SwarmDHT, cfg: NodeConfig, me: str, emit: Any
+    ) -> None:
         self.learner, self.averaging, self.dht, self.cfg, self.me, self.emit = learner, averaging, dht, cfg, me, emit
         self.trusted = frozenset(cfg.trust.learner_keys)
         self.others: list[str] = []
@@ -63,8 +64,9 @@ class AveragingRounds:
             return
         self._read_at = time.monotonic()
         learners = await self.dht.live_peers("learner")
-        self.others = [r.peer_id for r in learners
-                       if r.peer_id != self.me and (not self.trusted or r.peer_id in self.trusted)]
+        self.others = [
+            r.peer_id for r in learners if r.peer_id != self.me and (not self.trusted or r.peer_id in self.trusted)
+        ]
         if self.others:
             self.last_seen = time.monotonic()
         self.learner.local_versions = not self.others and time.monotonic() - self.last_seen >= self.grace
@@ -77,9 +79,14 @@ class AveragingRounds:
             return
         loaded = await asyncio.to_thread(self.averaging.load_from_peers)
         if loaded is None or loaded[0] <= self.learner.version:
-            self.emit(f"averaging: {len(self.others)} other learner(s); " + (
-                "none shared its state" if loaded is None else
-                f"their version {loaded[0]} is not newer than ours ({self.learner.version})"))
+            self.emit(
+                f"averaging: {len(self.others)} other learner(s); "
+                + (
+                    "none shared its state"
+                    if loaded is None
+                    else f"their version {loaded[0]} is not newer than ours ({self.learner.version})"
+                )
+            )
             return
         version = await asyncio.to_thread(self._adopt, *loaded)
         self.emit(f"averaging: loaded version {version} from another learner")
@@ -113,10 +120,16 @@ class AveragingRounds:
     def health(self) -> dict[str, Any]:
         """The averaging fields of the learner's health record."""
         last = self.averaging.last
-        out: dict[str, Any] = {"averaging_rounds": self.averaging.rounds, "averaging_failures": self.averaging.failures,
-                               "averaging_learners": len(self.others) + 1}
+        out: dict[str, Any] = {
+            "averaging_rounds": self.averaging.rounds,
+            "averaging_failures": self.averaging.failures,
+            "averaging_learners": len(self.others) + 1,
+        }
         if last is not None and last.version is not None:
-            out.update(averaging_group=last.group_size, averaging_seconds=round(last.seconds, 3),
-                       averaging_mb=round(self.averaging.bytes_per_round(last.group_size) / 1e6, 3),
-                       averaging_outer_lr=last.outer_lr)
+            out.update(
+                averaging_group=last.group_size,
+                averaging_seconds=round(last.seconds, 3),
+                averaging_mb=round(self.averaging.bytes_per_round(last.group_size) / 1e6, 3),
+                averaging_outer_lr=last.outer_lr,
+            )
         return out

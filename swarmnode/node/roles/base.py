@@ -7,18 +7,19 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.delay import parse_delay
 from swarmnode.diskspace import SpaceWatch
+from swarmnode.identity import Identity, node_data_dir
+from swarmnode.model.models import load_tokenizer
 from swarmnode.observe.health import RateMeter, record_health
 from swarmnode.observe.health_record import HolderHealth
 from swarmnode.observe.self_record import SelfRecord
-from swarmnode.identity import Identity, node_data_dir
 from swarmnode.swarm.membership import Membership
-from swarmnode.model.models import load_tokenizer
 from swarmnode.swarm.weights import WeightServer, WeightStore
 from swarmnode.tasks import build_task
 
@@ -31,15 +32,17 @@ def ready_line(identity: Identity, role: str, cfg: NodeConfig, member: Membershi
     version published and its inbox open; a sampler with its engine loaded and a version to sample from; a SAPO
     node with its model loaded and its streams open; an idle node once announced. `join_s`: start to the first
     published record; `ready_s`: start to this line."""
-    return (f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s or 0.0:.2f} "
-            f"ready_s={time.monotonic() - member.started_at:.2f}")
+    return (
+        f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s or 0.0:.2f} "
+        f"ready_s={time.monotonic() - member.started_at:.2f}"
+    )
 
 
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     """Sleep `seconds`, or less if `stop` is set meanwhile."""
     try:
         await asyncio.wait_for(stop.wait(), seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
 
 
@@ -67,8 +70,13 @@ class NodeRole:
         self.delay_rng = random.Random()
         self.compute = ComputeThread(f"{type(self).__name__.removesuffix('Role').lower()}-compute")
         # what `swarmnode status --self` reads: <data_dir>/health.json, rewritten every few seconds
-        self.self_record = SelfRecord(self.data_dir, peer_id=identity.peer_id, role=(self.HEALTH.ROLES or ("node",))[0],
-                                      run_id=cfg.run_id, heartbeat=cfg.network.heartbeat_interval)
+        self.self_record = SelfRecord(
+            self.data_dir,
+            peer_id=identity.peer_id,
+            role=(self.HEALTH.ROLES or ("node",))[0],
+            run_id=cfg.run_id,
+            heartbeat=cfg.network.heartbeat_interval,
+        )
 
     @classmethod
     async def _construct(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> Any:
@@ -92,10 +100,13 @@ class NodeRole:
         """Update the health record (what /metrics renders; an unknown field raises) and advertise its small
         form on the next heartbeat."""
         served = self.server.served_bytes  # weight chunks this node served to peers
-        self.health.update(**fields, uptime=round(time.monotonic() - self.started, 1),
-                           disk_full=self.store.space.short or "" if self.store.space else "",
-                           served_mb=round(served / 1e6, 1),
-                           serve_mb_s=round(self.serve_rate.update(served) / 1e6, 2))
+        self.health.update(
+            **fields,
+            uptime=round(time.monotonic() - self.started, 1),
+            disk_full=self.store.space.short or "" if self.store.space else "",
+            served_mb=round(served / 1e6, 1),
+            serve_mb_s=round(self.serve_rate.update(served) / 1e6, 2),
+        )
         self.member.update(health=self._health_record)  # built on the next beat, not at every step
         self._write_self_record()
 
@@ -108,5 +119,8 @@ class NodeRole:
         (sampler) or optimiser steps (learner)."""
         h = self.health
         sampler = hasattr(h, "groups_acked")
-        self.self_record.update(h.as_dict(), sent=getattr(h, "groups_sent" if sampler else "groups_received", None),
-                                work=getattr(h, "groups_acked" if sampler else "step", None))
+        self.self_record.update(
+            h.as_dict(),
+            sent=getattr(h, "groups_sent" if sampler else "groups_received", None),
+            work=getattr(h, "groups_acked" if sampler else "step", None),
+        )

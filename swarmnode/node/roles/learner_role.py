@@ -14,8 +14,6 @@ import asyncio
 import time
 
 from swarmnode.config import NodeConfig
-from swarmnode.observe.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
-from swarmnode.observe.health_record import LearnerHealth
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import RolloutInbox
 from swarmnode.learner.hooks import LearnerHooks
@@ -23,18 +21,20 @@ from swarmnode.learner.journal import GroupJournal, journal_limits
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import StepsLog
 from swarmnode.learner.waste import MeteredBuffer
-from swarmnode.swarm.membership import Membership
 from swarmnode.model.models import load_model, pick_device
-from swarmnode.protocol.rollout import RolloutLimits
 from swarmnode.node.roles.averaging_rounds import AveragingRounds, averaging_enabled
-from swarmnode.protocol.run_settings import SETTINGS_STATUS, group_mismatch, run_values
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
 from swarmnode.node.roles.own_sampling import OwnSampler
+from swarmnode.observe.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
+from swarmnode.observe.health_record import LearnerHealth
+from swarmnode.protocol.rollout import RolloutLimits
+from swarmnode.protocol.run_settings import SETTINGS_STATUS, group_mismatch, run_values
 from swarmnode.swarm.averaging import LearnerAveraging
+from swarmnode.swarm.membership import Membership
+from swarmnode.swarm.publisher import VersionPublisher
 from swarmnode.swarm.rollout_push import RolloutReceiver
 from swarmnode.swarm.rollout_push.credit import pacing_credits
 from swarmnode.swarm.rollout_push.streams import FULL
-from swarmnode.swarm.publisher import VersionPublisher
 
 PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
 JOURNAL_FILE = "group_journal"  # acknowledged groups not yet in a checkpoint (swarmnode.learner.journal)
@@ -53,7 +53,7 @@ class LearnerRole(NodeRole):
     publisher: VersionPublisher
 
     @classmethod
-    async def create(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> "LearnerRole":
+    async def create(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> LearnerRole:
         """Serve the store, load the model (and its checkpoint), publish the version held, open the inbox."""
         self: LearnerRole = await cls._construct(cfg, identity, member, emit)
         emit("loading the model...")
@@ -70,21 +70,35 @@ class LearnerRole(NodeRole):
             on_poisoned=lambda group, reason: loop.call_soon_threadsafe(self._poisoned, group, reason),
             # with averaging: what a learner that joins later downloads
             on_publish=lambda version: self.rounds.averaging.share(version) if self.rounds else None,
-            checkable=lambda group: self.rounds.checkable(group) if self.rounds else True)
-        self.learner = LearnerLoop(model, self.tokenizer, self.task, cfg, buffer, self.publisher,
-                                   checkpoint_dir=self.data_dir / "checkpoints",
-                                   published_path=self.data_dir / PUBLISHED_FILE, publish_in_background=True,
-                                   hooks=hooks, local_versions=not averaging)
+            checkable=lambda group: self.rounds.checkable(group) if self.rounds else True,
+        )
+        self.learner = LearnerLoop(
+            model,
+            self.tokenizer,
+            self.task,
+            cfg,
+            buffer,
+            self.publisher,
+            checkpoint_dir=self.data_dir / "checkpoints",
+            published_path=self.data_dir / PUBLISHED_FILE,
+            publish_in_background=True,
+            hooks=hooks,
+            local_versions=not averaging,
+        )
         self.learner.space = self.store.space  # a full disk said on the node's own output, once
         limits = RolloutLimits.from_config(cfg, vocab_size=len(self.tokenizer))
         # every version a group may claim stays checkable: kept on disk for the window, and back in memory now
         if self.learner.verifier.enabled:
             self.store.keep_versions = max(self.store.keep_versions, self.learner.verifier.window)
             for version in self.store.versions():
-                self.learner.verifier.remember(version, await asyncio.to_thread(_copied, self.store.state_dict(version)))
+                self.learner.verifier.remember(
+                    version, await asyncio.to_thread(_copied, self.store.state_dict(version))
+                )
         if replayed := await asyncio.to_thread(self.journal.replay_into, buffer, limits):
-            emit("acknowledged groups from before the restart: " +
-                 ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items())))
+            emit(
+                "acknowledged groups from before the restart: "
+                + ", ".join(f"{n} {reason}" for reason, n in sorted(replayed.items()))
+            )
         self.replay_pending = bool(buffer.replayed)  # checkpointed once drawn: a second crash keeps their steps
         if averaging:
             await self._start_averaging()
@@ -95,29 +109,42 @@ class LearnerRole(NodeRole):
             await self.dht.announce_version(self.learner.version, {"publisher": identity.peer_id})
         self.member.update(versions=self.store.versions)  # read when the record is built (once per heartbeat)
         self.inbox = RolloutInbox(buffer, self.journal)
-        self.own = OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send) \
-            if cfg.learner.sample_when_idle else None
+        self.own = (
+            OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send)
+            if cfg.learner.sample_when_idle
+            else None
+        )
         rate = cfg.learner.max_groups_per_second_per_sampler
         self.credits = credits = pacing_credits(cfg, lambda: len(buffer), lambda: oldest_behind(buffer))
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
         run = run_values(cfg)
         admit = lambda group: SETTINGS_STATUS if group_mismatch(group, run) else self.inbox.admit(group)  # noqa: E731
-        self.receiver = RolloutReceiver(cfg.run_id, admit, limits, journal=self.data_dir / "seen_groups", settings=run,
-                                        rate=rate, burst=2 * rate, full=full,
-                                        credit=credits.grant if credits is not None else None,
-                                        turn=credits.in_turn if credits is not None else None,  # fair turns
-                                        turn_wait=credits.turn_wait if credits is not None else None,
-                                        # acks tell the newest version published (training may be ahead)
-                                        version=lambda: self.publisher.newest, durable=self.inbox.durable)
+        self.receiver = RolloutReceiver(
+            cfg.run_id,
+            admit,
+            limits,
+            journal=self.data_dir / "seen_groups",
+            settings=run,
+            rate=rate,
+            burst=2 * rate,
+            full=full,
+            credit=credits.grant if credits is not None else None,
+            turn=credits.in_turn if credits is not None else None,  # fair turns
+            turn_wait=credits.turn_wait if credits is not None else None,
+            # acks tell the newest version published (training may be ahead)
+            version=lambda: self.publisher.newest,
+            durable=self.inbox.durable,
+        )
         await self.receiver.start(self.p2p)
         self.member.update(version=lambda: self.learner.version)  # samplers send to learners holding a version:
         await self.member.publish()  # this one accepts groups from now on; they learn it now, not at the next beat
         self.series = VersionSeries()
         self.idle_seconds = 0.0  # the loop's time waiting for enough groups (the swarm's samplers too slow)
         self._idle_reported = self._extras_at = -float("inf")
-        self.report_health(version=self.learner.version, step=self.learner.step_count, idle_seconds=0.0,
-                            **self._health_extras())
+        self.report_health(
+            version=self.learner.version, step=self.learner.step_count, idle_seconds=0.0, **self._health_extras()
+        )
         emit(f"learner ready: version {self.learner.version} ({'resumed' if self.learner.resumed else 'new'})")
         return self
 
@@ -139,24 +166,35 @@ class LearnerRole(NodeRole):
         self.replay_pending = False
         outcome = self.learner.buffer.replay_outcome
         await self.compute.run(self.learner.save)
-        self.emit(f"groups replayed after the restart: {outcome['trained']} trained, {outcome['dropped']} dropped; "
-                  f"checkpoint at step {self.learner.step_count}")
+        self.emit(
+            f"groups replayed after the restart: {outcome['trained']} trained, {outcome['dropped']} dropped; "
+            f"checkpoint at step {self.learner.step_count}"
+        )
 
     def _poisoned(self, group, reason: str) -> None:
         """A group that poisoned a step or lied counts against its sender; a caught liar is named in the log."""
         self.receiver.strike(group.sampler_id, f"{reason}: group {group.group_id[:12]}")
         if reason.startswith("logprob_mismatch"):
             passed = self.learner.verifier.passed.get(group.sampler_id, 0)
-            self.emit(f"caught sampler {group.sampler_id} claiming version {group.policy_version}: {reason}; "
-                      f"{passed} of its groups passed to training so far; "
-                      f"{self.learner.rejected['liar_buffered']} buffered groups of caught samplers dropped")
+            self.emit(
+                f"caught sampler {group.sampler_id} claiming version {group.policy_version}: {reason}; "
+                f"{passed} of its groups passed to training so far; "
+                f"{self.learner.rejected['liar_buffered']} buffered groups of caught samplers dropped"
+            )
 
     async def _start_averaging(self) -> None:
         """Start this learner's hivemind averager and take a newer state from another learner, if one has it."""
         cfg = self.cfg
-        averaging = LearnerAveraging(self.learner.trainable, self.dht, cfg.run_id, group_size=cfg.learner.max_learners,
-                                     timeout=cfg.learner.averaging_timeout, trusted=cfg.trust.learner_keys,
-                                     outer_lr=cfg.learner.averaging_outer_lr, version=self.learner.version)
+        averaging = LearnerAveraging(
+            self.learner.trainable,
+            self.dht,
+            cfg.run_id,
+            group_size=cfg.learner.max_learners,
+            timeout=cfg.learner.averaging_timeout,
+            trusted=cfg.trust.learner_keys,
+            outer_lr=cfg.learner.averaging_outer_lr,
+            version=self.learner.version,
+        )
         await asyncio.to_thread(averaging.start)
         self.rounds = AveragingRounds(self.learner, averaging, self.dht, cfg, self.identity.peer_id, self.emit)
         await self.rounds.join()
@@ -232,13 +270,25 @@ class LearnerRole(NodeRole):
     def _publish_step(self, record: dict) -> None:
         """The health record after a step: each field named (a renamed diagnostic fails here, loudly)."""
         self.report_health(
-            step=record["step"], version=record["version"], reward_mean=record["reward_mean"],
-            reward_std=record["reward_std"], kl=record["kl"], is_weight_var=record["is_weight_var"],
-            ratio_peqq_var=record.get("ratio_peqq_var"), entropy=record.get("entropy"),
-            clip_frac=record["clip_frac"], grad_norm=record["grad_norm"], staleness_max=record["staleness_max"],
-            staleness_mean=record["staleness_mean"], step_time=record["step_time"],
-            dropped_stale=record["dropped_stale"], groups_received=record["groups_received"],
-            groups_rejected=record["groups_rejected"], idle_seconds=record["idle_seconds"], **self._extras_due())
+            step=record["step"],
+            version=record["version"],
+            reward_mean=record["reward_mean"],
+            reward_std=record["reward_std"],
+            kl=record["kl"],
+            is_weight_var=record["is_weight_var"],
+            ratio_peqq_var=record.get("ratio_peqq_var"),
+            entropy=record.get("entropy"),
+            clip_frac=record["clip_frac"],
+            grad_norm=record["grad_norm"],
+            staleness_max=record["staleness_max"],
+            staleness_mean=record["staleness_mean"],
+            step_time=record["step_time"],
+            dropped_stale=record["dropped_stale"],
+            groups_received=record["groups_received"],
+            groups_rejected=record["groups_rejected"],
+            idle_seconds=record["idle_seconds"],
+            **self._extras_due(),
+        )
 
     def _extras_due(self) -> dict:
         """`_health_extras` at most every `EXTRAS_EVERY_S` (a step is ~30 ms on the tiny model; nobody reads them
@@ -297,8 +347,10 @@ class _Progress:
         elapsed = time.monotonic() - self.since
         if elapsed < PROGRESS_EVERY_S:
             return
-        self.emit(f"learner: step {record['step']}, version {record['version']}, reward "
-                  f"{sum(self.rewards) / len(self.rewards):.3f}, {len(self.rewards) / elapsed:.2f} steps/s, "
-                  f"{record['groups_received']} groups received, staleness mean "
-                  f"{sum(self.staleness) / len(self.staleness):.1f}")
+        self.emit(
+            f"learner: step {record['step']}, version {record['version']}, reward "
+            f"{sum(self.rewards) / len(self.rewards):.3f}, {len(self.rewards) / elapsed:.2f} steps/s, "
+            f"{record['groups_received']} groups received, staleness mean "
+            f"{sum(self.staleness) / len(self.staleness):.1f}"
+        )
         self.since, self.rewards, self.staleness = time.monotonic(), [], []

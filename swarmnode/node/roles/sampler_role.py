@@ -14,28 +14,28 @@ import asyncio
 import functools
 import logging
 import time
-from typing import Any
 from collections import Counter
+from typing import Any
 
 from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
+from swarmnode.config.trust import check_trust_root
 from swarmnode.delivery import DelayedSink, RolloutSink
-from swarmnode.observe.health_record import SamplerHealth
 from swarmnode.identity import Identity, node_data_dir
 from swarmnode.model.models import meta_state_dict
-from swarmnode.config.trust import check_trust_root
+from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
+from swarmnode.observe.health_record import SamplerHealth
 from swarmnode.observe.progress import fetch_progress
 from swarmnode.protocol.run_settings import differences, run_values
-from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
 from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed
-from swarmnode.sampler.starts import next_start
 from swarmnode.sampler.pacing import Pacer
+from swarmnode.sampler.starts import next_start
 from swarmnode.sampler.undelivered import DeliveryGuard, Evidence, stop_line, undelivered_limit, why_undelivered
 from swarmnode.staleness import too_stale
 from swarmnode.swarm.follower import LivePeers, WeightFollower, WeightPuller
-from swarmnode.swarm.rollout_push import RolloutSender
 from swarmnode.swarm.membership import Membership
+from swarmnode.swarm.rollout_push import RolloutSender
 from swarmnode.swarm.weights import ModelLayout
 
 logger = logging.getLogger(__name__)
@@ -58,19 +58,23 @@ class SamplerRole(NodeRole):
     learners: list  # the live learners groups go to (peer ids), as of the last heartbeat
 
     @classmethod
-    async def create(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> "SamplerRole":
+    async def create(cls, cfg: NodeConfig, identity: Identity, member: Membership, emit: Emit) -> SamplerRole:
         """Serve the store, start the sender, load the engine, and fetch the newest version (up to
         `network.startup_timeout`)."""
         self: SamplerRole = await cls._construct(cfg, identity, member, emit)
-        self.sender = RolloutSender(self.p2p, cfg.run_id, spread=True, window=cfg.network.push_window)  # several learners: each group to one
+        self.sender = RolloutSender(
+            self.p2p, cfg.run_id, spread=True, window=cfg.network.push_window
+        )  # several learners: each group to one
         self.sender.on_settings = self._settings_differ
         await self.sender.start()
         emit("loading the model...")
         # its own prompts and samples (not another sampler's, nor its own before a restart)
         seed = sampler_seed(cfg.task.seed, identity.peer_id, next_start(node_data_dir(cfg, identity)))
         engine = await self.compute.run(functools.partial(build_engine, cfg, seed=seed))
-        layout = ModelLayout.of(await asyncio.to_thread(meta_state_dict, cfg.model),  # bounds manifests
-                                base_hash=engine.base_hash)  # adapter versions must be for this base
+        layout = ModelLayout.of(
+            await asyncio.to_thread(meta_state_dict, cfg.model),  # bounds manifests
+            base_hash=engine.base_hash,
+        )  # adapter versions must be for this base
         sink: RolloutSink = self.sender.send
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
         self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink, seed=seed)
@@ -81,15 +85,32 @@ class SamplerRole(NodeRole):
         check_trust_root(cfg.model_copy(update={"role": "sampler"}))  # a node whose role was auto, too
         if not cfg.trust.learner_keys:
             logger.warning("trust.accept_any_learner: trusting weights from whichever learner announces them")
-        self.peers = LivePeers(self.dht, identity.peer_id, cfg.network.heartbeat_interval,
-                               designated=cfg.trust.learner_keys, use_relay=cfg.network.use_relay)
+        self.peers = LivePeers(
+            self.dht,
+            identity.peer_id,
+            cfg.network.heartbeat_interval,
+            designated=cfg.trust.learner_keys,
+            use_relay=cfg.network.use_relay,
+        )
         self.sender.on_delivered = lambda peer, _group, _status: self.peers.acked(peer)  # a send target still
         self._relayed_told: set[str] = set()
-        self.puller = WeightPuller(self.p2p, self.store, self.peers, self.loop, trusted=cfg.trust.learner_keys,
-                                   emit=emit, progress=functools.partial(fetch_progress, emit=emit),
-                                   layout=layout, hold=lambda: self.delay_for("weights"))
-        self.follower = WeightFollower(self.dht.newest_version, self.puller, trusted=cfg.trust.learner_keys,
-                                       ask_learners=lambda: self.puller.newest_from(self.learners))
+        self.puller = WeightPuller(
+            self.p2p,
+            self.store,
+            self.peers,
+            self.loop,
+            trusted=cfg.trust.learner_keys,
+            emit=emit,
+            progress=functools.partial(fetch_progress, emit=emit),
+            layout=layout,
+            hold=lambda: self.delay_for("weights"),
+        )
+        self.follower = WeightFollower(
+            self.dht.newest_version,
+            self.puller,
+            trusted=cfg.trust.learner_keys,
+            ask_learners=lambda: self.puller.newest_from(self.learners),
+        )
         await self._discover()
         await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
         emit(f"sampler ready: version {self.loop.offered_version}")
@@ -118,8 +139,10 @@ class SamplerRole(NodeRole):
         self.sender.set_destinations(self.learners)
         for peer in set(self.peers.relayed_only) - self._relayed_told:  # a path that cannot work: said once
             self._relayed_told.add(peer)
-            self.emit(f"sampler: learner {peer[-8:]} is reached only through a relay, and this node has "
-                      "network.use_relay=false: it cannot send to it nor fetch from it; set network.use_relay=true")
+            self.emit(
+                f"sampler: learner {peer[-8:]} is reached only through a relay, and this node has "
+                "network.use_relay=false: it cannot send to it nor fetch from it; set network.use_relay=true"
+            )
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         """Learner discovery and a look for a newer version once per heartbeat (every `NO_LEARNER_POLL_S` while no
@@ -147,9 +170,11 @@ class SamplerRole(NodeRole):
             while not stop.is_set():
                 if time.monotonic() >= next_report:
                     next_report = time.monotonic() + PROGRESS_EVERY_S
-                    self.emit(f"sampler: version {self.loop.version} (newest {self.follower.newest}), {groups} "
-                              f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent, "
-                              f"{credit_wait_s:.1f} s of {time.monotonic() - t0:.1f} s waiting for credit")
+                    self.emit(
+                        f"sampler: version {self.loop.version} (newest {self.follower.newest}), {groups} "
+                        f"groups made, {self.sender.delivered} acked, {self.sender.pending} waiting to be sent, "
+                        f"{credit_wait_s:.1f} s of {time.monotonic() - t0:.1f} s waiting for credit"
+                    )
                 if not self.learners:  # nobody would receive what we make: wait for a learner to join
                     if self.health.paused != NO_LEARNER and not self.peers.relayed_only:  # (else said once)
                         self.emit("sampler: no learner of the run is live; generation paused until one joins")
@@ -215,10 +240,15 @@ class SamplerRole(NodeRole):
             if was_stopped and not self.guard.stopped:
                 self.emit("sampler: groups are acknowledged again (or something changed); generating")
             return True
-        evidence = Evidence(made=made - self.guard.base, statuses=Counter(self.sender.statuses) - statuses,
-                            learners=len(self.learners), version_loaded=self.follower.offered >= 0,
-                            fetch_error=self.follower.last_error, push_error=self.sender.last_error,
-                            use_relay=self.cfg.network.use_relay)
+        evidence = Evidence(
+            made=made - self.guard.base,
+            statuses=Counter(self.sender.statuses) - statuses,
+            learners=len(self.learners),
+            version_loaded=self.follower.offered >= 0,
+            fetch_error=self.follower.last_error,
+            push_error=self.sender.last_error,
+            use_relay=self.cfg.network.use_relay,
+        )
         if self.guard.stops != self._stops_told:
             self._stops_told = self.guard.stops
             self.emit(stop_line(evidence, self.guard.next_try_s()))
@@ -233,10 +263,15 @@ class SamplerRole(NodeRole):
         tokens_per_s = round(self.loop.engine.tokens_per_second, 2)
         self.member.update(version=self.loop.version, versions=self.store.versions(), throughput=tokens_per_s)
         if (stats := self.puller.last_stats) is not None:
-            self.health.update(fetch_mb_s=round(stats.bytes_per_second / 1e6, 2),
-                               fetch_seconds=round(stats.seconds, 3))
-        self.report_health(version=self.loop.version, lag=self.follower.lag(self.loop.version),
-                            rollouts_per_s=round(groups_per_s, 3), tokens_per_s=tokens_per_s,
-                            groups_sent=self.loop.groups_sent, groups_acked=self.sender.delivered,
-                            groups_dropped=self.sender.dropped + self.sender.unrouted, paused="",
-                            groups_wasted=self._wasted(self.loop.groups_sent))
+            self.health.update(fetch_mb_s=round(stats.bytes_per_second / 1e6, 2), fetch_seconds=round(stats.seconds, 3))
+        self.report_health(
+            version=self.loop.version,
+            lag=self.follower.lag(self.loop.version),
+            rollouts_per_s=round(groups_per_s, 3),
+            tokens_per_s=tokens_per_s,
+            groups_sent=self.loop.groups_sent,
+            groups_acked=self.sender.delivered,
+            groups_dropped=self.sender.dropped + self.sender.unrouted,
+            paused="",
+            groups_wasted=self._wasted(self.loop.groups_sent),
+        )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 RECORD = 32  # check outcomes kept per peer
 MIN_OUTCOMES = 8  # outcomes needed before a peer can be distrusted
@@ -22,8 +22,9 @@ MIN_OUTCOMES = 8  # outcomes needed before a peer can be distrusted
 class PeerDistrust:
     """Per-peer records of check outcomes and the set of distrusted peers; see the module docstring."""
 
-    def __init__(self, max_refused_share: float = 0.25, seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, max_refused_share: float = 0.25, seconds: float = 300.0, clock: Callable[[], float] = time.monotonic
+    ):
         if not 0.0 <= max_refused_share <= 1.0 or seconds <= 0:
             raise ValueError("0 <= max_refused_share <= 1 and seconds > 0 are required")
         self.max_refused_share, self.seconds, self.clock = max_refused_share, seconds, clock
@@ -37,8 +38,11 @@ class PeerDistrust:
         with self._lock:
             outcomes = self._outcomes.setdefault(peer, collections.deque(maxlen=RECORD))
             outcomes.append(passed)
-            if (peer not in self._until and len(outcomes) >= MIN_OUTCOMES
-                    and outcomes.count(False) > self.max_refused_share * len(outcomes)):
+            if (
+                peer not in self._until
+                and len(outcomes) >= MIN_OUTCOMES
+                and outcomes.count(False) > self.max_refused_share * len(outcomes)
+            ):
                 self._until[peer] = self.clock() + self.seconds
                 self.episodes[peer] += 1
 

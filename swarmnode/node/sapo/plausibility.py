@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import statistics
 import threading
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 
 def mean_logprob(token_logprobs: Sequence[float]) -> float:
@@ -27,8 +27,14 @@ def mean_logprob(token_logprobs: Sequence[float]) -> float:
 class PlausibilityCheck:
     """The floor set by the node's own samples and the per-peer decisions; see the module docstring."""
 
-    def __init__(self, quantile: float = 0.01, margin: float = 2.0, window: int = 512, min_samples: int = 16,
-                 on_outcome: Callable[[str, bool], None] | None = None):
+    def __init__(
+        self,
+        quantile: float = 0.01,
+        margin: float = 2.0,
+        window: int = 512,
+        min_samples: int = 16,
+        on_outcome: Callable[[str, bool], None] | None = None,
+    ):
         """`on_outcome(peer, passed)` hears every decision made with a floor (e.g. `PeerDistrust.record`)."""
         if not 0.0 <= quantile < 1.0 or margin < 0 or window < 1 or not 1 <= min_samples <= window:
             raise ValueError("0 <= quantile < 1, margin >= 0 and 1 <= min_samples <= window are required")

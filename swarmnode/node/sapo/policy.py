@@ -22,12 +22,12 @@ from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.models import load_model, load_tokenizer, pick_device
-from swarmnode.protocol.rollout import RolloutGroup
-from swarmnode.protocol.text_rollout import TextRolloutGroup
 from swarmnode.node.sapo.distrust import PeerDistrust
 from swarmnode.node.sapo.plausibility import PlausibilityCheck
 from swarmnode.node.sapo.pool import ExternalPool
 from swarmnode.node.sapo.rescore import Rescorer
+from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.protocol.text_rollout import TextRolloutGroup
 from swarmnode.sampler.engines import HFEngine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
@@ -42,8 +42,18 @@ def model_id(cfg: NodeConfig, model) -> str:
 class SapoPolicy:
     """One node's policy: generate I groups, share them as text, train on I local + J external groups."""
 
-    def __init__(self, cfg: NodeConfig, identity: Identity, *, model=None, tokenizer=None, task=None,
-                 seed: int | None = None, checkpoint_dir: Path | str | None = None, clock=None):
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        identity: Identity,
+        *,
+        model=None,
+        tokenizer=None,
+        task=None,
+        seed: int | None = None,
+        checkpoint_dir: Path | str | None = None,
+        clock=None,
+    ):
         sc = cfg.sapo
         self.cfg, self.identity = cfg, identity
         self.task = task or build_task(cfg.task)
@@ -54,26 +64,50 @@ class SapoPolicy:
         # no spot checks: local groups are this model's own, and external ones carry, by design, behaviour
         # log-probs that are not this model's (sapo.external_weighting)
         learner = cfg.learner.model_copy(update={"prompts_per_step": per_step})
-        learner_cfg = cfg.model_copy(update={"learner": learner,
-                                             "trust": cfg.trust.model_copy(update={"verify_fraction": 0.0})})
+        learner_cfg = cfg.model_copy(
+            update={"learner": learner, "trust": cfg.trust.model_copy(update={"verify_fraction": 0.0})}
+        )
         self.buffer = ReplayBuffer(4 * per_step, max_staleness=1 << 30, per_sampler_quota=1.0)
-        self.learner = LearnerLoop(self.model, self.tokenizer, self.task, learner_cfg, self.buffer, None,
-                                   checkpoint_dir)
+        self.learner = LearnerLoop(
+            self.model, self.tokenizer, self.task, learner_cfg, self.buffer, None, checkpoint_dir
+        )
         self.engine = HFEngine(self.model, self.tokenizer, cfg.sampler.max_prompt_length, self.learner.version)
         sampler_cfg = cfg.model_copy(
-            update={"sampler": cfg.sampler.model_copy(update={"prompts_per_batch": max(1, sc.local_groups)})})
+            update={"sampler": cfg.sampler.model_copy(update={"prompts_per_batch": max(1, sc.local_groups)})}
+        )
         self._local: list[RolloutGroup] = []
         self.sampler = SamplerLoop(self.engine, self.task, sampler_cfg, identity, self._local.append, seed=seed)
-        self.pool = ExternalPool(identity.peer_id, sc.pool_per_peer, sc.max_external_age,
-                                 rng=random.Random(f"pool:{seed}"), **({"clock": clock} if clock else {}))
-        self.distrust = PeerDistrust(sc.distrust_refused_share, sc.distrust_seconds,
-                                     **({"clock": clock} if clock else {}))
-        self.plausibility = PlausibilityCheck(sc.plausibility_quantile, sc.plausibility_margin,
-                                              sc.plausibility_window, sc.plausibility_min_samples,
-                                              on_outcome=self.distrust.record) if sc.plausibility_check else None
-        self.rescorer = Rescorer(self.model, self.tokenizer, self.task, cfg, self.learner.rows.prompt_tokens,
-                                 lambda: self.learner.version, autocast=self.learner.precision.autocast,
-                                 plausibility=self.plausibility)
+        self.pool = ExternalPool(
+            identity.peer_id,
+            sc.pool_per_peer,
+            sc.max_external_age,
+            rng=random.Random(f"pool:{seed}"),
+            **({"clock": clock} if clock else {}),
+        )
+        self.distrust = PeerDistrust(
+            sc.distrust_refused_share, sc.distrust_seconds, **({"clock": clock} if clock else {})
+        )
+        self.plausibility = (
+            PlausibilityCheck(
+                sc.plausibility_quantile,
+                sc.plausibility_margin,
+                sc.plausibility_window,
+                sc.plausibility_min_samples,
+                on_outcome=self.distrust.record,
+            )
+            if sc.plausibility_check
+            else None
+        )
+        self.rescorer = Rescorer(
+            self.model,
+            self.tokenizer,
+            self.task,
+            cfg,
+            self.learner.rows.prompt_tokens,
+            lambda: self.learner.version,
+            autocast=self.learner.precision.autocast,
+            plausibility=self.plausibility,
+        )
         self.external_by_peer: collections.Counter[str] = collections.Counter()  # groups trained on, per sender
         self.external_total = 0
         self.local_total = 0
@@ -97,12 +131,17 @@ class SapoPolicy:
         """A local group as the signed text record peers receive."""
         eos = self.engine.eos_ids
         return TextRolloutGroup.create(
-            identity=self.identity, run_id=self.cfg.run_id, prompt_id=group.prompt_id,
+            identity=self.identity,
+            run_id=self.cfg.run_id,
+            prompt_id=group.prompt_id,
             prompt_text=self.task.get(group.prompt_id).text,
             completions=self.tokenizer.batch_decode(group.completions, skip_special_tokens=True),
             finished=[bool(c) and c[-1] in eos for c in group.completions],
-            rewards=group.rewards, seq_logprobs=[float(sum(lp)) for lp in group.logprobs],
-            temperature=group.temperature, model_id=self.model_id, created_at=group.created_at,
+            rewards=group.rewards,
+            seq_logprobs=[float(sum(lp)) for lp in group.logprobs],
+            temperature=group.temperature,
+            model_id=self.model_id,
+            created_at=group.created_at,
         )
 
     def receive(self, group: TextRolloutGroup) -> str:
@@ -112,11 +151,15 @@ class SapoPolicy:
     def train_step(self) -> dict | None:
         """One optimiser step on this round's local groups plus up to J external ones; None if nothing to train."""
         sc = self.cfg.sapo
-        local = self._local[-sc.local_groups:] if sc.local_groups else []
+        local = self._local[-sc.local_groups :] if sc.local_groups else []
         self._local.clear()
-        external = self.rescorer.convert(self.pool.take(sc.external_groups, sc.max_groups_per_peer,
-                                                        self.distrust.distrusted())) \
-            if sc.external_groups and self._can_check() else []
+        external = (
+            self.rescorer.convert(
+                self.pool.take(sc.external_groups, sc.max_groups_per_peer, self.distrust.distrusted())
+            )
+            if sc.external_groups and self._can_check()
+            else []
+        )
         groups = local + external
         if not groups:
             return None
@@ -131,8 +174,12 @@ class SapoPolicy:
         self.external_by_peer.update(senders)
         self.external_total += len(external)
         self.local_total += len(local)
-        diag.update(local_groups=float(len(local)), external_groups=float(len(external)),
-                    step_external_peers=dict(senders), own_reward=self.last_own_reward)
+        diag.update(
+            local_groups=float(len(local)),
+            external_groups=float(len(external)),
+            step_external_peers=dict(senders),
+            own_reward=self.last_own_reward,
+        )
         return diag
 
     def _can_check(self) -> bool:

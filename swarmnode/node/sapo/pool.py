@@ -13,7 +13,7 @@ import collections
 import random
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from swarmnode.protocol.text_rollout import TextRolloutGroup
 
@@ -21,8 +21,15 @@ from swarmnode.protocol.text_rollout import TextRolloutGroup
 class ExternalPool:
     """Peers' groups until used; see the module docstring."""
 
-    def __init__(self, own_id: str, per_peer: int, max_age: float, seen_capacity: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
+    def __init__(
+        self,
+        own_id: str,
+        per_peer: int,
+        max_age: float,
+        seen_capacity: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ):
         if per_peer < 1 or max_age <= 0:
             raise ValueError("per_peer >= 1 and max_age > 0 are required")
         self.own_id, self.per_peer, self.max_age = own_id, per_peer, max_age
@@ -60,8 +67,9 @@ class ExternalPool:
             self._count(peer, status)
             return status
 
-    def take(self, n: int, max_per_peer: int, exclude: frozenset[str] | set[str] = frozenset()
-             ) -> list[TextRolloutGroup]:
+    def take(
+        self, n: int, max_per_peer: int, exclude: frozenset[str] | set[str] = frozenset()
+    ) -> list[TextRolloutGroup]:
         """Remove and return up to `n` groups, at most `max_per_peer` from any peer, newest first per peer; the
         groups of peers in `exclude` stay (and age out)."""
         with self._lock:

@@ -14,7 +14,7 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from hivemind.p2p import P2P, PeerID
 
@@ -26,8 +26,16 @@ logger = logging.getLogger(__name__)
 class TextPuller:
     """Per-peer cursors and the pull rounds of a client-only SAPO node; see the module docstring."""
 
-    def __init__(self, p2p: P2P, receiver: RolloutReceiver, *, limit: int, max_age: float, every: float = 2.0,
-                 timeout: float = 10.0):
+    def __init__(
+        self,
+        p2p: P2P,
+        receiver: RolloutReceiver,
+        *,
+        limit: int,
+        max_age: float,
+        every: float = 2.0,
+        timeout: float = 10.0,
+    ):
         self.p2p, self.receiver = p2p, receiver
         self.limit, self.max_age, self.every, self.timeout = limit, max_age, every, timeout
         self.cursors: dict[str, float] = {}  # peer -> newest created_at held from it (its clock)
@@ -69,5 +77,5 @@ class TextPuller:
                 logger.warning("sapo: pull round failed: %s", exc)
             try:
                 await asyncio.wait_for(stop.wait(), self.every)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from typing import Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.model.logprobs import completion_logprobs
+from swarmnode.node.sapo.plausibility import PlausibilityCheck
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.protocol.text_rollout import TextRolloutGroup
-from swarmnode.node.sapo.plausibility import PlausibilityCheck
 from swarmnode.tasks import Task
 
 REWARD_TOLERANCE = 1e-6
@@ -44,10 +45,17 @@ REWARD_TOLERANCE = 1e-6
 class Rescorer:
     """Turns peers' text groups into this node's training groups (see the module docstring); counts refusals."""
 
-    def __init__(self, model, tokenizer, task: Task, cfg: NodeConfig,
-                 prompt_tokens: Callable[[str], list[int]], version: Callable[[], int],
-                 autocast: Callable[[], ContextManager] = contextlib.nullcontext,
-                 plausibility: PlausibilityCheck | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        task: Task,
+        cfg: NodeConfig,
+        prompt_tokens: Callable[[str], list[int]],
+        version: Callable[[], int],
+        autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+        plausibility: PlausibilityCheck | None = None,
+    ):
         """`autocast`: the learner's precision context (`Precision.autocast`), so that on-policy behaviour
         log-probs are computed exactly as the learner computes its own; `plausibility`: the check external
         text must pass (None: none)."""
@@ -80,18 +88,30 @@ class Rescorer:
                 self.rejected["implausible"] += len(built) - len(kept)
             built, own = [built[i] for i in kept], [own[i] for i in kept]
         if self.weighting == "sender_likelihood":
-            logq = [[[seq / max(1, len(c))] * len(c) for c, seq in zip(comps, g.seq_logprobs)]
-                    for g, _, comps, _ in built]
+            logq = [
+                [[seq / max(1, len(c))] * len(c) for c, seq in zip(comps, g.seq_logprobs)] for g, _, comps, _ in built
+            ]
         else:
             logq = own
         out = []
         for (group, prompt_tokens, completions, rewards), lq in zip(built, logq):
-            out.append(RolloutGroup(
-                run_id=group.run_id, group_id=group.group_id, prompt_id=group.prompt_id,
-                prompt_tokens=prompt_tokens, completions=completions, logprobs=lq,
-                temperature=self._temperature(group), rewards=rewards, policy_version=self.version(),
-                lineage=group.model_id, sampler_id=group.sampler_id, created_at=group.created_at, signature=b"",
-            ))
+            out.append(
+                RolloutGroup(
+                    run_id=group.run_id,
+                    group_id=group.group_id,
+                    prompt_id=group.prompt_id,
+                    prompt_tokens=prompt_tokens,
+                    completions=completions,
+                    logprobs=lq,
+                    temperature=self._temperature(group),
+                    rewards=rewards,
+                    policy_version=self.version(),
+                    lineage=group.model_id,
+                    sampler_id=group.sampler_id,
+                    created_at=group.created_at,
+                    signature=b"",
+                )
+            )
         return out
 
     def _rows(self, group: TextRolloutGroup):
@@ -106,8 +126,10 @@ class Rescorer:
         if group.prompt_text != prompt.text:
             self.rejected["prompt_mismatch"] += 1
             return None
-        claimed_ok = all(abs(float(self.task.reward(prompt, text)) - claim) <= REWARD_TOLERANCE
-                         for text, claim in zip(group.completions, group.rewards))
+        claimed_ok = all(
+            abs(float(self.task.reward(prompt, text)) - claim) <= REWARD_TOLERANCE
+            for text, claim in zip(group.completions, group.rewards)
+        )
         if not claimed_ok:
             self.lies[group.sampler_id] += 1
         limit = self.cfg.sampler.max_completion_length
@@ -137,8 +159,9 @@ class Rescorer:
         self.model.eval()
         try:
             with torch.no_grad(), self.autocast():
-                logp, _ = completion_logprobs(self.model, rows_p, rows_c, self.cfg.sampler.temperature,
-                                              self.tokenizer.pad_token_id)
+                logp, _ = completion_logprobs(
+                    self.model, rows_p, rows_c, self.cfg.sampler.temperature, self.tokenizer.pad_token_id
+                )
         finally:
             self.model.train(was_training)
         logp = logp.float().cpu().tolist()

@@ -22,22 +22,23 @@ import hashlib
 import json
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from hivemind.p2p import PeerID
 
-from swarmnode.protocol.reachability import CLIENT_ONLY, dialable
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
-from swarmnode.observe.health import MAX_INVALID_PEERS, record_health
-from swarmnode.observe.health_record import SapoHealth
 from swarmnode.identity import Identity, node_data_dir
 from swarmnode.node.sapo.policy import SapoPolicy
 from swarmnode.node.sapo.pull import TextPuller
-from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
-from swarmnode.swarm.membership import Membership
+from swarmnode.observe.health import MAX_INVALID_PEERS, record_health
+from swarmnode.observe.health_record import SapoHealth
+from swarmnode.protocol.reachability import CLIENT_ONLY, dialable
 from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
+from swarmnode.swarm.membership import Membership
+from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
 
 logger = logging.getLogger(__name__)
 STREAM = "text-rollouts"
@@ -69,18 +70,22 @@ class SapoProgress:
         if elapsed < PROGRESS_EVERY_S:
             return
         reward = f"{sum(self.rewards) / len(self.rewards):.3f}" if self.rewards else "-"
-        self.emit(f"sapo: step {record['step']}, own reward {reward}, {record['step_external_groups']} external "
-                  f"groups in the step ({record['external_groups']} in all), {record['groups_received']} received, "
-                  f"{record['groups_sent']} sent, {len(self.rewards) / elapsed:.2f} steps/s")
+        self.emit(
+            f"sapo: step {record['step']}, own reward {reward}, {record['step_external_groups']} external "
+            f"groups in the step ({record['external_groups']} in all), {record['groups_received']} received, "
+            f"{record['groups_sent']} sent, {len(self.rewards) / elapsed:.2f} steps/s"
+        )
         self.since, self.rewards = time.monotonic(), []
 
     def summary(self) -> None:
         if self.last is None:
             self.emit("sapo: stopped before its first training step")
             return
-        self.emit(f"sapo: stopped after {self.last['step']} steps in {time.monotonic() - self.started:.0f} s; "
-                  f"{self.last['local_groups']} own and {self.last['external_groups']} external groups trained; "
-                  f"own reward first {_num(self.first_reward)}, last {_num(self.last.get('own_reward'))}")
+        self.emit(
+            f"sapo: stopped after {self.last['step']} steps in {time.monotonic() - self.started:.0f} s; "
+            f"{self.last['local_groups']} own and {self.last['external_groups']} external groups trained; "
+            f"own reward first {_num(self.first_reward)}, last {_num(self.last.get('own_reward'))}"
+        )
 
 
 def _num(value: float | None) -> str:
@@ -117,17 +122,25 @@ class SapoRole:
             arrived.set()
             return status
 
-        self.receiver = RolloutReceiver(cfg.run_id, admit, limits, stream=STREAM,
-                                        decode=lambda body: TextRolloutGroup.decode(body, limits),
-                                        journal=self.data_dir / "seen_text_groups")
-        self.puller = TextPuller(self.p2p, self.receiver, limit=cfg.sapo.pool_per_peer,
-                                 max_age=cfg.sapo.max_external_age)
+        self.receiver = RolloutReceiver(
+            cfg.run_id,
+            admit,
+            limits,
+            stream=STREAM,
+            decode=lambda body: TextRolloutGroup.decode(body, limits),
+            journal=self.data_dir / "seen_text_groups",
+        )
+        self.puller = TextPuller(
+            self.p2p, self.receiver, limit=cfg.sapo.pool_per_peer, max_age=cfg.sapo.max_external_age
+        )
         await self.receiver.start(self.p2p)
         self.sender = RolloutSender(self.p2p, cfg.run_id, stream=STREAM, window=cfg.network.push_window)
         await self.sender.start()
         await self._refresh_peers()
-        self.emit(f"sapo node ready: I={cfg.sapo.local_groups} local + J={cfg.sapo.external_groups} external "
-                  f"groups per step, external weighting {cfg.sapo.external_weighting}, model {policy.model_id}")
+        self.emit(
+            f"sapo node ready: I={cfg.sapo.local_groups} local + J={cfg.sapo.external_groups} external "
+            f"groups per step, external weighting {cfg.sapo.external_weighting}, model {policy.model_id}"
+        )
         self._publish(step=policy.learner.step_count)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -136,8 +149,10 @@ class SapoRole:
         refresher = asyncio.create_task(self._refresher(stop))
         pulling = asyncio.create_task(self.puller.run(self._pull_from, stop))
         if self.member.reachability == CLIENT_ONLY:
-            self.emit(f"sapo: peers cannot dial this node; it pulls their text every {self.puller.every:.0f} s "
-                      "over its own connections")
+            self.emit(
+                f"sapo: peers cannot dial this node; it pulls their text every {self.puller.every:.0f} s "
+                "over its own connections"
+            )
         steps_file = (self.data_dir / STEPS_FILE).open("a")
         progress = SapoProgress(self.emit)
         try:
@@ -169,8 +184,11 @@ class SapoRole:
     async def _wait_for_external(self, stop: asyncio.Event, arrived: asyncio.Event) -> None:
         """Give peers' groups up to `sapo.external_wait` seconds to make up J (nobody waits longer)."""
         deadline = time.monotonic() + self.cfg.sapo.external_wait
-        while (len(self.policy.pool) < self.cfg.sapo.external_groups and not stop.is_set()
-               and (left := deadline - time.monotonic()) > 0):
+        while (
+            len(self.policy.pool) < self.cfg.sapo.external_groups
+            and not stop.is_set()
+            and (left := deadline - time.monotonic()) > 0
+        ):
             arrived.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(arrived.wait(), left)
@@ -178,8 +196,9 @@ class SapoRole:
     async def _refresh_peers(self) -> None:
         """Every live peer of the run but this node gets our text."""
         peers = await self.member.dht.live_peers("learner")  # sapo nodes advertise as learners
-        self.peers = [PeerID.from_base58(p.peer_id) for p in peers
-                      if p.peer_id != self.identity.peer_id and dialable(p)]
+        self.peers = [
+            PeerID.from_base58(p.peer_id) for p in peers if p.peer_id != self.identity.peer_id and dialable(p)
+        ]
         self.sender.set_destinations(self.peers)
 
     def _pull_from(self) -> list[PeerID]:
@@ -238,12 +257,17 @@ class SapoRole:
         values.update(
             implausible_groups=sum(counts["implausible_by_peer"].values()),
             distrusted_peers=[peer[-12:] for peer in counts["distrusted"][:TOP_PEERS]],
-            implausible_peers=[peer[-12:] for peer, _ in implausible], implausible_counts=[n for _, n in implausible],
-            uptime=round(time.monotonic() - self.started, 1), tokens_per_s=round(self.policy.engine.tokens_per_second, 2),
+            implausible_peers=[peer[-12:] for peer, _ in implausible],
+            implausible_counts=[n for _, n in implausible],
+            uptime=round(time.monotonic() - self.started, 1),
+            tokens_per_s=round(self.policy.engine.tokens_per_second, 2),
             reward_mean=self.policy.last_own_reward if self.policy.last_own_reward is not None else 0.0,
-            external_peers=[peer[-12:] for peer, _ in top], external_counts=[n for _, n in top],
-            local_groups=counts["local_groups_trained"], external_groups=counts["external_groups_trained"],
-            reward_lies=sum(counts["reward_lies"].values()), rejected=rejected,
+            external_peers=[peer[-12:] for peer, _ in top],
+            external_counts=[n for _, n in top],
+            local_groups=counts["local_groups_trained"],
+            external_groups=counts["external_groups_trained"],
+            reward_lies=sum(counts["reward_lies"].values()),
+            rejected=rejected,
             invalid_peers=self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
         )
         self.health.update(**values)

@@ -29,9 +29,15 @@ def bf16_floor(model, device: torch.device, learner_autocast: bool, seed: int = 
     prompt_ids = torch.randint(0, vocab, (PROMPTS, PROMPT_TOKENS), generator=g).to(device)
     sampler = copy.deepcopy(model).to(torch.bfloat16)
     with torch.no_grad():
-        out = sampler.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), do_sample=True,
-                               max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                               num_return_sequences=GENERATIONS, pad_token_id=0)
+        out = sampler.generate(
+            input_ids=prompt_ids,
+            attention_mask=torch.ones_like(prompt_ids),
+            do_sample=True,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            num_return_sequences=GENERATIONS,
+            pad_token_id=0,
+        )
         completions = out[:, PROMPT_TOKENS:].tolist()
         prompts = [row for row in prompt_ids.tolist() for _ in range(GENERATIONS)]
         autocast = torch.autocast(device.type, dtype=torch.bfloat16) if learner_autocast else contextlib.nullcontext()
@@ -42,8 +48,9 @@ def bf16_floor(model, device: torch.device, learner_autocast: bool, seed: int = 
     diff = (learner.logp - behaviour.logp).abs()
     tokens = diff[learner.mask].float().cpu()
     per_row = [d[m].float().cpu() for d, m in zip(diff, learner.mask)]
-    per_group = torch.stack([torch.cat(per_row[i:i + GENERATIONS]).median()
-                             for i in range(0, len(per_row), GENERATIONS)])
+    per_group = torch.stack(
+        [torch.cat(per_row[i : i + GENERATIONS]).median() for i in range(0, len(per_row), GENERATIONS)]
+    )
     return {
         "tokens": int(tokens.numel()),
         "token_mean": float(tokens.mean()),

@@ -47,8 +47,9 @@ def _perturb_lora_b(model) -> None:
                 p.copy_((torch.randn(p.shape, generator=g) * 1e-3).to(p.device, p.dtype))
 
 
-def _gradients(model, params, precision: Precision, prompts, completions, group, cfg: NodeConfig
-               ) -> list[torch.Tensor | None]:
+def _gradients(
+    model, params, precision: Precision, prompts, completions, group, cfg: NodeConfig
+) -> list[torch.Tensor | None]:
     model.train()
     optimizer = torch.optim.SGD([p for _, p in params], lr=0.0)  # the scaler unscales through an optimizer
     optimizer.zero_grad(set_to_none=True)
@@ -76,5 +77,10 @@ def compare(reference: list[torch.Tensor | None], other: list[torch.Tensor | Non
     nonzero = ref != 0
     zeroed = float(((oth == 0) & nonzero).sum()) / max(1, int(nonzero.sum()))
     cosine = float(torch.nn.functional.cosine_similarity(ref, oth, dim=0)) if finite else float("nan")
-    return {"cosine": cosine, "zeroed_fraction": zeroed, "tensors_without_gradient": dead,
-            "tensors": len(ref_parts), "finite": finite}
+    return {
+        "cosine": cosine,
+        "zeroed_fraction": zeroed,
+        "tensors_without_gradient": dead,
+        "tensors": len(ref_parts),
+        "finite": finite,
+    }

@@ -43,8 +43,13 @@ def generation_batches(cfg: NodeConfig, device: torch.device) -> list[dict]:
     have = weights_at_hand(cfg)
     out = []
     for engine in installed_engines():
-        row = {"engine": engine, "prompts": prompts, "generations": cfg.sampler.num_generations,
-               "max_new_tokens": new_tokens, "weights": "model's own" if have else "random, model's shape"}
+        row = {
+            "engine": engine,
+            "prompts": prompts,
+            "generations": cfg.sampler.num_generations,
+            "max_new_tokens": new_tokens,
+            "weights": "model's own" if have else "random, model's shape",
+        }
         try:
             if have:
                 row.update(_engine_batch(cfg, engine, device, prompts, new_tokens))
@@ -90,13 +95,18 @@ def _random_generate(cfg: NodeConfig, device: torch.device, prompts: int, new_to
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-            out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
-                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                 num_return_sequences=cfg.sampler.num_generations, pad_token_id=0)
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                do_sample=True,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                num_return_sequences=cfg.sampler.num_generations,
+                pad_token_id=0,
+            )
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             timings.append(((out.shape[1] - input_ids.shape[1]) * out.shape[0], time.perf_counter() - start))
     produced, seconds = timings[-1]
     del model
     return {"tokens": produced, "seconds": seconds, "tokens_per_s": produced / seconds}
-

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import platform
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -27,9 +27,12 @@ def _guarded(name: str, fn: Callable[[], object], progress: Progress) -> object:
             torch.cuda.empty_cache()
 
 
-def run_selfcheck(cfg: NodeConfig, device: str = "auto", parts: tuple[str, ...] = ("step", "generation", "floor",
-                                                                                    "fp16"),
-                  progress: Progress = lambda _: None) -> dict:
+def run_selfcheck(
+    cfg: NodeConfig,
+    device: str = "auto",
+    parts: tuple[str, ...] = ("step", "generation", "floor", "fp16"),
+    progress: Progress = lambda _: None,
+) -> dict:
     """Every part's figures for `cfg`'s model on `device` (`auto`: the first GPU, else the CPU)."""
     from swarmnode.node.selfcheck.floor import floor_for
     from swarmnode.node.selfcheck.fp16 import fp16_gradients
@@ -37,10 +40,19 @@ def run_selfcheck(cfg: NodeConfig, device: str = "auto", parts: tuple[str, ...] 
     from swarmnode.node.selfcheck.step import learner_step
 
     dev = _device(device)
-    report: dict = {"model": cfg.model.name, "dtype": cfg.model.dtype, "device": _device_name(dev),
-                    "torch": torch.__version__, "python": platform.python_version()}
-    run = {"step": lambda: learner_step(cfg, dev), "generation": lambda: generation_batches(cfg, dev),
-           "floor": lambda: floor_for(cfg, dev), "fp16": lambda: fp16_gradients(cfg, dev)}
+    report: dict = {
+        "model": cfg.model.name,
+        "dtype": cfg.model.dtype,
+        "device": _device_name(dev),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    run = {
+        "step": lambda: learner_step(cfg, dev),
+        "generation": lambda: generation_batches(cfg, dev),
+        "floor": lambda: floor_for(cfg, dev),
+        "fp16": lambda: fp16_gradients(cfg, dev),
+    }
     for name in parts:
         report[name] = _guarded(name, run[name], progress)
     return report
@@ -51,9 +63,13 @@ def _device(spec: str) -> torch.device:
     try:
         dev = pick_device(spec)
     except RuntimeError:
-        raise SwarmnodeError(f"--device {spec!r}: expected auto, cpu, cuda or cuda:N", exit_code=ExitCode.USAGE) from None
+        raise SwarmnodeError(
+            f"--device {spec!r}: expected auto, cpu, cuda or cuda:N", exit_code=ExitCode.USAGE
+        ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SwarmnodeError(f"--device {spec}: this torch sees no CUDA GPU (use --device cpu)", exit_code=ExitCode.USAGE)
+        raise SwarmnodeError(
+            f"--device {spec}: this torch sees no CUDA GPU (use --device cpu)", exit_code=ExitCode.USAGE
+        )
     return dev
 
 
@@ -69,39 +85,67 @@ def _gib(n: float) -> str:
 
 def _step_rows(step: dict) -> list[tuple[str, str]]:
     return [
-        ("learner step", f"{step['training']}, {step['rows']} rows x {step['tokens'] // step['rows']} tokens, "
-                         f"{step['precision']}"),
-        ("  peak memory", f"{_gib(step['peak_bytes'])} ({step['peak_measured_by']}); estimate "
-                          f"{_gib(step['estimate_first_step_bytes'])} = {step['estimate_ratio']:.2f}x measured"),
-        ("  speed", f"{step['tokens_per_s']:,.0f} tokens/s ({step['step_s']:.3f} s a step; first "
-                    f"{step['first_step_s']:.3f} s)"),
+        (
+            "learner step",
+            f"{step['training']}, {step['rows']} rows x {step['tokens'] // step['rows']} tokens, {step['precision']}",
+        ),
+        (
+            "  peak memory",
+            f"{_gib(step['peak_bytes'])} ({step['peak_measured_by']}); estimate "
+            f"{_gib(step['estimate_first_step_bytes'])} = {step['estimate_ratio']:.2f}x measured",
+        ),
+        (
+            "  speed",
+            f"{step['tokens_per_s']:,.0f} tokens/s ({step['step_s']:.3f} s a step; first {step['first_step_s']:.3f} s)",
+        ),
     ]
 
 
 def _generation_rows(engines: list[dict]) -> list[tuple[str, str]]:
-    return [(f"generation ({g['engine']})", f"skipped: {g['skipped']}" if "skipped" in g else
-             f"{g['tokens_per_s']:,.0f} tokens/s ({g['prompts']} prompts x {g['generations']} x "
-             f"{g['max_new_tokens']} tokens, {g['weights']} weights)") for g in engines]
+    return [
+        (
+            f"generation ({g['engine']})",
+            f"skipped: {g['skipped']}"
+            if "skipped" in g
+            else f"{g['tokens_per_s']:,.0f} tokens/s ({g['prompts']} prompts x {g['generations']} x "
+            f"{g['max_new_tokens']} tokens, {g['weights']} weights)",
+        )
+        for g in engines
+    ]
 
 
 def _floor_rows(floor: dict) -> list[tuple[str, str]]:
-    return [("bf16 log-prob floor", f"|d log p| per token mean {floor['token_mean']:.4f}, p99 "
-             f"{floor['token_p99']:.3f}, max {floor['token_max']:.3f}; worst group median "
-             f"{floor['group_median_max']:.4f} nats ({floor['weights']} weights; learner {floor['learner']})")]
+    return [
+        (
+            "bf16 log-prob floor",
+            f"|d log p| per token mean {floor['token_mean']:.4f}, p99 "
+            f"{floor['token_p99']:.3f}, max {floor['token_max']:.3f}; worst group median "
+            f"{floor['group_median_max']:.4f} nats ({floor['weights']} weights; learner {floor['learner']})",
+        )
+    ]
 
 
 def _fp16_rows(fp16: dict) -> list[tuple[str, str]]:
     rows = []
     for kind, label in (("scaled", "with the loss scaler"), ("unscaled", "without a scaler")):
         c = fp16[kind]
-        rows.append((f"fp16 gradients, {label}", f"cosine {c['cosine']:.4f} to fp32, "
-                     f"{100 * c['zeroed_fraction']:.2f} % entries zeroed, {c['tensors_without_gradient']} of "
-                     f"{c['tensors']} tensors without gradient"))
+        rows.append(
+            (
+                f"fp16 gradients, {label}",
+                f"cosine {c['cosine']:.4f} to fp32, "
+                f"{100 * c['zeroed_fraction']:.2f} % entries zeroed, {c['tensors_without_gradient']} of "
+                f"{c['tensors']} tensors without gradient",
+            )
+        )
     return rows
 
 
-PARTS = (("step", "learner step", _step_rows), ("generation", "generation", _generation_rows),
-         ("floor", "bf16 log-prob floor", _floor_rows), ("fp16", "fp16 gradients", _fp16_rows))
+PARTS = (
+    ("step", "learner step", _step_rows),
+    ("generation", "generation", _generation_rows),
+    ("floor", "bf16 log-prob floor", _floor_rows),
+    ("fp16", "fp16 gradients", _fp16_rows),
+)
 
 
 def table_rows(report: dict) -> list[tuple[str, str]]:

@@ -48,7 +48,7 @@ class _PeakRss:
         while not self._stop.wait(self.interval):
             self.peak = max(self.peak, self.process.memory_info().rss)
 
-    def __enter__(self) -> "_PeakRss":
+    def __enter__(self) -> _PeakRss:
         self._thread.start()
         return self
 
@@ -83,8 +83,9 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
         reference = ReferencePolicy(model, getattr(torch, cfg.model.dtype)) if cfg.learner.beta > 0 else None
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = build_optimizer(params, cfg.learner)
-        prompts, completions = random_rows(rows, cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length,
-                                           vocab_size(model))
+        prompts, completions = random_rows(
+            rows, cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length, vocab_size(model)
+        )
         group = torch.arange(rows) // max(1, cfg.sampler.num_generations)
         seconds = []
         for _ in range(2):
@@ -101,7 +102,7 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
     return {
         "rows": rows,
         "tokens": tokens,
-        "training": "LoRA r=%d" % cfg.learner.lora.r if cfg.learner.lora.enabled else "full",
+        "training": f"LoRA r={cfg.learner.lora.r}" if cfg.learner.lora.enabled else "full",
         "precision": precision.describe() + (" + loss scaler" if precision.scaler else ""),
         "peak_bytes": peak,
         "peak_measured_by": how,
@@ -113,15 +114,16 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
     }
 
 
-def step_loss(model, precision: Precision, prompts, completions, group, cfg: NodeConfig,
-              reference: ReferencePolicy | None = None) -> torch.Tensor:
+def step_loss(
+    model, precision: Precision, prompts, completions, group, cfg: NodeConfig, reference: ReferencePolicy | None = None
+) -> torch.Tensor:
     """The configured policy loss of one micro-batch of synthetic rows (behaviour log-probs a little below the
     learner's, rewards alternating 0/1), forward under the learner's precision (and the reference's log-probs
     when `reference` is given)."""
     with precision.autocast():
         scores = completion_scores(model, prompts, completions, cfg.sampler.temperature, 0)
     gen = torch.Generator().manual_seed(2)
-    logq = (scores.logp.detach() - 0.01 * torch.rand(scores.logp.shape, generator=gen).to(scores.logp.device))
+    logq = scores.logp.detach() - 0.01 * torch.rand(scores.logp.shape, generator=gen).to(scores.logp.device)
     logq = logq * scores.mask
     rewards = (torch.arange(len(prompts), device=group.device) % 2).float()
     ref_logp = None  # with beta > 0 and no reference given: the learner's own log-probs (a KL term of 0)
@@ -129,13 +131,23 @@ def step_loss(model, precision: Precision, prompts, completions, group, cfg: Nod
         ref_logp = reference.logprobs(prompts, completions, cfg.sampler.temperature, 0, precision.autocast)
     elif cfg.learner.beta > 0:
         ref_logp = scores.logp.detach()
-    loss, _ = policy_loss(cfg.learner.algorithm, scores.logp, logq, scores.mask, rewards, group, cfg.learner,
-                          ref_logp=ref_logp)
+    loss, _ = policy_loss(
+        cfg.learner.algorithm, scores.logp, logq, scores.mask, rewards, group, cfg.learner, ref_logp=ref_logp
+    )
     return loss
 
 
-def _one_step(model, precision: Precision, optimizer, params, prompts, completions, group, cfg: NodeConfig,
-              reference: ReferencePolicy | None) -> None:
+def _one_step(
+    model,
+    precision: Precision,
+    optimizer,
+    params,
+    prompts,
+    completions,
+    group,
+    cfg: NodeConfig,
+    reference: ReferencePolicy | None,
+) -> None:
     model.train()
     optimizer.zero_grad(set_to_none=True)
     precision.backward(step_loss(model, precision, prompts, completions, group, cfg, reference))

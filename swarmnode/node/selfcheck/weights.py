@@ -22,8 +22,9 @@ def random_model(cfg: NodeConfig, device: torch.device, dtype: torch.dtype | Non
     return model
 
 
-def random_rows(rows: int, prompt_len: int, completion_len: int, vocab: int, seed: int = 1
-                ) -> tuple[list[list[int]], list[list[int]]]:
+def random_rows(
+    rows: int, prompt_len: int, completion_len: int, vocab: int, seed: int = 1
+) -> tuple[list[list[int]], list[list[int]]]:
     """(prompts, completions): `rows` random token sequences of the given lengths (ids below `vocab`)."""
     g = torch.Generator().manual_seed(seed)
     prompts = torch.randint(0, vocab, (rows, prompt_len), generator=g).tolist()

@@ -30,5 +30,13 @@ from swarmnode.swarm.rollout_push.seen import SeenIds
 from swarmnode.swarm.rollout_push.send import RolloutSender
 from swarmnode.swarm.rollout_push.streams import CLOSING_STATUSES, RETRY_STATUSES, pull_protocol, push_protocol
 
-__all__ = ["CLOSING_STATUSES", "RETRY_STATUSES", "RolloutReceiver", "RolloutSender", "SeenIds", "TokenBucket",
-           "pull_protocol", "push_protocol"]
+__all__ = [
+    "CLOSING_STATUSES",
+    "RETRY_STATUSES",
+    "RolloutReceiver",
+    "RolloutSender",
+    "SeenIds",
+    "TokenBucket",
+    "pull_protocol",
+    "push_protocol",
+]

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Callable
+from collections.abc import Callable
 
 MAX_CREDIT = 1 << 20  # a told credit above this is a malformed ack's, ignored
 MAX_TURN_WAIT_S = 30.0  # the longest wait a "full" ack tells (and a sender obeys)
@@ -58,8 +58,16 @@ class CreditPolicy:
     each step (see the module docstring). `held()` is the number of groups the learner holds now; the target
     starts at `floor` (one step's draw); `clock` is injectable for tests."""
 
-    def __init__(self, floor: int, cap: int, held: Callable[[], int], oldest_behind: Callable[[], int] = lambda: 0,
-                 aging: int = 1, active_window: float = 5.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        floor: int,
+        cap: int,
+        held: Callable[[], int],
+        oldest_behind: Callable[[], int] = lambda: 0,
+        aging: int = 1,
+        active_window: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if not 1 <= floor <= cap or active_window <= 0 or aging < 0:
             raise ValueError("1 <= floor <= cap, aging >= 0 and active_window > 0 are required")
         self.floor, self.cap, self.held, self.active_window, self.clock = floor, cap, held, active_window, clock
@@ -173,9 +181,13 @@ def pacing_credits(cfg, held: Callable[[], int], oldest_behind: Callable[[], int
     if cfg.sync.pacing != "credits":
         return None
     lc = cfg.learner
-    return CreditPolicy(lc.prompts_per_step, credit_target(lc.prompts_per_step, lc.publish_every,
-                                                           cfg.sync.max_staleness, lc.buffer_high_water),
-                        held, oldest_behind, aging=cfg.sync.max_staleness // 2)
+    return CreditPolicy(
+        lc.prompts_per_step,
+        credit_target(lc.prompts_per_step, lc.publish_every, cfg.sync.max_staleness, lc.buffer_high_water),
+        held,
+        oldest_behind,
+        aging=cfg.sync.max_staleness // 2,
+    )
 
 
 def told_credit(ack: dict) -> int | None:

@@ -8,19 +8,21 @@ import concurrent.futures
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.diskspace import is_disk_full
 from swarmnode.protocol.codec import InvalidRecord, pack
-from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
+from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.swarm.frames import read_header, write_frame, write_frames
 from swarmnode.swarm.hivemind_compat import has_buffered_bytes
 from swarmnode.swarm.rollout_push.seen import SeenIds
-from swarmnode.swarm.rollout_push.streams import FULL, linger as _linger, pull_protocol, push_protocol
+from swarmnode.swarm.rollout_push.streams import FULL, pull_protocol, push_protocol
+from swarmnode.swarm.rollout_push.streams import linger as _linger
 
 logger = logging.getLogger(__name__)
 
@@ -77,16 +79,33 @@ class RolloutReceiver:
     "text-rollouts"); a decoded record has `group_id`, `run_id` and its signer `sampler_id`.
     """
 
-    def __init__(self, run_id: str, on_group: Callable[[RolloutGroup], str], limits: RolloutLimits, *,
-                 rate: float = 50.0, burst: float = 100.0, strikes_to_ban: int = 3, ban_seconds: float = 60.0,
-                 seen_capacity: int = SEEN_CAPACITY, journal: str | Path | None = None, idle_timeout: float = 300.0,
-                 read_timeout: float = 30.0, version: Callable[[], int] | None = None,
-                 durable: Callable[[list[tuple[Any, bytes]]], Awaitable[None]] | None = None,
-                 max_streams_per_peer: int = 4, decode_workers: int = 2, stream: str = "rollouts",
-                 decode: Callable[[bytes], Any] | None = None, inline_decode_bytes: int = INLINE_DECODE_BYTES,
-                 full: Callable[[], bool] | None = None, credit: Callable[[str], int] | None = None,
-                 settings: dict[str, Any] | None = None, turn: Callable[[str], bool] | None = None,
-                 turn_wait: Callable[[str], float] | None = None):
+    def __init__(
+        self,
+        run_id: str,
+        on_group: Callable[[RolloutGroup], str],
+        limits: RolloutLimits,
+        *,
+        rate: float = 50.0,
+        burst: float = 100.0,
+        strikes_to_ban: int = 3,
+        ban_seconds: float = 60.0,
+        seen_capacity: int = SEEN_CAPACITY,
+        journal: str | Path | None = None,
+        idle_timeout: float = 300.0,
+        read_timeout: float = 30.0,
+        version: Callable[[], int] | None = None,
+        durable: Callable[[list[tuple[Any, bytes]]], Awaitable[None]] | None = None,
+        max_streams_per_peer: int = 4,
+        decode_workers: int = 2,
+        stream: str = "rollouts",
+        decode: Callable[[bytes], Any] | None = None,
+        inline_decode_bytes: int = INLINE_DECODE_BYTES,
+        full: Callable[[], bool] | None = None,
+        credit: Callable[[str], int] | None = None,
+        settings: dict[str, Any] | None = None,
+        turn: Callable[[str], bool] | None = None,
+        turn_wait: Callable[[str], float] | None = None,
+    ):
         self.run_id = run_id
         self.stream = stream
         self.decode = decode or (lambda body: RolloutGroup.decode(body, limits))
@@ -161,7 +180,9 @@ class RolloutReceiver:
                 bodies, verdict = [], None
                 # the groups a sender wrote back to back (already here) are admitted together: one journal
                 # sync and one write of their acks for all of them
-                while verdict is None and len(bodies) < MAX_GROUPS_PER_READ and (not bodies or has_buffered_bytes(reader)):
+                while (
+                    verdict is None and len(bodies) < MAX_GROUPS_PER_READ and (not bodies or has_buffered_bytes(reader))
+                ):
                     body, verdict = await self._read_body(reader, writer, peer, wait=not bodies)
                     if body is not None:
                         bodies.append(body)
@@ -170,7 +191,7 @@ class RolloutReceiver:
                 if verdict is not None:
                     await self._refuse(reader, writer, verdict)
                     break
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # idle or vanished peer: its sender reconnects and retries
         finally:
             self._streams[peer] -= 1
@@ -178,8 +199,9 @@ class RolloutReceiver:
                 del self._streams[peer]
             writer.close()
 
-    async def _read_body(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str,
-                         wait: bool) -> tuple[bytes | None, str | None]:
+    async def _read_body(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str, wait: bool
+    ) -> tuple[bytes | None, str | None]:
         """The next message's body, or why the stream ends: ("end" clean close, "banned", "oversized",
         "truncated"). Waits up to `idle_timeout` for the next header only when `wait`."""
         if self.is_banned(peer):
@@ -194,7 +216,7 @@ class RolloutReceiver:
             return None, "oversized"
         try:
             return await asyncio.wait_for(reader.readexactly(n), self.read_timeout), None
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, asyncio.IncompleteReadError) as exc:
             got = len(exc.partial) if isinstance(exc, asyncio.IncompleteReadError) else "?"
             self._strike(peer, f"truncated stream ({got} of {n} bytes)")
             return None, "truncated"
@@ -265,8 +287,9 @@ class RolloutReceiver:
                 yield body, (("", why) if why is not None else await self._decoded(body, peer))
             return
         refused = [self._gate(peer) if gated else None for _ in bodies]
-        decoded = iter(await asyncio.gather(*(self._decoded(body, peer)
-                                              for body, why in zip(bodies, refused) if why is None)))
+        decoded = iter(
+            await asyncio.gather(*(self._decoded(body, peer) for body, why in zip(bodies, refused) if why is None))
+        )
         for body, why in zip(bodies, refused):
             yield body, (("", why) if why is not None else next(decoded))
 
@@ -332,8 +355,9 @@ class RolloutReceiver:
     async def _ack(self, writer: asyncio.StreamWriter, group_id: str, status: str) -> None:
         await self._ack_all(writer, [(group_id, status)])
 
-    async def _ack_all(self, writer: asyncio.StreamWriter, results: list[tuple[str, str]],
-                       peer: str | None = None) -> None:
+    async def _ack_all(
+        self, writer: asyncio.StreamWriter, results: list[tuple[str, str]], peer: str | None = None
+    ) -> None:
         """One ack frame per (group id, status), in order, in one write; each tells the learner's version and
         (to a `peer` that pushed, with `credit`) the groups it invites from that peer after these."""
         told: dict[str, int] = {}
@@ -345,9 +369,16 @@ class RolloutReceiver:
         if self.turn_wait is not None and peer is not None and any(status == FULL for _, status in results):
             if wait := self.turn_wait(peer):
                 told_full = {"w": round(wait, 2)}
-        acks = [{"id": group_id, "status": status, **told, **(told_full if status == FULL else {}),
-                 **({"run": self.settings} if status == SETTINGS_STATUS and self.settings else {})}
-                for group_id, status in results]
+        acks = [
+            {
+                "id": group_id,
+                "status": status,
+                **told,
+                **(told_full if status == FULL else {}),
+                **({"run": self.settings} if status == SETTINGS_STATUS and self.settings else {}),
+            }
+            for group_id, status in results
+        ]
         await write_frames(writer, [pack(ack) for ack in acks])
 
     def _count(self, status: str, peer: str, reason: str | None = None) -> None:
@@ -377,12 +408,17 @@ class RolloutReceiver:
         if len(strikes) >= self.strikes_to_ban and not self.is_banned(peer):
             self._banned_until[peer] = now + self.ban_seconds
             strikes.clear()
-            logger.warning("rollouts: ignoring %s for %.0f s after %d bad messages", peer[-8:],
-                           self.ban_seconds, self.strikes_to_ban)
+            logger.warning(
+                "rollouts: ignoring %s for %.0f s after %d bad messages",
+                peer[-8:],
+                self.ban_seconds,
+                self.strikes_to_ban,
+            )
 
     # -- the pull path ------------------------------------------------------------------------------------
-    async def pull(self, p2p: P2P, peer: PeerID, *, since: float = 0.0, limit: int = 256,
-                   timeout: float = 30.0) -> collections.Counter[str]:
+    async def pull(
+        self, p2p: P2P, peer: PeerID, *, since: float = 0.0, limit: int = 256, timeout: float = 30.0
+    ) -> collections.Counter[str]:
         """Fetch up to `limit` recent groups newer than `since` from a sampler's ring; statuses counted."""
         counts: collections.Counter[str] = collections.Counter()
         name = str(peer)
@@ -390,7 +426,8 @@ class RolloutReceiver:
             counts["banned"] += 1
             return counts
         _, reader, writer = await asyncio.wait_for(
-            p2p.call_binary_stream_handler(peer, pull_protocol(self.run_id, self.stream)), timeout)
+            p2p.call_binary_stream_handler(peer, pull_protocol(self.run_id, self.stream)), timeout
+        )
         try:
             await write_frame(writer, pack({"since": float(since), "limit": int(limit)}))
             for _ in range(limit + 1):

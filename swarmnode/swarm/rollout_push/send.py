@@ -9,15 +9,16 @@ import itertools
 import logging
 import random
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup
+from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.swarm.frames import read_control, write_frame, write_frames
 from swarmnode.swarm.rollout_push.credit import told_credit, told_wait
-from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.swarm.rollout_push.streams import CLOSING_STATUSES, FULL, RETRY_STATUSES, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
@@ -77,10 +78,22 @@ class RolloutSender:
     one sent the fewest groups.
     """
 
-    def __init__(self, p2p: P2P, run_id: str, *, outbox_size: int = 1024, recent_size: int = 1024,
-                 ack_timeout: float = 10.0, base_backoff: float = 0.05, max_backoff: float = 5.0,
-                 alive_window: float = 30.0, stream: str = "rollouts", spread: bool = False, window: int = 8,
-                 full_wait: float = 0.05):
+    def __init__(
+        self,
+        p2p: P2P,
+        run_id: str,
+        *,
+        outbox_size: int = 1024,
+        recent_size: int = 1024,
+        ack_timeout: float = 10.0,
+        base_backoff: float = 0.05,
+        max_backoff: float = 5.0,
+        alive_window: float = 30.0,
+        stream: str = "rollouts",
+        spread: bool = False,
+        window: int = 8,
+        full_wait: float = 0.05,
+    ):
         if window < 1:
             raise ValueError("window must be at least 1")
         self.p2p = p2p
@@ -159,7 +172,7 @@ class RolloutSender:
         self._answered.clear()
         try:
             await asyncio.wait_for(self._answered.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -227,8 +240,11 @@ class RolloutSender:
             if len(link.outbox) >= link.maxlen:
                 link.outbox.popleft()
                 self.dropped += 1
-                logger.warning("rollouts: outbox to %s full; dropped the oldest group (%d dropped so far)",
-                               str(link.peer)[-8:], self.dropped)
+                logger.warning(
+                    "rollouts: outbox to %s full; dropped the oldest group (%d dropped so far)",
+                    str(link.peer)[-8:],
+                    self.dropped,
+                )
             link.outbox.append((group_id, data, now))
             link.wake.set()
 
@@ -297,7 +313,8 @@ class RolloutSender:
         if link.writer is None:
             _, link.reader, link.writer = await asyncio.wait_for(
                 self.p2p.call_binary_stream_handler(link.peer, push_protocol(self.run_id, self.stream)),
-                self.ack_timeout)
+                self.ack_timeout,
+            )
         await write_frames(link.writer, [data for _, data, _ in batch])
         for _ in batch:
             ack = await asyncio.wait_for(read_control(link.reader), self.ack_timeout)
@@ -330,14 +347,14 @@ class RolloutSender:
             since, limit = req.get("since"), req.get("limit")
             if not isinstance(since, (int, float)) or not isinstance(limit, int) or limit < 0:
                 raise InvalidRecord("pull request needs numeric since and int limit")
-            items = [data for created, _, data in list(self.recent) if created > since][-min(limit, 65536):]
+            items = [data for created, _, data in list(self.recent) if created > since][-min(limit, 65536) :]
             for data in items:
                 await write_frame(writer, data)
             await write_frame(writer, b"")
             await asyncio.wait_for(read_control(reader), 30.0)  # the puller's "bye": now closing is safe
         except InvalidRecord as exc:
             logger.warning("rollouts: bad pull request from %s: %s", str(info.peer_id)[-8:], exc)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
             writer.close()

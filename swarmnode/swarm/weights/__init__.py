@@ -13,14 +13,36 @@ Modules, one concept each:
 """
 
 from swarmnode.swarm.weights.fetch import FetchStats, ProgressCallback, WeightFetcher, ping_holder
-from swarmnode.swarm.weights.layout import (CHUNK_BYTES, ModelLayout, aligned_buffer, chunk_size_for, cut_chunks,
-                                            flatten_into, plan_layout, tensors_from_buffer)
+from swarmnode.swarm.weights.layout import (
+    CHUNK_BYTES,
+    ModelLayout,
+    aligned_buffer,
+    chunk_size_for,
+    cut_chunks,
+    flatten_into,
+    plan_layout,
+    tensors_from_buffer,
+)
 from swarmnode.swarm.weights.schedule import ChunkSchedule
 from swarmnode.swarm.weights.server import WeightServer, protocol_name
 from swarmnode.swarm.weights.store import FetchError, WeightStore
 
 __all__ = [
-    "CHUNK_BYTES", "ChunkSchedule", "FetchError", "FetchStats", "ModelLayout", "ProgressCallback", "WeightFetcher",
-    "WeightServer", "WeightStore", "aligned_buffer", "chunk_size_for", "cut_chunks", "flatten_into", "plan_layout",
-    "ping_holder", "protocol_name", "tensors_from_buffer",
+    "CHUNK_BYTES",
+    "ChunkSchedule",
+    "FetchError",
+    "FetchStats",
+    "ModelLayout",
+    "ProgressCallback",
+    "WeightFetcher",
+    "WeightServer",
+    "WeightStore",
+    "aligned_buffer",
+    "chunk_size_for",
+    "cut_chunks",
+    "flatten_into",
+    "plan_layout",
+    "ping_holder",
+    "protocol_name",
+    "tensors_from_buffer",
 ]

@@ -16,8 +16,8 @@ import logging
 import math
 import random
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable
 
 from hivemind.p2p import P2P, PeerID
 
@@ -89,9 +89,20 @@ class WeightFetcher:
     MAX_HOLDERS = 32  # holders one fetch talks to: the allowed publishers first, then others at random
     STALL_S = 1.0  # silence mid-answer after which a non-publisher holder is dropped while a publisher can serve
 
-    def __init__(self, p2p: P2P, store: WeightStore, allowed_publishers: Iterable[str], *,
-                 layout: ModelLayout | None, streams_per_holder: int = 1, chunks_per_request: int = 1,
-                 window: int | None = None, timeout: float = 30.0, request_timeout: float = 5.0, max_rounds: int = 5):
+    def __init__(
+        self,
+        p2p: P2P,
+        store: WeightStore,
+        allowed_publishers: Iterable[str],
+        *,
+        layout: ModelLayout | None,
+        streams_per_holder: int = 1,
+        chunks_per_request: int = 1,
+        window: int | None = None,
+        timeout: float = 30.0,
+        request_timeout: float = 5.0,
+        max_rounds: int = 5,
+    ):
         self.p2p = p2p
         self.store = store
         self.allowed_publishers = set(allowed_publishers)
@@ -152,8 +163,14 @@ class WeightFetcher:
             self.layout.check(m)
         return m
 
-    async def fetch(self, holders: list[PeerID], version: int = -1, *,
-                    progress: ProgressCallback | None = None, manifest: WeightManifest | None = None) -> WeightManifest:
+    async def fetch(
+        self,
+        holders: list[PeerID],
+        version: int = -1,
+        *,
+        progress: ProgressCallback | None = None,
+        manifest: WeightManifest | None = None,
+    ) -> WeightManifest:
         """Make `version` (-1: the newest a holder has) complete in the store; returns its manifest. `manifest`:
         that version's manifest, already received (`newest_manifest`): it is checked again, not asked for. Every
         failure (no valid manifest, chunks unavailable, a disk or memory error) raises FetchError."""
@@ -176,8 +193,9 @@ class WeightFetcher:
         random.shuffle(others)
         return (publishers + others)[: max(self.MAX_HOLDERS, len(publishers))]
 
-    async def _fetch(self, holders: list[PeerID], version: int, progress: ProgressCallback | None,
-                     given: WeightManifest | None) -> WeightManifest:
+    async def _fetch(
+        self, holders: list[PeerID], version: int, progress: ProgressCallback | None, given: WeightManifest | None
+    ) -> WeightManifest:
         if version >= 0 and (m := self.store.manifest(version)) is not None:
             return m
         start = time.perf_counter()
@@ -205,8 +223,9 @@ class WeightFetcher:
         self.last_stats = stats
         return manifest
 
-    async def _fill(self, holders: list[PeerID], manifest: WeightManifest, buf: Buffer,
-                    progress: ProgressCallback | None) -> FetchStats:
+    async def _fill(
+        self, holders: list[PeerID], manifest: WeightManifest, buf: Buffer, progress: ProgressCallback | None
+    ) -> FetchStats:
         """Get every chunk of `manifest` into `buf` (held ones from the store, the rest from holders)."""
         stats = FetchStats(manifest.version, manifest.total_bytes, chunks_by_holder=collections.Counter())
         offsets = manifest.chunk_offsets()
@@ -222,9 +241,14 @@ class WeightFetcher:
         done_bytes = stats.reused_bytes
         if progress:
             progress(done_bytes, manifest.total_bytes)
-        work = ChunkSchedule(todo, [str(h) for h in holders], max_failures=self.max_rounds * max(1, len(holders)),
-                     n_chunks=len(manifest.chunks), incoming=self.store.incoming(manifest.version),
-                     seeds=self.allowed_publishers)
+        work = ChunkSchedule(
+            todo,
+            [str(h) for h in holders],
+            max_failures=self.max_rounds * max(1, len(holders)),
+            n_chunks=len(manifest.chunks),
+            incoming=self.store.incoming(manifest.version),
+            seeds=self.allowed_publishers,
+        )
         writes: list[asyncio.Future] = []
 
         def on_chunk(i: int, holder: str) -> None:
@@ -247,8 +271,14 @@ class WeightFetcher:
             if round_:
                 await asyncio.sleep(min(0.2 * 2 ** (round_ - 1), 5.0))
                 work.new_round()
-            await self._round([self._worker(h, manifest, view, offsets, work, stats, on_chunk)
-                               for h in live for _ in range(self.streams_per_holder)], work)
+            await self._round(
+                [
+                    self._worker(h, manifest, view, offsets, work, stats, on_chunk)
+                    for h in live
+                    for _ in range(self.streams_per_holder)
+                ],
+                work,
+            )
         if writes:
             await asyncio.gather(*writes)
         stats.lost_holders = frozenset(work.lost)
@@ -257,8 +287,10 @@ class WeightFetcher:
         if missing:
             if not stats.fetched_bytes and not stats.reused_bytes:
                 self.store.abandon(manifest.version)  # nothing to resume from: no partial left behind
-            raise FetchError(f"version {manifest.version}: {missing} chunks unavailable from "
-                             f"{len(holders)} holders (bad {stats.bad_chunks}, missing {stats.missing_chunks})")
+            raise FetchError(
+                f"version {manifest.version}: {missing} chunks unavailable from "
+                f"{len(holders)} holders (bad {stats.bad_chunks}, missing {stats.missing_chunks})"
+            )
         return stats
 
     @staticmethod
@@ -281,8 +313,9 @@ class WeightFetcher:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _answer(self, answer: asyncio.Future[int], sink: FrameSink, size: int,
-                      silence_s: Callable[[], float]) -> int:
+    async def _answer(
+        self, answer: asyncio.Future[int], sink: FrameSink, size: int, silence_s: Callable[[], float]
+    ) -> int:
         """The length of an awaited answer frame of up to `size` bytes; TimeoutError once the stream brought no
         byte for `silence_s()` (at most `request_timeout`), or the answer took longer than `request_timeout` +
         `size` / `MIN_HOLDER_RATE` (a slow holder that keeps sending is waited for that long, not for ever)."""
@@ -291,16 +324,26 @@ class WeightFetcher:
             try:
                 wait = min(silence_s(), max(0.01, deadline - time.monotonic()))
                 return await asyncio.wait_for(asyncio.shield(answer), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 now = time.monotonic()
                 if now - sink.last_received >= (silent := silence_s()):
-                    raise asyncio.TimeoutError(f"no byte in {silent:.1f} s") from None
+                    raise TimeoutError(f"no byte in {silent:.1f} s") from None
                 if now >= deadline:
-                    raise asyncio.TimeoutError(f"{size} bytes not in after {now - deadline + self.request_timeout:.0f}"
-                                               " s (below the minimum holder rate)") from None
+                    raise TimeoutError(
+                        f"{size} bytes not in after {now - deadline + self.request_timeout:.0f}"
+                        " s (below the minimum holder rate)"
+                    ) from None
 
-    async def _worker(self, holder: PeerID, manifest: WeightManifest, view: memoryview, offsets: list[int],
-                      work: ChunkSchedule, stats: FetchStats, on_chunk: Callable[[int, str], None]) -> None:
+    async def _worker(
+        self,
+        holder: PeerID,
+        manifest: WeightManifest,
+        view: memoryview,
+        offsets: list[int],
+        work: ChunkSchedule,
+        stats: FetchStats,
+        on_chunk: Callable[[int, str], None],
+    ) -> None:
         name = str(holder)
         sink: FrameSink | None = None
         outstanding: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()  # asked, not read
@@ -314,8 +357,9 @@ class WeightFetcher:
                 work.give_back([i], name, missing=True)
             elif n != chunk.size or not await asyncio.to_thread(hash_matches, chunk, piece):
                 stats.bad_chunks += 1
-                logger.warning("weights: bad chunk %s from %s (hash mismatch); trying another holder",
-                               chunk.hex[:12], name[-8:])
+                logger.warning(
+                    "weights: bad chunk %s from %s (hash mismatch); trying another holder", chunk.hex[:12], name[-8:]
+                )
                 work.give_back([i], name)
             else:
                 work.done(i)
@@ -325,13 +369,15 @@ class WeightFetcher:
 
         def silence_s() -> float:  # how long this holder may go silent mid-answer (see the class docstring)
             backup = name not in self.allowed_publishers and any(
-                h in self.allowed_publishers and h not in work.lost for h in work.holders)
+                h in self.allowed_publishers and h not in work.lost for h in work.holders
+            )
             return min(self.request_timeout, self.STALL_S) if backup else self.request_timeout
 
         rate, last_arrival, window = 0.0, 0.0, self.window or 2  # this holder's bytes/s, measured
         try:
             _, reader, writer = await asyncio.wait_for(
-                self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.request_timeout)
+                self.p2p.call_binary_stream_handler(holder, protocol_name(self.store.run_id)), self.request_timeout
+            )
             sink = FrameSink.attach(reader, writer)  # chunks land in `view` directly
             while True:
                 if not have_asked and work.want_have(name):  # what does this holder have by now?
@@ -343,8 +389,9 @@ class WeightFetcher:
                     batch = work.take(name, min(self.chunks_per_request, window - len(outstanding)))
                     if not batch:
                         break
-                    outstanding.extend((i, sink.expect(view[offsets[i] : offsets[i] + manifest.chunks[i].size]))
-                                       for i in batch)
+                    outstanding.extend(
+                        (i, sink.expect(view[offsets[i] : offsets[i] + manifest.chunks[i].size])) for i in batch
+                    )
                     sink.send(pack({"op": "chunks", "hashes": [manifest.chunks[i].sha256 for i in batch]}))
                 if not outstanding:
                     if work.finished() or (work.pending and not work.can_help(name)):
@@ -356,8 +403,9 @@ class WeightFetcher:
                         await asyncio.wait_for(changed.wait(), ChunkSchedule.HAVE_REFRESH_S)
                     continue
                 i, answer = outstanding[0]
-                n = await self._answer(answer, sink, len(have_buf) if i == _HAVE else manifest.chunks[i].size,
-                                       silence_s)
+                n = await self._answer(
+                    answer, sink, len(have_buf) if i == _HAVE else manifest.chunks[i].size, silence_s
+                )
                 outstanding.popleft()
                 if i == _HAVE:
                     if n not in (0, len(have_buf)):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Callable
+from collections.abc import Callable
 
 HOLD_S = 1.0  # a hold lasts this long at least (a 256 KiB chunk crosses a 20 Mbit/s uplink in ~0.1 s) ...
 MAX_HOLD_S = 10.0  # ... and while its first receiver fetches, this long at most
@@ -26,8 +26,13 @@ MEMORY = 65_536  # chunks remembered at most (older first serves are forgotten f
 class FirstServes:
     """Which peer a chunk went to first, and when; `defer(chunk, peer)` is the server's question."""
 
-    def __init__(self, hold_s: float = HOLD_S, max_hold_s: float = MAX_HOLD_S,
-                 clock: Callable[[], float] = time.monotonic, memory: int = MEMORY) -> None:
+    def __init__(
+        self,
+        hold_s: float = HOLD_S,
+        max_hold_s: float = MAX_HOLD_S,
+        clock: Callable[[], float] = time.monotonic,
+        memory: int = MEMORY,
+    ) -> None:
         self.hold_s, self.max_hold_s, self.clock, self.memory = hold_s, max(hold_s, max_hold_s), clock, memory
         self.streams: collections.Counter[str] = collections.Counter()  # open streams by peer
         self._first: collections.OrderedDict[str, tuple[float, str, bool]] = collections.OrderedDict()

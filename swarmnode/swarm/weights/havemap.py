@@ -7,7 +7,7 @@ those on their way to it (requested by its own fetch); empty if it knows nothing
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 _NONZERO = re.compile(rb"[^\x00]")
 

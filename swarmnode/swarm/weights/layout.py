@@ -25,8 +25,15 @@ CHUNK_BYTES = 4 << 20
 ALIGN = 64
 BLOCK = 4096  # O_DIRECT alignment (address and length)
 DTYPE_NAMES = {
-    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64",
-    torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float64: "float64",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
     torch.bool: "bool",
 }
 TORCH_DTYPES = {v: k for k, v in DTYPE_NAMES.items()}
@@ -59,7 +66,7 @@ class ModelLayout:
     base_hash: bytes | None = None  # the content hash of the base weights adapters apply to (None: unknown)
 
     @classmethod
-    def of(cls, state: dict[str, torch.Tensor], base_hash: bytes | None = None) -> "ModelLayout":
+    def of(cls, state: dict[str, torch.Tensor], base_hash: bytes | None = None) -> ModelLayout:
         """The layout of a state dict (meta tensors will do: only names, dtypes and shapes are read)."""
         entries, total = plan_layout(state)
         return cls({e.name: (e.dtype, tuple(e.shape)) for e in entries}, total, base_hash)
@@ -71,26 +78,32 @@ class ModelLayout:
         if manifest.adapter is not None:
             return self._check_adapter(manifest)
         if manifest.total_bytes > self.total_bytes + ALIGN * len(self.tensors):
-            raise InvalidRecord(f"manifest of {manifest.total_bytes:,} bytes; this node's model has "
-                                f"{self.total_bytes:,}")
+            raise InvalidRecord(
+                f"manifest of {manifest.total_bytes:,} bytes; this node's model has {self.total_bytes:,}"
+            )
         for t in manifest.tensors:
             want = self.tensors.get(t.name)
             if want is None:
                 raise InvalidRecord(f"manifest tensor {t.name!r} is not in this node's model")
             if (t.dtype, tuple(t.shape)) != want:
-                raise InvalidRecord(f"manifest tensor {t.name!r} is {t.dtype} {list(t.shape)}, this node's model has "
-                                    f"{want[0]} {list(want[1])} (is model.name/model.dtype the learner's?)")
+                raise InvalidRecord(
+                    f"manifest tensor {t.name!r} is {t.dtype} {list(t.shape)}, this node's model has "
+                    f"{want[0]} {list(want[1])} (is model.name/model.dtype the learner's?)"
+                )
 
     def _check_adapter(self, manifest: WeightManifest) -> None:
         spec = manifest.adapter
         if spec is None or spec.base_hash != self.base_hash:
             mine = self.base_hash.hex()[:16] if self.base_hash else "unknown"
-            raise InvalidRecord(f"adapter version {manifest.version} is for base weights {spec.base_hash.hex()[:16]}, "
-                                f"this node's base weights are {mine}: refused (is model.name/model.dtype the "
-                                "learner's?)")
+            raise InvalidRecord(
+                f"adapter version {manifest.version} is for base weights {spec.base_hash.hex()[:16]}, "
+                f"this node's base weights are {mine}: refused (is model.name/model.dtype the "
+                "learner's?)"
+            )
         if manifest.total_bytes > self.total_bytes + ALIGN * len(manifest.tensors):
-            raise InvalidRecord(f"adapter of {manifest.total_bytes:,} bytes; this node's model has "
-                                f"{self.total_bytes:,}")
+            raise InvalidRecord(
+                f"adapter of {manifest.total_bytes:,} bytes; this node's model has {self.total_bytes:,}"
+            )
         try:
             check_adapter_tensors({t.name: (t.dtype, tuple(t.shape)) for t in manifest.tensors}, spec, self.tensors)
         except ValueError as exc:
@@ -129,8 +142,10 @@ def tensors_from_buffer(manifest: WeightManifest, buf: Buffer) -> dict[str, torc
 def cut_chunks(buf: Buffer, chunk_bytes: int) -> list[ChunkEntry]:
     """Fixed-size chunks of `buf` with their sha256."""
     view = memoryview(buf)
-    return [ChunkEntry(hashlib.sha256(view[i : i + chunk_bytes]).digest(), len(view[i : i + chunk_bytes]))
-            for i in range(0, len(buf), chunk_bytes)]
+    return [
+        ChunkEntry(hashlib.sha256(view[i : i + chunk_bytes]).digest(), len(view[i : i + chunk_bytes]))
+        for i in range(0, len(buf), chunk_bytes)
+    ]
 
 
 def hash_matches(chunk: ChunkEntry, piece: memoryview) -> bool:

@@ -11,7 +11,7 @@ import collections
 import heapq
 import math
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from swarmnode.swarm.weights.havemap import bit, changed_bits
 
@@ -35,8 +35,15 @@ class ChunkSchedule:
     SEED_WAIT_S = 1.0  # a publisher waits this long at most for the other holders' have-maps
     HAVE_REFRESH_S = 0.05
 
-    def __init__(self, indices: Iterable[int], holders: list[str], max_failures: int, n_chunks: int,
-                 incoming: set[int] | None = None, seeds: Iterable[str] = ()):
+    def __init__(
+        self,
+        indices: Iterable[int],
+        holders: list[str],
+        max_failures: int,
+        n_chunks: int,
+        incoming: set[int] | None = None,
+        seeds: Iterable[str] = (),
+    ):
         self.pending: dict[int, int] = {i: rank for rank, i in enumerate(indices)}  # chunk -> random rank
         self.rank = dict(self.pending)
         self.in_flight = 0
@@ -165,8 +172,10 @@ class ChunkSchedule:
     def _elsewhere(self, i: int, holder: str, now: float) -> bool:
         """Whether a live holder other than `holder` and the publishers shows chunk `i` and may be asked now."""
         excluded = self.excluded.get(i, {})
-        return any(h != holder and h not in self.seeds and h not in self.lost and excluded.get(h, 0.0) <= now
-                   and bit(bits, i) for h, bits in self.have.items())
+        return any(
+            h != holder and h not in self.seeds and h not in self.lost and excluded.get(h, 0.0) <= now and bit(bits, i)
+            for h, bits in self.have.items()
+        )
 
     def give_back(self, indices: Iterable[int], holder: str | None = None, *, missing: bool = False) -> None:
         """Return chunks not delivered: `holder` failed them (or, with `missing`, did not have them yet)."""

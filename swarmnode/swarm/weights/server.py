@@ -20,7 +20,7 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from hivemind.p2p import P2P
 
@@ -44,10 +44,19 @@ def protocol_name(run_id: str) -> str:
 class WeightServer:
     """Serves one WeightStore's manifests and chunks on a P2P host, counting what it served to whom."""
 
-    def __init__(self, store: WeightStore, *, idle_timeout: float = 20.0, max_streams_per_peer: int = 8,
-                 max_streams: int = 256, stranger_streams_per_peer: int = 4, stranger_share: float = 0.5,
-                 evict_after: float = 5.0, trusted: Callable[[str], bool] | None = None,
-                 first_serves: FirstServes | None = None):
+    def __init__(
+        self,
+        store: WeightStore,
+        *,
+        idle_timeout: float = 20.0,
+        max_streams_per_peer: int = 8,
+        max_streams: int = 256,
+        stranger_streams_per_peer: int = 4,
+        stranger_share: float = 0.5,
+        evict_after: float = 5.0,
+        trusted: Callable[[str], bool] | None = None,
+        first_serves: FirstServes | None = None,
+    ):
         self.store = store
         self.first_serves = first_serves or FirstServes()  # a chunk just sent to one fetcher: "not yet" to others
         self.idle_timeout, self.evict_after = idle_timeout, evict_after
@@ -55,16 +64,20 @@ class WeightServer:
         self.stranger_streams_per_peer = min(stranger_streams_per_peer, max_streams_per_peer)
         self.max_stranger_streams = max(1, int(stranger_share * max_streams))
         self.trusted: Callable[[str], bool] = trusted or (lambda peer: True)  # the role sets who is trusted
-        self.slots = SlotTable(max_total=max_streams, max_per_peer=max_streams_per_peer,
-                               stranger_per_peer=stranger_streams_per_peer, max_strangers=self.max_stranger_streams,
-                               evict_after=evict_after)
+        self.slots = SlotTable(
+            max_total=max_streams,
+            max_per_peer=max_streams_per_peer,
+            stranger_per_peer=stranger_streams_per_peer,
+            max_strangers=self.max_stranger_streams,
+            evict_after=evict_after,
+        )
         self.streams_refused = 0
         self.served_chunks = 0
         self.served_bytes = 0
         self.served_chunks_by_peer: collections.Counter[str] = collections.Counter()
         self.requests_rejected = 0
 
-    async def start(self, p2p: P2P) -> "WeightServer":
+    async def start(self, p2p: P2P) -> WeightServer:
         """Register the stream handler on `p2p`; returns self."""
         await p2p.add_binary_stream_handler(protocol_name(self.store.run_id), self._handle)
         return self
@@ -90,9 +103,16 @@ class WeightServer:
         if slot is None:
             self.streams_refused += 1
             if self.streams_refused in (1, 10, 100) or self.streams_refused % 1000 == 0:
-                logger.warning("weights: refused %d streams over the caps (%d per peer, %d in all, strangers %d per "
-                               "peer and %d in all); latest from %s", self.streams_refused, self.max_streams_per_peer,
-                               self.max_streams, self.stranger_streams_per_peer, self.max_stranger_streams, peer[-8:])
+                logger.warning(
+                    "weights: refused %d streams over the caps (%d per peer, %d in all, strangers %d per "
+                    "peer and %d in all); latest from %s",
+                    self.streams_refused,
+                    self.max_streams_per_peer,
+                    self.max_streams,
+                    self.stranger_streams_per_peer,
+                    self.max_stranger_streams,
+                    peer[-8:],
+                )
             writer.close()
             return
         self.first_serves.opened(peer)
@@ -105,7 +125,7 @@ class WeightServer:
         except InvalidRecord as exc:
             self.requests_rejected += 1
             logger.warning("weights: rejected request from %s: %s", peer[-8:], exc)
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
             writer.close()

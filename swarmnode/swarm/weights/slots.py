@@ -54,8 +54,9 @@ def address_group(peer: str, addr: str) -> str:
 class SlotTable:
     """The open streams of one weight server and the rules for admitting a new one."""
 
-    def __init__(self, *, max_total: int, max_per_peer: int, stranger_per_peer: int, max_strangers: int,
-                 evict_after: float):
+    def __init__(
+        self, *, max_total: int, max_per_peer: int, stranger_per_peer: int, max_strangers: int, evict_after: float
+    ):
         self.max_total, self.max_per_peer = max_total, max_per_peer
         self.stranger_per_peer, self.max_strangers = min(stranger_per_peer, max_per_peer), max_strangers
         self.evict_after = evict_after
@@ -101,8 +102,7 @@ class SlotTable:
                 return self.strangers_by_address[s.address] - own_address
             return self.by_peer[s.peer] - own_peer
 
-        fair = [s for s in strangers
-                if (e := excess(s)) >= 1 or (e == 0 and now - s.useful_at >= self.evict_after)]
+        fair = [s for s in strangers if (e := excess(s)) >= 1 or (e == 0 and now - s.useful_at >= self.evict_after)]
         return max(fair, key=lambda s: (excess(s), -s.useful_at)) if fair else None
 
     def evict(self, slot: Slot) -> None:
@@ -117,8 +117,10 @@ class SlotTable:
         if slot not in self.slots:
             return
         self.slots.discard(slot)
-        for counter, key in ((self.by_peer, slot.peer),
-                             *(((self.strangers_by_address, slot.address),) if not slot.trusted else ())):
+        for counter, key in (
+            (self.by_peer, slot.peer),
+            *(((self.strangers_by_address, slot.address),) if not slot.trusted else ()),
+        ):
             counter[key] -= 1
             if not counter[key]:
                 del counter[key]

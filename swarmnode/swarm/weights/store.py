@@ -37,8 +37,17 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.manifest import AdapterSpec, ChunkEntry, WeightManifest
 from swarmnode.swarm.weights.havemap import bitmap
-from swarmnode.swarm.weights.layout import (CHUNK_BYTES, Buffer, aligned_buffer, chunk_size_for, cut_chunks,
-                                            flatten_into, plan_layout, tensors_from_buffer, write_file)
+from swarmnode.swarm.weights.layout import (
+    CHUNK_BYTES,
+    Buffer,
+    aligned_buffer,
+    chunk_size_for,
+    cut_chunks,
+    flatten_into,
+    plan_layout,
+    tensors_from_buffer,
+    write_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +61,15 @@ class FetchError(SwarmnodeError, RuntimeError):
 class WeightStore:
     """A node's local weight versions: publish, keep a window, serve chunks to peers, materialise tensors."""
 
-    def __init__(self, root: str | Path, run_id: str, *, keep_versions: int = 4, chunk_bytes: int = CHUNK_BYTES,
-                 cache_versions: int = 2):
+    def __init__(
+        self,
+        root: str | Path,
+        run_id: str,
+        *,
+        keep_versions: int = 4,
+        chunk_bytes: int = CHUNK_BYTES,
+        cache_versions: int = 2,
+    ):
         self.root = Path(root)
         self.run_id = run_id
         self.keep_versions = keep_versions
@@ -149,8 +165,16 @@ class WeightStore:
         return tensors_from_buffer(manifest, self.buffer(version))
 
     # -- writing ------------------------------------------------------------------------------------------
-    def publish(self, version: int, state: dict[str, torch.Tensor], identity: Identity, *,
-                parent_version: int = -1, model_id: str = "", adapter: AdapterSpec | None = None) -> WeightManifest:
+    def publish(
+        self,
+        version: int,
+        state: dict[str, torch.Tensor],
+        identity: Identity,
+        *,
+        parent_version: int = -1,
+        model_id: str = "",
+        adapter: AdapterSpec | None = None,
+    ) -> WeightManifest:
         """Write `state` as version `version` (new chunks only), sign its manifest, GC old versions. With
         `adapter`, `state` is LoRA adapter tensors for the base that `adapter` names (an adapter-only version)."""
         tensors, total = plan_layout(state)
@@ -158,9 +182,16 @@ class WeightStore:
         buf = aligned_buffer(total)
         flatten_into(state, tensors, buf)
         chunks = cut_chunks(buf, chunk_size_for(total, self.chunk_bytes))
-        manifest = WeightManifest.create(identity=identity, run_id=self.run_id, version=version,
-                                         parent_version=parent_version, model_id=model_id,
-                                         tensors=tensors, chunks=chunks, adapter=adapter)
+        manifest = WeightManifest.create(
+            identity=identity,
+            run_id=self.run_id,
+            version=version,
+            parent_version=parent_version,
+            model_id=model_id,
+            tensors=tensors,
+            chunks=chunks,
+            adapter=adapter,
+        )
         for chunk, off in zip(chunks, manifest.chunk_offsets()):
             if not (self.root / "chunks" / chunk.hex).exists():
                 self.write_chunk(chunk.hex, memoryview(buf)[off : off + chunk.size])
@@ -270,9 +301,14 @@ class WeightStore:
         newer = [v for v in self.versions() if v > manifest.version]
         other = [v for v in newer if (m := self.manifest(v)) is None or m.publisher != manifest.publisher]
         if other:
-            logger.warning("weights: dropping versions %s held here: signed by another learner than version %d "
-                           "(%s), an earlier run under run id %r", _span(other), manifest.version,
-                           manifest.publisher[-8:], self.run_id)
+            logger.warning(
+                "weights: dropping versions %s held here: signed by another learner than version %d "
+                "(%s), an earlier run under run id %r",
+                _span(other),
+                manifest.version,
+                manifest.publisher[-8:],
+                self.run_id,
+            )
             for v in other:
                 self._drop_version(v)
 
