@@ -452,9 +452,26 @@ def dashboard(
     startup_timeout: float | None = StartupOpt,
     refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
     once: bool = typer.Option(False, "--once", help="draw one view and exit"),
+    web: str | None = typer.Option(
+        None,
+        "--web",
+        help="serve the run page at ADDR:PORT (read-only; JSON at /status.json) instead of the terminal view",
+    ),
 ) -> None:
-    """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
+    """A live terminal view of a run's swarm health (q or Ctrl-C quits), or the run page in a browser (`--web`)."""
+    if web is not None:
+        from swarmnode.web.run import parse_address
+
+        address = parse_address(web)
     cfg, card = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
+    if web is not None:
+        from swarmnode.web.run import run_web
+
+        try:
+            _run_swarm_command(lambda stop: run_web(cfg, stop, address, refresh=refresh, card=card, emit=_emit))
+        except Interrupted:
+            pass
+        return
     from swarmnode.observe.dashboard import run_dashboard
 
     try:

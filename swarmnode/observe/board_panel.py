@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from rich.panel import Panel
 from rich.table import Table
@@ -21,13 +21,14 @@ def board_panel(doc: dict[str, Any], rows: int = 8) -> Panel | None:
     if not board or not board.get("learners"):
         return None
     table = Table(expand=True, pad_edge=False, box=None)
-    for col, justify in (
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
         ("#", "right"),
         ("contributor", "left"),
         ("groups", "right"),
         ("tokens", "right"),
         ("refused", "right"),
-    ):
+    )
+    for col, justify in columns:
         table.add_column(col, justify=justify, no_wrap=True)
     for rank, line in enumerate(board["entries"][:rows], 1):
         who = Text(line["name"] or "", style="bold")

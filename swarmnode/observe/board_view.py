@@ -85,6 +85,7 @@ async def read_board(member: Membership, doc: dict[str, Any]) -> dict[str, Any]:
     learners = [p for p in doc["peers"] if p["role"] == "learner"]
     believed = [p["peer_id"] for p in learners if p.get("designated", True)]
     doubted = [p["peer_id"] for p in learners if not p.get("designated", True)]
+    assert member.dht is not None, "a started member reads the board"
     found = await read_boards(member.dht, believed + doubted)
     boards = [b for peer in believed if (b := found[peer][0]) is not None]
     curves = [c for peer in believed if (c := found[peer][1]) is not None]

@@ -7,8 +7,6 @@ in one batched read; the signatures were checked by the validator on receipt and
 
 from __future__ import annotations
 
-import asyncio
-
 from hivemind.utils import get_dht_time
 
 from swarmnode.board.record import BoardRecord, CurveRecord
@@ -47,7 +45,7 @@ async def read_boards(dht: SwarmDHT, learners: list[str]) -> dict[str, tuple[Boa
         subkeys = found.get(key, {})
         board = _decoded(BoardRecord.decode, subkeys.get(owned_subkey(peer, BOARD_LABEL)), peer)
         curves = _decoded(CurveRecord.decode, subkeys.get(owned_subkey(peer, CURVES_LABEL)), peer)
-        out[peer] = (board, curves)  # type: ignore[assignment]
+        out[peer] = (board, curves)
     return out
 
 
@@ -59,11 +57,3 @@ def _decoded(decode, payload: bytes | None, peer: str):
     except InvalidRecord:
         return None
     return record if record.learner == peer else None
-
-
-async def wait_stored(dht: SwarmDHT, board: BoardRecord, curves: CurveRecord, timeout: float) -> bool:
-    """`store_board` bounded by `timeout` seconds (False when it took longer)."""
-    try:
-        return await asyncio.wait_for(store_board(dht, board, curves), timeout)
-    except TimeoutError:
-        return False
