@@ -222,6 +222,7 @@ def join(
         "sync.simulate_delay": simulate_delay,
         "metrics.port": metrics_port,
         "trust.accept_any_learner": insecure_accept_any_learner or None,
+        "public_name": public_name,
         **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout),
     }
     cfg, card = _config_and_card(invite, config, set_, flags)

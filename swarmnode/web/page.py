@@ -115,8 +115,9 @@ def _peers(doc: dict[str, Any]) -> str:
     ]
     for p in sorted(doc["peers"], key=lambda p: (p["role"], p["peer_id"])):
         lag = "-" if p.get("lag") is None else p["lag"]
+        doubt = " <span class='warn'>(self-declared)</span>" if p.get("designated") is False else ""
         rows.append(
-            f"<tr><td>{_who(p.get('name', ''), p['peer_id'])}</td><td>{_e(p['role'])}</td>"
+            f"<tr><td>{_who(p.get('name', ''), p['peer_id'])}</td><td>{_e(p['role'])}{doubt}</td>"
             f"<td>{_e(p.get('reachability', 'unknown'))}</td><td class='n'>{p['version']}</td>"
             f"<td class='n'>{_e(lag)}</td><td class='n'>{p['age_s']:.1f} s</td></tr>"
         )

@@ -20,7 +20,6 @@ from typing import Any
 from swarmnode.swarm.rollout_push.receive import TokenBucket
 
 MAX_HEAD_BYTES = 8192
-MAX_REQUESTS_PER_CONNECTION = 1000
 SECURITY_HEADERS = (
     "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'\r\n"
     "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\nCache-Control: no-store\r\n"
@@ -90,7 +89,7 @@ class PageServer:
         peer = writer.get_extra_info("peername")
         client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         try:
-            for _ in range(MAX_REQUESTS_PER_CONNECTION):
+            while True:
                 try:
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_timeout)
                 except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
