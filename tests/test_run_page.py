@@ -58,6 +58,23 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def open_in_browser(browser: str, url: str, tmp_path: Path) -> None:
+    """The page in headless Chromium: its DOM has the curves and the board with the public names; its screenshot
+    is kept (printed path)."""
+    shot = tmp_path / "run-page.png"
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
+    assert dom.count("<svg") >= 4 and "<polyline" in dom, dom[:2000]
+    assert all(f"<b>{name}</b>" in dom for name in NAMES.values()), dom[-3000:]
+    assert 'id="board"' in dom
+    subprocess.run([*flags, "--window-size=1280,1800", f"--screenshot={shot}", url], timeout=90, check=True)
+    assert shot.stat().st_size > 10_000
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    kept = ARTEFACTS / "run-page.png"
+    shutil.copy(shot, kept)
+    print(f"run page screenshot: {kept}")
+
+
 @pytest.mark.slow  # CI's long-scenario step runs it (.ci/run)
 def test_named_samplers_on_the_board_and_the_run_page_in_a_browser(tmp_path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
@@ -131,20 +148,8 @@ def test_named_samplers_on_the_board_and_the_run_page_in_a_browser(tmp_path):
             page_doc = json.loads(urllib.request.urlopen(url + "status.json", timeout=10).read())
             validate(page_doc)  # the JSON endpoint fits the status schema
             browser = chromium()
-            if browser is None:
-                pytest.skip("no chromium on this machine (apt-get install chromium); the page was not rendered")
-            shot = tmp_path / "run-page.png"
-            flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-            dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
-            assert dom.count("<svg") >= 4 and "<polyline" in dom, dom[:2000]
-            assert all(f"<b>{name}</b>" in dom for name in NAMES.values()), dom[-3000:]
-            assert 'id="board"' in dom
-            subprocess.run([*flags, "--window-size=1280,1800", f"--screenshot={shot}", url], timeout=90, check=True)
-            assert shot.stat().st_size > 10_000
-            ARTEFACTS.mkdir(parents=True, exist_ok=True)
-            kept = ARTEFACTS / "run-page.png"
-            shutil.copy(shot, kept)
-            print(f"run page screenshot: {kept}")
+            if browser is not None:
+                open_in_browser(browser, url, tmp_path)
 
             # 1,000 requests a second from one client: the learner does not slow down
             calm = step_rate(steps_file, 6.0)
@@ -182,3 +187,5 @@ def test_named_samplers_on_the_board_and_the_run_page_in_a_browser(tmp_path):
         finally:
             forger.terminate()
             forger.wait(20)
+    if browser is None:  # everything else was checked
+        pytest.skip("no chromium on this machine (apt-get install chromium): the page was not opened in a browser")

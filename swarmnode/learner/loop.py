@@ -218,7 +218,8 @@ class LearnerLoop:
                 groups.append(rows)
                 continue
             counted = self.rejected - before
-            counted.pop("liar_buffered", None)  # the liar's other groups, not this one's reason
+            for noted in ("liar_buffered", "reward_hint_mismatch", "replayed_unchecked"):  # counted, not its reason
+                counted.pop(noted, None)
             reason = next(iter(counted), "refused")
             mine = refused.setdefault(g.sampler_id, {})
             mine[reason] = mine.get(reason, 0) + 1

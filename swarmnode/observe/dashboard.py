@@ -433,7 +433,8 @@ async def run_dashboard(
         def rows() -> int:
             """Peer rows that fit beside the other panels (and the extra learners' table, log lines)."""
             extra = max(0, sum(p["role"] == "learner" for p in doc["peers"]) - 2)
-            return max(5, console.height - 28 - (extra + 4 if extra else 0) - len(history.logs))
+            board = 11 if (doc.get("board") or {}).get("learners") else 0  # the contributors panel
+            return max(5, console.height - 28 - board - (extra + 4 if extra else 0) - len(history.logs))
 
         if once:
             console.print(build_view(doc, history, max_rows=rows()))
