@@ -249,3 +249,17 @@ def test_the_server_is_read_only_and_limits_each_client():
         await server.close()
 
     asyncio.run(main())
+
+
+def test_the_dashboard_shows_names_as_text_and_the_board_panel():
+    from rich.console import Console
+
+    from swarmnode.observe.dashboard import build_view
+
+    doc = _doc_with_board()
+    sampler = next(p for p in doc["peers"] if p["role"] == "sampler" and p["name"] != "alice")
+    sampler["name"] = "[bold red]mallory[/]"  # rich markup in a name is shown, never interpreted
+    console = Console(width=160, record=True, color_system=None)
+    console.print(build_view(doc, max_rows=10))
+    text = console.export_text()
+    assert "[bold red]mallory[/]" in text and "contributors" in text and "alice" in text

@@ -19,18 +19,8 @@ from typing import Any
 from swarmnode.board.curves import MAX_POINTS, METRICS, Curves
 from swarmnode.board.tally import MAX_REASON_CHARS, MAX_REASONS, ContributorTally
 from swarmnode.identity import Identity
-from swarmnode.protocol.codec import (
-    InvalidRecord,
-    bytes_field,
-    check_signature,
-    float_field,
-    int_field,
-    list_field,
-    pack,
-    sign_fields,
-    str_field,
-    unpack,
-)
+from swarmnode.protocol import codec
+from swarmnode.protocol.codec import InvalidRecord, pack, unpack
 
 BOARD_TOP = 64
 MAX_BOARD_BYTES = 14 * 1024  # under the DHT's 16 KiB value with its framing and the DHT signature
@@ -39,11 +29,11 @@ _BIG = 2**62
 
 
 def _count(value: Any, where: str) -> int:
-    return int_field({where: value}, where, 0, _BIG)
+    return codec.int_field({where: value}, where, 0, _BIG)
 
 
 def _time(value: Any, where: str) -> float:
-    return float_field({where: value}, where, 0.0, 1e11)
+    return codec.float_field({where: value}, where, 0.0, 1e11)
 
 
 @dataclass
@@ -120,7 +110,7 @@ class BoardRecord:
                 tally.tokens,
                 tally.refused,
             )
-            record.signature = sign_fields(record._fields(), identity)
+            record.signature = codec.sign_fields(record._fields(), identity)
             if len(record.encode()) <= MAX_BOARD_BYTES or not ranked:
                 return record
             ranked = ranked[: len(ranked) * 3 // 4]
@@ -137,17 +127,17 @@ class BoardRecord:
         if obj["kind"] != "board":
             raise InvalidRecord("not a board record")
         record = cls(
-            learner=str_field(obj, "learner", 128, 8),
-            run_id=str_field(obj, "run_id", 64, 1),
+            learner=codec.str_field(obj, "learner", 128, 8),
+            run_id=codec.str_field(obj, "run_id", 64, 1),
             at=_time(obj["at"], "at"),
-            entries=list_field(obj, "entries", BOARD_TOP, BoardEntry.parse),
+            entries=codec.list_field(obj, "entries", BOARD_TOP, BoardEntry.parse),
             samplers=_count(obj["samplers"], "samplers"),
             groups=_count(obj["groups"], "groups"),
             tokens=_count(obj["tokens"], "tokens"),
             refused=_count(obj["refused"], "refused"),
-            signature=bytes_field(obj, "signature", 64, exact=64),
+            signature=codec.bytes_field(obj, "signature", 64, exact=64),
         )
-        check_signature(record._fields(), record.learner, record.signature)
+        codec.check_signature(record._fields(), record.learner, record.signature)
         return record
 
     def rest(self) -> dict[str, int]:
@@ -188,7 +178,7 @@ class CurveRecord:
     @classmethod
     def of(cls, curves: Curves, identity: Identity, run_id: str) -> CurveRecord:
         record = cls(identity.peer_id, run_id, time.time(), curves.span, curves.series())
-        record.signature = sign_fields(record._fields(), identity)
+        record.signature = codec.sign_fields(record._fields(), identity)
         return record
 
     def encode(self) -> bytes:
@@ -203,19 +193,19 @@ class CurveRecord:
         series = obj["series"]
         if not isinstance(series, dict) or set(series) != {"step", *METRICS}:
             raise InvalidRecord(f"curve record: series of step and {', '.join(METRICS)} expected")
-        steps = list_field(series, "step", MAX_POINTS, lambda v: _count(v, "step"))
+        steps = codec.list_field(series, "step", MAX_POINTS, lambda v: _count(v, "step"))
         clean: dict[str, list[Any]] = {"step": steps}
         for metric in METRICS:
-            clean[metric] = list_field(series, metric, MAX_POINTS, _series_item)
+            clean[metric] = codec.list_field(series, metric, MAX_POINTS, _series_item)
             if len(clean[metric]) != len(steps):
                 raise InvalidRecord(f"curve record: {metric} not aligned with step")
         record = cls(
-            learner=str_field(obj, "learner", 128, 8),
-            run_id=str_field(obj, "run_id", 64, 1),
+            learner=codec.str_field(obj, "learner", 128, 8),
+            run_id=codec.str_field(obj, "run_id", 64, 1),
             at=_time(obj["at"], "at"),
-            span=int_field(obj, "span", 1, _BIG),
+            span=codec.int_field(obj, "span", 1, _BIG),
             series=clean,
-            signature=bytes_field(obj, "signature", 64, exact=64),
+            signature=codec.bytes_field(obj, "signature", 64, exact=64),
         )
-        check_signature(record._fields(), record.learner, record.signature)
+        codec.check_signature(record._fields(), record.learner, record.signature)
         return record
