@@ -135,7 +135,7 @@ def test_named_samplers_on_the_board_and_the_run_page_in_a_browser(tmp_path):
                 return board if board.get("groups") else None
 
             for who, peer_id in samplers.items():
-                line = wait_for(lambda who=who: own_line(who), 30, 1.0, f"{who}'s own line")
+                line = wait_for(lambda who=who: own_line(who), 45, 1.0, f"{who}'s own line")
                 assert agrees(steps(steps_file), peer_id, line["groups"], line["at"]), (who, line)
 
             web = swarm.spawn(

@@ -263,3 +263,18 @@ def test_the_dashboard_shows_names_as_text_and_the_board_panel():
     console.print(build_view(doc, max_rows=10))
     text = console.export_text()
     assert "[bold red]mallory[/]" in text and "contributors" in text and "alice" in text
+
+
+def test_status_text_lists_the_contributors_with_their_names():
+    from swarmnode.observe.status import format_status
+
+    text = format_status(_doc_with_board())
+    assert "contributors (groups trained, tokens, refused):" in text and "alice (" in text
+
+
+def test_a_held_out_reward_lands_on_the_curve_where_the_steps_carry_it():
+    curves = Curves()
+    for step in range(1, 11):
+        curves.add({**_step(float(step), ["x"]), **({"eval_reward": 0.5} if step % 5 == 0 else {})})
+    held = curves.series()["heldout_reward"]
+    assert held[4] == 0.5 and held[9] == 0.5 and held[0] is None

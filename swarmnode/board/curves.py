@@ -19,7 +19,7 @@ METRICS = ("reward", "heldout_reward", "kl", "staleness", "groups_per_s")
 # where each metric comes from in a steps-file record (the first key present; held-out reward only when evaluated)
 SOURCES: dict[str, tuple[str, ...]] = {
     "reward": ("reward_mean",),
-    "heldout_reward": ("eval_reward", "heldout_reward", "eval_reward_mean"),
+    "heldout_reward": ("eval_reward",),  # the held-out evaluation's figure, on the steps it lands in
     "kl": ("kl",),
     "staleness": ("staleness_mean",),
 }

@@ -24,7 +24,7 @@ from swarmnode.swarm.rollout_push.streams import FULL
 
 logger = logging.getLogger(__name__)
 NOT_REFUSALS = ("ok", FULL, "busy", "duplicate")  # flow control and repeats, not a verdict on the group
-READ_EVERY_BEATS = 3
+READ_EVERY_BEATS = 12  # a minute at the default 5 s heartbeat: a sampler reads ~12 KB per learner a minute
 
 
 class BoardKeeper:
