@@ -278,3 +278,21 @@ def test_a_held_out_reward_lands_on_the_curve_where_the_steps_carry_it():
         curves.add({**_step(float(step), ["x"]), **({"eval_reward": 0.5} if step % 5 == 0 else {})})
     held = curves.series()["heldout_reward"]
     assert held[4] == 0.5 and held[9] == 0.5 and held[0] is None
+
+
+def test_a_save_cut_short_leaves_the_previous_board(tmp_path):
+    board = LearnerBoard.load(tmp_path)
+    board.add_step(_step(1.0, ["12D3KooWsampler"]))
+    board.save()
+    (tmp_path / f".{BOARD_FILE}.tmp").write_text('{"tally": {"entr')  # killed mid-save
+    again = LearnerBoard.load(tmp_path)
+    assert again.tally.groups == 2 and not (tmp_path / f".{BOARD_FILE}.tmp").exists()
+
+
+@pytest.mark.parametrize("text", ["8080", "host:port", "127.0.0.1:70000"])
+def test_a_bad_web_address_is_one_usage_line(text):
+    from swarmnode.web.run import parse_address
+
+    with pytest.raises(UsageError, match="ADDR:PORT"):
+        parse_address(text)
+    assert parse_address(":8080") == ("0.0.0.0", 8080) and parse_address("[::1]:0") == ("::1", 0)

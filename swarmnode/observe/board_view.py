@@ -5,7 +5,8 @@ names it had to change (`names_mended`). `read_board` reads the boards and curve
 (`swarm.board_keys`) and adds `board` (the learners' tallies merged per key, the top `SHOWN` with their public
 names, and the rest counted) and `curves` (per learner) to the document. Boards are believed only from the
 learners the document believes (the designated ones under `trust.learner_keys`, else every learner record); a
-board of any other key, a self-declared learner's, is refused and counted (`board.refused_boards`).
+board of any other key, a self-declared learner's, is refused and counted (`board.refused_boards`; of at most
+`MAX_DOUBTED` such keys a read, so a flood of learner records costs a bounded read).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from swarmnode.swarm.board_keys import read_boards
 from swarmnode.swarm.membership import Membership
 
 SHOWN = 64  # board lines in the document
+MAX_BELIEVED = 32  # learners whose boards one read asks for (a run has a few; a flood of records must not cost more)
+MAX_DOUBTED = 8  # self-declared learners whose boards are read, to count the refused ones
 
 
 def mend_names(doc: dict[str, Any], policy: NamePolicy) -> dict[str, Any]:
@@ -83,8 +86,8 @@ def curves_section(curves: list[CurveRecord]) -> dict[str, Any]:
 async def read_board(member: Membership, doc: dict[str, Any]) -> dict[str, Any]:
     """Add `board` and `curves` to a status document (see the module docstring)."""
     learners = [p for p in doc["peers"] if p["role"] == "learner"]
-    believed = [p["peer_id"] for p in learners if p.get("designated", True)]
-    doubted = [p["peer_id"] for p in learners if not p.get("designated", True)]
+    believed = [p["peer_id"] for p in learners if p.get("designated", True)][:MAX_BELIEVED]
+    doubted = [p["peer_id"] for p in learners if not p.get("designated", True)][:MAX_DOUBTED]
     assert member.dht is not None, "a started member reads the board"
     found = await read_boards(member.dht, believed + doubted)
     boards = [b for peer in believed if (b := found[peer][0]) is not None]
