@@ -123,21 +123,6 @@ def test_named_samplers_on_the_board_and_the_run_page_in_a_browser(tmp_path):
             )  # a board of a key that is not the run's learner: refused, counted, not believed
             assert max(e["groups"] for e in doc["board"]["entries"]) < 10**9
 
-            # each sampler's own line (`status --self`) is the learner's count
-            def own_line(who: str):
-                answer = subprocess.run(
-                    swarmnode_cmd("status", "--self", "--json", "--set", f"data_dir={tmp_path / who}"),
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                )
-                board = json.loads(answer.stdout).get("board") or {}
-                return board if board.get("groups") else None
-
-            for who, peer_id in samplers.items():
-                line = wait_for(lambda who=who: own_line(who), 45, 1.0, f"{who}'s own line")
-                assert agrees(steps(steps_file), peer_id, line["groups"], line["at"]), (who, line)
-
             web = swarm.spawn(
                 "web",
                 ["dashboard", *swarm._set_args(), "--set", keys[0], "--initial-peers", swarm.initial_peers]
@@ -166,6 +151,21 @@ def test_named_samplers_on_the_board_and_the_run_page_in_a_browser(tmp_path):
             assert figures["sent"] >= 5000 and figures["codes"].get("429", 0) > figures["sent"] / 2, figures
             assert flooded >= 0.8 * calm, (calm, flooded, figures)
             urllib.request.urlopen(url, timeout=10).read()  # the page still answers
+
+            # each sampler's own line (`status --self`) is the learner's count
+            def own_line(who: str):
+                answer = subprocess.run(
+                    swarmnode_cmd("status", "--self", "--json", "--set", f"data_dir={tmp_path / who}"),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                board = json.loads(answer.stdout).get("board") or {}
+                return board if board.get("groups") else None
+
+            for who, peer_id in samplers.items():
+                line = wait_for(lambda who=who: own_line(who), 45, 1.0, f"{who}'s own line")
+                assert agrees(steps(steps_file), peer_id, line["groups"], line["at"]), (who, line)
 
             # the board survives a learner restart
             before = {e["peer_id"]: e["groups"] for e in swarm.status(sets=keys)["board"]["entries"]}
