@@ -11,12 +11,14 @@ The commands
 - `node`                a node in a swarm: join, bootstrap, idle, preflight, hardware, the roles, SAPO (package)
 - `local`               on one machine: the demo, a local swarm of processes, single-process RL (package)
 - `observe`             watching a swarm: health records, status, the dashboard, metrics (package)
+- `web`                 the run page in a browser: `dashboard --web` (package)
 
 The parts underneath
 - `swarm`               the network: p2pd, the DHT, rollout push, weight versions, averaging (package)
 - `sampler`, `learner`  the network-free sampler and learner cores (packages)
 - `model`               building models, prompts, log-probs, adapter versions, host-device transfers (package)
 - `protocol`            every record that crosses the network (package)
+- `board`               the contributors board: a learner's tally and curves, their signed records (package)
 - `tasks`, `config`     prompts and rewards; the configuration and its presets (packages)
 - `identity`            the node's Ed25519 key: peer id and signatures
 - `compute_thread`      the one thread a role runs its model work on

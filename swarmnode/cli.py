@@ -141,6 +141,18 @@ MetricsPortOpt = typer.Option(
     max=65535,
     help="serve Prometheus /metrics on this port (0 = any free port; = metrics.port)",
 )
+PublicNameOpt = typer.Option(
+    None, "--public-name", help="a name shown beside this node's key in status, the dashboard and the run page"
+)
+
+
+def _check_public_name(cfg) -> None:
+    """The node's public name against the run's `names` policy: one line (exit code 2) before anything starts."""
+    from swarmnode.protocol.public_name import NamePolicy, check_public_name
+
+    check_public_name(cfg.public_name, NamePolicy.of(cfg.names))
+
+
 BOOTSTRAP_MADDRS = ["/ip4/0.0.0.0/tcp/31337", "/ip4/0.0.0.0/udp/31337/quic-v1"]
 
 
@@ -197,6 +209,7 @@ def join(
     ),
     idle: bool = typer.Option(False, "--idle", help="only advertise the role (no model, no work): a network check"),
     metrics_port: int | None = MetricsPortOpt,
+    public_name: str | None = PublicNameOpt,
     insecure_accept_any_learner: bool = typer.Option(
         False,
         "--insecure-accept-any-learner",
@@ -209,9 +222,11 @@ def join(
         "sync.simulate_delay": simulate_delay,
         "metrics.port": metrics_port,
         "trust.accept_any_learner": insecure_accept_any_learner or None,
+        "public_name": public_name,
         **_network_flags(initial_peers, host_maddrs, announce_maddrs, identity_path, startup_timeout),
     }
     cfg, card = _config_and_card(invite, config, set_, flags)
+    _check_public_name(cfg)
     if not cfg.network.initial_peers:
         fail("join needs --initial-peers (the address `swarmnode bootstrap` prints)")
     from swarmnode.config.trust import check_trust_root
@@ -305,6 +320,7 @@ def host(
         "--bootstrap-only",
         help="start the bootstrap and publish the card only (the learner joins elsewhere; needs trust.learner_keys)",
     ),
+    public_name: str | None = PublicNameOpt,
     update: bool = typer.Option(
         False,
         "--update",
@@ -313,7 +329,9 @@ def host(
     ),
 ) -> None:
     """Host a run: a bootstrap and a learner, the run's signed card, and one invite line (`swarmnode join ...`)."""
+    set_ = cli_sets(set_, public_name=public_name)  # the learner's name (and the bootstrap's)
     cfg = config_from_cli(config, set_)
+    _check_public_name(cfg)
     from swarmnode.node.host import default_owner_key, run_host, update_card
 
     key = Path(owner_key).expanduser() if owner_key else default_owner_key()
@@ -435,9 +453,26 @@ def dashboard(
     startup_timeout: float | None = StartupOpt,
     refresh: float = typer.Option(3.0, "--refresh", min=0.5, max=600, help="seconds between polls"),
     once: bool = typer.Option(False, "--once", help="draw one view and exit"),
+    web: str | None = typer.Option(
+        None,
+        "--web",
+        help="serve the run page at ADDR:PORT (read-only; JSON at /status.json) instead of the terminal view",
+    ),
 ) -> None:
-    """A live terminal view of a run's swarm health (q or Ctrl-C quits)."""
+    """A live terminal view of a run's swarm health (q or Ctrl-C quits), or the run page in a browser (`--web`)."""
+    if web is not None:
+        from swarmnode.web.run import parse_address
+
+        address = parse_address(web)
     cfg, card = _client_config("dashboard", config, set_, initial_peers, host_maddrs, startup_timeout, invite)
+    if web is not None:
+        from swarmnode.web.run import run_web
+
+        try:
+            _run_swarm_command(lambda stop: run_web(cfg, stop, address, refresh=refresh, card=card, emit=_emit))
+        except Interrupted:
+            pass
+        return
     from swarmnode.observe.dashboard import run_dashboard
 
     try:

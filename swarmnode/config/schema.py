@@ -584,6 +584,18 @@ class MetricsConfig(_Section):
     addr: str = Field("127.0.0.1", min_length=1, max_length=64, description="address /metrics listens on")
 
 
+class NamesConfig(_Section):
+    """The run's policy for public names (`--public-name`): shown by status, the dashboard and the run page, never
+    trusted for anything (docs/run-page.md)."""
+
+    allowed: bool = Field(True, description="whether nodes may show a public name")
+    max_length: int = Field(32, ge=1, le=64, description="longest public name, in characters")
+    charset: Literal["unicode", "ascii"] = Field(
+        "unicode",
+        description="unicode: letters and digits of any script; ascii: A-Z a-z 0-9 (both: space and .,_-'!?#+@())",
+    )
+
+
 class NodeConfig(_Section):
     """One node of one run."""
 
@@ -603,6 +615,10 @@ class NodeConfig(_Section):
         "samples and trains its own policy and shares rollouts as text (section `sapo`)",
     )
     data_dir: str | None = Field(None, description="checkpoints, weight store, cache; default user data dir")
+    public_name: str | None = Field(
+        None, description="a name shown beside this node's key (status, dashboard, run page); see `names`"
+    )
+    names: NamesConfig = Field(default_factory=NamesConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)

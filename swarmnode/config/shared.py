@@ -33,6 +33,7 @@ SHARED = (
     "sapo",
     "network.heartbeat_interval",
     "network.missed_beats_to_expire",
+    "names",
 )
 LOCAL = (
     "model.gradient_checkpointing",

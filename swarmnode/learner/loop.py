@@ -163,7 +163,11 @@ class LearnerLoop:
             return None
         drawn = self._draw(self.lc.prompts_per_step)
         by_sampler = Counter(g.sampler_id for g in drawn)
-        groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
+        groups, refused = self._valid_groups(drawn)
+        valid = Counter(rows[0].group.sampler_id for rows in groups)
+        tokens: Counter[str] = Counter()
+        for rows in groups:
+            tokens[rows[0].group.sampler_id] += sum(len(r.completion) for r in rows)
         rewards = [r.reward for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
         trained = groups if self.trains_zero_signal else signal
@@ -175,6 +179,9 @@ class LearnerLoop:
             "groups_trained": float(len(trained)),
             "sampler_ids": sorted(by_sampler),
             "sampler_groups": [by_sampler[s] for s in sorted(by_sampler)],  # drawn groups, aligned with the ids
+            "sampler_valid": [valid[s] for s in sorted(by_sampler)],  # of them, valid (the contributors board's)
+            "sampler_tokens": [tokens[s] for s in sorted(by_sampler)],  # their completion tokens
+            "sampler_refused": refused,  # {sampler id: {reason: groups}} refused in this step
         }
         if groups:
             taus = [rows[0].staleness for rows in groups]
@@ -199,6 +206,24 @@ class LearnerLoop:
         ):
             self.save()
         return out
+
+    def _valid_groups(self, drawn: list) -> tuple[list[list[Row]], dict[str, dict[str, int]]]:
+        """The rows of each drawn group that passes the rows' checks and the spot checks, and the others' reasons
+        by sender (the reason each refusal counted in `rejected`)."""
+        groups: list[list[Row]] = []
+        refused: dict[str, dict[str, int]] = {}
+        for g in drawn:
+            before = Counter(self.rejected)
+            if (rows := self.rows.rows(g, self.version)) and self._verified(g):
+                groups.append(rows)
+                continue
+            counted = self.rejected - before
+            for noted in ("liar_buffered", "reward_hint_mismatch", "replayed_unchecked"):  # counted, not its reason
+                counted.pop(noted, None)
+            reason = next(iter(counted), "refused")
+            mine = refused.setdefault(g.sampler_id, {})
+            mine[reason] = mine.get(reason, 0) + 1
+        return groups, refused
 
     def _optimise(self, groups: list[list[Row]]) -> dict:
         self._weights_published = False  # the step below moves them

@@ -276,6 +276,8 @@ def start_learners(run: DemoRun, args: list[str], learners: int = 1) -> None:
                 f"data_dir={run.workdir / name}",
                 "--identity-path",
                 str(run.workdir / f"{name}.key"),
+                "--public-name",
+                name,
                 *run.host_args(name),
             ],
         )
@@ -293,6 +295,8 @@ def start_samplers(run: DemoRun, args: list[str], samplers: int = 2) -> dict[int
             f"data_dir={root / f'sampler{i}'}",
             "--identity-path",
             str(root / f"sampler{i}.key"),
+            "--public-name",
+            f"sampler{i}",
             *run.host_args(f"sampler{i}"),
         ]
         for i in range(1, samplers + 1)

@@ -10,6 +10,9 @@
 - `status_text` `status` as text: a table, or past a page a summary and a page of the worst peers
 - `card_view`   the run card in `status <invite>` and the dashboard: summary, old-card warnings, panel
 - `dashboard`   the live terminal view
+- `board_view`  public names mended and the learners' contributors boards and curves in the status document
+- `board_schema` the JSON schema of the document's `board` and `curves`
+- `board_panel` the dashboard's contributors panel and peer cells with public names
 - `metrics`     Prometheus on every node
 - `progress`    transfer progress for a person
 - `self_record`  the node's own health on its own disk (`<data_dir>/health.json`)

@@ -26,6 +26,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from swarmnode.observe.board_panel import board_panel, peer_cell
 from swarmnode.observe.card_view import CardStatus, card_panel
 from swarmnode.observe.census import page_of, worst_first
 from swarmnode.observe.health import rejected_by_reason
@@ -165,7 +166,7 @@ def _peers_table(doc: dict[str, Any], max_rows: int, page: int = 0) -> Table:
         note = "self-declared" if p.get("designated") is False else str(p.get("health", {}).get("paused") or "")
         reach = p.get("reachability", "unknown")
         table.add_row(
-            _short(p["peer_id"]),
+            peer_cell(p, _short(p["peer_id"])),
             Text(p["role"], style=ROLE_STYLE.get(p["role"], "")),
             Text(reach, style=REACH_STYLE.get(reach, "dim")),
             _hardware(p.get("hardware", {})),
@@ -297,6 +298,8 @@ def build_view(doc: dict[str, Any], history: History | None = None, max_rows: in
     ]
     if rest:
         parts.append(_other_learners(rest))
+    if (board := board_panel(doc)) is not None:
+        parts.append(board)
     return Group(*parts, _alerts_panel(doc))
 
 
@@ -430,7 +433,8 @@ async def run_dashboard(
         def rows() -> int:
             """Peer rows that fit beside the other panels (and the extra learners' table, log lines)."""
             extra = max(0, sum(p["role"] == "learner" for p in doc["peers"]) - 2)
-            return max(5, console.height - 28 - (extra + 4 if extra else 0) - len(history.logs))
+            board = 11 if (doc.get("board") or {}).get("learners") else 0  # the contributors panel
+            return max(5, console.height - 28 - board - (extra + 4 if extra else 0) - len(history.logs))
 
         if once:
             console.print(build_view(doc, history, max_rows=rows()))

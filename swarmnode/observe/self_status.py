@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from swarmnode.board.own_line import own_line_text
 from swarmnode.observe.self_record import FILE_NAME, read_self_record
 
 EXIT = {"contributing": 0, "idle": 1, "failing": 2, "unknown": 3}
@@ -80,6 +81,7 @@ def verdict(doc: dict[str, Any] | None, now: float | None = None, where: str | P
         "record_age_s": round(age, 1),
         "uptime_s": round(uptime, 1),
         "version": health.get("version"),
+        **({"board": doc["board"]} if isinstance(doc.get("board"), dict) else {}),  # its line of the learners' boards
     }
     unit = "groups acknowledged" if role == "sampler" else "steps trained"
     facts["work_last_hour"] = int(work_hour)
@@ -123,7 +125,7 @@ def _answer(state: str, why: str, facts: dict[str, Any]) -> dict[str, Any]:
 def line(answer: dict[str, Any]) -> str:
     """The one line: `<state>: <why>` (with the role when known)."""
     role = f"{answer['role']} " if answer.get("role") else ""
-    return f"{role}{answer['state']}: {answer['why']}"
+    return f"{role}{answer['state']}: {answer['why']}" + own_line_text(answer.get("board"))
 
 
 def find_record_dir(data_dir: Path, explicit: bool) -> Path:

@@ -9,11 +9,13 @@ from typing import Any
 
 from swarmnode.config import NodeConfig, known_run_ids
 from swarmnode.identity import Identity
+from swarmnode.observe.board_view import board_lines, mend_names, read_board
 from swarmnode.observe.health import find_alerts, peer_lag, staleness_bound, swarm_summary
 from swarmnode.observe.status_census import census_fields, read_census, run_learners
 from swarmnode.observe.status_schema import STATUS_SCHEMA_VERSION
 from swarmnode.observe.status_text import PAGE_ROWS, alert_lines, summary_lines
 from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.public_name import NamePolicy
 from swarmnode.protocol.reachability import reachability_of
 from swarmnode.swarm.follower import with_designated
 from swarmnode.swarm.membership import Membership
@@ -57,7 +59,7 @@ def status_document(
         "alerts": find_alerts(believed, cfg.sync.max_staleness) + self_declared_alerts(peers),
     }
     doc.update(census or {})
-    return doc
+    return mend_names(doc, NamePolicy.of(cfg.names))  # public names: shown harmlessly, never trusted
 
 
 MAX_SELF_DECLARED_ALERTS = 3  # beyond this many self-declared learners (a flood), one alert counts them
@@ -122,7 +124,7 @@ async def read_status(member: Membership, exact: bool = False) -> dict[str, Any]
     doc = status_document(member.cfg, with_designated(census.records, learners), census=census_fields(census, learners))
     if not any(p["role"] in NODE_ROLES for p in doc["peers"]):
         doc["other_runs"] = await other_runs(member)
-    return doc
+    return await read_board(member, doc)
 
 
 async def query_status(cfg: NodeConfig, exact: bool = False) -> dict[str, Any]:
@@ -138,6 +140,7 @@ def format_status(doc: dict[str, Any], page: int = 0, page_rows: int = PAGE_ROWS
     """A plain table of the status document, then its alerts; past `page_rows` peers, a summary (counts by role,
     version and reachability, the learners) and page `page` of the others, the worst first (`status_text`)."""
     lines = summary_lines(doc, page, page_rows)
+    lines += board_lines(doc)
     lines += alert_lines(doc["alerts"])
     if (hint := other_runs_hint(doc)) is not None:
         lines.append(hint)

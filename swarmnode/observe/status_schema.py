@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarmnode.errors import SwarmnodeError
+from swarmnode.observe.board_schema import BOARD_SCHEMA, CURVES_SCHEMA
 from swarmnode.observe.health_record import WIRE_FIELDS
 from swarmnode.protocol.reachability import REACHABILITIES
 
@@ -65,6 +66,7 @@ PEER_SCHEMA: dict[str, Any] = {
             "description": "public: dialled directly; relayed: through "
             "a bootstrap's relay; client-only: nobody can dial it; unknown: not said (older node)",
         },
+        "name": {"type": "string", "description": "its public name as shown (mended under the reader's policy)"},
         "designated": {
             "type": "boolean",
             "description": "a learner: one of trust.learner_keys (false: it only "
@@ -162,6 +164,9 @@ STATUS_SCHEMA: dict[str, Any] = {
             "description": "status <invite>: the run card (run_id, version, owner, model, task, learners, bootstraps)",
         },
         "census": CENSUS_SCHEMA,
+        "names_mended": {**_COUNT, "description": "public names shown changed or hidden (markup, control characters)"},
+        "board": BOARD_SCHEMA,
+        "curves": CURVES_SCHEMA,
         "other_runs": {
             "type": "object",
             "additionalProperties": _COUNT,

@@ -2,6 +2,7 @@
 
 - `codec`   InvalidRecord, msgpack framing with size limits, field checks, signing helpers
 - `peer`    PeerRecord (DHT heartbeat)
+- `public_name` public names: the run's policy, the node's own check, the harmless form a reader shows
 - `rollout` RolloutGroup (sampler -> learner)
 - `manifest` WeightManifest (learner -> everyone)
 - `announce` VersionAnnouncement (a learner's DHT pointer to a version's manifest)

@@ -25,6 +25,7 @@ from swarmnode.protocol.codec import (
     str_field,
     unpack,
 )
+from swarmnode.protocol.public_name import MAX_NAME_CHARS
 
 MAX_PEER_RECORD_BYTES = 16 * 1024
 ROLES = ("bootstrap", "sampler", "learner", "auto", "client")
@@ -99,11 +100,14 @@ class PeerRecord:
     addrs: list[str] = field(default_factory=list)
     health: dict[str, Any] = field(default_factory=dict)
     timestamp: float = 0.0
+    name: str = ""  # the node's public name (`protocol.public_name`): shown, never trusted
     signature: bytes = b""
 
     def _fields(self) -> dict[str, Any]:
         body = asdict(self)
         body.pop("signature")
+        if not body["name"]:  # a record without a name is byte for byte what nodes before names wrote
+            body.pop("name")
         return body
 
     @classmethod
@@ -150,6 +154,7 @@ class PeerRecord:
             addrs=list_field(obj, "addrs", 8, _maddr),
             health=small_map(obj.get("health"), "health", allow_lists=True),
             timestamp=float_field(obj, "timestamp", 0.0, 1e11),
+            name=str_field(obj, "name", MAX_NAME_CHARS) if "name" in obj else "",
             signature=bytes_field(obj, "signature", 64, exact=64),
         )
         if check_signature_of:
@@ -163,5 +168,6 @@ class PeerRecord:
     def summary(self, now: float | None = None) -> dict[str, Any]:
         """A JSON-friendly view for `status` and the dashboard (no signature)."""
         body = self._fields()
+        body["name"] = self.name
         body["age_s"] = round(self.age(now), 3)
         return body

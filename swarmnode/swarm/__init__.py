@@ -7,6 +7,7 @@
 - `shard_window` a sampler's bounded look at the peer records: a few shards a refresh, rotating over all
 - `dht_storage` a DHT node's local storage, bounded per key
 - `validator` which DHT records are accepted
+- `board_keys` learners' contributors boards and curves in the DHT (store, read)
 - `reachability` can others dial this node: the bootstraps' dial-back, relay reservation, client mode
 - `recheck`   reachability after join: the relay reservation each heartbeat, the dial-back now and then
 - `relay`     a bootstrap's circuit relay (v2) service and its limits, checked at start

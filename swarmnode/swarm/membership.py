@@ -75,6 +75,8 @@ class Membership:
         self._addrs: list[str] = []
         self._published = False  # a record of ours was stored at least once
         self._unstored = 0  # publishes in a row no DHT peer stored
+        if cfg.public_name and not client_mode:  # checked against the run's `names` policy before the node started
+            self.fields["name"] = cfg.public_name
 
     async def start(self) -> Membership:
         """Join the DHT, refuse a duplicate identity, publish our record and start the heartbeat."""

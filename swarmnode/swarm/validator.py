@@ -26,6 +26,7 @@ from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils import get_dht_time
 
+from swarmnode.board.record import BoardRecord, CurveRecord
 from swarmnode.identity import SIGNATURE_BYTES, Identity, verify
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord, pack
@@ -87,6 +88,31 @@ def _own_learner_schema(owner: str, label: str, payload: bytes) -> PeerRecord:
     if record.role != "learner":
         raise InvalidRecord("a learner key holds its owner's learner record only")
     return record
+
+
+BOARD_LABEL = "board"  # a learner's contributors board: subkey `board@<peer id>` under its own `board_key`
+CURVES_LABEL = "curves"  # its curves over the run: subkey `curves@<peer id>` there
+
+
+def board_key(run_id: str, peer_id: str) -> str:
+    """The DHT key of a learner's board and curves (`swarmnode.board.record`): only `peer_id` may write it, and
+    a reader believes it only of a learner it believes (`swarmnode.observe.board_view`)."""
+    return f"{run_id}/board/{peer_id}"
+
+
+def _board_schema(run_id: str) -> Schema:
+    def check(owner: str, label: str, payload: bytes) -> None:
+        record: BoardRecord | CurveRecord
+        if label == BOARD_LABEL:
+            record = BoardRecord.decode(payload)
+        elif label == CURVES_LABEL:
+            record = CurveRecord.decode(payload)
+        else:
+            raise InvalidRecord(f"a board key holds {BOARD_LABEL}@ and {CURVES_LABEL}@ subkeys only")
+        if record.learner != owner or record.run_id != run_id:
+            raise InvalidRecord("board of another learner or another run")
+
+    return check
 
 
 def _shard_schema(shard: int, shards: int) -> Schema:
@@ -252,8 +278,18 @@ class SwarmValidator(RecordValidatorBase):
             return None
         return _own_learner_schema
 
+    def _board_key_schema(self, record: DHTRecord) -> Schema | None:
+        """`_board_schema` when `record` sits under its subkey owner's own `board_key`, else None."""
+        subkey = _loads(record.subkey, 512)
+        if not isinstance(subkey, str):
+            return None
+        _, owner = split_subkey(subkey)
+        if DHTID.generate(source=board_key(self.run_id, owner)).to_bytes() != record.key:
+            return None
+        return _board_schema(self.run_id)
+
     def _check(self, record: DHTRecord) -> None:
-        schema = self._schemas.get(record.key) or self._learner_key_schema(record)
+        schema = self._schemas.get(record.key) or self._learner_key_schema(record) or self._board_key_schema(record)
         if schema is None:
             if record.key in self.foreign_keys or len(self.foreign_keys) < MAX_FOREIGN_KEYS:
                 self.foreign_keys[record.key] += 1

@@ -24,6 +24,7 @@ from swarmnode.learner.waste import MeteredBuffer
 from swarmnode.model.models import load_model, pick_device
 from swarmnode.node.roles.averaging_rounds import AveragingRounds, averaging_enabled
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
+from swarmnode.node.roles.board_role import BoardKeeper
 from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.observe.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
 from swarmnode.observe.health_record import LearnerHealth
@@ -62,6 +63,7 @@ class LearnerRole(NodeRole):
         self.buffer = buffer = MeteredBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
         self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, **journal_limits(cfg))
+        self.board = BoardKeeper(self.data_dir, self.dht, identity, cfg.run_id, cfg.network.heartbeat_interval)
         self.rounds: AveragingRounds | None = None
         loop = asyncio.get_running_loop()
         hooks = LearnerHooks(
@@ -120,6 +122,7 @@ class LearnerRole(NodeRole):
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
         run = run_values(cfg)
         admit = lambda group: SETTINGS_STATUS if group_mismatch(group, run) else self.inbox.admit(group)  # noqa: E731
+        admit = self.board.counting(admit)  # refusals count against their senders on the board
         self.receiver = RolloutReceiver(
             cfg.run_id,
             admit,
@@ -174,6 +177,8 @@ class LearnerRole(NodeRole):
     def _poisoned(self, group, reason: str) -> None:
         """A group that poisoned a step or lied counts against its sender; a caught liar is named in the log."""
         self.receiver.strike(group.sampler_id, f"{reason}: group {group.group_id[:12]}")
+        if reason.startswith("poisoned_group"):  # (a lie is counted with its step's refusals)
+            self.board.refuse(group.sampler_id, "poisoned_group")
         if reason.startswith("logprob_mismatch"):
             passed = self.learner.verifier.passed.get(group.sampler_id, 0)
             self.emit(
@@ -202,6 +207,7 @@ class LearnerRole(NodeRole):
     async def run(self, stop: asyncio.Event) -> None:
         steps_log = StepsLog(self.data_dir)
         progress = _Progress(self.emit)
+        board = asyncio.create_task(self.board.run(stop))
         try:
             while not stop.is_set():
                 began = time.monotonic()
@@ -217,6 +223,7 @@ class LearnerRole(NodeRole):
                     self._report_idle()
                     continue
                 if not diag.get("trained"):  # the groups drawn had no reward signal; they are used up
+                    self.board.step(diag)  # (its refusals count)
                     continue
                 if self.rounds is not None:
                     await self.rounds.after_step()
@@ -224,11 +231,14 @@ class LearnerRole(NodeRole):
                     await self._replay_done()
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_log.write(record)
+                self.board.step(record)  # the board counts what the steps file holds
                 self.series.add(record["version"], record)
                 self._publish_step(record)
                 progress.step(record)
         finally:
             steps_log.close()
+            board.cancel()
+            await asyncio.to_thread(self.board.board.save)
             await asyncio.to_thread(self.learner.flush_publish, 10.0)
             if self.rounds is not None:
                 await asyncio.to_thread(self.rounds.averaging.stop)

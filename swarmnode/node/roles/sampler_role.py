@@ -24,6 +24,7 @@ from swarmnode.delivery import DelayedSink, RolloutSink
 from swarmnode.identity import Identity, node_data_dir
 from swarmnode.model.models import meta_state_dict
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole, sleep_or_stop
+from swarmnode.node.roles.board_role import OwnLine
 from swarmnode.observe.health_record import SamplerHealth
 from swarmnode.observe.progress import fetch_progress
 from swarmnode.protocol.run_settings import differences, run_values
@@ -153,12 +154,21 @@ class SamplerRole(NodeRole):
             try:
                 await self._discover()
                 await self.follower.poll()
+                await self._read_own_line()
                 backoff.success()
                 wait = interval if self.learners else min(interval, NO_LEARNER_POLL_S)  # find a joining one fast
             except Exception as exc:  # a DHT hiccup must not end the sampler
                 wait = backoff.failure()
                 logger.warning("following versions failed: %s (next try in %.1f s)", exc, wait)
             await sleep_or_stop(stop, wait)
+
+    async def _read_own_line(self) -> None:
+        """This sampler's line of its learners' boards, every few beats, into `health.json` (`status --self`)."""
+        if not hasattr(self, "own_line"):
+            self.own_line = OwnLine(self.dht, self.identity.peer_id)
+        line = await self.own_line.maybe_read([str(p) for p in self.learners])
+        if line is not None:
+            self.self_record.extra["board"] = line
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
