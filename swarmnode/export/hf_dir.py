@@ -40,7 +40,9 @@ def write_model(out: Path, base_dir: str, state: dict[str, torch.Tensor], cfg: N
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
-        raise ExportError(f"the version does not fit {cfg.model.name}'s architecture ({str(exc).splitlines()[0]})")
+        raise ExportError(
+            f"the version does not fit {cfg.model.name}'s architecture ({str(exc).splitlines()[0]})"
+        ) from None
     model.tie_weights()
     model.config.dtype = dtype
     model.save_pretrained(out, max_shard_size=MAX_SHARD)
@@ -48,15 +50,15 @@ def write_model(out: Path, base_dir: str, state: dict[str, torch.Tensor], cfg: N
     write_generation_config(out, base_dir, cfg)
 
 
-def write_adapter(
-    out: Path, base_dir: str, state: dict[str, torch.Tensor], spec: AdapterSpec, cfg: NodeConfig
-) -> None:
+def write_adapter(out: Path, base_dir: str, state: dict[str, torch.Tensor], spec: AdapterSpec, cfg: NodeConfig) -> None:
     """Write LoRA adapter tensors (peft's names) and their config as a PEFT adapter directory in `out`."""
     from safetensors.torch import save_file
 
     config = {**peft_config(spec), "base_model_name_or_path": base_reference(cfg, base_dir), "inference_mode": True}
     (out / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    save_file({k: v.contiguous().clone() for k, v in state.items()}, out / "adapter_model.safetensors", {"format": "pt"})
+    save_file(
+        {k: v.contiguous().clone() for k, v in state.items()}, out / "adapter_model.safetensors", {"format": "pt"}
+    )
     write_tokenizer(out, base_dir, cfg)
     write_generation_config(out, base_dir, cfg)
 

@@ -37,5 +37,7 @@ def push_dir(directory: Path, repo: str, run_id: str, version: int, *, private: 
         )
     except Exception as exc:  # connection refused, 401 without a token, 403/404 for a repo not ours...
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise PushError(f"pushing version {version} to the Hub repo {repo} failed: {type(exc).__name__}: {first}") from None
+        raise PushError(
+            f"pushing version {version} to the Hub repo {repo} failed: {type(exc).__name__}: {first}"
+        ) from None
     return str(getattr(info, "commit_url", info))

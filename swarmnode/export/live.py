@@ -37,7 +37,11 @@ class _Keep:
     state: dict[str, torch.Tensor] | None = None
 
     def offer_weights(
-        self, state: dict[str, torch.Tensor], version: int, lineage: str | None = None, adapter: AdapterSpec | None = None
+        self,
+        state: dict[str, torch.Tensor],
+        version: int,
+        lineage: str | None = None,
+        adapter: AdapterSpec | None = None,
     ) -> None:
         self.state = state
 
@@ -60,6 +64,7 @@ async def fetch_live(cfg: NodeConfig, version: int | None, store_dir: Path, base
         await member.start()
     except SwarmStartError as exc:
         raise ExportError(f"run {cfg.run_id}: no bootstrap answered ({exc})", exit_code=ExitCode.NETWORK) from None
+    assert member.dht is not None  # started
     store = WeightStore(store_dir, cfg.run_id, keep_versions=1)
     peers = LivePeers(member.dht, member.identity.peer_id, cfg.network.heartbeat_interval, designated=keys)
     sink = _Keep()

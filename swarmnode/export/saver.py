@@ -18,6 +18,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.errors import SwarmnodeError
 from swarmnode.export.command import export_version
 from swarmnode.export.hub import push_dir
+from swarmnode.export.run_info import read_run_info
 from swarmnode.export.versions import read_version
 from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.weights import WeightStore
@@ -49,7 +50,7 @@ class VersionSaver:
         emit: Callable[[str], None],
         card: RunCard | None = None,
     ) -> None:
-        self.cfg, self.store, self.emit, self.card = cfg, store, emit, card
+        self.cfg, self.store, self.emit, self.card, self.data_dir = cfg, store, emit, card, Path(data_dir)
         self.every = cfg.learner.save_every
         self.root = save_dir(cfg, data_dir)
         held = saved_versions(self.root)
@@ -90,7 +91,8 @@ class VersionSaver:
         out = self.root / f"v{version}"
         try:
             found = read_version(self.store, version, f"this learner's store ({self.store.root})")
-            export_version(found, out, self.cfg, self.card, replace=True)
+            info = read_run_info(self.data_dir) if self.card is None else None  # the card, if it joined by invite
+            export_version(found, out, self.cfg, self.card or (info.card if info else None), replace=True)
         except (SwarmnodeError, OSError, RuntimeError, ValueError) as exc:
             self.failures += 1
             self.emit(f"save: version {version} not saved to {out}: {exc}; training goes on")

@@ -27,6 +27,7 @@ def load_exported(directory: Path, cfg: NodeConfig):
     from swarmnode.model.models import load_model
 
     directory = Path(directory)
+    model: Any
     try:
         if (directory / "adapter_config.json").is_file():
             from peft import PeftModel
@@ -104,7 +105,11 @@ def evaluate_dir(
     doc: dict[str, Any] = {"model": str(directory), "task": cfg.task.name, "model_scores": summary(rows, samples)}
     if base:
         base_rows = score(
-            load_model(cfg.model, cfg.task), load_tokenizer(cfg.model, cfg.task), task, cfg, samples,
+            load_model(cfg.model, cfg.task),
+            load_tokenizer(cfg.model, cfg.task),
+            task,
+            cfg,
+            samples,
             lambda d, t: tell("base", d, t),
         )
         doc.update(base=cfg.model.name, base_scores=summary(base_rows, samples), paired=paired(rows, base_rows))

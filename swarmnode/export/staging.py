@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from swarmnode.diskspace import MARGIN_BYTES, DiskFullError, free_bytes, full_message, raise_if_full
-from swarmnode.export.errors import ExportError
 from swarmnode.errors import ExitCode
+from swarmnode.export.errors import ExportError
 
 PARTIAL_TAG = ".partial-"
 
