@@ -5,7 +5,9 @@ can be read beside it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +65,25 @@ def read_version(store: WeightStore, version: int, where: str) -> Version:
     buf = aligned_buffer(manifest.total_bytes)
     view = memoryview(buf)
     for chunk, off in zip(manifest.chunks, manifest.chunk_offsets()):
-        if not store.load_chunk_into(chunk, view[off : off + chunk.size]):
+        with _store_quiet():  # the store's own warning would be a second line: the error below says it
+            held = store.load_chunk_into(chunk, view[off : off + chunk.size])
+        if not held:
             raise ExportError(
                 f"version {version} in {where}: chunk {chunk.hex[:12]} is missing or corrupt (its sha256 does not "
                 "match the signed manifest); export another version (--version) or from the live run (its invite)"
             )
     return Version(manifest, tensors_from_buffer(manifest, buf), buf, where)
+
+
+@contextlib.contextmanager
+def _store_quiet() -> Iterator[None]:
+    log = logging.getLogger("swarmnode.swarm.weights.store")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def local_version(data_dir: Path, run_id: str, keys: Iterable[str], version: int | None) -> Version:
