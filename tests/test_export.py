@@ -185,7 +185,9 @@ def test_a_failed_write_leaves_no_directory_and_an_existing_one_is_refused(tmp_p
     assert caught.value.exit_code == ExitCode.USAGE and (out / "x").read_text() == "mine"
 
 
-def test_saving_every_n_versions_keeps_the_last_k_and_a_failed_push_is_one_line(full_run, learner, tmp_path, monkeypatch):
+def test_saving_every_n_versions_keeps_the_last_k_and_a_failed_push_is_one_line(
+    full_run, learner, tmp_path, monkeypatch
+):
     import socket
 
     with socket.socket() as s:  # a port nobody listens on: the Hub unreachable
