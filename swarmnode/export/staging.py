@@ -65,4 +65,3 @@ def staged_dir(out: Path, *, replace: bool = False) -> Iterator[Path]:
             if isinstance(exc, RuntimeError) and free_bytes(out.parent) < MARGIN_BYTES:
                 raise DiskFullError(f"disk full: {out.parent} ({exc})", out.parent) from exc
         raise
-
