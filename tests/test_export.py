@@ -214,3 +214,15 @@ def test_saving_every_n_versions_keeps_the_last_k_and_a_failed_push_is_one_line(
     assert len(pushes) == 3 and all("\n" not in p and "me/x failed" in p and "training goes on" in p for p in pushes)
     assert f"swarmnode: run {RUN}" not in "".join(pushes)  # nothing reached a hub
     assert read_facts(d / "exports" / "v6").version == 6
+
+
+def test_the_disk_need_counts_the_saved_directories(learner):
+    from swarmnode.node.disk_need import disk_need, format_disk
+    from swarmnode.node.hardware import estimate_memory
+
+    off = run_config(learner)
+    on = run_config(learner, ["learner.save_every=10", "learner.save_total_limit=3"])
+    need_off, need_on = disk_need(off, estimate_memory(off)), disk_need(on, estimate_memory(on))
+    assert need_off["exports_bytes"] == 0 and need_on["exports_bytes"] == 4 * need_on["version_bytes"]
+    assert need_on["learner_bytes"] - need_off["learner_bytes"] == need_on["exports_bytes"]
+    assert "4 saved model dirs" in format_disk(need_on)

@@ -58,8 +58,11 @@ def export_version(
     base_state: dict | None = None,
     heldout: bool = False,
     replace: bool = False,
+    check_base_weights: bool = True,
 ) -> dict[str, Any]:
-    """Write `found` into `out` (whole or not at all); the export's summary."""
+    """Write `found` into `out` (whole or not at all); the export's summary. An adapter version's base weights are
+    loaded and checked against its manifest's hash, unless `check_base_weights` is False and no `merge` is asked
+    (the learner saving its own adapters: it trains on that base)."""
     base_dir = resolve_model_path(cfg.model, cfg.task, progress=_say)
     spec = found.manifest.adapter
     check_room(out, found.manifest.total_bytes * (1 if spec is None else 2), f"version {found.manifest.version}")
@@ -68,9 +71,12 @@ def export_version(
             write_model(tmp, base_dir, found.state, cfg)
             kind = "model"
         else:
-            base = base_state if base_state is not None else load_base_state(base_dir, cfg)
-            check_base(base, spec, cfg.model.name)
-            if merge:
+            base = base_state
+            if base is None and (merge or check_base_weights):
+                base = load_base_state(base_dir, cfg)
+            if base is not None:
+                check_base(base, spec, cfg.model.name)
+            if merge and base is not None:
                 write_model(tmp, base_dir, merged_state(base, found.state, spec), cfg)
                 kind = "merged"
             else:

@@ -92,7 +92,8 @@ class VersionSaver:
         try:
             found = read_version(self.store, version, f"this learner's store ({self.store.root})")
             info = read_run_info(self.data_dir) if self.card is None else None  # the card, if it joined by invite
-            export_version(found, out, self.cfg, self.card or (info.card if info else None), replace=True)
+            card = self.card or (info.card if info else None)
+            export_version(found, out, self.cfg, card, replace=True, check_base_weights=False)
         except (SwarmnodeError, OSError, RuntimeError, ValueError) as exc:
             self.failures += 1
             self.emit(f"save: version {version} not saved to {out}: {exc}; training goes on")
