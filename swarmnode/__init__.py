@@ -10,6 +10,7 @@ The command line
 The commands
 - `node`                a node in a swarm: join, bootstrap, idle, preflight, hardware, the roles, SAPO (package)
 - `local`               on one machine: the demo, a local swarm of processes, single-process RL (package)
+- `export`              the model out: HF model / PEFT adapter directories, model cards, the Hub, eval (package)
 - `observe`             watching a swarm: health records, status, the dashboard, metrics (package)
 - `web`                 the run page in a browser: `dashboard --web` (package)
 

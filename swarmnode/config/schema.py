@@ -348,6 +348,21 @@ class LearnerConfig(_Section):
     publish_every: int = Field(1, ge=1, le=100_000, description="optimiser steps per published weight version")
     checkpoint_every: int = Field(50, ge=1, description="optimiser steps between checkpoints")
     keep_versions: int = Field(4, ge=1, le=1000, description="complete weight versions kept on disk")
+    save_every: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="every this many versions write the newest as a Hugging Face model directory (a PEFT adapter "
+        "under LoRA) in save_dir, as `swarmnode export` does; 0 = off",
+    )
+    save_total_limit: int = Field(
+        2, ge=1, le=1000, description="as TRL: saved directories kept (the last K); older ones are removed"
+    )
+    save_dir: str = Field("", max_length=4096, description="where saved directories go; empty: <data dir>/exports")
+    push_to_hub: bool = Field(
+        False, description="as TRL: upload each saved directory to hub_model_id (the version in the commit message)"
+    )
+    hub_model_id: str = Field("", max_length=200, description="as TRL: the Hub repo saved directories are pushed to")
     buffer_size: int = Field(512, ge=1, le=10_000_000, description="max groups held")
     per_sampler_quota: float = Field(0.5, gt=0, le=1, description="max share of the buffer one sampler may hold")
     max_groups_per_second_per_sampler: float = Field(
@@ -408,6 +423,12 @@ class LearnerConfig(_Section):
     @classmethod
     def _old_names(cls, data: Any) -> Any:
         return map_deprecated_learner_keys(data)
+
+    @model_validator(mode="after")
+    def _push_target(self) -> LearnerConfig:
+        if self.push_to_hub and not (self.hub_model_id and self.save_every):
+            raise ValueError("learner.push_to_hub needs learner.hub_model_id (owner/name) and learner.save_every > 0")
+        return self
 
     @model_validator(mode="after")
     def _lora_learning_rate(self) -> LearnerConfig:

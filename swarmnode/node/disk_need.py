@@ -6,7 +6,9 @@ Everything a node keeps is bounded by its config, not by how long it runs:
 - one checkpoint (a learner), twice while the next one is written beside it;
 - the group journal (a learner), at most its hard limit (`learner.journal.journal_limits`) of groups;
 - the steps file (a learner), rotated at `STEPS_FILE_MAX_BYTES` (twice that at most);
-- the ids of the groups it accepted (a learner's exactly-once memory), compacted at twice `SEEN_CAPACITY` lines.
+- the ids of the groups it accepted (a learner's exactly-once memory), compacted at twice `SEEN_CAPACITY` lines;
+- with `learner.save_every`, `learner.save_total_limit` saved model directories (a version each: adapters alone
+  under LoRA) plus the one being written.
 Sizes are estimates (a rollout group's bytes from its token counts); deduplicated chunks make versions smaller.
 """
 
@@ -44,7 +46,8 @@ def disk_need(cfg: NodeConfig, estimate: MemoryEstimate) -> dict[str, int]:
     journal = journal_limits(cfg)["hard_limit"] * group_bytes(cfg)
     seen = journal_bytes_at_most(SEEN_CAPACITY, MAX_GROUPS_PER_READ)
     sampler = (lc.keep_versions + 1) * version
-    learner = (learner_versions + 1) * version + 2 * checkpoint + journal + 2 * STEPS_FILE_MAX_BYTES + seen
+    exports = (lc.save_total_limit + 1) * version if lc.save_every else 0
+    learner = (learner_versions + 1) * version + 2 * checkpoint + journal + 2 * STEPS_FILE_MAX_BYTES + seen + exports
     return {
         "version_bytes": version,
         "sampler_versions": lc.keep_versions + 1,
@@ -54,6 +57,8 @@ def disk_need(cfg: NodeConfig, estimate: MemoryEstimate) -> dict[str, int]:
         "journal_bytes": journal,
         "steps_log_bytes": 2 * STEPS_FILE_MAX_BYTES,
         "seen_ids_bytes": seen,
+        "exports": lc.save_total_limit + 1 if lc.save_every else 0,
+        "exports_bytes": exports,
         "learner_bytes": learner,
     }
 
@@ -68,7 +73,9 @@ def format_disk(disk: dict[str, int]) -> str:
         f"disk: sampler ~{gb(disk['sampler_bytes'])} ({disk['sampler_versions']} versions of "
         f"{gb(disk['version_bytes'])}); learner ~{gb(disk['learner_bytes'])} ({disk['learner_versions']} "
         f"versions, 2 x checkpoint {gb(disk['checkpoint_bytes'])}, group journal <= {gb(disk['journal_bytes'])}, "
-        f"steps file <= {gb(disk['steps_log_bytes'])}, accepted ids <= {gb(disk['seen_ids_bytes'])}); "
+        f"steps file <= {gb(disk['steps_log_bytes'])}, accepted ids <= {gb(disk['seen_ids_bytes'])}"
+        + (f", {disk['exports']} saved model dirs {gb(disk['exports_bytes'])}" if disk.get("exports") else "")
+        + "); "
         "bounded by learner.keep_versions and the config, not "
         "by run length"
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from swarmnode.config import NodeConfig
+from swarmnode.export.run_info import write_run_info
 from swarmnode.identity import Identity, node_data_dir
 from swarmnode.node.hardware import decide_role, estimate_memory, probe_hardware
 from swarmnode.node.invite import CardError, CardWatch
@@ -155,6 +156,8 @@ async def _run_role(
     else:
         runner = LearnerRole if role == "learner" else SamplerRole
         node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow
+    # what `swarmnode export <data dir>` reads: the config (and card) this node runs with
+    write_run_info(node_data_dir(cfg, identity), cfg, watch.card if watch is not None else None)
     if cfg.metrics.port is not None:
         port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role, cfg.metrics.addr)
         emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")

@@ -11,6 +11,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
@@ -62,4 +63,31 @@ def fetch_progress(
         yield update
     finally:
         if bar is not None:
+            bar.stop()
+
+
+@contextlib.contextmanager
+def count_progress(*, interactive: bool | None = None) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress callback `(what, done, total)` for counted work (prompts scored): a rich bar per `what` on stderr
+    when it is a terminal, else one line on stderr each time `what` has done another tenth."""
+    interactive = sys.stderr.isatty() if interactive is None else interactive
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
+    tasks: dict[str, Any] = {}
+    said: dict[str, int] = {}
+
+    def update(what: str, done: int, total: int) -> None:
+        if interactive:
+            if what not in tasks:
+                if not tasks:
+                    bar.start()
+                tasks[what] = bar.add_task(what, total=total)
+            bar.update(tasks[what], completed=done)
+        elif (tenth := 10 * done // max(1, total)) > said.get(what, -1):
+            said[what] = tenth
+            print(f"{what}: {done}/{total}", file=sys.stderr, flush=True)
+
+    try:
+        yield update
+    finally:
+        if tasks:
             bar.stop()

@@ -14,6 +14,7 @@ import asyncio
 import time
 
 from swarmnode.config import NodeConfig
+from swarmnode.export.saver import VersionSaver
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import RolloutInbox
 from swarmnode.learner.hooks import LearnerHooks
@@ -111,6 +112,7 @@ class LearnerRole(NodeRole):
             await self.dht.announce_version(self.learner.version, {"publisher": identity.peer_id})
         self.member.update(versions=self.store.versions)  # read when the record is built (once per heartbeat)
         self.inbox = RolloutInbox(buffer, self.journal)
+        self.saver = VersionSaver(cfg, self.data_dir, self.store, emit)  # learner.save_every, learner.push_to_hub
         self.own = (
             OwnSampler(self.learner, self.task, cfg, identity, self.inbox.send)
             if cfg.learner.sample_when_idle
@@ -229,6 +231,7 @@ class LearnerRole(NodeRole):
                     await self.rounds.after_step()
                 if self.replay_pending and not self.learner.buffer.replayed:
                     await self._replay_done()
+                self.saver.poll()  # a due save runs on its own thread
                 record = self._step_record(diag, time.monotonic() - began)
                 steps_log.write(record)
                 self.board.step(record)  # the board counts what the steps file holds
@@ -243,6 +246,7 @@ class LearnerRole(NodeRole):
             if self.rounds is not None:
                 await asyncio.to_thread(self.rounds.averaging.stop)
             await self.compute.run(self.learner.save)
+            await asyncio.to_thread(self.saver.close)
             self.compute.close()
             self.receiver.close()
             self.journal.close()
