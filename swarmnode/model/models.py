@@ -17,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import string
 from pathlib import Path
 
 import torch
 
+from swarmnode.atomic import publish_dir
 from swarmnode.config import ModelConfig, TaskConfig, TinyModelConfig, default_data_dir
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.model.packaged import PackagedModelError, ensure_packaged_model, packaged_model
@@ -164,11 +164,7 @@ def ensure_tiny_model(
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        tmp.rename(out)  # atomic: concurrent builders race, the first one wins
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_dir(tmp, out)  # atomic: concurrent builders race, the first one wins
     return out
 
 
