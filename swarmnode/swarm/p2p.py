@@ -34,6 +34,7 @@ from typing import TypeVar
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
+from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
@@ -254,7 +255,7 @@ async def _create_daemon(
     flags, relay_kwargs = relay_flags(cfg, relay_service, relays)
     daemon = p2p_class_with_daemon_flags(flags)
     key_path, temporary = _identity_file(identity)
-    attempt, delay = 0, 0.5
+    attempt, backoff = 0, Backoff(0.5, 5.0, jitter=False)
     try:
         while True:
             attempt += 1
@@ -279,13 +280,13 @@ async def _create_daemon(
                     raise SwarmStartError(
                         f"cannot start p2pd with host_maddrs {net.host_maddrs}: {reason}", exit_code=code
                     ) from None
+                delay = backoff.failure()
                 if time.monotonic() + delay >= deadline:
                     raise SwarmStartError(
                         f"p2pd did not start within {net.startup_timeout:.0f} s ({attempt} attempts; last: {reason})"
                     ) from None
                 logger.warning("p2pd start attempt %d failed (%s); retrying in %.1f s", attempt, reason, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
     finally:
         if temporary:
             os.unlink(key_path)
@@ -313,7 +314,7 @@ async def connect_initial_peers(
 ) -> list[InitialPeer]:
     """Dial every initial peer, retrying with backoff until at least one answers; SwarmStartError at deadline,
     or at once when `refusal_is_final` and every peer refused the connection (a one-shot client: `status`)."""
-    attempt, delay = 0, 0.5
+    attempt, backoff = 0, Backoff(0.5, 8.0, jitter=False)
     first_reasons: dict[str, str] = {}  # libp2p answers later dials with a bare "dial backoff": keep the cause
     while True:
         attempt += 1
@@ -337,6 +338,7 @@ async def connect_initial_peers(
                 f"every initial peer refused the connection: {detail}. Check the address and "
                 "port, and that the bootstrap is running"
             )
+        delay = backoff.failure()
         if time.monotonic() + delay >= deadline:
             detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
             raise SwarmStartError(
@@ -346,7 +348,6 @@ async def connect_initial_peers(
             )
         logger.warning("no initial peer reachable yet; retrying in %.1f s", delay)
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 8.0)
 
 
 async def start_p2p(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from hivemind.p2p import P2P, PeerID
 
+from swarmnode.backoff import Backoff
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import FrameSink, read_frame, write_frame
@@ -264,12 +265,13 @@ class WeightFetcher:
             if progress:
                 progress(done_bytes, manifest.total_bytes)
 
+        between_rounds = Backoff(0.2, 5.0, jitter=False)
         for round_ in range(self.max_rounds):
             live = [h for h in holders if str(h) not in work.lost]
             if not work.pending or not live:
                 break
             if round_:
-                await asyncio.sleep(min(0.2 * 2 ** (round_ - 1), 5.0))
+                await asyncio.sleep(between_rounds.failure())
                 work.new_round()
             await self._round(
                 [
