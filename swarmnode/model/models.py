@@ -101,7 +101,7 @@ def tiny_config(tiny: TinyModelConfig, tokenizer):
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        dtype="float32",
         use_sliding_window=False,
     )
 
@@ -219,7 +219,7 @@ def load_model(model: ModelConfig, task: TaskConfig | None = None, device: str |
         raise ModelLoadError(f"model {model.name!r}: cannot load ({str(exc).splitlines()[0]})") from None
     if model.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
-    return lm.to(device)
+    return lm.to(device)  # type: ignore[arg-type]  # transformers types `to` through a decorator it wraps wrongly
 
 
 def meta_state_dict(model: ModelConfig) -> dict[str, torch.Tensor]:

@@ -60,7 +60,7 @@ def not_designated(cfg: NodeConfig, identity: Identity) -> bool:
 def refuse_unreachable_learner(cfg: NodeConfig, member: Membership, role: str, emit: Emit) -> str:
     """A learner must be dialled by the samplers: a node nobody can dial (no relay either) is refused the role
     when it was asked for (SwarmStartError with the advice), and an automatic one samples instead."""
-    reach = member.dht.reachability if member.dht is not None else None
+    reach = member.dht.reachability if member.started else None
     if role != "learner" or cfg.mode == "sapo" or reach is None or reach.status != CLIENT_ONLY:
         return role
     if cfg.role == "learner":

@@ -178,4 +178,4 @@ class Invite:
 
 def looks_like_invite(text: str | None) -> bool:
     """Whether a command's argument is meant as an invite."""
-    return bool(text) and text.strip().startswith(INVITE_PREFIX)
+    return text is not None and text.strip().startswith(INVITE_PREFIX)

@@ -351,7 +351,9 @@ class WeightPuller:
         self.trusted = list(trusted)
         self.emit, self.progress, self.hold = emit, progress, hold
         self.last_stats: FetchStats | None = None
-        self.seed_chunks = collections.Counter()  # "asked", "unheard": a publisher's chunks over every fetch
+        self.seed_chunks: collections.Counter[str] = (
+            collections.Counter()
+        )  # "asked", "unheard": a publisher's chunks over every fetch
 
     async def newest_from(
         self, learners: Iterable[PeerID], timeout: float = 2.0, grace: float = 0.25
@@ -373,7 +375,8 @@ class WeightPuller:
 
         pending = {asyncio.ensure_future(ask(learner)) for learner in learners}
         loop = asyncio.get_running_loop()
-        deadline, manifests = loop.time() + timeout, []
+        deadline = loop.time() + timeout
+        manifests: list[WeightManifest] = []
         try:
             while pending and loop.time() < deadline:
                 done, pending = await asyncio.wait(
@@ -382,8 +385,8 @@ class WeightPuller:
                 for task in done:
                     if isinstance(task.exception(), InvalidRecord):
                         logger.warning("weights: a learner's newest manifest was refused: %s", task.exception())
-                    elif task.exception() is None and task.result() is not None:
-                        manifests.append(task.result())
+                    elif task.exception() is None and (manifest := task.result()) is not None:
+                        manifests.append(manifest)
                 if manifests:
                     deadline = min(deadline, loop.time() + grace)
         finally:

@@ -109,6 +109,7 @@ class ProvenAlive:
                 del self._failed[peer]
 
     async def _probe_one(self, peer: str) -> bool:
+        assert self.probe is not None  # refresh probes only with a probe
         try:
             return bool(await asyncio.wait_for(self.probe(peer), self.probe_timeout))
         except asyncio.CancelledError:

@@ -149,10 +149,13 @@ class IdentityLock:
 
 def arm_watchdog(p2p: P2P) -> subprocess.Popen:
     """Start the watchdog that stops `p2p`'s daemon when this process dies (see module docstring)."""
+    daemon = p2pd_process(p2p)
+    if daemon is None:
+        raise RuntimeError("this P2P owns no p2pd process to watch")
     read_end, write_end = os.pipe()  # both non-inheritable; the child gets read_end as its stdin only
     try:
         watchdog = subprocess.Popen(
-            ["/bin/sh", "-c", _WATCHDOG_SCRIPT, "swarmnode-watchdog", str(p2pd_process(p2p).pid)],
+            ["/bin/sh", "-c", _WATCHDOG_SCRIPT, "swarmnode-watchdog", str(daemon.pid)],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -198,8 +201,9 @@ async def stop_p2p(p2p: P2P) -> None:
         await asyncio.wait_for(p2p.shutdown(), timeout=10)
     except TimeoutError:
         logger.warning("p2pd did not stop in 10 s; killing it")
-        with contextlib.suppress(ProcessLookupError, AttributeError):
-            p2pd_process(p2p).kill()
+        if (daemon := p2pd_process(p2p)) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                daemon.kill()
     watchdog = _watchdogs.pop(p2p, None)
     if watchdog is not None:
         process, write_end = watchdog
@@ -332,7 +336,7 @@ async def connect_initial_peers(
                 logger.warning("initial peer %s unreachable (attempt %d): %s", peer.text, attempt, reason)
         if reached:
             return reached
-        if refusal_is_final and all(refused(reason) for reason in reasons):
+        if refusal_is_final and all(reason is not None and refused(reason) for reason in reasons):
             detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
             raise SwarmStartError(
                 f"every initial peer refused the connection: {detail}. Check the address and "

@@ -313,6 +313,7 @@ class RolloutSender:
                 self.p2p.call_binary_stream_handler(link.peer, push_protocol(self.run_id, self.stream)),
                 self.ack_timeout,
             )
+        assert link.reader is not None  # opened with the writer
         await write_frames(link.writer, [data for _, data, _ in batch])
         for _ in batch:
             ack = await asyncio.wait_for(read_control(link.reader), self.ack_timeout)

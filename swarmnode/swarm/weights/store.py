@@ -324,13 +324,13 @@ class WeightStore:
         dropped = versions[: max(0, len(versions) + (keep is not None) - self.keep_versions)]
         for v in dropped:
             self._drop_version(v)
-        keep: set[str] = set()
+        referenced: set[str] = set()
         for sub in ("manifests", "partial"):
             for path in (self.root / sub).glob("*.bin"):
                 if (m := self._read_manifest(path)) is not None:
-                    keep.update(c.hex for c in m.chunks)
+                    referenced.update(c.hex for c in m.chunks)
         for path in (self.root / "chunks").iterdir():
-            if path.name not in keep and not path.name.endswith(".tmp"):
+            if path.name not in referenced and not path.name.endswith(".tmp"):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         self._reindex_memory()
