@@ -189,7 +189,8 @@ def restore_learner(loop: Checkpointed, state: dict[str, Any]) -> None:
         if is_lora(loop.model):
             if state["lora_base"] != loop.cfg.model.name:
                 raise ValueError(f"its adapters belong to {state['lora_base']}, not {loop.cfg.model.name}")
-            if state.get("lora_base_hash") not in (None, loop.adapter_spec.base_hash):
+            spec = loop.adapter_spec
+            if state.get("lora_base_hash") not in (None, spec.base_hash if spec is not None else None):
                 raise ValueError(f"its adapters belong to other base weights than {loop.cfg.model.name}'s")
             load_adapter_state(loop.model, state["model"])
         else:

@@ -19,6 +19,7 @@ from swarmnode.node.invite import CardError, CardWatch
 from swarmnode.node.roles.base import Emit, ready_line
 from swarmnode.node.roles.learner_role import LearnerRole
 from swarmnode.node.roles.sampler_role import SamplerRole
+from swarmnode.node.running import RunningRole
 from swarmnode.node.sapo.role import SapoRole
 from swarmnode.observe.health import record_health
 from swarmnode.observe.health_record import LearnerHealth
@@ -149,9 +150,11 @@ async def _run_role(
 ) -> None:
     """Construct the role, serve /metrics if asked, say `ready` (the role can work now: `ready_line`), run it until
     `stop` (following the run card if `watch`)."""
+    node: RunningRole
     if cfg.mode == "sapo":
-        node = await asyncio.to_thread(SapoRole, cfg, identity, member, emit)
-        await node.start()
+        sapo = await asyncio.to_thread(SapoRole, cfg, identity, member, emit)
+        await sapo.start()
+        node = sapo
     else:
         runner = LearnerRole if role == "learner" else SamplerRole
         node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow
