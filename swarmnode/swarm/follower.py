@@ -5,7 +5,7 @@
   each batch: one request to each learner instead of a DHT look) and from learners' acks (`hint`, at once),
   ignores versions not newer than what it already has, runs one fetch at a time, and after a failed fetch waits
   out an exponential backoff with jitter (capped) before trying again, also when the sampler is paused as too
-  stale (it used to retry there in a hot loop).
+  stale.
 - `WeightPuller` does one fetch (and asks learners for their newest version, `newest_from`): every live holder of
   the run serves chunks (`LivePeers`), the manifest must be signed by a trusted learner (and an adapter-only one
   must name this node's base weights), and the loaded state goes to the sampler (a `WeightSink`), with the
