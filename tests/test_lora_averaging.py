@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 import torch
+from learner_helpers import sampled_groups
 from test_averaging import RUN, _close, _two_learners
-from test_learner_loop import sampled_groups
 from test_lora import LORA, _train, cfg, parts  # noqa: F401 (module fixtures)
 
 from swarmnode.identity import Identity

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_learner_loop import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
+from learner_helpers import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
 
 from swarmnode.config import LEVEL_OF_ALGORITHM
 from swarmnode.identity import Identity

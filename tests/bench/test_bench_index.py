@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 ROW = re.compile(r"^\| \[(?P<study>[^\]]+)\]\((?P<link>[^)]+)\) \| (?P<question>[^|]+) \| (?P<answer>.+) \|$")
 ANSWER_START = re.compile(r"^(\*\*Answer\b|## Answer\b)")
 ANSWER_END = re.compile(r"^(\*\*(Command|Machine|Date|Setup)\b|## )")
