@@ -4,6 +4,7 @@ a learner's `LocalSwarm.join` arguments, its step records and waiting on them, a
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -45,3 +46,15 @@ def start_learner_and_sampler(swarm: LocalSwarm, tmp_path: Path, *sets: str):
     learner = swarm.join("learner", "learner", **learner_args(tmp_path, *sets))
     swarm.join("sampler", "sampler", work=True, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
     return learner
+
+
+def wait_for(predicate, timeout: float, what: str, diagnose=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if value := predicate():
+                return value
+        except (AssertionError, subprocess.TimeoutExpired):  # a status client that failed on a busy machine
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{diagnose()}")

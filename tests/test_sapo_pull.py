@@ -9,7 +9,7 @@ import asyncio
 import time
 
 from hivemind.p2p import PeerID
-from test_gossip import daemons
+from push_helpers import daemons
 
 from swarmnode.identity import Identity
 from swarmnode.node.sapo.pull import TextPuller
