@@ -57,3 +57,38 @@ def make_loop(cfg, parts, tmp_path=None, published=None, **overrides):
     buffer = ReplayBuffer.from_config(c)
     publish = (lambda v, s: published.append((v, s))) if published is not None else None
     return LearnerLoop(model, tokenizer, task, c, buffer, publish, tmp_path)
+
+
+def signal_groups(cfg, parts, n: int) -> list[RolloutGroup]:
+    """`n` sampled groups whose recomputed rewards differ within the group (so each one trains)."""
+    task, tokenizer, engine = parts
+    out: list[RolloutGroup] = []
+    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=1)
+    for _ in range(50):
+        if len([g for g in out if _has_signal(task, tokenizer, g)]) >= n:
+            break
+        sampler.step()
+    found = [g for g in out if _has_signal(task, tokenizer, g)][:n]
+    assert len(found) == n, "the untrained tiny model should give some groups a reward signal"
+    return found
+
+
+def _has_signal(task, tokenizer, group) -> bool:
+    prompt = task.get(group.prompt_id)
+    texts = tokenizer.batch_decode(group.completions, skip_special_tokens=True)
+    return len({task.reward(prompt, t) for t in texts}) > 1
+
+
+def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
+    fields = dict(
+        run_id=group.run_id,
+        prompt_id=group.prompt_id,
+        prompt_tokens=group.prompt_tokens,
+        completions=group.completions,
+        logprobs=group.logprobs,
+        temperature=group.temperature,
+        rewards=group.rewards,
+        policy_version=group.policy_version,
+        lineage=group.lineage,
+    )
+    return RolloutGroup.create(identity=identity, **{**fields, **changes})

@@ -87,7 +87,7 @@ def test_two_lora_learners_average_adapters_only_and_publish_the_same_adapter_ve
 @pytest.mark.slow  # the local demo with two LoRA learners and two samplers as processes: ~30-60 s
 @pytest.mark.timeout(600)
 def test_demo_with_two_lora_learners_publishes_identical_adapter_versions(tmp_path):
-    from test_demo import assert_no_node_left, run_demo
+    from demo_helpers import assert_no_node_left, run_demo
 
     from swarmnode.protocol.manifest import WeightManifest
 
