@@ -27,6 +27,7 @@ The parts underneath
 - `delivery`, `staleness`, `backoff`   the rollout sink interface; staleness buckets; backoff with jitter
 - `delay`               simulated weight and rollout delays for latency experiments
 - `diskspace`           a full disk as a one-line notice: free space checks before big writes
+- `atomic`              atomic writes: a temporary file (or directory) renamed over the target
 
 The public names below are importable from `swarmnode` itself (`from swarmnode import LearnerLoop`); each is
 imported on first use, so `import swarmnode` stays light (the CLI answers before torch is loaded).
@@ -37,7 +38,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    """The installed swarmnode distribution's version; `0+unknown` when none is installed."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("swarmnode")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+try:  # written at build (wheel or editable install) by setuptools-scm from the git tags: pyproject.toml
+    from swarmnode._version import __version__
+except ImportError:  # a source tree never built (on PYTHONPATH): the installed distribution's, else unknown
+    __version__ = _installed_version()
 
 # public name -> the module that defines it
 _EXPORTS = {

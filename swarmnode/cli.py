@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import typer
 
+from swarmnode import __version__
 from swarmnode.allocator import keep_freed_memory
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, build_config, load_config
 from swarmnode.config.addresses import check_initial_peers
@@ -50,8 +51,19 @@ InviteArg = typer.Argument(
 DEBUG_ENV = "SWARMNODE_DEBUG"
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"swarmnode {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _options(debug: bool = typer.Option(False, "--debug", help="show tracebacks (also SWARMNODE_DEBUG=1)")) -> None:
+def _options(
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks (also SWARMNODE_DEBUG=1)"),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"
 

@@ -1,15 +1,12 @@
 """`ComputeThread`: the one thread a role runs its model work on (loading, steps, generation, saving).
 
 `asyncio.to_thread` hands each call to whichever thread of the default executor is free (the node's other blocking
-calls share it), so a role's steps and batches hopped between threads. glibc gives each thread its own malloc
+calls share it), so a role's steps and batches would hop between threads. glibc gives each thread its own malloc
 arena, which has to grow (faulting its pages in) before model work on that thread runs at full speed, and the
-memory one thread's arena holds is not reused by another's. Traced in a learner joining a warm `tiny-digitmap`
-swarm (session 18): its first two steps took 0.36-0.59 s each against 0.15 s for the same step in `train-local`
-(one thread), and 0.15-0.2 s on one compute thread. Over 25 s of such a learner, old and new code alternating
-(`bench/compute-thread/warm_learner_ab.py`), 1.02x the steps/s and steps 10 and 50 reached ~0.4 s sooner: a small gain. In
-isolation, with nothing else on the executor, the difference is smaller still (`bench/compute-thread/compute_thread.py`). One
-thread also makes it plain that two pieces of a role's model work never overlap: a checkpoint written at shutdown
-waits for a step still running.
+memory one thread's arena holds is not reused by another's: a learner joining a warm swarm takes its first steps
+2-4x slower on the executor than on one thread. On one compute thread a learner makes 1.02x the steps/s
+(bench/compute-thread). One thread also makes it plain that two pieces of a role's model work never overlap: a
+checkpoint written at shutdown waits for a step still running.
 """
 
 from __future__ import annotations

@@ -33,10 +33,13 @@ class DiskFullError(SwarmnodeError, OSError):
 
 def is_disk_full(exc: BaseException) -> bool:
     """Whether `exc` (or what it was raised from) is a filesystem out of space or quota."""
-    while exc is not None:
-        if isinstance(exc, DiskFullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, DiskFullError) or (
+            isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
+        ):
             return True
-        exc = exc.__cause__ or exc.__context__
+        cause = cause.__cause__ or cause.__context__
     return False
 
 

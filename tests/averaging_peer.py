@@ -1,4 +1,4 @@
-"""A learner's averaging alone, in its own process (own p2pd), for tests/test_nat_lab.py: it joins the run as a
+"""A learner's averaging alone, in its own process (own p2pd), for tests/bench/test_nat_lab.py: it joins the run as a
 node does (the reachability check first, a relay reservation where nobody can dial it), then takes part in one
 round of parameter averaging with the run's other learner and prints the outcome as one JSON line.
 

@@ -1,4 +1,4 @@
-"""Relay reservations from one host, for tests/test_relay_flood.py: a flood of throwaway keys, or an honest node
+"""Relay reservations from one host, for tests/bench/test_relay_flood.py: a flood of throwaway keys, or an honest node
 timing its reservation. Run inside a NAT-lab namespace; each daemon asks the relay for a reservation the way a
 node that cannot be dialled does (`swarm/p2p.relay_flags`: the relay as its only trusted relay, reachability
 forced private, listening nowhere).

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_learner_loop import sampled_groups
+from learner_helpers import sampled_groups
 from test_lora import _loop, _train, cfg, parts  # noqa: F401  (fixtures: the tiny model at lr 1e-2)
 from weights_helpers import assert_same, daemons, store
 

@@ -3,35 +3,14 @@ p2pd on 127.0.0.1), the learner trains on stale rollouts without collapsing, and
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
-import psutil
 import pytest
+from demo_helpers import assert_no_node_left, run_demo
 
 DEMO_KEYS = ("learner_steps", "versions_published", "reward_start", "reward_end", "staleness_max", "rollouts_received")
-
-
-def run_demo(tmp_path, *args: str, timeout: float = 840) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "swarmnode", "demo", "--json", "--workdir", str(tmp_path / "demo"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert result.returncode == 0, f"demo failed ({result.returncode}):\n{result.stderr[-4000:]}"
-    return json.loads(result.stdout)
-
-
-def assert_no_node_left(doc: dict) -> None:
-    alive = [
-        pid
-        for pid in doc["node_pids"]
-        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    ]
-    assert not alive, f"demo left nodes running: {alive}"
 
 
 def assert_climbs(doc: dict) -> None:

@@ -12,8 +12,8 @@ import pytest
 from flood_helpers import fake_peer_records, record_lifetime, store_records
 from hivemind.dht.routing import DHTID
 from hivemind.utils import get_dht_time
+from restart_helpers import WORK, learner_args, steps, wait_rows
 from swarm_helpers import FAST_NET, LOOPBACK, LocalSwarm
-from test_learner_restart import WORK, learner_args, steps, wait_rows
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity

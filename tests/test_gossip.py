@@ -26,33 +26,12 @@ from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender, push_pr
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gossip_peer import LIMITS, RUN, make_group  # noqa: E402
+from push_helpers import daemons, pushing, wait_for  # noqa: E402
 
 PEER_SCRIPT = str(Path(__file__).parent / "gossip_peer.py")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-@contextlib.asynccontextmanager
-async def daemons(n: int, identities: list[Identity] | None = None, tmp: Path | None = None):
-    """`n` real p2pd daemons on loopback (optionally with given identities); always shut down."""
-    kw = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False, auto_nat=False, check_if_identity_free=False)
-    peers: list[P2P] = []
-    try:
-        for i in range(n):
-            extra = {}
-            if identities:
-                path = tmp / f"id{i}.key"
-                path.write_bytes(identities[i].libp2p_key_bytes())
-                extra["identity_path"] = str(path)
-            if peers:
-                extra["initial_peers"] = await peers[0].get_visible_maddrs()
-            peers.append(await P2P.create(**kw, **extra))
-        yield peers
-    finally:
-        for p in peers:
-            with contextlib.suppress(Exception):
-                await p.shutdown()
-
-
 class Collector:
     """The learner side's buffer stand-in: records what was handed over, in order."""
 
@@ -62,14 +41,6 @@ class Collector:
     def __call__(self, group: RolloutGroup) -> str:
         self.ids.append(group.group_id)
         return "ok"
-
-
-async def wait_for(cond, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 # ----------------------------------------------------------------------------- processes and restarts
@@ -463,16 +434,6 @@ def test_small_groups_decode_on_the_loop_large_ones_in_the_pool():
         assert statuses == ["ok", "duplicate", "invalid"]
         assert got.ids == [group.group_id]
         assert all(name.startswith("rollout-decode") == pool for name in threads) and len(threads) == 3
-
-
-async def pushing(sp: P2P, lp: P2P, groups: list[RolloutGroup], **options) -> RolloutSender:
-    """A started sender on `sp` with `lp` as its one destination, every group of `groups` queued to it."""
-    sender = RolloutSender(sp, RUN, **options)
-    await sender.start()
-    sender.set_destinations([lp.peer_id])
-    for g in groups:
-        sender.send(g)
-    return sender
 
 
 class BusyEvery:

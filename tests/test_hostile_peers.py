@@ -13,8 +13,8 @@ from pathlib import Path
 import msgpack
 import pytest
 from hivemind.p2p import P2P, PeerID
+from restart_helpers import start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
-from test_learner_restart import start_learner_and_sampler, steps, wait_rows
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup

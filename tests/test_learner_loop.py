@@ -15,50 +15,14 @@ import time
 
 import pytest
 import torch
+from learner_helpers import FAST, cfg, make_loop, parts, sampled_groups  # noqa: F401  (module fixtures)
 
 from swarmnode.config import LEVEL_OF_ALGORITHM, load_config
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
-from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.logprobs import completion_logprobs
-from swarmnode.model.models import load_model, load_tokenizer
 from swarmnode.protocol.rollout import RolloutGroup
-from swarmnode.sampler.build import build_engine
-from swarmnode.sampler.loop import SamplerLoop
-from swarmnode.tasks import build_task
-
-torch.set_num_threads(1)
-FAST = [
-    "model.tiny.warm_start_steps=0",
-    "sampler.device=cpu",
-    "learner.device=cpu",
-    "sampler.prompts_per_batch=4",
-    "learner.prompts_per_step=4",
-    "sampler.max_completion_length=6",
-]
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_config("tiny-cpu", FAST)
-
-
-@pytest.fixture(scope="module")
-def parts(cfg):
-    task = build_task(cfg.task)
-    return task, load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
-
-
-def sampled_groups(cfg, parts, n_batches=2, version=0):
-    task, _, engine = parts
-    out: list[RolloutGroup] = []
-    engine.version = version
-    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=len(os.urandom(1)))
-    for _ in range(n_batches):
-        sampler.step()
-    return out
 
 
 def test_logprobs_match_the_engine(cfg, parts):
@@ -84,15 +48,6 @@ def test_logprobs_temperature_and_errors(cfg, parts):
         completion_logprobs(engine.model, [[5]], [[6]], 0.0, tokenizer.pad_token_id)
     with pytest.raises(ValueError, match="one prompt per completion"):
         completion_logprobs(engine.model, [[5]], [[6], [7]], 1.0, tokenizer.pad_token_id)
-
-
-def make_loop(cfg, parts, tmp_path=None, published=None, **overrides):
-    task, tokenizer, _ = parts
-    c = cfg.model_copy(update={"learner": cfg.learner.model_copy(update=overrides)})
-    model = load_model(c.model, c.task, "cpu")
-    buffer = ReplayBuffer.from_config(c)
-    publish = (lambda v, s: published.append((v, s))) if published is not None else None
-    return LearnerLoop(model, tokenizer, task, c, buffer, publish, tmp_path)
 
 
 def test_step_trains_publishes_and_validates(cfg, parts):

@@ -3,50 +3,11 @@ and the swarm goes on training (real bootstrap, learner and sampler processes on
 
 from __future__ import annotations
 
-import json
 import re
-import time
-from pathlib import Path
 
 import pytest
+from restart_helpers import learner_args, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
-
-WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
-
-
-def steps(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line being written
-    return rows
-
-
-def wait_rows(path: Path, predicate, timeout: float, what: str) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = steps(path)
-        if predicate(rows):
-            return rows
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; rows: {steps(path)[-3:]}")
-
-
-def learner_args(tmp_path: Path, *sets: str) -> dict:
-    """`LocalSwarm.join` arguments of a working tiny-cpu learner with its data under tmp_path/learner."""
-    return dict(
-        work=True, identity=tmp_path / "learner.key", extra=[*WORK, *sets, "--set", f"data_dir={tmp_path / 'learner'}"]
-    )
-
-
-def start_learner_and_sampler(swarm: LocalSwarm, tmp_path: Path, *sets: str):
-    """A bootstrap, a learner (`learner_args`) and a sampler; the learner's process."""
-    swarm.bootstrap()
-    learner = swarm.join("learner", "learner", **learner_args(tmp_path, *sets))
-    swarm.join("sampler", "sampler", work=True, extra=[*WORK, "--set", f"data_dir={tmp_path / 'sampler'}"])
-    return learner
 
 
 @pytest.mark.slow  # ~30 s quiet: CI's long-scenario step runs it (.ci/run)

@@ -10,8 +10,8 @@ import re
 
 import pytest
 from liar_peer import lie, lying_groups
+from restart_helpers import WORK, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
-from test_learner_restart import WORK, start_learner_and_sampler, steps, wait_rows
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity

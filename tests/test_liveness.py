@@ -52,7 +52,7 @@ def test_a_peer_is_alive_within_its_window_and_a_failed_probe_waits_longer_each_
         await asyncio.sleep(0.25)
         alive.refresh(["dead", "old"])  # retry_after passed: asked again, then twice as long to wait
         await alive.settle()
-        assert len(asked) == 5 and alive._failed["dead"][1] == 0.4
+        assert len(asked) == 5 and alive._failed["dead"].delay == 0.4
         return alive
 
     alive = asyncio.run(scenario())
@@ -70,7 +70,7 @@ def test_a_holder_that_failed_a_fetch_is_not_alive_until_its_wait_is_over_even_w
         alive.mark(["staller"])
         assert alive.alive("staller")
         alive.fail(["staller"])
-        assert alive._failed["staller"][1] == 0.2  # a proof in between starts the wait over
+        assert alive._failed["staller"].delay == 0.2  # a proof in between starts the wait over
 
     asyncio.run(scenario())
 

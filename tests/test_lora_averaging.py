@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 import torch
+from learner_helpers import sampled_groups
 from test_averaging import RUN, _close, _two_learners
-from test_learner_loop import sampled_groups
 from test_lora import LORA, _train, cfg, parts  # noqa: F401 (module fixtures)
 
 from swarmnode.identity import Identity
@@ -87,7 +87,7 @@ def test_two_lora_learners_average_adapters_only_and_publish_the_same_adapter_ve
 @pytest.mark.slow  # the local demo with two LoRA learners and two samplers as processes: ~30-60 s
 @pytest.mark.timeout(600)
 def test_demo_with_two_lora_learners_publishes_identical_adapter_versions(tmp_path):
-    from test_demo import assert_no_node_left, run_demo
+    from demo_helpers import assert_no_node_left, run_demo
 
     from swarmnode.protocol.manifest import WeightManifest
 

@@ -10,8 +10,8 @@ import re
 
 import pytest
 import torch
+from restart_helpers import WORK, learner_args, steps, wait_rows
 from swarm_helpers import LocalSwarm
-from test_learner_restart import WORK, learner_args, steps, wait_rows
 
 from swarmnode.config import load_config
 from swarmnode.learner.checkpoint import load_checkpoint

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_learner_loop import FAST, make_loop, sampled_groups
+from learner_helpers import FAST, make_loop, sampled_groups
 
 from swarmnode.config import load_config
 from swarmnode.learner.microbatch import loss_share, token_budget_batches

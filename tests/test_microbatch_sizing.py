@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_learner_loop import FAST, make_loop, sampled_groups
+from learner_helpers import FAST, make_loop, sampled_groups
 
 from swarmnode.config import load_config, preset_names
 from swarmnode.learner.memory import micro_batch_rows_and_tokens

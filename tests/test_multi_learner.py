@@ -4,11 +4,10 @@ learner and sampler processes on 127.0.0.1 (tiny model, averaging every 4 steps)
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from restart_helpers import WORK, wait_for
 from swarm_helpers import LocalSwarm
 
 from swarmnode.identity import Identity
@@ -16,7 +15,6 @@ from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.local.demo import read_steps
 from swarmnode.protocol.manifest import WeightManifest
 
-WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 # peer records that outlive a few late heartbeats: on a loaded machine a learner whose record flickers out would
 # count as alone (and publish on its own) although its peer lives
 PATIENT_NET = ["network.heartbeat_interval=2", "network.missed_beats_to_expire=5"]
@@ -42,18 +40,6 @@ def shared_versions(dirs: list[Path], above: int = -1) -> list[int]:
     """Versions above `above` that every learner in `dirs` published."""
     held = [{int(p.stem) for p in (d / "weights" / "manifests").glob("*.bin")} for d in dirs]
     return sorted(v for v in set.intersection(*held) if v > above)
-
-
-def wait_for(predicate, timeout: float, what: str, diagnose=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if value := predicate():
-                return value
-        except (AssertionError, subprocess.TimeoutExpired):  # a status client that failed on a busy machine
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{diagnose()}")
 
 
 @pytest.mark.slow

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from restart_helpers import WORK, wait_for
 from swarm_helpers import LocalSwarm, assert_ready_after
-from test_multi_learner import WORK, wait_for
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity

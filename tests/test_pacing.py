@@ -23,7 +23,7 @@ from swarmnode.swarm.rollout_push.credit import CreditPolicy, credit_target, tol
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gossip_peer import LIMITS, RUN, make_group  # noqa: E402
-from test_gossip import daemons, pushing, wait_for  # noqa: E402
+from push_helpers import daemons, pushing, wait_for  # noqa: E402
 
 
 class Clock:

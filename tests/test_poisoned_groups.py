@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_learner_loop import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
+from learner_helpers import cfg, copy_of, parts, signal_groups  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
 
 from swarmnode.config import LEVEL_OF_ALGORITHM
 from swarmnode.identity import Identity
@@ -13,45 +13,8 @@ from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.models import load_model
-from swarmnode.protocol.rollout import RolloutGroup
-from swarmnode.sampler.loop import SamplerLoop
 
 torch.set_num_threads(1)
-
-
-def signal_groups(cfg, parts, n: int) -> list[RolloutGroup]:
-    """`n` sampled groups whose recomputed rewards differ within the group (so each one trains)."""
-    task, tokenizer, engine = parts
-    out: list[RolloutGroup] = []
-    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=1)
-    for _ in range(50):
-        if len([g for g in out if _has_signal(task, tokenizer, g)]) >= n:
-            break
-        sampler.step()
-    found = [g for g in out if _has_signal(task, tokenizer, g)][:n]
-    assert len(found) == n, "the untrained tiny model should give some groups a reward signal"
-    return found
-
-
-def _has_signal(task, tokenizer, group) -> bool:
-    prompt = task.get(group.prompt_id)
-    texts = tokenizer.batch_decode(group.completions, skip_special_tokens=True)
-    return len({task.reward(prompt, t) for t in texts}) > 1
-
-
-def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
-    fields = dict(
-        run_id=group.run_id,
-        prompt_id=group.prompt_id,
-        prompt_tokens=group.prompt_tokens,
-        completions=group.completions,
-        logprobs=group.logprobs,
-        temperature=group.temperature,
-        rewards=group.rewards,
-        policy_version=group.policy_version,
-        lineage=group.lineage,
-    )
-    return RolloutGroup.create(identity=identity, **{**fields, **changes})
 
 
 def make_loop(cfg, parts, publish=None, hooks: LearnerHooks | None = None) -> LearnerLoop:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_learner_loop import FAST, sampled_groups
+from learner_helpers import FAST, sampled_groups
 
 from swarmnode.config import ConfigError, load_config
 from swarmnode.learner.buffer import ReplayBuffer

@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 import torch
-from test_learner_loop import FAST, make_loop, sampled_groups
+from learner_helpers import FAST, make_loop, sampled_groups
 
 from swarmnode.config import LoraSettings, load_config
 from swarmnode.learner.lora import apply_lora

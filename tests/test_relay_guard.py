@@ -1,5 +1,5 @@
 """The relay guard's iptables rules (swarm/relay_guard.py), made and removed in a network namespace of their own;
-the NAT-lab flood is tests/test_relay_flood.py."""
+the NAT-lab flood is tests/bench/test_relay_flood.py."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import socket
 import time
 
 import pytest
+from restart_helpers import learner_args, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
-from test_learner_restart import learner_args, start_learner_and_sampler, steps, wait_rows
 
 
 def free_port() -> int:

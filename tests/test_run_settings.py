@@ -16,7 +16,7 @@ from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gossip_peer import LIMITS, RUN, make_group  # noqa: E402
-from test_gossip import daemons  # noqa: E402
+from push_helpers import daemons  # noqa: E402
 
 
 def test_what_a_group_shows_is_checked_against_the_runs_values():

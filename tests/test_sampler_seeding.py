@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import pytest
 import torch
+from restart_helpers import WORK, learner_args
 from swarm_helpers import LocalSwarm
-from test_learner_restart import WORK, learner_args
 
 from swarmnode.config import NodeConfig, load_config
 from swarmnode.learner.journal import _records

@@ -1,6 +1,6 @@
 """A SAPO node nobody can dial pulls its peers' text (`sapo.pull.TextPuller`) over real p2pd daemons on
 127.0.0.1: each pull fetches only what is newer than the newest group it holds from that peer, never what is older
-than the pool keeps, and a peer that cannot be reached is counted, not fatal. (The NAT lab, tests/test_nat_lab.py,
+than the pool keeps, and a peer that cannot be reached is counted, not fatal. (The NAT lab, tests/bench/test_nat_lab.py,
 runs it behind a real NAT router.)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import asyncio
 import time
 
 from hivemind.p2p import PeerID
-from test_gossip import daemons
+from push_helpers import daemons
 
 from swarmnode.identity import Identity
 from swarmnode.node.sapo.pull import TextPuller

@@ -13,8 +13,8 @@ import re
 
 import pytest
 from liar_peer import shaped_liars
+from restart_helpers import WORK, learner_args, steps, wait_rows
 from swarm_helpers import LocalSwarm
-from test_learner_restart import WORK, learner_args, steps, wait_rows
 
 KINDS = ["cancelling", "shaped:0.1", "advantage:0.1", "long:0.1", "advantage_down", "shaped:0.5"]
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from learner_helpers import FAST, copy_of, signal_groups
 from shaped_lies import family, lie
-from test_learner_loop import FAST
-from test_poisoned_groups import copy_of, signal_groups
 from test_spot_checks import CLEAN, make_loop
 from verify_helpers import bf16_logprobs
 

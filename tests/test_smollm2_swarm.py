@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from test_demo import assert_no_node_left, run_demo
+from demo_helpers import assert_no_node_left, run_demo
 
 from swarmnode.model.packaged import SMOLLM2_INSTALL
 

@@ -9,8 +9,7 @@ import copy
 
 import pytest
 import torch
-from test_learner_loop import FAST, sampled_groups
-from test_poisoned_groups import copy_of
+from learner_helpers import FAST, copy_of, sampled_groups
 from verify_helpers import bf16_logprobs
 
 from swarmnode.config import TrustConfig, load_config

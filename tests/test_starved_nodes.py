@@ -9,8 +9,8 @@ import signal
 import time
 
 import pytest
+from restart_helpers import WORK, wait_for
 from swarm_helpers import LocalSwarm
-from test_multi_learner import WORK, wait_for
 
 from swarmnode.identity import Identity
 from swarmnode.learner.steps_log import STEPS_FILE

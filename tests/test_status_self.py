@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from restart_helpers import WORK, learner_args
 from swarm_helpers import LocalSwarm
-from test_learner_restart import WORK, learner_args
 
 from swarmnode.observe.self_record import FILE_NAME, HISTORY_EVERY_S, SelfRecord, read_self_record
 from swarmnode.observe.self_status import EXIT, RECENT_S, STARTING_S, line, verdict

@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 import torch
-from test_learner_loop import FAST, make_loop, sampled_groups
+from learner_helpers import FAST, make_loop, sampled_groups
 
 from swarmnode.config import LearnerConfig, load_config
 from swarmnode.learner.losses import microbatch_scope, policy_loss

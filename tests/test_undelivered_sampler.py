@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from restart_helpers import WORK, wait_for
 from swarm_helpers import LocalSwarm
-from test_multi_learner import WORK, wait_for
 
 from swarmnode.identity import Identity
 from swarmnode.sampler.undelivered import UNDELIVERED_MIN

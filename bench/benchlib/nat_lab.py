@@ -2,7 +2,7 @@
 or two in a row for a double NAT), each a network namespace; a host's uplink can be capped (tc tbf). A router
 masquerades what leaves by its outside interface (iptables MASQUERADE) and drops new connections coming in, as a
 home router does. Needs root, iproute2 and iptables; `missing_for_nat_lab()` says why not otherwise. Everything
-made is removed when the `NatLab` closes, even on failure. Used by tests/test_nat_lab.py and bench/relay-cost/.
+made is removed when the `NatLab` closes, even on failure. Used by tests/bench/test_nat_lab.py and bench/relay-cost/.
 
     with NatLab() as lab:
         boot = lab.public("boot")

@@ -20,7 +20,7 @@ loop),
 honest sampler, an old-version liar (+0.3 nats, claiming the newest version - 6), the shaped liars (one key per
 lie of `tests/shaped_lies.family()`, telling it about the honest sampler's newest groups), and a patient liar
 (honest until its groups are trained, then lying on every group). The relay reservation flood needs network
-namespaces and NAT routers: it is its own scenario, tests/test_relay_flood.py.
+namespaces and NAT routers: it is its own scenario, tests/bench/test_relay_flood.py.
 
 Reports: crashes (the learner process exited or logged a traceback), wrongly accepted (an "ok" answer to a frame
 that must be refused), fabricated groups trained (the liar's groups that passed to training; its key is on

@@ -204,7 +204,7 @@ async def watch(spec: dict, out, stop: asyncio.Event) -> None:
             next_row = now + spec["sample_s"]
             for node in spec["nodes"]:
                 row = node_row(node["name"], node["role"], node["peer"], t0)
-                if node["role"] == "bootstrap" and (member := MEMBERS.get(node["peer"])) and member.dht:
+                if node["role"] == "bootstrap" and (member := MEMBERS.get(node["peer"])) and member.started:
                     try:
                         row["connections"] = len(await member.dht.p2p.list_peers())
                     except Exception:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from swarmnode.config.schema import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
@@ -105,13 +106,13 @@ def apply_override(data: dict, assignment: str) -> None:
     node[parts[-1]] = _parse_scalar(raw)
 
 
-def _describe(error: dict) -> str:
+def _describe(error: ErrorDetails) -> str:
     loc = ".".join(str(p) for p in error["loc"]) or "config"
     kind = error["type"]
     if kind == "extra_forbidden":
-        section = NodeConfig
+        section: Any = NodeConfig
         for part in error["loc"][:-1]:
-            field = section.model_fields.get(str(part))
+            field = getattr(section, "model_fields", {}).get(str(part))
             section = field.annotation if field is not None else section
         allowed = ", ".join(getattr(section, "model_fields", {}).keys())
         return f"{loc}: unknown key (allowed here: {allowed})"

@@ -32,7 +32,7 @@ def _type_name(annotation: Any) -> str:
 
 def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        value = field.default_factory()
+        value = field.get_default(call_default_factory=True)
     elif field.default is PydanticUndefined:
         return "required"
     else:
@@ -50,8 +50,10 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _is_section(field: FieldInfo) -> bool:
-    return isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+def _section_model(field: FieldInfo) -> type[BaseModel] | None:
+    """The model of a field that is a section of its own (a pydantic model), else None."""
+    annotation = field.annotation
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
 def _section(model: type[BaseModel], prefix: str) -> list[str]:
@@ -61,10 +63,10 @@ def _section(model: type[BaseModel], prefix: str) -> list[str]:
     if doc:
         lines += [doc, ""]
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
-    subsections = []
+    subsections: list[tuple[type[BaseModel], str]] = []
     for name, field in model.model_fields.items():
-        if _is_section(field):
-            subsections.append((field.annotation, f"{prefix}{name}."))  # listed here, detailed below
+        if (sub_model := _section_model(field)) is not None:
+            subsections.append((sub_model, f"{prefix}{name}."))  # listed here, detailed below
             lines.append(f"| `{prefix}{name}` | section | | see below |")
             continue
         lines.append(

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from swarmnode.atomic import replacing, write_atomic
 from swarmnode.config import NodeConfig
 from swarmnode.diskspace import MARGIN_BYTES, DiskFullError, free_bytes, full_message, raise_if_full
 from swarmnode.errors import ExitCode, SwarmnodeError
@@ -73,28 +74,14 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
     if free_bytes(directory) < need + MARGIN_BYTES:
         raise DiskFullError(full_message(directory, "the checkpoint", need), directory, need)
     try:
-        with open(tmp, "wb") as fh:
+        with replacing(final, tmp=tmp, durable=True) as part, open(part, "wb") as fh:
             torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
     except (OSError, RuntimeError) as exc:  # torch.save reports a short write as RuntimeError
-        tmp.unlink(missing_ok=True)
         if isinstance(exc, RuntimeError) and free_bytes(directory) < need + MARGIN_BYTES:
             raise DiskFullError(full_message(directory, "the checkpoint", need), directory, need) from exc
         raise_if_full(exc, directory, "the checkpoint", need)
         raise
-    fsync_dir(directory)
     return final
-
-
-def fsync_dir(directory: str | Path) -> None:
-    """Make a rename in `directory` durable."""
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def remove_stale_temp_files(directory: str | Path) -> int:
@@ -132,13 +119,7 @@ def write_published(path: str | Path, version: int) -> None:
     """Record (atomically, fsynced) at `path` that `version` is about to be announced, before anyone sees it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(f"{int(version)}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    write_atomic(path, f"{int(version)}\n", tmp=path.with_name(f".{path.name}.tmp"), durable=True)
 
 
 def load_checkpoint(directory: str | Path) -> dict[str, Any] | None:
@@ -208,7 +189,8 @@ def restore_learner(loop: Checkpointed, state: dict[str, Any]) -> None:
         if is_lora(loop.model):
             if state["lora_base"] != loop.cfg.model.name:
                 raise ValueError(f"its adapters belong to {state['lora_base']}, not {loop.cfg.model.name}")
-            if state.get("lora_base_hash") not in (None, loop.adapter_spec.base_hash):
+            spec = loop.adapter_spec
+            if state.get("lora_base_hash") not in (None, spec.base_hash if spec is not None else None):
                 raise ValueError(f"its adapters belong to other base weights than {loop.cfg.model.name}'s")
             load_adapter_state(loop.model, state["model"])
         else:

@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from swarmnode.atomic import replacing
 from swarmnode.config import NodeConfig
 from swarmnode.diskspace import DiskFullError, raise_if_full
 from swarmnode.learner.buffer import ReplayBuffer
-from swarmnode.learner.checkpoint import fsync_dir
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 
@@ -142,19 +142,15 @@ class GroupJournal:
         with self._lock:
             count = 0
             try:
-                with open(tmp, "wb") as fh:
-                    for data in keep():
-                        fh.write(len(data).to_bytes(4, "big") + zlib.crc32(data).to_bytes(4, "big") + data)
-                        count += 1
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                with replacing(self.path, tmp=tmp, durable=True) as part:
+                    with open(part, "wb") as fh:
+                        for data in keep():
+                            fh.write(len(data).to_bytes(4, "big") + zlib.crc32(data).to_bytes(4, "big") + data)
+                            count += 1
+                    self._file.close()
             except OSError as exc:  # the journal stays as it was (it holds more than needed, never less)
-                tmp.unlink(missing_ok=True)
                 raise_if_full(exc, self.path.parent, "compacting the group journal", 0)
                 raise
-            self._file.close()
-            os.replace(tmp, self.path)
-            fsync_dir(self.path.parent)
             self._file = open(self.path, "ab")
             self._records = count
             self._synced = self._appended  # everything appended so far is either compacted away or rewritten

@@ -104,11 +104,6 @@ def advantages(
     return adv, zero
 
 
-def group_advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: LearnerConfig) -> torch.Tensor:
-    """Per-row advantages as `policy_loss` computes them (for callers that split groups into micro-batches)."""
-    return advantages(rewards, group_index, cfg.scale_rewards)[0]
-
-
 def defensive_lambdas(cfg: LearnerConfig, staleness: torch.Tensor | None, rows: int, device) -> torch.Tensor:
     """Per-row lambda. `fixed`: cfg.gepo_defensive_lambda everywhere. `staleness`: 1 - (1 - lambda)^tau, i.e. 0
     on-policy and growing towards 1 (plain policy gradient) as the sample gets staler."""

@@ -103,13 +103,9 @@ class Precision:
         """The loss scaler's current scale, or None without one."""
         return float(self.scaler.get_scale()) if self.scaler is not None else None
 
-    def for_publishing(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A detached CPU copy of `tensor` in the published dtype (floating tensors only are cast)."""
-        return tensor.detach().to("cpu", dtype=self._published_dtype(tensor), copy=True)
-
     def snapshot(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """`for_publishing` of every tensor of `state`; from a GPU, the host waits once for all the copies (not
-        once per tensor)."""
+        """A detached CPU copy of every tensor of `state` in the published dtype (floating tensors only are cast);
+        from a GPU, the host waits once for all the copies (not once per tensor)."""
         return host_copies(state, self._published_dtype)
 
     def _published_dtype(self, tensor: torch.Tensor) -> torch.dtype:

@@ -2,7 +2,7 @@
 on training while it is written, signed and announced.
 
 A publish costs disk writes and fsyncs (the version record, the chunk, the manifest) that the training thread
-used to wait for at every step. The worker publishes the newest version handed in; a version superseded before
+would otherwise wait for at every step. The worker publishes the newest version handed in; a version superseded before
 the worker got to it is skipped (never announced, counted in `skipped`): samplers only ever want the newest, and
 a version number is only recorded (`write_published`) when it is really announced. `flush` waits until what was
 handed in is published.

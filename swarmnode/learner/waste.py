@@ -35,7 +35,7 @@ class FateLengths:
         self.groups[fate] += len(groups)
         self.tokens[fate] += sum(mean_completion_tokens(g) for g in groups)
 
-    def summary(self) -> dict[str, dict[str, float]]:
+    def summary(self) -> dict[str, dict[str, float | None]]:
         """Per fate: `groups` and `mean_tokens` (their mean completion length; None with no group)."""
         return {
             fate: {"groups": n, "mean_tokens": round(self.tokens[fate] / n, 3) if n else None}

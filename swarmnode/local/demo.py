@@ -30,7 +30,7 @@ from swarmnode.observe.health import bucket_label
 
 def read_steps(path: Path) -> list[dict]:
     """The learner's per-step records so far (a partially written last line is skipped)."""
-    rows = []
+    rows: list[dict] = []
     try:
         text = path.read_text()
     except OSError:

@@ -38,7 +38,7 @@ def weights_hash(state: dict[str, torch.Tensor]) -> bytes:
         digest.update(head.encode())
         flat = tensor.to("cpu").contiguous().reshape(-1)
         if flat.numel():
-            digest.update(memoryview(flat.view(torch.uint8).numpy()))
+            digest.update(flat.view(torch.uint8).numpy().data)
     return digest.digest()
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import string
 from pathlib import Path
 
 import torch
 
+from swarmnode.atomic import publish_dir
 from swarmnode.config import ModelConfig, TaskConfig, TinyModelConfig, default_data_dir
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.model.packaged import PackagedModelError, ensure_packaged_model, packaged_model
@@ -101,7 +101,7 @@ def tiny_config(tiny: TinyModelConfig, tokenizer):
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        dtype="float32",
         use_sliding_window=False,
     )
 
@@ -164,11 +164,7 @@ def ensure_tiny_model(
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        tmp.rename(out)  # atomic: concurrent builders race, the first one wins
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_dir(tmp, out)  # atomic: concurrent builders race, the first one wins
     return out
 
 
@@ -223,7 +219,7 @@ def load_model(model: ModelConfig, task: TaskConfig | None = None, device: str |
         raise ModelLoadError(f"model {model.name!r}: cannot load ({str(exc).splitlines()[0]})") from None
     if model.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
-    return lm.to(device)
+    return lm.to(device)  # type: ignore[arg-type]  # transformers types `to` through a decorator it wraps wrongly
 
 
 def meta_state_dict(model: ModelConfig) -> dict[str, torch.Tensor]:

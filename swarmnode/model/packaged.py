@@ -24,6 +24,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmnode.atomic import publish_dir
 from swarmnode.errors import MissingError
 
 PACKAGE_PREFIX = "pkg:"
@@ -116,12 +117,7 @@ def ensure_packaged_model(model: PackagedModel, cache_dir: Path, progress=print)
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     try:
         _convert(gguf, tmp)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp.rename(out)  # atomic: concurrent converters race, the first one wins
-        except OSError:
-            if not (out / "config.json").is_file():
-                raise
+        publish_dir(tmp, out)  # atomic: concurrent converters race, the first one wins
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     progress(f"converted model ready: {out}")

@@ -28,13 +28,14 @@ def readback(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
 
     Each float is exactly `float(tensor)` (float32, integer and bool values are exact in float64)."""
     out: dict[str, float] = {k: v for k, v in values.items() if not isinstance(v, torch.Tensor)}
-    by_device: dict[torch.device, list[str]] = {}
+    by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
     for k, v in values.items():
         if isinstance(v, torch.Tensor):
-            by_device.setdefault(v.device, []).append(k)
-    for device, keys in by_device.items():
+            by_device.setdefault(v.device, []).append((k, v))
+    for device, items in by_device.items():
         dtype = torch.float32 if device.type == "mps" else torch.float64  # mps has no float64
-        stacked = torch.stack([values[k].detach().reshape(()).to(dtype) for k in keys])
+        keys = [k for k, _ in items]
+        stacked = torch.stack([v.detach().reshape(()).to(dtype) for _, v in items])
         out.update(zip(keys, stacked.tolist()))
     return {k: out[k] for k in values}
 

@@ -57,8 +57,8 @@ def bootstrap_health(member: Membership, counts: dict[str, Any], connections: in
         "live_peers": counts["count"],
         "roles": counts["roles"],
         "reachability": counts["reachability"],
-        "rejected_records": member.dht.validator.rejected if member.dht else 0,
-        "other_runs": member.dht.validator.runs_seen(known_run_ids()) if member.dht else {},
+        "rejected_records": member.dht.validator.rejected if member.started else 0,
+        "other_runs": member.dht.validator.runs_seen(known_run_ids()) if member.started else {},
     }
 
 

@@ -253,11 +253,11 @@ def decide_role(
     seats = "learner count unknown" if learners_in_run is None else f"run has {learners_in_run}/{max_learners} learners"
 
     if requested_role in ("sampler", "learner"):
-        reasons.append(f"role {requested_role} requested explicitly")
-        fits = can_train if requested_role == "learner" else can_infer
-        if not fits:
-            reasons.append(f"warning: this hardware does not look able to work as a {requested_role}")
-        return RoleDecision(requested_role, device, tuple(reasons))
+        role: Role = "learner" if requested_role == "learner" else "sampler"
+        reasons.append(f"role {role} requested explicitly")
+        if not (can_train if role == "learner" else can_infer):
+            reasons.append(f"warning: this hardware does not look able to work as a {role}")
+        return RoleDecision(role, device, tuple(reasons))
     if requested_role != "auto":
         raise ValueError(f"requested_role must be auto, sampler or learner (got {requested_role!r})")
 

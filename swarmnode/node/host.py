@@ -29,6 +29,7 @@ from typing import IO
 
 import yaml
 
+from swarmnode.atomic import write_atomic
 from swarmnode.config import NodeConfig, apply_override, build_config, default_data_dir, load_config_data
 from swarmnode.config.shared import carried_defaults, describe, diff, is_shared, local_part, shared_settings
 from swarmnode.errors import SwarmnodeError, UsageError
@@ -102,9 +103,7 @@ def _previous_card(files: HostFiles) -> RunCard | None:
 def write_card(files: HostFiles, card: RunCard) -> None:
     """Write the card file atomically (the bootstrap may read it at any moment) and the invite beside it."""
     files.root.mkdir(parents=True, exist_ok=True)
-    tmp = files.card.with_suffix(".tmp")
-    tmp.write_text(card.to_file())
-    os.replace(tmp, files.card)
+    write_atomic(files.card, card.to_file(), tmp=files.card.with_suffix(".tmp"))
     files.invite.write_text(f"swarmnode join {Invite.of(card).encode()}\n")
 
 

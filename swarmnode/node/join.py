@@ -20,6 +20,7 @@ from swarmnode.node.invite import CardError, CardWatch
 from swarmnode.node.roles.base import Emit, ready_line
 from swarmnode.node.roles.learner_role import LearnerRole
 from swarmnode.node.roles.sampler_role import SamplerRole
+from swarmnode.node.running import RunningRole
 from swarmnode.node.sapo.role import SapoRole
 from swarmnode.observe.health import record_health
 from swarmnode.observe.health_record import LearnerHealth
@@ -61,7 +62,7 @@ def not_designated(cfg: NodeConfig, identity: Identity) -> bool:
 def refuse_unreachable_learner(cfg: NodeConfig, member: Membership, role: str, emit: Emit) -> str:
     """A learner must be dialled by the samplers: a node nobody can dial (no relay either) is refused the role
     when it was asked for (SwarmStartError with the advice), and an automatic one samples instead."""
-    reach = member.dht.reachability if member.dht is not None else None
+    reach = member.dht.reachability if member.started else None
     if role != "learner" or cfg.mode == "sapo" or reach is None or reach.status != CLIENT_ONLY:
         return role
     if cfg.role == "learner":
@@ -150,9 +151,11 @@ async def _run_role(
 ) -> None:
     """Construct the role, serve /metrics if asked, say `ready` (the role can work now: `ready_line`), run it until
     `stop` (following the run card if `watch`)."""
+    node: RunningRole
     if cfg.mode == "sapo":
-        node = await asyncio.to_thread(SapoRole, cfg, identity, member, emit)
-        await node.start()
+        sapo = await asyncio.to_thread(SapoRole, cfg, identity, member, emit)
+        await sapo.start()
+        node = sapo
     else:
         runner = LearnerRole if role == "learner" else SamplerRole
         node = await runner.create(cfg, identity, member, emit)  # may build the tiny model: slow

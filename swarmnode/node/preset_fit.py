@@ -8,6 +8,7 @@ does. Only presets whose model's architecture is known offline are sized (no dow
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 from swarmnode.config import load_config
 from swarmnode.config.files import preset_names
@@ -50,7 +51,7 @@ def preset_fit(probe: HardwareProbe) -> dict:
     gpu = probe.best_gpu()
     if gpu is None:
         return {"presets": [], "learner": None, "sampler": None, "cpu_presets": cpu_presets()}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in gpu_presets():
         cfg = load_config(name)
         est = estimate_memory(cfg)

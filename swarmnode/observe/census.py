@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,11 +120,16 @@ class Census:
     def by(self, key: Callable[[Any], Any], where: Callable[[Any], bool] = lambda _r: True) -> dict[str, Estimate]:
         """The run's records satisfying `where`, counted by `key` (each value seen in the records read)."""
         values = Counter(str(key(r)) for r in self.records if where(r))
-        return {value: self.count(lambda r, v=value: where(r) and str(key(r)) == v) for value in values}
+        return {value: self.count(_matching(key, where, value)) for value in values}
 
     def total(self, amount: Callable[[Any], float]) -> float:
         """The run-wide sum of `amount` over its records, scaled from the shards read (exact when all were)."""
         return sum(amount(r) for r in self.records) * self.shards / len(self.read)
+
+
+def _matching(key: Callable[[Any], Any], where: Callable[[Any], bool], value: str) -> Callable[[Any], bool]:
+    """The predicate: a record satisfying `where` whose `key` is `value`."""
+    return lambda r: where(r) and str(key(r)) == value
 
 
 def estimates_doc(estimates: dict[str, Estimate]) -> dict[str, dict[str, int]]:
@@ -137,7 +142,7 @@ def values_of(estimates: dict[str, Estimate]) -> dict[str, int]:
     return {value: e.value for value, e in estimates.items()}
 
 
-def worst_first(peers: Iterable[dict[str, Any]], flagged: set[str] = frozenset()) -> list[dict[str, Any]]:
+def worst_first(peers: Iterable[dict[str, Any]], flagged: Set[str] = frozenset()) -> list[dict[str, Any]]:
     """Peer summaries, the worst first: those an alert names, then the most versions behind, then the longest
     unheard, then the unreachable (client-only, relayed); the peer id breaks ties."""
     rank = {"client-only": 2, "relayed": 1}

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from swarmnode.atomic import write_atomic
+
 FILE_NAME = "health.json"
 WRITE_EVERY_S = 5.0
 HISTORY_EVERY_S = 30.0
@@ -72,12 +74,9 @@ class SelfRecord:
             "history": [*self.history, self.counters],
             **self.extra,
         }
-        tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(doc), tmp=self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp"))
         except OSError:  # a full disk: the record goes stale, which the reader reports (with the disk's line)
-            tmp.unlink(missing_ok=True)
             return False
         return True
 

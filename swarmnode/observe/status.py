@@ -14,7 +14,7 @@ from swarmnode.observe.health import find_alerts, peer_lag, staleness_bound, swa
 from swarmnode.observe.status_census import census_fields, read_census, run_learners
 from swarmnode.observe.status_schema import STATUS_SCHEMA_VERSION
 from swarmnode.observe.status_text import PAGE_ROWS, alert_lines, summary_lines
-from swarmnode.protocol.peer import PeerRecord
+from swarmnode.protocol.peer import PeerRecord, software_build
 from swarmnode.protocol.public_name import NamePolicy
 from swarmnode.protocol.reachability import reachability_of
 from swarmnode.swarm.follower import with_designated
@@ -55,6 +55,7 @@ def status_document(
         **summary,
         "max_staleness": staleness_bound(believed, cfg.sync.max_staleness),
         "reachability": dict(Counter(p["reachability"] for p in peers)),
+        "builds": dict(Counter(software_build(p["software"]) for p in peers).most_common()),
         "peers": peers,
         "alerts": find_alerts(believed, cfg.sync.max_staleness) + self_declared_alerts(peers),
     }

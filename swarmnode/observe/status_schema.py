@@ -157,6 +157,11 @@ STATUS_SCHEMA: dict[str, Any] = {
         "versions": {"type": "object", "description": "version -> samplers holding it", "additionalProperties": _COUNT},
         "max_staleness": _COUNT,
         "reachability": {"type": "object", "description": "reachability -> live peers", "additionalProperties": _COUNT},
+        "builds": {
+            "type": "object",
+            "description": "swarmnode build (peer records' `software`: 0.2.0) -> peers read, the most common first",
+            "additionalProperties": _COUNT,
+        },
         "peers": {"type": "array", "items": PEER_SCHEMA},
         "alerts": {"type": "array", "items": ALERT_SCHEMA},
         "card": {

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarmnode.observe.census import page_of, worst_first
+from swarmnode.protocol.peer import software_build
 
 PAGE_ROWS = 40  # peers on one page of `status` (`--page N` for the others)
 MAX_ALERT_LINES = 10  # alerts written out; the rest are counted by kind
@@ -58,6 +59,7 @@ def summary_lines(doc: dict[str, Any], page: int = 0, page_rows: int = PAGE_ROWS
         f"run {doc['run_id']}: {_count(doc)}, newest version {doc['newest_version']}, "
         f"{doc['tokens_per_s']:.0f} tokens/s"
     ]
+    lines += build_lines(doc)
     peers = doc["peers"]
     if len(peers) <= page_rows and not (doc.get("census") and not doc["census"]["exact"]):
         return lines + [HEADER] + [peer_row(p) for p in peers]
@@ -77,6 +79,22 @@ def summary_lines(doc: dict[str, Any], page: int = 0, page_rows: int = PAGE_ROWS
         f"page {page + 1} of {pages}" + (" (--page N for another)" if pages > 1 else "")
     )
     return lines + [HEADER] + [peer_row(p) for p in shown]
+
+
+MAX_NAMED_PEERS = 3  # peers of a less common build named in the builds line; beyond, counted
+
+
+def build_lines(doc: dict[str, Any]) -> list[str]:
+    """One line when the peers read run more than one swarmnode build: the builds counted, and the peers that run
+    one other than the most common named (at most `MAX_NAMED_PEERS`); none when they all run one build."""
+    builds = doc.get("builds") or {}
+    if len(builds) < 2:
+        return []
+    common = max(builds, key=lambda b: builds[b])
+    others = [p for p in doc["peers"] if software_build(p["software"]) != common]
+    named = ", ".join(f"{p['peer_id']} runs {software_build(p['software'])}" for p in others[:MAX_NAMED_PEERS])
+    more = f" and {len(others) - MAX_NAMED_PEERS} more" if len(others) > MAX_NAMED_PEERS else ""
+    return [f"mixed builds: {_by(builds, None)} ({named}{more})"]
 
 
 def alert_lines(alerts: list[dict[str, Any]], limit: int = MAX_ALERT_LINES) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgpack
 
@@ -173,7 +173,11 @@ def bytes_field(obj: dict[str, Any], name: str, max_len: int, exact: int | None 
     return bytes(value)
 
 
-def list_field(obj: dict[str, Any], name: str, max_len: int, item: Callable[[Any], T] | None = None) -> list[T]:
+@overload
+def list_field(obj: dict[str, Any], name: str, max_len: int) -> list[Any]: ...
+@overload
+def list_field(obj: dict[str, Any], name: str, max_len: int, item: Callable[[Any], T]) -> list[T]: ...
+def list_field(obj: dict[str, Any], name: str, max_len: int, item: Callable[[Any], T] | None = None) -> list[Any]:
     """A list of at most `max_len` items, each passed through `item` (which raises InvalidRecord)."""
     value = field(obj, name, (list, tuple))
     if len(value) > max_len:

@@ -171,3 +171,9 @@ class PeerRecord:
         body["name"] = self.name
         body["age_s"] = round(self.age(now), 3)
         return body
+
+
+def software_build(software: str) -> str:
+    """The build a record's `software` field names (`swarmnode/0.2.0 card/3` -> `0.2.0`; `unknown`: not said)."""
+    name, _, build = software.partition(" ")[0].partition("/")
+    return build if name == "swarmnode" and build else "unknown"

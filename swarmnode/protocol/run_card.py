@@ -174,8 +174,3 @@ class Invite:
     @classmethod
     def of(cls, card: RunCard) -> Invite:
         return cls(card.run_id, card.owner, tuple(card.bootstraps))
-
-
-def looks_like_invite(text: str | None) -> bool:
-    """Whether a command's argument is meant as an invite."""
-    return bool(text) and text.strip().startswith(INVITE_PREFIX)

@@ -4,8 +4,9 @@ run stays reproducible from its task seed, peer ids and start counts."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from swarmnode.atomic import write_atomic
 
 
 def next_start(data_dir: Path | str, name: str = "sampler") -> int:
@@ -17,7 +18,5 @@ def next_start(data_dir: Path | str, name: str = "sampler") -> int:
     except (OSError, ValueError):
         count = 0
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"{count + 1}\n")
-    os.replace(tmp, path)
+    write_atomic(path, f"{count + 1}\n", tmp=path.with_suffix(".tmp"))
     return count

@@ -276,9 +276,10 @@ class LearnerAveraging:
         if self.trusted and any(peer.to_base58() not in self.trusted for peer in gathered):
             raise PermissionError("a peer that is not one of trust.learner_keys joined the group")
         versions = [g.get("version") if isinstance(g, dict) else None for g in gathered.values()]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in versions):
+        valid = [v for v in versions if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if len(valid) < len(versions):
             raise ValueError(f"a group member gathered no valid version: {versions}")
-        return max(versions) + 1, len(gathered)
+        return max(valid) + 1, len(gathered)
 
     def _finish(self, result: RoundResult) -> RoundResult:
         self.last = result

@@ -5,7 +5,7 @@
   each batch: one request to each learner instead of a DHT look) and from learners' acks (`hint`, at once),
   ignores versions not newer than what it already has, runs one fetch at a time, and after a failed fetch waits
   out an exponential backoff with jitter (capped) before trying again, also when the sampler is paused as too
-  stale (it used to retry there in a hot loop).
+  stale.
 - `WeightPuller` does one fetch (and asks learners for their newest version, `newest_from`): every live holder of
   the run serves chunks (`LivePeers`), the manifest must be signed by a trusted learner (and an adapter-only one
   must name this node's base weights), and the loaded state goes to the sampler (a `WeightSink`), with the
@@ -351,7 +351,9 @@ class WeightPuller:
         self.trusted = list(trusted)
         self.emit, self.progress, self.hold = emit, progress, hold
         self.last_stats: FetchStats | None = None
-        self.seed_chunks = collections.Counter()  # "asked", "unheard": a publisher's chunks over every fetch
+        self.seed_chunks: collections.Counter[str] = (
+            collections.Counter()
+        )  # "asked", "unheard": a publisher's chunks over every fetch
 
     async def newest_from(
         self, learners: Iterable[PeerID], timeout: float = 2.0, grace: float = 0.25
@@ -373,7 +375,8 @@ class WeightPuller:
 
         pending = {asyncio.ensure_future(ask(learner)) for learner in learners}
         loop = asyncio.get_running_loop()
-        deadline, manifests = loop.time() + timeout, []
+        deadline = loop.time() + timeout
+        manifests: list[WeightManifest] = []
         try:
             while pending and loop.time() < deadline:
                 done, pending = await asyncio.wait(
@@ -382,8 +385,8 @@ class WeightPuller:
                 for task in done:
                     if isinstance(task.exception(), InvalidRecord):
                         logger.warning("weights: a learner's newest manifest was refused: %s", task.exception())
-                    elif task.exception() is None and task.result() is not None:
-                        manifests.append(task.result())
+                    elif task.exception() is None and (manifest := task.result()) is not None:
+                        manifests.append(manifest)
                 if manifests:
                     deadline = min(deadline, loop.time() + grace)
         finally:

@@ -92,14 +92,18 @@ class FrameSink(asyncio.BufferedProtocol):
         if has_buffered_bytes(reader):
             raise RuntimeError("stream already has buffered bytes; cannot take over its transport")
         sink = cls()
-        sink.transport = writer.transport
-        sink.transport.set_protocol(sink)
+        transport = writer.transport
+        assert isinstance(transport, asyncio.Transport)  # a stream's transport reads and writes
+        transport.set_protocol(sink)
+        sink.transport = transport
         return sink
 
     def send(self, data: bytes) -> None:
         """Write one frame (small requests: no flow control needed)."""
         if self._error is not None:
             raise self._error
+        if self.transport is None:
+            raise ConnectionError("the frame sink is not attached to a stream")
         self.transport.write(len(data).to_bytes(HEADER, "big") + data)
 
     def expect(self, dest: memoryview) -> asyncio.Future[int]:

@@ -117,7 +117,7 @@ def use_local_storage(node, storage) -> None:
 
 def has_buffered_bytes(reader: asyncio.StreamReader) -> bool:
     """Whether `reader` holds bytes it received that nobody has read yet."""
-    return bool(reader._buffer)
+    return bool(reader._buffer)  # type: ignore[attr-defined]  # asyncio keeps it private
 
 
 def daemon_listen_maddr(p2p: P2P) -> Multiaddr:
@@ -151,7 +151,8 @@ class _LocalConnection:
 
 def _local_pipe() -> tuple[_LocalConnection, _LocalConnection]:
     (read_a, write_a), (read_b, write_b) = os.pipe(), os.pipe()
-    queue_a, queue_b = queue.SimpleQueue(), queue.SimpleQueue()
+    queue_a: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    queue_b: queue.SimpleQueue[Any] = queue.SimpleQueue()
     return _LocalConnection(queue_a, read_a, queue_b, write_b), _LocalConnection(queue_b, read_b, queue_a, write_a)
 
 
@@ -164,6 +165,8 @@ class ThreadedAverager(DecentralizedAverager):
     after construction, `stop_thread()` at the end (the averager's own `shutdown` only stops a child process)."""
 
     _thread: threading.Thread | None = None
+    _inner_pipe: Any  # hivemind's control pipe ends, replaced by `_local_pipe` in __init__
+    _outer_pipe: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, start=False, **kwargs)
@@ -206,11 +209,7 @@ class ThreadedAverager(DecentralizedAverager):
         self._thread.join(timeout + 5)
 
     def step(
-        self,
-        gather: Any = None,
-        timeout: float | None = None,
-        allow_retries: bool = True,  # type: ignore[override]
-        weight: float = 1.0,
+        self, gather: Any = None, timeout: float | None = None, allow_retries: bool = True, weight: float = 1.0
     ) -> Any:
         """One round (matchmaking, then all-reduce) within `timeout` seconds; the data gathered from the group,
         keyed by peer id. Raises when no group formed or the all-reduce failed."""
@@ -238,7 +237,7 @@ class ThreadedAverager(DecentralizedAverager):
             others = [
                 t
                 for t in asyncio.all_tasks()  # but this one and the control loop awaiting it
-                if t is not asyncio.current_task() and t.get_coro().__name__ != "_run"
+                if t is not asyncio.current_task() and getattr(t.get_coro(), "__name__", "") != "_run"
             ]
             for task in others:  # the periodic state declaration and what a failed round left behind
                 task.cancel()

@@ -18,6 +18,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from swarmnode.backoff import Backoff
+
 logger = logging.getLogger(__name__)
 
 Probe = Callable[[str], Awaitable[bool]]  # peer id -> whether it answered
@@ -43,7 +45,7 @@ class ProvenAlive:
         self.probe_timeout = probe_timeout
         self.retry_after, self.max_retry_after = retry_after, max_retry_after
         self._seen: dict[str, float] = {}  # peer -> monotonic time of its latest proof
-        self._failed: dict[str, tuple[float, float]] = {}  # peer -> (probe again after, current wait)
+        self._failed: dict[str, Backoff] = {}  # peer -> its wait before it may prove itself again
         self._probing: asyncio.Task | None = None
         self.probes = 0  # probes sent, in total
         self.probe_failures = 0
@@ -52,17 +54,20 @@ class ProvenAlive:
         """`peers` answered us (or hold a live connection) now; ignored for a peer still waiting out a failure."""
         now = time.monotonic()
         for peer in map(str, peers):
-            if self._failed.get(peer, (0.0, 0.0))[0] <= now:
+            if self._waited_out(peer):
                 self._seen[peer] = now
                 self._failed.pop(peer, None)
 
     def fail(self, peers: Iterable[str]) -> None:
         """`peers` failed us (no answer, a stall): not alive until `retry_after` passes, twice that the next time."""
-        now = time.monotonic()
         for peer in map(str, peers):
             self._seen.pop(peer, None)
-            wait = min(self.max_retry_after, 2 * self._failed[peer][1]) if peer in self._failed else self.retry_after
-            self._failed[peer] = (now + wait, wait)
+            wait = self._failed.setdefault(peer, Backoff(self.retry_after, self.max_retry_after, jitter=False))
+            wait.failure()
+
+    def _waited_out(self, peer: str) -> bool:
+        wait = self._failed.get(peer)
+        return wait is None or wait.ready()
 
     def alive(self, peer: str) -> bool:
         """Whether `peer` proved alive within the window."""
@@ -75,12 +80,7 @@ class ProvenAlive:
         proof first, then never-tried ones, in random order."""
         if self.probe is None or (self._probing is not None and not self._probing.done()):
             return
-        now = time.monotonic()
-        due = [
-            p
-            for p in dict.fromkeys(map(str, candidates))
-            if not self.alive(p) and self._failed.get(p, (0.0, 0.0))[0] <= now
-        ]
+        due = [p for p in dict.fromkeys(map(str, candidates)) if not self.alive(p) and self._waited_out(p)]
         random.shuffle(due)
         due.sort(key=lambda p: p not in self._seen)  # stable: once-proven peers first, each group shuffled
         if due:
@@ -105,10 +105,11 @@ class ProvenAlive:
         self.mark(p for p, ok in zip(peers, answered) if ok)
         self.fail(p for p, ok in zip(peers, answered) if not ok)
         if len(self._failed) > 16 * 1024:  # forget the oldest failures of a long flood (bounded memory)
-            for peer in sorted(self._failed, key=lambda p: self._failed[p][0])[: len(self._failed) // 2]:
+            for peer in sorted(self._failed, key=lambda p: self._failed[p].not_before)[: len(self._failed) // 2]:
                 del self._failed[peer]
 
     async def _probe_one(self, peer: str) -> bool:
+        assert self.probe is not None  # refresh probes only with a probe
         try:
             return bool(await asyncio.wait_for(self.probe(peer), self.probe_timeout))
         except asyncio.CancelledError:

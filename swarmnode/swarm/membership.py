@@ -66,7 +66,7 @@ class Membership:
         self.client_mode = client_mode
         self.session = secrets.token_hex(8)  # tells this process's records from an earlier run's
         self.fields: dict[str, Any] = {"hardware": hardware or basic_hardware(), "software": f"swarmnode/{__version__}"}
-        self.dht: SwarmDHT | None = None
+        self._dht: SwarmDHT | None = None
         self.started_at = time.monotonic()
         self.ready_s: float | None = None  # seconds from start() to the first published record
         self._lock = IdentityLock(identity.peer_id)
@@ -83,7 +83,7 @@ class Membership:
         self.started_at = time.monotonic()
         self._lock.acquire()
         try:
-            self.dht = await SwarmDHT.create(
+            self._dht = await SwarmDHT.create(
                 self.cfg,
                 self.identity,
                 client_mode=self.client_mode,
@@ -114,11 +114,23 @@ class Membership:
         self.fields.update(fields)
 
     @property
+    def dht(self) -> SwarmDHT:
+        """The node's DHT (and its p2pd), from `start` until `stop`."""
+        if self._dht is None:
+            raise RuntimeError("the member has not started (or has stopped): no DHT")
+        return self._dht
+
+    @property
+    def started(self) -> bool:
+        """Whether the member is between `start` and `stop` (its DHT is up)."""
+        return self._dht is not None
+
+    @property
     def reachability(self) -> str | None:
         """This node's reachability as decided at join and rechecked since (a bootstrap is public; None: not
         checked)."""
-        if self.dht is not None and self.dht.reachability is not None:
-            return self.dht.reachability.status
+        if self._dht is not None and self._dht.reachability is not None:
+            return self._dht.reachability.status
         return PUBLIC if self.role == "bootstrap" else None
 
     def record(self, state: str = "up") -> PeerRecord:
@@ -191,7 +203,7 @@ class Membership:
         for task in (self._heartbeat, self._watch):
             if task is not None:
                 task.cancel()
-        if self.dht is not None and not self.client_mode and p2pd_alive(self.dht.p2p):
+        if self._dht is not None and not self.client_mode and p2pd_alive(self._dht.p2p):
             try:
                 await while_p2pd_alive(self.dht.p2p, self.publish("leaving"), timeout=5)
             except Exception as exc:
@@ -200,9 +212,9 @@ class Membership:
 
     async def _close(self) -> None:
         try:
-            if self.dht is not None:
-                await self.dht.shutdown()
-                self.dht = None
+            if self._dht is not None:
+                await self._dht.shutdown()
+                self._dht = None
         finally:
             self._lock.release()
 

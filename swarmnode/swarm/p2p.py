@@ -34,6 +34,7 @@ from typing import TypeVar
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
+from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
@@ -148,10 +149,13 @@ class IdentityLock:
 
 def arm_watchdog(p2p: P2P) -> subprocess.Popen:
     """Start the watchdog that stops `p2p`'s daemon when this process dies (see module docstring)."""
+    daemon = p2pd_process(p2p)
+    if daemon is None:
+        raise RuntimeError("this P2P owns no p2pd process to watch")
     read_end, write_end = os.pipe()  # both non-inheritable; the child gets read_end as its stdin only
     try:
         watchdog = subprocess.Popen(
-            ["/bin/sh", "-c", _WATCHDOG_SCRIPT, "swarmnode-watchdog", str(p2pd_process(p2p).pid)],
+            ["/bin/sh", "-c", _WATCHDOG_SCRIPT, "swarmnode-watchdog", str(daemon.pid)],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -197,8 +201,9 @@ async def stop_p2p(p2p: P2P) -> None:
         await asyncio.wait_for(p2p.shutdown(), timeout=10)
     except TimeoutError:
         logger.warning("p2pd did not stop in 10 s; killing it")
-        with contextlib.suppress(ProcessLookupError, AttributeError):
-            p2pd_process(p2p).kill()
+        if (daemon := p2pd_process(p2p)) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                daemon.kill()
     watchdog = _watchdogs.pop(p2p, None)
     if watchdog is not None:
         process, write_end = watchdog
@@ -254,7 +259,7 @@ async def _create_daemon(
     flags, relay_kwargs = relay_flags(cfg, relay_service, relays)
     daemon = p2p_class_with_daemon_flags(flags)
     key_path, temporary = _identity_file(identity)
-    attempt, delay = 0, 0.5
+    attempt, backoff = 0, Backoff(0.5, 5.0, jitter=False)
     try:
         while True:
             attempt += 1
@@ -279,13 +284,13 @@ async def _create_daemon(
                     raise SwarmStartError(
                         f"cannot start p2pd with host_maddrs {net.host_maddrs}: {reason}", exit_code=code
                     ) from None
+                delay = backoff.failure()
                 if time.monotonic() + delay >= deadline:
                     raise SwarmStartError(
                         f"p2pd did not start within {net.startup_timeout:.0f} s ({attempt} attempts; last: {reason})"
                     ) from None
                 logger.warning("p2pd start attempt %d failed (%s); retrying in %.1f s", attempt, reason, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
     finally:
         if temporary:
             os.unlink(key_path)
@@ -313,7 +318,7 @@ async def connect_initial_peers(
 ) -> list[InitialPeer]:
     """Dial every initial peer, retrying with backoff until at least one answers; SwarmStartError at deadline,
     or at once when `refusal_is_final` and every peer refused the connection (a one-shot client: `status`)."""
-    attempt, delay = 0, 0.5
+    attempt, backoff = 0, Backoff(0.5, 8.0, jitter=False)
     first_reasons: dict[str, str] = {}  # libp2p answers later dials with a bare "dial backoff": keep the cause
     while True:
         attempt += 1
@@ -331,12 +336,13 @@ async def connect_initial_peers(
                 logger.warning("initial peer %s unreachable (attempt %d): %s", peer.text, attempt, reason)
         if reached:
             return reached
-        if refusal_is_final and all(refused(reason) for reason in reasons):
+        if refusal_is_final and all(reason is not None and refused(reason) for reason in reasons):
             detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
             raise SwarmStartError(
                 f"every initial peer refused the connection: {detail}. Check the address and "
                 "port, and that the bootstrap is running"
             )
+        delay = backoff.failure()
         if time.monotonic() + delay >= deadline:
             detail = "; ".join(f"{peer.text} ({reason})" for peer, reason in zip(peers, reasons))
             raise SwarmStartError(
@@ -346,7 +352,6 @@ async def connect_initial_peers(
             )
         logger.warning("no initial peer reachable yet; retrying in %.1f s", delay)
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 8.0)
 
 
 async def start_p2p(

@@ -23,7 +23,8 @@ class VersionPublisher:
         self, store: WeightStore, dht: SwarmDHT, identity: Identity, model_id: str, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.store, self.dht, self.identity, self.model_id, self.loop = store, dht, identity, model_id, loop
-        self.newest = store.latest() if store.latest() is not None else -1  # the newest version the store serves
+        latest = store.latest()
+        self.newest = latest if latest is not None else -1  # the newest version the store serves
 
     def __call__(self, version: int, state: dict[str, torch.Tensor], adapter: AdapterSpec | None = None) -> None:
         manifest = self.store.publish(

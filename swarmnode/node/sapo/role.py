@@ -31,6 +31,7 @@ from hivemind.p2p import PeerID
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity, node_data_dir
+from swarmnode.node.running import RunningRole
 from swarmnode.node.sapo.policy import SapoPolicy
 from swarmnode.node.sapo.pull import TextPuller
 from swarmnode.observe.health import MAX_INVALID_PEERS, record_health
@@ -92,7 +93,7 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-class SapoRole:
+class SapoRole(RunningRole):
     """Generate, share as text, train on I local + J external groups; see the module docstring."""
 
     def __init__(self, cfg: NodeConfig, identity: Identity, member: Membership, emit: Callable[[str], None]):

@@ -177,7 +177,8 @@ class RolloutReceiver:
         self._streams[peer] += 1
         try:
             while True:
-                bodies, verdict = [], None
+                bodies: list[bytes] = []
+                verdict: str | None = None
                 # the groups a sender wrote back to back (already here) are admitted together: one journal
                 # sync and one write of their acks for all of them
                 while (

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import collections
-import os
 from pathlib import Path
+
+from swarmnode.atomic import replacing
 
 ID_LINE_BYTES = 65  # one journal line: a group id (64 hex digits) and its newline
 
@@ -62,10 +63,9 @@ class SeenIds:
     def _compact(self) -> None:
         """Rewrite the journal with only the ids still remembered (atomic rename)."""
         assert self._path is not None and self._file is not None
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text("".join(i + "\n" for i in self._ids))
-        self._file.close()
-        os.replace(tmp, self._path)
+        with replacing(self._path, tmp=self._path.with_suffix(".tmp")) as part:
+            part.write_text("".join(i + "\n" for i in self._ids))
+            self._file.close()
         self._file = open(self._path, "a", buffering=1)
         self._lines = len(self._ids)
 

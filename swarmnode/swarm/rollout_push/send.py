@@ -7,13 +7,13 @@ import collections
 import contextlib
 import itertools
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from hivemind.p2p import P2P, PeerID
 
+from swarmnode.backoff import Backoff
 from swarmnode.protocol.codec import MAX_VERSION, InvalidRecord
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.protocol.run_settings import SETTINGS_STATUS
@@ -249,7 +249,7 @@ class RolloutSender:
             link.wake.set()
 
     async def _drain(self, link: _Link) -> None:
-        failures = 0
+        backoff = Backoff(self.base_backoff, self.max_backoff)
         while not self._closed:
             if not link.outbox:
                 if link.retiring:
@@ -282,12 +282,10 @@ class RolloutSender:
                     continue
                 self._finish(link, item, status)
             if retry:
-                failures += 1
                 self.retries += 1
-                delay = min(self.max_backoff, self.base_backoff * 2 ** min(failures - 1, 16))
-                await asyncio.sleep(delay * (0.5 + random.random()))
+                await asyncio.sleep(backoff.failure())
                 continue
-            failures = 0
+            backoff.success()
             if full:  # the learner's told wait (our turn is further off), else a short flat one
                 await asyncio.sleep(max(self.full_wait, link.full_wait))
         link.close_stream()
@@ -315,6 +313,7 @@ class RolloutSender:
                 self.p2p.call_binary_stream_handler(link.peer, push_protocol(self.run_id, self.stream)),
                 self.ack_timeout,
             )
+        assert link.reader is not None  # opened with the writer
         await write_frames(link.writer, [data for _, data, _ in batch])
         for _ in batch:
             ack = await asyncio.wait_for(read_control(link.reader), self.ack_timeout)

@@ -23,5 +23,6 @@ async def linger(reader: asyncio.StreamReader, seconds: float = 2.0) -> None:
     """Before closing after a final ack, let the peer hang up first (an immediate close can drop the ack)."""
     deadline = time.monotonic() + seconds
     with contextlib.suppress(asyncio.TimeoutError, ConnectionError, OSError):
-        while time.monotonic() < deadline and await asyncio.wait_for(reader.read(1 << 16), deadline - time.monotonic()):
-            pass
+        while time.monotonic() < deadline:
+            if not await asyncio.wait_for(reader.read(1 << 16), deadline - time.monotonic()):
+                break

@@ -17,10 +17,11 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hivemind.p2p import P2P, PeerID
 
+from swarmnode.backoff import Backoff
 from swarmnode.protocol.codec import InvalidRecord, pack
 from swarmnode.protocol.manifest import MAX_MANIFEST_BYTES, WeightManifest
 from swarmnode.swarm.frames import FrameSink, read_frame, write_frame
@@ -59,7 +60,7 @@ class FetchStats:
     bad_chunks: int = 0
     missing_chunks: int = 0
     seconds: float = 0.0
-    chunks_by_holder: collections.Counter | None = None
+    chunks_by_holder: collections.Counter[str] = field(default_factory=collections.Counter)
     lost_holders: frozenset[str] = frozenset()  # holders dropped (stalled, timed out, broke the protocol)
     seed_chunks: int = 0  # chunks asked of a publisher (`ChunkSchedule.seeds`)
     seed_chunks_unheard: int = 0  # of those, asked after its wait while another holder was still unheard
@@ -227,7 +228,7 @@ class WeightFetcher:
         self, holders: list[PeerID], manifest: WeightManifest, buf: Buffer, progress: ProgressCallback | None
     ) -> FetchStats:
         """Get every chunk of `manifest` into `buf` (held ones from the store, the rest from holders)."""
-        stats = FetchStats(manifest.version, manifest.total_bytes, chunks_by_holder=collections.Counter())
+        stats = FetchStats(manifest.version, manifest.total_bytes)
         offsets = manifest.chunk_offsets()
         view = memoryview(buf)
         todo = []
@@ -264,12 +265,13 @@ class WeightFetcher:
             if progress:
                 progress(done_bytes, manifest.total_bytes)
 
+        between_rounds = Backoff(0.2, 5.0, jitter=False)
         for round_ in range(self.max_rounds):
             live = [h for h in holders if str(h) not in work.lost]
             if not work.pending or not live:
                 break
             if round_:
-                await asyncio.sleep(min(0.2 * 2 ** (round_ - 1), 5.0))
+                await asyncio.sleep(between_rounds.failure())
                 work.new_round()
             await self._round(
                 [
@@ -410,7 +412,7 @@ class WeightFetcher:
                 if i == _HAVE:
                     if n not in (0, len(have_buf)):
                         raise InvalidRecord(f"have-map of {n} bytes for {len(manifest.chunks)} chunks")
-                    work.set_have(name, have_buf[:n])
+                    work.set_have(name, bytes(have_buf[:n]))
                     have_asked = False
                     continue
                 now = time.monotonic()

@@ -95,8 +95,9 @@ class ModelLayout:
         spec = manifest.adapter
         if spec is None or spec.base_hash != self.base_hash:
             mine = self.base_hash.hex()[:16] if self.base_hash else "unknown"
+            theirs = spec.base_hash.hex()[:16] if spec is not None else "none named"
             raise InvalidRecord(
-                f"adapter version {manifest.version} is for base weights {spec.base_hash.hex()[:16]}, "
+                f"adapter version {manifest.version} is for base weights {theirs}, "
                 f"this node's base weights are {mine}: refused (is model.name/model.dtype the "
                 "learner's?)"
             )

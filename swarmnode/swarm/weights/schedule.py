@@ -133,7 +133,9 @@ class ChunkSchedule:
 
     def take(self, holder: str, n: int) -> list[int]:
         """Up to `n` pending chunks `holder` has, rarest first."""
-        heap, now, got, later = self.heaps.get(holder, []), time.monotonic(), [], []
+        heap, now = self.heaps.get(holder, []), time.monotonic()
+        got: list[int] = []
+        later: list[tuple[int, int, int]] = []
         seed = holder in self.seeds
         if seed and self._unheard(now):
             return []  # a publisher waits (a second at most) until the other holders said what they have

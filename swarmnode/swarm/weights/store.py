@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from swarmnode.atomic import replacing, write_atomic
 from swarmnode.diskspace import DiskFullError, SpaceWatch, is_disk_full, raise_if_full
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.identity import Identity
@@ -206,12 +207,10 @@ class WeightStore:
     def write_chunk(self, hex_digest: str, data: bytes | memoryview) -> None:
         """Persist one verified chunk atomically (tmp file + rename); a full disk leaves no partial file."""
         path = self.root / "chunks" / hex_digest
-        tmp = _temp_path(path)
         try:
-            write_file(tmp, data)
-            os.replace(tmp, path)
+            with replacing(path, tmp=_temp_path(path)) as part:
+                write_file(part, data)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             if is_disk_full(exc) and self.space is not None:
                 self.space.full(f"chunk {hex_digest[:12]}", len(data))
             raise_if_full(exc, self.root, f"chunk {hex_digest[:12]}", len(data))
@@ -325,13 +324,13 @@ class WeightStore:
         dropped = versions[: max(0, len(versions) + (keep is not None) - self.keep_versions)]
         for v in dropped:
             self._drop_version(v)
-        keep: set[str] = set()
+        referenced: set[str] = set()
         for sub in ("manifests", "partial"):
             for path in (self.root / sub).glob("*.bin"):
                 if (m := self._read_manifest(path)) is not None:
-                    keep.update(c.hex for c in m.chunks)
+                    referenced.update(c.hex for c in m.chunks)
         for path in (self.root / "chunks").iterdir():
-            if path.name not in keep and not path.name.endswith(".tmp"):
+            if path.name not in referenced and not path.name.endswith(".tmp"):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         self._reindex_memory()
@@ -407,12 +406,9 @@ class WeightStore:
 
     @staticmethod
     def _atomic_write(path: Path, data: bytes) -> None:
-        tmp = _temp_path(path)
         try:
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            write_atomic(path, data, tmp=_temp_path(path))
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise_if_full(exc, path.parent, path.name, len(data))
             raise
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # benchlib
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # benchlib
 
 from benchlib import core_pair  # noqa: E402
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "swarm-speedup"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "swarm-speedup"))
 
 from swarm_model import local_steps_per_s, predict, swarm_steps_per_s  # noqa: E402
 

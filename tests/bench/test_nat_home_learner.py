@@ -26,7 +26,7 @@ from swarmnode.local.demo import read_steps
 from swarmnode.local.swarm import DemoRun, node_args, prepare_swarm, start_bootstrap, wait_for_line
 from swarmnode.swarm.weights import WeightStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from test_nat_lab import _wait  # noqa: E402
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from scale import model  # noqa: E402
 from scale.curves import publisher_chunks, sampler_states, spread, summarise, version_lag  # noqa: E402
@@ -69,7 +69,7 @@ def test_limits_name_the_full_peers_key_first_past_its_cap() -> None:
     assert any("bootstraps" in line for line in model.limits({"n": 10_000, "connections": 9999}, 700))
 
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "scale" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "scale" / "results"
 
 
 def _recorded(*names: str) -> list[dict]:

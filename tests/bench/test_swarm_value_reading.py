@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "swarm-speedup"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "swarm-speedup"
 sys.path.insert(0, str(BENCH))
 
 from swarm_value import first_time_at  # noqa: E402

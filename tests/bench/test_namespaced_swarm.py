@@ -24,7 +24,7 @@ from swarmnode.local.swarm import (
     wait_for_line,
 )
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "bench" / d) for d in ("swarm-speedup", ".")]
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "bench" / d) for d in ("swarm-speedup", ".")]
 
 from swarm_value import namespaced  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_a_learner_trains_on_groups_that_crossed_capped_links_and_the_namespaces
 
 
 def test_a_bad_upload_cap_is_refused_before_anything_runs():
-    bench = Path(__file__).resolve().parents[1] / "bench" / "swarm-speedup" / "swarm_value.py"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "swarm-speedup" / "swarm_value.py"
     done = subprocess.run(
         [sys.executable, str(bench), "--arms", "local", "--netns-mbit", "0"],
         capture_output=True,

@@ -23,14 +23,14 @@ import pytest
 
 from swarmnode.local.swarm import DemoRun, wait_for_line
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 
 LAB_LACKS = missing_for_nat_lab()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS))]
 
-PEER = str(Path(__file__).with_name("relay_flood_peer.py"))
+PEER = str(Path(__file__).resolve().parents[1] / "relay_flood_peer.py")
 PER_ADDRESS, PER_PREFIX, TOTAL = 4, 6, 24
 FLOOD = {"fa": "11.240.1.2", "fb": "11.240.1.3", "fc": "11.241.1.2"}  # fa and fb share a /24
 KEYS = 10  # per flood host: 30 > TOTAL

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-SOAK = Path(__file__).resolve().parents[1] / "bench" / "soak"
+SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak"
 sys.path.insert(0, str(SOAK))
 
 import faults  # noqa: E402

@@ -14,7 +14,7 @@ import torch
 from swarmnode.config import load_config
 from swarmnode.delay import DelayModel
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "latency-tolerance"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "latency-tolerance"
 FAST = ["learner.prompts_per_step=4", "sampler.prompts_per_batch=4"]
 
 

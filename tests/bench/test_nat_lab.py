@@ -24,7 +24,7 @@ from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.local.demo import read_steps
 from swarmnode.local.swarm import DemoRun, node_args, prepare_swarm, start_bootstrap, wait_for_line
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 
@@ -274,7 +274,7 @@ def test_sapo_nodes_behind_nat_train_on_their_peers_text(tmp_path):
 
 def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
     run = DemoRun(tmp_path)
-    script = str(Path(__file__).with_name("averaging_peer.py"))
+    script = str(Path(__file__).resolve().parents[1] / "averaging_peer.py")
     procs: list[subprocess.Popen] = []
     outs = {}
     with NatLab() as lab:
@@ -286,7 +286,7 @@ def test_a_relayed_learner_averages_with_a_public_one(tmp_path):
             env = {
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join(
-                    [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+                    [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
                 ),
             }
             for seed, name in enumerate(("public", "relayed")):
