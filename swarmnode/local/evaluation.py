@@ -2,8 +2,8 @@
 
 The metric is `mean@k`: k completions per eval prompt sampled at the sampling temperature, scored by the task,
 averaged — the RL objective itself, measured on held-out prompts — plus `exact@k`, the fraction of those
-completions that earn the full reward. Sampling uses its own seeded torch generator state, so evaluating does
-not change the training run's random stream.
+completions that earn the full reward, and `pass@k`, the fraction of prompts with at least one that does.
+Sampling uses its own seeded torch generator state, so evaluating does not change the training run's random stream.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ def evaluate(
     seed: int = 0,
     split: str = "eval",
 ) -> dict[str, float]:
-    """{'<split>_reward': mean@k, '<split>_exact': exact@k, '<split>_prompts': n} for `model` on the task's
-    held-out prompts: `split` "eval" = `task.eval_prompts()`, "val" = `task.validation_prompts()`."""
+    """{'<split>_reward': mean@k, '<split>_exact': exact@k, '<split>_pass': pass@k, '<split>_prompts': n} for
+    `model` on the task's held-out prompts: `split` "eval" = `task.eval_prompts()`, "val" = `task.validation_prompts()`."""
     prompts = task.eval_prompts() if split == "eval" else task.validation_prompts()
     if not prompts:
-        return {f"{split}_reward": 0.0, f"{split}_exact": 0.0, f"{split}_prompts": 0.0}
+        return {f"{split}_reward": 0.0, f"{split}_exact": 0.0, f"{split}_pass": 0.0, f"{split}_prompts": 0.0}
     was_training = model.training
     engine = HFEngine(model, tokenizer, max_prompt_tokens=max_prompt_tokens)
     try:
@@ -41,9 +41,11 @@ def evaluate(
             generations = engine.generate([p.text for p in prompts], samples, temperature, max_new_tokens)
     finally:
         model.train(was_training)
-    rewards = [task.reward(p, text) for p, g in zip(prompts, generations) for text in g.texts]
+    scores = [[task.reward(p, text) for text in g.texts] for p, g in zip(prompts, generations)]
+    rewards = [r for prompt_scores in scores for r in prompt_scores]
     return {
         f"{split}_reward": statistics.fmean(rewards),
         f"{split}_exact": sum(r >= 1.0 for r in rewards) / len(rewards),
+        f"{split}_pass": sum(max(prompt_scores) >= 1.0 for prompt_scores in scores) / len(scores),
         f"{split}_prompts": float(len(prompts)),
     }
