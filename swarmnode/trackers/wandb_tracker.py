@@ -32,3 +32,4 @@ class WandbTracker:
 
     def close(self) -> None:
         self.run.finish()
+        wandb.teardown()  # waits for wandb-core to finish writing the run file

@@ -1,0 +1,206 @@
+"""Trackers (`swarmnode.trackers`): a real learner's step figures (the tiny model, a few steps, in process) go
+through `TrackerHub` to trackio, wandb (offline) and tensorboard, and each tracker's own reader finds TRL's
+`reward` and `kl` at the learner's steps; a tracker that fails is said once and training goes on; a stuck
+tracker never blocks a report. The role wiring runs in tests/test_trackers_node.py."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import uuid
+
+import pytest
+import torch
+
+os.environ.setdefault("TRACKIO_DIR", tempfile.mkdtemp(prefix="trackio-"))  # never the user's store
+os.environ.setdefault("WANDB_SILENT", "true")
+
+from tracker_readers import tensorboard_scalars, trackio_scalars, wandb_scalars  # noqa: E402
+
+from swarmnode.config import load_config  # noqa: E402
+from swarmnode.errors import ExitCode, MissingError  # noqa: E402
+from swarmnode.identity import Identity  # noqa: E402
+from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox  # noqa: E402
+from swarmnode.learner.loop import LearnerLoop  # noqa: E402
+from swarmnode.model.models import load_model, load_tokenizer  # noqa: E402
+from swarmnode.node.roles.own_sampling import OwnSampler  # noqa: E402
+from swarmnode.tasks import build_task  # noqa: E402
+from swarmnode.trackers import TrackerHub, check_trackers, open_trackers  # noqa: E402
+from swarmnode.trackers.build import tracked_run  # noqa: E402
+from swarmnode.trackers.names import StepMetrics  # noqa: E402
+from swarmnode.trackers.tensorboard_tracker import TensorboardTracker  # noqa: E402
+
+torch.set_num_threads(1)
+FAST = [
+    "model.tiny.warm_start_steps=0",
+    "sampler.prompts_per_batch=4",
+    "learner.prompts_per_step=4",
+    "sampler.max_completion_length=6",
+    "learner.beta=0.04",  # TRL's kl: the KL to the reference model
+]
+
+
+class Learner:
+    """A real learner on the tiny model, fed on-policy groups by its own sampler (as `sample_when_idle`)."""
+
+    def __init__(self, overrides: list[str]) -> None:
+        self.cfg = cfg = load_config("tiny-cpu", [*FAST, *overrides])
+        task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
+        me = Identity.generate()
+        buffer = ReplayBuffer.from_config(cfg, lineage=me.peer_id)
+        self.loop = LearnerLoop(load_model(cfg.model, cfg.task, torch.device("cpu")), tokenizer, task, cfg, buffer)
+        self.own = OwnSampler(self.loop, task, cfg, me, RolloutInbox(buffer).send)
+
+    def steps(self, n: int):
+        """Yield the diagnostics of the next `n` trained steps."""
+        done = 0
+        for _ in range(20 * n):
+            if done == n:
+                return
+            diag = self.loop.step()
+            if diag is None:
+                self.own.batch()
+            elif diag.get("trained"):
+                done += 1
+                yield diag
+        raise AssertionError(f"{done} of {n} steps trained")
+
+
+@pytest.fixture(scope="module")
+def learner():
+    return Learner([])
+
+
+def _train_into(learner: Learner, hub: TrackerHub, n: int = 3) -> dict[int, dict]:
+    """Train `n` steps reporting each to `hub` (closed after); {step: diagnostics}."""
+    metrics = StepMetrics("learner", learner.cfg.sampler.num_generations)
+    seen = {}
+    for diag in learner.steps(n):
+        report = metrics.step(diag)
+        assert report is not None
+        hub.report(report, int(diag["step"]))
+        seen[int(diag["step"])] = diag
+    hub.close(timeout=120)
+    return seen
+
+
+def _assert_found(scalars: dict[str, dict[int, float]], seen: dict[int, dict]) -> None:
+    for step, diag in seen.items():
+        assert scalars["reward"][step] == pytest.approx(diag["reward_mean"], rel=1e-5, abs=1e-6)
+        assert scalars["kl"][step] == pytest.approx(diag["ref_kl"], rel=1e-5, abs=1e-7)
+        assert scalars["swarm/sampler_kl"][step] == pytest.approx(diag["kl"], rel=1e-5, abs=1e-7)
+        assert "completions/mean_length" in scalars and "frac_reward_zero_std" in scalars
+    assert sorted(scalars["reward"]) == sorted(seen)
+
+
+def _hub(learner: Learner, tmp_path, name: str, lines: list[str]):
+    cfg = learner.cfg.model_copy(deep=True)
+    cfg.metrics.report_to = [name]
+    cfg.metrics.logging_dir = str(tmp_path)
+    cfg.metrics.project = f"test-{uuid.uuid4().hex[:8]}"
+    hub = open_trackers(cfg, tmp_path, "learner", "12D3KooWtestpeer00000001", lines.append)
+    assert hub is not None
+    return cfg, hub
+
+
+def test_tensorboard_event_files_hold_the_learners_reward_and_kl(learner, tmp_path):
+    lines: list[str] = []
+    _cfg, hub = _hub(learner, tmp_path, "tensorboard", lines)
+    seen = _train_into(learner, hub)
+    assert not hub.failed, lines
+    _assert_found(tensorboard_scalars(tmp_path / "tensorboard" / "learner-00000001"), seen)
+
+
+def test_trackio_local_store_holds_the_learners_reward_and_kl(learner, tmp_path):
+    lines: list[str] = []
+    cfg, hub = _hub(learner, tmp_path, "trackio", lines)
+    seen = _train_into(learner, hub)
+    assert not hub.failed, lines
+    _assert_found(trackio_scalars(cfg.metrics.project, "learner-00000001"), seen)
+
+
+def test_wandb_offline_run_holds_the_learners_reward_and_kl(learner, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline unless the environment says otherwise
+    lines: list[str] = []
+    _cfg, hub = _hub(learner, tmp_path, "wandb", lines)
+    seen = _train_into(learner, hub)
+    assert not hub.failed, lines
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    _assert_found(wandb_scalars(run_dir), seen)
+
+
+class _Raises:
+    """A tracker whose second report raises (as a tracker whose server went away)."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("connection lost")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_tracker_that_fails_is_said_once_and_training_goes_on(learner, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    run = tracked_run(learner.cfg, tmp_path, "learner", "12D3KooWtestpeer00000002")
+    broken_run = type(run)(run.project, run.name, blocked / "sub", run.config)
+    flaky = _Raises()
+    lines: list[str] = []
+    hub = TrackerHub(
+        [
+            ("tensorboard", lambda: TensorboardTracker(broken_run)),  # its folder cannot be made: fails on open
+            ("flaky", lambda: flaky),
+            ("tensorboard", lambda: TensorboardTracker(run)),
+        ],
+        lines.append,
+    )
+    seen = _train_into(learner, hub, n=4)
+    assert len(seen) == 4  # every step trained
+    assert sorted(hub.failed) == ["flaky", "tensorboard"] and len(lines) == 2, lines
+    assert any("tensorboard failed" in line for line in lines) and any("connection lost" in line for line in lines)
+    assert flaky.calls == 2  # left out after it raised
+    scalars = tensorboard_scalars(tmp_path / "trackers" / "tensorboard" / run.name)
+    assert sorted(scalars["reward"]) == sorted(seen)  # the working tracker got every step
+
+
+def test_a_stuck_tracker_never_blocks_a_report():
+    release = threading.Event()
+
+    class Stuck:
+        name = "stuck"
+
+        def log(self, metrics: dict[str, float], step: int) -> None:
+            release.wait()
+
+        def close(self) -> None:
+            pass
+
+    hub = TrackerHub([("stuck", Stuck)], lambda line: None, max_queue=2)
+    for step in range(10):
+        hub.report({"reward": 0.5, "note": "text", "nan": float("nan")}, step)  # returns at once, every time
+    assert hub.dropped >= 7
+    release.set()
+    hub.close()
+    assert hub.logged + hub.dropped == 10
+
+
+def test_a_named_tracker_whose_package_is_missing_is_one_line_before_ready(monkeypatch):
+    from swarmnode.trackers import base
+
+    cfg = load_config("tiny-cpu", ["metrics.report_to=[tensorboard, wandb]"])
+    assert cfg.metrics.report_to == ["tensorboard", "wandb"]
+    check_trackers(cfg)  # both installed here
+    monkeypatch.setitem(base.PACKAGES, "wandb", "wandb_not_installed_here")
+    with pytest.raises(MissingError) as err:
+        check_trackers(cfg)
+    assert err.value.exit_code == ExitCode.MISSING
+    assert "metrics.report_to=wandb" in str(err.value) and "\n" not in str(err.value)
+    assert load_config("tiny-cpu", ["metrics.report_to=none"]).metrics.report_to == []
