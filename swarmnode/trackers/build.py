@@ -36,7 +36,13 @@ def logging_dir(cfg: NodeConfig, data_dir: Path) -> Path:
 
 def tracked_run(cfg: NodeConfig, data_dir: Path, role: str, peer_id: str) -> TrackedRun:
     """The run as the trackers see it: project = `metrics.project` or the run id, name = `<role>-<peer id[-8:]>`."""
-    config: dict[str, Any] = {"run_id": cfg.run_id, "role": role, "peer_id": peer_id, "model": cfg.model.name, "task": cfg.task.name}
+    config: dict[str, Any] = {
+        "run_id": cfg.run_id,
+        "role": role,
+        "peer_id": peer_id,
+        "model": cfg.model.name,
+        "task": cfg.task.name,
+    }
     config |= {f"learner.{k}": v for k, v in cfg.learner.model_dump().items() if isinstance(v, (int, float, str))}
     return TrackedRun(cfg.metrics.project or cfg.run_id, f"{role}-{peer_id[-8:]}", logging_dir(cfg, data_dir), config)
 
