@@ -11,6 +11,7 @@ The commands
 - `node`                a node in a swarm: join, bootstrap, idle, preflight, hardware, the roles, SAPO (package)
 - `local`               on one machine: the demo, a local swarm of processes, single-process RL (package)
 - `observe`             watching a swarm: health records, status, the dashboard, metrics (package)
+- `trackers`            a node's figures to trackio, wandb and tensorboard, with TRL's metric names (package)
 
 The parts underneath
 - `swarm`               the network: p2pd, the DHT, rollout push, weight versions, averaging (package)

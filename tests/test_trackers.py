@@ -16,6 +16,7 @@ import torch
 os.environ.setdefault("TRACKIO_DIR", tempfile.mkdtemp(prefix="trackio-"))  # never the user's store
 os.environ.setdefault("WANDB_SILENT", "true")
 
+from test_own_sampling import FAST as OWN_FAST  # noqa: E402
 from tracker_readers import tensorboard_scalars, trackio_scalars, wandb_scalars  # noqa: E402
 
 from swarmnode.config import load_config  # noqa: E402
@@ -29,16 +30,9 @@ from swarmnode.tasks import build_task  # noqa: E402
 from swarmnode.trackers import TrackerHub, check_trackers, open_trackers  # noqa: E402
 from swarmnode.trackers.build import tracked_run  # noqa: E402
 from swarmnode.trackers.names import StepMetrics  # noqa: E402
-from swarmnode.trackers.tensorboard_tracker import TensorboardTracker  # noqa: E402
 
 torch.set_num_threads(1)
-FAST = [
-    "model.tiny.warm_start_steps=0",
-    "sampler.prompts_per_batch=4",
-    "learner.prompts_per_step=4",
-    "sampler.max_completion_length=6",
-    "learner.beta=0.04",  # TRL's kl: the KL to the reference model
-]
+FAST = [*OWN_FAST, "learner.beta=0.04"]  # beta: TRL's kl, the KL to the reference model
 
 
 class Learner:
@@ -104,30 +98,23 @@ def _hub(learner: Learner, tmp_path, name: str, lines: list[str]):
     return cfg, hub
 
 
-def test_tensorboard_event_files_hold_the_learners_reward_and_kl(learner, tmp_path):
+RUN = "learner-00000001"  # the run name of peer ...00000001
+READERS = {  # each tracker's own reader: {name: {step: value}}
+    "tensorboard": lambda cfg, where: tensorboard_scalars(where / "tensorboard" / RUN),
+    "trackio": lambda cfg, where: trackio_scalars(cfg.metrics.project, RUN),
+    "wandb": lambda cfg, where: wandb_scalars(next((where / "wandb").glob("offline-run-*"))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READERS))
+def test_each_trackers_own_reader_finds_the_learners_reward_and_kl(name, learner, tmp_path, monkeypatch):
+    pytest.importorskip(name)
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # wandb: offline unless the environment says otherwise
     lines: list[str] = []
-    _cfg, hub = _hub(learner, tmp_path, "tensorboard", lines)
+    cfg, hub = _hub(learner, tmp_path, name, lines)
     seen = _train_into(learner, hub)
     assert not hub.failed, lines
-    _assert_found(tensorboard_scalars(tmp_path / "tensorboard" / "learner-00000001"), seen)
-
-
-def test_trackio_local_store_holds_the_learners_reward_and_kl(learner, tmp_path):
-    lines: list[str] = []
-    cfg, hub = _hub(learner, tmp_path, "trackio", lines)
-    seen = _train_into(learner, hub)
-    assert not hub.failed, lines
-    _assert_found(trackio_scalars(cfg.metrics.project, "learner-00000001"), seen)
-
-
-def test_wandb_offline_run_holds_the_learners_reward_and_kl(learner, tmp_path, monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline unless the environment says otherwise
-    lines: list[str] = []
-    _cfg, hub = _hub(learner, tmp_path, "wandb", lines)
-    seen = _train_into(learner, hub)
-    assert not hub.failed, lines
-    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
-    _assert_found(wandb_scalars(run_dir), seen)
+    _assert_found(READERS[name](cfg, tmp_path), seen)
 
 
 class _Raises:
@@ -148,6 +135,9 @@ class _Raises:
 
 
 def test_a_tracker_that_fails_is_said_once_and_training_goes_on(learner, tmp_path):
+    pytest.importorskip("tensorboard")
+    from swarmnode.trackers.tensorboard_tracker import TensorboardTracker
+
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
     run = tracked_run(learner.cfg, tmp_path, "learner", "12D3KooWtestpeer00000002")
@@ -197,7 +187,9 @@ def test_a_named_tracker_whose_package_is_missing_is_one_line_before_ready(monke
 
     cfg = load_config("tiny-cpu", ["metrics.report_to=[tensorboard, wandb]"])
     assert cfg.metrics.report_to == ["tensorboard", "wandb"]
-    check_trackers(cfg)  # both installed here
+    for name in ("tensorboard", "wandb"):
+        monkeypatch.setitem(base.PACKAGES, name, "json")  # a package every Python has: the check passes
+    check_trackers(cfg)
     monkeypatch.setitem(base.PACKAGES, "wandb", "wandb_not_installed_here")
     with pytest.raises(MissingError) as err:
         check_trackers(cfg)
