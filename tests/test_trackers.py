@@ -196,3 +196,35 @@ def test_a_named_tracker_whose_package_is_missing_is_one_line_before_ready(monke
     assert err.value.exit_code == ExitCode.MISSING
     assert "metrics.report_to=wandb" in str(err.value) and "\n" not in str(err.value)
     assert load_config("tiny-cpu", ["metrics.report_to=none"]).metrics.report_to == []
+
+
+def test_a_sapo_nodes_steps_reach_tensorboard_with_trls_names_and_its_own(learner, tmp_path):
+    """A SAPO node's policy (in process: local groups only, on the learner's model) through the names a SAPO node
+    reports."""
+    pytest.importorskip("tensorboard")
+    from swarmnode.node.sapo.policy import SapoPolicy
+    from swarmnode.trackers.tensorboard_tracker import TensorboardTracker
+
+    cfg = load_config("tiny-cpu", [*OWN_FAST, "sapo.local_groups=4", "sapo.external_groups=0"])
+    policy = SapoPolicy(cfg, Identity.generate(), seed=0, model=learner.loop.model, tokenizer=learner.loop.tokenizer)
+    run = tracked_run(cfg, tmp_path, "sapo", "12D3KooWtestpeer00000003")
+    hub = TrackerHub([("tensorboard", lambda: TensorboardTracker(run))], lambda line: None)
+    metrics, seen = StepMetrics("sapo", cfg.sampler.num_generations), {}
+    for _ in range(30):
+        policy.generate()
+        diag = policy.train_step()
+        if diag is not None and diag.get("trained"):
+            record = {**diag, "step": policy.learner.step_count, "version": policy.learner.version}
+            report = metrics.step(record)
+            assert report is not None and not any(k.startswith("swarm/") for k in report)
+            hub.report(report, record["step"])
+            seen[record["step"]] = record
+        if len(seen) == 2:
+            break
+    hub.close(timeout=60)
+    scalars = tensorboard_scalars(tmp_path / "trackers" / "tensorboard" / "sapo-00000003")
+    assert sorted(scalars["reward"]) == sorted(seen)
+    for step, record in seen.items():
+        assert scalars["reward"][step] == pytest.approx(record["reward_mean"], abs=1e-6)
+        assert scalars["sapo/own_reward"][step] == pytest.approx(record["own_reward"], abs=1e-6)
+    assert "sapo/tokens_per_s" in scalars and "completions/mean_length" in scalars
