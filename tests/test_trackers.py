@@ -228,3 +228,58 @@ def test_a_sapo_nodes_steps_reach_tensorboard_with_trls_names_and_its_own(learne
         assert scalars["reward"][step] == pytest.approx(record["reward_mean"], abs=1e-6)
         assert scalars["sapo/own_reward"][step] == pytest.approx(record["own_reward"], abs=1e-6)
     assert "sapo/tokens_per_s" in scalars and "completions/mean_length" in scalars
+
+
+def test_held_out_scoring_runs_on_a_copy_beside_training(learner):
+    """`HeldOutEval` (what a learner node runs with `learner.eval_every`): the copy scores the version it was
+    taken at exactly as `evaluate` scores those weights, the learner steps on while it runs, and the figures land
+    once each (the steps file's next record) and in the health fields."""
+    import asyncio
+
+    from swarmnode.compute_thread import ComputeThread
+    from swarmnode.local.evaluation import evaluate
+    from swarmnode.node.roles.held_out import HeldOutEval
+
+    cfg = learner.cfg.model_copy(deep=True)
+    cfg.learner.eval_every, cfg.learner.eval_samples = 2, 2
+    loop, sc = learner.loop, cfg.sampler
+    direct = evaluate(
+        loop.model,
+        loop.tokenizer,
+        loop.task,
+        samples=2,
+        temperature=sc.temperature,
+        max_new_tokens=sc.max_completion_length,
+        max_prompt_tokens=sc.max_prompt_length,
+        seed=cfg.task.seed,
+    )
+    landed: list[dict] = []
+
+    async def run() -> tuple[dict, dict]:
+        held = HeldOutEval(loop, loop.task, loop.tokenizer, cfg, lambda line: None, landed.append)
+        compute = ComputeThread("test-compute")
+        start = loop.version
+        await held.maybe_start(compute)
+        assert held.copy is not loop.model and held.running is not None
+        await held.running
+        first = held.take()
+        assert held.take() == {}
+        await held.maybe_start(compute)  # the same version: not due again
+        assert held.running.done()
+        while loop.version < held.due_version:
+            next(learner.steps(1))
+        await held.maybe_start(compute)
+        later = loop.version
+        list(learner.steps(2))  # the learner steps on while the copy is scored
+        await held.running
+        second = held.take()
+        assert (first["eval_version"], second["eval_version"]) == (start, later) and loop.version > later
+        compute.close()
+        await held.close()
+        return first, held.health()
+
+    first, health = asyncio.run(run())
+    assert first["eval_reward"] == pytest.approx(direct["eval_reward"], abs=1e-6)
+    assert first["eval_pass_at_k"] == pytest.approx(direct["eval_pass"], abs=1e-6)
+    assert len(landed) == 2 and health["eval_history"] == [landed[0]["eval_reward"], landed[1]["eval_reward"]]
+    assert health["eval_best"] == max(health["eval_history"])
