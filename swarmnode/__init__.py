@@ -13,6 +13,7 @@ The commands
 - `export`              the model out: HF model / PEFT adapter directories, model cards, the Hub, eval (package)
 - `observe`             watching a swarm: health records, status, the dashboard, metrics (package)
 - `web`                 the run page in a browser: `dashboard --web` (package)
+- `trackers`            a node's figures to trackio, wandb and tensorboard, with TRL's metric names (package)
 
 The parts underneath
 - `swarm`               the network: p2pd, the DHT, rollout push, weight versions, averaging (package)

@@ -418,6 +418,14 @@ class LearnerConfig(_Section):
         "up their local updates",
     )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    eval_every: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="score the task's held-out split every this many versions (and at the start), on a copy of "
+        "the model in a thread of its own (training goes on meanwhile); 0 = off",
+    )
+    eval_samples: int = Field(4, ge=1, le=64, description="completions per held-out prompt (the k of pass@k)")
 
     @model_validator(mode="before")
     @classmethod
@@ -600,9 +608,33 @@ class SapoConfig(_Section):
         return self
 
 
+TRACKERS = ("trackio", "wandb", "tensorboard")  # TRL's `report_to` names (swarmnode.trackers)
+
+
 class MetricsConfig(_Section):
     port: int | None = Field(None, ge=0, le=65535, description="Prometheus port; none = off")
     addr: str = Field("127.0.0.1", min_length=1, max_length=64, description="address /metrics listens on")
+    report_to: list[Literal["trackio", "wandb", "tensorboard"]] = Field(
+        default_factory=list,
+        description="trackers learners and SAPO nodes report to, as TRL names them: trackio, wandb, "
+        "tensorboard, a list of them, all, or none (the steps file is written either way)",
+    )
+    logging_dir: str | None = Field(
+        None, description="where tensorboard event files and wandb's offline runs go; default <data dir>/trackers"
+    )
+    logging_steps: int = Field(1, ge=1, le=1_000_000, description="optimiser steps between two tracker reports")
+    project: str | None = Field(
+        None, max_length=128, description="the trackers' project (wandb, trackio); default the run id"
+    )
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _report_to(cls, value: Any) -> Any:
+        """TRL's forms: one name or a list; "all" is every tracker, "none" (or nothing) none."""
+        names = [value] if isinstance(value, str) else list(value or [])
+        if "all" in names:
+            return list(TRACKERS)
+        return [n for n in dict.fromkeys(names) if n != "none"]
 
 
 class NamesConfig(_Section):

@@ -2,8 +2,8 @@
 
 The metric is `mean@k`: k completions per eval prompt sampled at the sampling temperature, scored by the task,
 averaged — the RL objective itself, measured on held-out prompts — plus `exact@k`, the fraction of those
-completions that earn the full reward. Sampling uses its own seeded torch generator state, so evaluating does
-not change the training run's random stream.
+completions that earn the full reward, and `pass@k`, the fraction of prompts with at least one that does.
+Sampling uses its own seeded torch generator state, so evaluating does not change the training run's random stream.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def evaluate(
     seed: int = 0,
     split: str = "eval",
 ) -> dict[str, float]:
-    """{'<split>_reward': mean@k, '<split>_exact': exact@k, '<split>_prompts': n} for `model` on the task's
-    held-out prompts: `split` "eval" = `task.eval_prompts()`, "val" = `task.validation_prompts()`."""
+    """{'<split>_reward': mean@k, '<split>_exact': exact@k, '<split>_pass': pass@k, '<split>_prompts': n} for
+    `model` on the task's held-out prompts: `split` "eval" = `task.eval_prompts()`, "val" = `task.validation_prompts()`."""
     rows = prompt_rewards(
         model,
         tokenizer,
@@ -44,10 +44,11 @@ def evaluate(
     )
     rewards = [r for row in rows for r in row]
     if not rewards:
-        return {f"{split}_reward": 0.0, f"{split}_exact": 0.0, f"{split}_prompts": 0.0}
+        return {f"{split}_reward": 0.0, f"{split}_exact": 0.0, f"{split}_pass": 0.0, f"{split}_prompts": 0.0}
     return {
         f"{split}_reward": statistics.fmean(rewards),
         f"{split}_exact": sum(r >= 1.0 for r in rewards) / len(rewards),
+        f"{split}_pass": sum(max(row) >= 1.0 for row in rows if row) / len(rows),
         f"{split}_prompts": float(len(rows)),
     }
 

@@ -1,4 +1,5 @@
-"""What can be checked before a node announces itself to the swarm: task data, packages, model, engine, ports.
+"""What can be checked before a node announces itself to the swarm: task data, packages (trackers' too), model,
+engine, ports.
 
 `check_node` runs before `join` dials anyone, `check_ports` before `bootstrap` or `join` starts p2pd, so a
 mistake ends in one clear line (and its exit code, `swarmnode.errors`) instead of a `ready` line followed by a
@@ -23,6 +24,7 @@ from swarmnode.errors import ExitCode, InUseError, MissingError, UsageError, mis
 from swarmnode.model.models import BUILTIN_TINY, resolve_model_path
 from swarmnode.swarm.p2p import parse_initial_peer
 from swarmnode.tasks import build_task
+from swarmnode.trackers import check_trackers
 
 
 def has_package(name: str) -> bool:
@@ -75,6 +77,8 @@ def check_engine(cfg: NodeConfig) -> None:
 
 def check_node(cfg: NodeConfig) -> None:
     """Everything `join` can check quickly before it dials the swarm."""
+    if cfg.role != "sampler" or cfg.mode == "sapo":  # learners and SAPO nodes report to trackers
+        check_trackers(cfg)
     check_task(cfg)
     check_engine(cfg)
     check_model(cfg)

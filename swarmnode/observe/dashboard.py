@@ -216,6 +216,15 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
         + Text(f" {_fmt(h.get('is_weight_var'), '.4f')}"),
     )
     grid.add_row("paper IS var", f"{_fmt(h.get('ratio_peqq_var'), '.4f')}  (p/E_q[q])")
+    if h.get("eval_reward") is not None:  # learner.eval_every: the held-out split, scored beside training
+        grid.add_row(
+            "held-out",
+            Text(sparkline(h.get("eval_history") or [], 16), style="cyan")
+            + Text(
+                f" {_fmt(h.get('eval_reward'))} at v{_fmt(h.get('eval_version'), 'd')}  "
+                f"(pass@k {_fmt(h.get('eval_pass_at_k'))}, best {_fmt(h.get('eval_best'))})"
+            ),
+        )
     grid.add_row("entropy", _fmt(h.get("entropy"), ".3f"))
     grid.add_row("clip fraction", _fmt(h.get("clip_frac")))
     grid.add_row("received", _fmt(h.get("groups_received"), "d"))

@@ -22,6 +22,7 @@ from swarmnode.staleness import MAX_BUCKETS, StalenessHistogram, bucket_label, b
 
 logger = logging.getLogger(__name__)
 HISTORY_LEN = 32  # versions kept in a learner's reward/KL/IS-variance history
+EVAL_WINDOW, EVAL_DROP = 2, 0.3  # held-out alert: the mean of 2 evaluations 30 % below the best such mean
 MAX_REASONS = 12
 MAX_INVALID_PEERS = 4
 
@@ -184,8 +185,8 @@ def _alert(kind: str, severity: str, message: str, peer_id: str | None = None) -
 
 def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[str, Any]]:
     """What an operator must look at: no learner, samplers beyond the staleness bound (the learners' own, else
-    `max_staleness`), peers sending invalid data (as the learners report them), a learner whose reward
-    collapsed from its best, a sampler whose claimed log-probs sit far from the learner's. Errors first."""
+    `max_staleness`), peers sending invalid data (as the learners report them), a learner whose reward or
+    held-out reward fell well below its best, a sampler whose claimed log-probs sit far from the learner's. Errors first."""
     alerts = []
     learners = [p for p in peers if p["role"] == "learner"]
     if not learners:
@@ -243,6 +244,17 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
                     "reward_collapse",
                     "error",
                     f"learner {learner['peer_id'][-8:]}: reward fell from {collapsed[0]:.3f} to {collapsed[1]:.3f}",
+                    learner["peer_id"],
+                )
+            )
+        held_out = reward_collapse(health.get("eval_history") or [], window=EVAL_WINDOW, drop=EVAL_DROP)
+        if held_out:
+            alerts.append(
+                _alert(
+                    "heldout_drop",
+                    "error",
+                    f"learner {learner['peer_id'][-8:]}: held-out reward fell from {held_out[0]:.3f} to "
+                    f"{held_out[1]:.3f} (mean of {EVAL_WINDOW} evaluations; learner.eval_every)",
                     learner["peer_id"],
                 )
             )

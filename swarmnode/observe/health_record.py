@@ -222,6 +222,22 @@ class LearnerHealth(HolderHealth):
         label="reason",
         wire=False,
     )
+    eval_reward: float | None = _field(
+        "held-out reward (mean@k) of the last evaluated version (learner.eval_every)", metric="swarmnode_heldout_reward"
+    )
+    eval_pass_at_k: float | None = _field(
+        "held-out prompts with a full-reward completion among k, last evaluated version",
+        metric="swarmnode_heldout_pass_at_k",
+        minimum=0,
+        maximum=1,
+    )
+    eval_best: float | None = _field(
+        "the best held-out reward of this learner's evaluations", metric="swarmnode_heldout_best_reward"
+    )
+    eval_version: int | None = _field(
+        "the version the last held-out figures are of", metric="swarmnode_heldout_version", minimum=-1
+    )
+    eval_history: list[float] | None = _field("held-out reward of the last evaluations, oldest first")
     rejected_reasons: list[str] | None = _field("the most frequent rejection reasons")
     rejected_counts: list[int] | None = _field("their counts, aligned with rejected_reasons", minimum=0)
     invalid_peers: list[str] | None = _field("peers that recently sent invalid rollouts")

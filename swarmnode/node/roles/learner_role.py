@@ -4,7 +4,9 @@ A group's path in: `RolloutReceiver` (gossip: size and rate limits, signature, d
 (the replay buffer's verdict goes back in the ack, with the learner's version; an accepted group is journaled
 to disk first, and replayed after a crash) -> `LearnerLoop.step` draws it
 (staleness, rewards recomputed, GEPO loss) -> every `publish_every` steps `VersionPublisher` writes and
-announces the new version. With `learner.max_learners` > 1 the learners of the run average their parameters
+announces the new version. Every step goes to the steps file and, every `metrics.logging_steps`, to the trackers
+`metrics.report_to` names (`swarmnode.trackers`); every `learner.eval_every` versions the held-out split is scored
+beside training (`HeldOutEval`). With `learner.max_learners` > 1 the learners of the run average their parameters
 through hivemind every `average_every` steps and publish one version per round (`AveragingRounds`).
 """
 
@@ -26,6 +28,7 @@ from swarmnode.model.models import load_model, pick_device
 from swarmnode.node.roles.averaging_rounds import AveragingRounds, averaging_enabled
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
 from swarmnode.node.roles.board_role import BoardKeeper
+from swarmnode.node.roles.held_out import HeldOutEval
 from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.observe.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
 from swarmnode.observe.health_record import LearnerHealth
@@ -37,6 +40,8 @@ from swarmnode.swarm.publisher import VersionPublisher
 from swarmnode.swarm.rollout_push import RolloutReceiver
 from swarmnode.swarm.rollout_push.credit import pacing_credits
 from swarmnode.swarm.rollout_push.streams import FULL
+from swarmnode.trackers import open_trackers
+from swarmnode.trackers.names import StepMetrics
 
 PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
 JOURNAL_FILE = "group_journal"  # acknowledged groups not yet in a checkpoint (swarmnode.learner.journal)
@@ -145,6 +150,11 @@ class LearnerRole(NodeRole):
         self.member.update(version=lambda: self.learner.version)  # samplers send to learners holding a version:
         await self.member.publish()  # this one accepts groups from now on; they learn it now, not at the next beat
         self.series = VersionSeries()
+        self.trackers = open_trackers(cfg, self.data_dir, "learner", identity.peer_id, emit)
+        self.tracked = StepMetrics("learner", cfg.sampler.num_generations, cfg.metrics.logging_steps)
+        self.held_out = HeldOutEval(
+            self.learner, self.task, self.tokenizer, cfg, emit, lambda fields: self.report_health(**fields)
+        )
         self.idle_seconds = 0.0  # the loop's time waiting for enough groups (the swarm's samplers too slow)
         self._idle_reported = self._extras_at = -float("inf")
         self.report_health(
@@ -211,6 +221,7 @@ class LearnerRole(NodeRole):
         progress = _Progress(self.emit)
         board = asyncio.create_task(self.board.run(stop))
         try:
+            await self.held_out.maybe_start(self.compute)  # the version it starts with: the baseline
             while not stop.is_set():
                 began = time.monotonic()
                 if self.credits is not None:  # what it holds now sets how many groups it invites
@@ -232,16 +243,22 @@ class LearnerRole(NodeRole):
                 if self.replay_pending and not self.learner.buffer.replayed:
                     await self._replay_done()
                 self.saver.poll()  # a due save runs on its own thread
-                record = self._step_record(diag, time.monotonic() - began)
+                record = self._step_record(diag, time.monotonic() - began) | self.held_out.take()
                 steps_log.write(record)
                 self.board.step(record)  # the board counts what the steps file holds
+                if self.trackers is not None and (report := self.tracked.step(record, self._rejected())):
+                    self.trackers.report(report, record["step"])
                 self.series.add(record["version"], record)
                 self._publish_step(record)
                 progress.step(record)
+                await self.held_out.maybe_start(self.compute)
         finally:
             steps_log.close()
             board.cancel()
             await asyncio.to_thread(self.board.board.save)
+            await self.held_out.close()
+            if self.trackers is not None:
+                await asyncio.to_thread(self.trackers.close)
             await asyncio.to_thread(self.learner.flush_publish, 10.0)
             if self.rounds is not None:
                 await asyncio.to_thread(self.rounds.averaging.stop)
@@ -330,6 +347,7 @@ class LearnerRole(NodeRole):
             "invalid_peers": self.receiver.recent_offenders()[:MAX_INVALID_PEERS],
             **spot_check_health(self.learner.verifier.worst(MAX_VERIFIED_PEERS)),
             "max_staleness": self.cfg.sync.max_staleness,
+            **self.held_out.health(),
             **(self.rounds.health() if self.rounds is not None else {}),
         }
 

@@ -8,7 +8,8 @@ on I local + up to J external groups. A node that nobody can dial (client-only) 
 peers' text over its own connections instead (`sapo.pull`), for as long as its reachability says so. It
 advertises itself as a learner (it trains) with `mode: sapo` in its health record (`SapoHealth`), plus its own
 reward, the groups it trained on by origin (external ones per peer), the reward lies it caught and the groups its
-plausibility check refused (per peer, with the floor); `/metrics` and `status --json` show the same fields. Its
+plausibility check refused (per peer, with the floor); `/metrics` and `status --json` show the same fields, and the
+trackers `metrics.report_to` names get each step's figures (`swarmnode.trackers.names`: TRL's names and `sapo/...`). Its
 checkpoints, steps file and dedup journal live in its own directory (`identity.node_data_dir`: `<run>/<peer id>`
 unless `data_dir`).
 """
@@ -40,6 +41,8 @@ from swarmnode.protocol.reachability import CLIENT_ONLY, dialable
 from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
+from swarmnode.trackers import open_trackers
+from swarmnode.trackers.names import StepMetrics
 
 logger = logging.getLogger(__name__)
 STREAM = "text-rollouts"
@@ -110,6 +113,8 @@ class SapoRole(RunningRole):
         self.policy = SapoPolicy(cfg, identity, seed=seed, checkpoint_dir=self.data_dir / "checkpoints")
         self.compute = ComputeThread("sapo-compute")  # generation, steps and saving, all on one thread
         self.peers: list[PeerID] = []  # the run's other nodes that can be dialled
+        self.trackers = open_trackers(cfg, self.data_dir, "sapo", identity.peer_id, emit)
+        self.tracked = StepMetrics("sapo", cfg.sampler.num_generations, cfg.metrics.logging_steps)
 
     async def start(self) -> None:
         """Open the text streams (receive, send) and find the run's peers: after this the node works."""
@@ -167,6 +172,8 @@ class SapoRole(RunningRole):
                     record = self._step_record(diag, time.monotonic() - began)
                     steps_file.write(json.dumps(record) + "\n")
                     steps_file.flush()
+                    if self.trackers is not None and (report := self.tracked.step(record)):
+                        self.trackers.report(report, record["step"])
                     self._publish(**{k: v for k, v in record.items() if not isinstance(v, (dict, list))})
                     progress.step(record)
                 if cfg.sampler.max_groups_per_second and cfg.sapo.local_groups:
@@ -176,6 +183,8 @@ class SapoRole(RunningRole):
             refresher.cancel()
             pulling.cancel()
             steps_file.close()
+            if self.trackers is not None:
+                await asyncio.to_thread(self.trackers.close)
             progress.summary()
             await self.compute.run(policy.learner.save)
             self.compute.close()
