@@ -41,7 +41,7 @@ def evaluate(
             generations = engine.generate([p.text for p in prompts], samples, temperature, max_new_tokens)
     finally:
         model.train(was_training)
-    rewards = [task.reward(p, text) for p, g in zip(prompts, generations) for text in g.texts]
+    rewards = [r for p, g in zip(prompts, generations) for r in task.score(p, g.texts).rewards or [0.0] * len(g.texts)]
     return {
         f"{split}_reward": statistics.fmean(rewards),
         f"{split}_exact": sum(r >= 1.0 for r in rewards) / len(rewards),
