@@ -33,7 +33,11 @@ def tagged(completions, **kwargs):
     return [1.0 if "<answer>" in text(c) else -len(text(c)) / 10 for c in completions]
 """
 RG = {"datasets": {"basic_arithmetic": {"weight": 2}, "base_conversion": {}}, "size": 5000}
-TINY = {"model": {"tiny": {"warm_start_steps": 0}}, "learner": {"prompts_per_step": 2}, "sampler": {"prompts_per_batch": 2}}
+TINY = {
+    "model": {"tiny": {"warm_start_steps": 0}},
+    "learner": {"prompts_per_step": 2},
+    "sampler": {"prompts_per_batch": 2},
+}
 
 
 def tiny_cfg(task: dict, **more):
@@ -52,7 +56,16 @@ def train(cfg, steps: int = 2) -> LocalTrainer:
 
 def test_reasoning_gym_with_a_trl_reward_file_trains(tmp_path):
     rewards = write_rewards(tmp_path / "rewards.py", SHORTER)
-    train(tiny_cfg({"name": "reasoning_gym", "args": {**RG, "format_reward": 0.5}, "reward_funcs": ["task", f"{rewards}:tagged"], "eval_size": 4}))
+    train(
+        tiny_cfg(
+            {
+                "name": "reasoning_gym",
+                "args": {**RG, "format_reward": 0.5},
+                "reward_funcs": ["task", f"{rewards}:tagged"],
+                "eval_size": 4,
+            }
+        )
+    )
 
 
 def test_a_conversational_dataset_with_trl_rewards_trains(tmp_path):
@@ -73,7 +86,12 @@ def test_failing_reward_functions_are_counted_and_the_run_goes_on(tmp_path):
     cfg = tiny_cfg({"name": "arithmetic", "reward_funcs": ["task", f"{bad}:flaky"], "reward_timeout": 0.3})
     trainer = train(cfg, steps=3)
     kinds = {k for k in trainer.learner.rejected if k.startswith("reward_flaky_")}
-    assert kinds >= {"reward_flaky_raised", "reward_flaky_timeout", "reward_flaky_wrong_length", "reward_flaky_non_finite"}, trainer.learner.rejected
+    assert kinds >= {
+        "reward_flaky_raised",
+        "reward_flaky_timeout",
+        "reward_flaky_wrong_length",
+        "reward_flaky_non_finite",
+    }, trainer.learner.rejected
     assert all(f"rejected_{k}" in trainer.learner._status() for k in kinds)  # what status and metrics read
 
 
@@ -84,11 +102,16 @@ VF_OK = importlib.util.find_spec("verifiers") is not None and hasattr(__import__
 def test_a_single_turn_verifiers_environment_trains_and_a_multi_turn_one_is_refused(tmp_path, monkeypatch):
     (tmp_path / "vf_echo_env.py").write_text(VERIFIERS_ENV)
     monkeypatch.syspath_prepend(str(tmp_path))
-    train(tiny_cfg({"name": "verifiers", "args": {"env": "vf_echo_env"}, "eval_size": 2}))
+    shorter = write_rewards(tmp_path / "rewards.py", SHORTER)  # the rubric's own rewards, plus a graded one
+    train(
+        tiny_cfg({"name": "verifiers", "args": {"env": "vf_echo_env"}, "reward_funcs": ["task", f"{shorter}:tagged"]})
+    )
     from swarmnode.tasks import TaskError
 
     with pytest.raises(TaskError, match="single-turn environments"):
-        build_task(tiny_cfg({"name": "verifiers", "args": {"env": "vf_echo_env", "env_args": {"multi_turn": True}}}).task)
+        build_task(
+            tiny_cfg({"name": "verifiers", "args": {"env": "vf_echo_env", "env_args": {"multi_turn": True}}}).task
+        )
 
 
 NODE = """
@@ -105,12 +128,22 @@ print(json.dumps([[p.prompt_id, p.text, task.score(p, ["<answer>" + p.reference 
 
 def test_two_nodes_derive_the_same_prompt_ids_and_rewards_from_the_card_alone(tmp_path):
     rewards = write_rewards(tmp_path / "rewards.py", SHORTER)
-    cfg = tiny_cfg({"name": "reasoning_gym", "args": {**RG, "format_reward": 0.5}, "reward_funcs": ["task", f"{rewards}:tagged"], "seed": 11, "eval_size": 4})
+    cfg = tiny_cfg(
+        {
+            "name": "reasoning_gym",
+            "args": {**RG, "format_reward": 0.5},
+            "reward_funcs": ["task", f"{rewards}:tagged"],
+            "seed": 11,
+            "eval_size": 4,
+        }
+    )
     owner = Identity.generate()
     card = next_card(cfg, owner, ["/ip4/127.0.0.1/tcp/9/p2p/" + owner.peer_id], None).signed(owner)
     path = tmp_path / "card.json"
     path.write_text(card.to_file())
-    other = subprocess.run([sys.executable, "-c", NODE, str(path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    other = subprocess.run(
+        [sys.executable, "-c", NODE, str(path)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert other.returncode == 0, other.stderr[-2000:]
     task = build_task(config_from_card(RunCard.from_file(path.read_text()), {}).task)
     drawn = task.sample(16, random.Random(5)) + task.eval_prompts()
