@@ -189,3 +189,30 @@ def test_the_card_pins_the_task_packages_and_reward_digests_and_refuses_a_node_t
         check_sources(cfg, card)
     digest = pins[f"reward:{rewards}:format_reward"]
     assert "reward module" in str(err.value) and digest[:12] in str(err.value)
+
+
+SAPO_NINE = {
+    "arc_1d",
+    "basic_arithmetic",
+    "base_conversion",
+    "bf",
+    "binary_matrix",
+    "calendar_arithmetic",
+    "decimal_arithmetic",
+    "fraction_simplification",
+    "propositional_logic",
+}  # rl-swarm's, the SAPO paper's
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m-rgym-sapo", "qwen3-0.6b-rgym-lora"])
+def test_the_reasoning_gym_presets_train_the_nine_sapo_datasets(preset):
+    from swarmnode.config import load_config
+
+    cfg = load_config(preset, ["task.eval_size=4"])
+    assert set(cfg.task.args["datasets"]) == SAPO_NINE
+    drawn = build_task(cfg.task).sample(64, random.Random(0))
+    assert len({p.columns["source_dataset"] for p in drawn}) >= 7
+    if preset.endswith("-lora"):
+        assert cfg.learner.lora.enabled and cfg.task.chat_template_kwargs == {"enable_thinking": False}
+    else:
+        assert cfg.mode == "sapo" and (cfg.sapo.local_groups, cfg.sapo.external_groups) == (4, 4)
