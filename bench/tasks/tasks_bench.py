@@ -32,6 +32,7 @@ from benchlib import ROOT, use_test_helpers  # noqa: E402  (also puts this check
 
 use_test_helpers()  # the tests' process helpers
 from swarm_helpers import LocalSwarm  # noqa: E402
+from test_learner_restart import steps as steps_of  # noqa: E402
 
 COMPOSITE = [
     "task.name=reasoning_gym",
@@ -41,16 +42,6 @@ COMPOSITE = [
     "sampler.max_completion_length=96",
     "sampler.max_prompt_length=384",
 ]
-
-
-def steps_of(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line being written
-    return rows
 
 
 def _sets(sets: list[str]) -> list[str]:

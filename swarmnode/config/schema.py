@@ -194,11 +194,7 @@ class TaskConfig(_Section):
     JSON/JSONL/Parquet/CSV file or hub dataset), `reasoning_gym` and `verifiers`."""
 
     name: str = Field(
-        "arithmetic",
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="the task: any registered task name (prompts and its own reward)",
+        "arithmetic", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the task: any registered task (docs/tasks.md)"
     )
     args: dict[str, Any] = Field(default_factory=dict, description="the task's own settings, checked by the task")
     reward_funcs: list[str] = Field(
