@@ -151,3 +151,22 @@ def test_two_nodes_derive_the_same_prompt_ids_and_rewards_from_the_card_alone(tm
     assert json.loads(other.stdout) == mine and len({m[0] for m in mine}) > 10
     assert all(m[2][0] >= 2.5 for m in mine)  # the scorer, the format reward and the file's reward all agree
     assert Path(rewards).exists()
+
+
+def test_two_sapo_nodes_train_on_each_others_reasoning_gym_text(tmp_path):
+    from swarmnode.node.sapo.policy import SapoPolicy
+
+    rewards = write_rewards(tmp_path / "rewards.py", SHORTER)
+    sapo = {"local_groups": 2, "external_groups": 2, "max_groups_per_peer": 2}
+    task = {"name": "reasoning_gym", "args": RG, "reward_funcs": ["task", f"{rewards}:tagged"], "eval_size": 4}
+    a, b = (SapoPolicy(tiny_cfg(task, mode="sapo", sapo=sapo), Identity.generate(), seed=s) for s in (0, 1))
+    for _ in range(2):
+        made = {a: a.generate(), b: b.generate()}
+        for group in made[a]:
+            b.receive(group)
+        for group in made[b]:
+            a.receive(group)
+        for policy in (a, b):
+            diag = policy.train_step()
+            assert diag is not None and diag["external_groups"] == 2, policy.counters()
+    assert not a.counters()["rejected"] and not a.counters()["reward_lies"], a.counters()
