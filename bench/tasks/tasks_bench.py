@@ -3,6 +3,11 @@ sharing (4 own / 4 external groups) beat the silo (8 / 0) in cumulative reward o
 
     python bench/tasks/tasks_bench.py swarm [--config smollm2-135m] [--minutes 30] [--samples 4] [--set K=V ...]
     python bench/tasks/tasks_bench.py sapo  [--config smollm2-135m-rgym-sapo] [--nodes 8] [--steps 200] [--set K=V ...]
+    python bench/tasks/tasks_bench.py signal [--config smollm2-135m] [--prompts 8] [--lengths 96 256]
+
+`signal` samples the untrained policy on `--prompts` training prompts of the composite (G = the config's) at each
+completion length and reports the mean reward, the share of groups with a reward spread (the groups a learner can
+train on) and the share of completions that close an `<answer>` tag.
 
 `swarm` starts a bootstrap, a learner and two samplers (`swarmnode join`, each its own process and p2pd, on
 127.0.0.1) on a reasoning-gym composite (`COMPOSITE`, or the config's own reasoning_gym task), trains for
@@ -116,13 +121,18 @@ def swarm(args) -> dict:
                 raise SystemExit(f"learner exited:\n{learner.stderr()[-3000:]}")
             time.sleep(5)
         rows = steps_of(root / "learner" / "learner_steps.jsonl")
+        made = [[ln for ln in s.stdout().splitlines() if "groups made" in ln][-1:] for s in samplers]
         assert learner.stop(timeout=600) == 0, learner.stderr()[-3000:]  # SIGTERM: checkpoint, leave
-        state = torch.load(root / "learner" / "checkpoints" / "checkpoint.pt", map_location="cpu", weights_only=True)
+        saved = root / "learner" / "checkpoints" / "checkpoint.pt"
+        state = torch.load(saved, map_location="cpu", weights_only=True) if saved.exists() else None
+    if state is None:  # no step had a group with a reward spread: nothing to compare
+        return {"learner_steps": len(rows), "samplers_last_line": made, "held_out": None}
     torch.set_num_threads(args.threads)
     base = per_prompt_rewards(cfg, None, args.samples, args.seed)
     trained = per_prompt_rewards(cfg, state["model"], args.samples, args.seed)
     return {
         "learner_steps": len(rows),
+        "samplers_last_line": made,
         "training_reward_first_last": [rows[0].get("reward_mean"), rows[-1].get("reward_mean")] if rows else None,
         "held_out": paired(base, trained),
     }
@@ -167,6 +177,40 @@ def sapo(args) -> dict:
     return out
 
 
+def signal(args) -> dict:
+    import random
+
+    import torch
+
+    from swarmnode.config import load_config
+    from swarmnode.model.models import load_model, load_tokenizer
+    from swarmnode.sampler.engines import HFEngine
+    from swarmnode.tasks import build_task
+
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config, [*COMPOSITE, *args.sets] if args.composite else list(args.sets))
+    task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
+    engine = HFEngine(
+        load_model(cfg.model, cfg.task, "cpu"), tokenizer, max_prompt_tokens=cfg.sampler.max_prompt_length
+    )
+    prompts = task.sample(args.prompts, random.Random(args.seed))
+    out = {}
+    for length in args.lengths:
+        torch.manual_seed(args.seed)
+        began = time.monotonic()
+        gens = engine.generate([p.text for p in prompts], cfg.sampler.num_generations, cfg.sampler.temperature, length)
+        rewards = [task.score(p, g.texts).rewards or [] for p, g in zip(prompts, gens)]
+        texts = [t for g in gens for t in g.texts]
+        out[str(length)] = {
+            "mean_reward": round(statistics.fmean(r for rs in rewards for r in rs), 4),
+            "groups_with_spread": sum(len(set(rs)) > 1 for rs in rewards),
+            "groups": len(rewards),
+            "closed_answer_tag": round(sum("</answer>" in t for t in texts) / len(texts), 3),
+            "seconds": round(time.monotonic() - began),
+        }
+    return out
+
+
 def split(text: str) -> tuple[int, int]:
     a, b = text.split("/")
     return int(a), int(b)
@@ -174,7 +218,7 @@ def split(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("study", choices=["swarm", "sapo"])
+    ap.add_argument("study", choices=["swarm", "sapo", "signal"])
     ap.add_argument("--config")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--minutes", type=float, default=30.0)
@@ -186,11 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--split", type=split, default=(4, 4))
     ap.add_argument("--silo", type=split, default=(8, 0))
+    ap.add_argument("--prompts", type=int, default=8, help="signal: training prompts sampled")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[96, 256], help="signal: completion lengths")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    args.config = args.config or ("smollm2-135m" if args.study == "swarm" else "smollm2-135m-rgym-sapo")
+    args.config = args.config or ("smollm2-135m-rgym-sapo" if args.study == "sapo" else "smollm2-135m")
     started = time.time()
-    result = swarm(args) if args.study == "swarm" else sapo(args)
+    result = {"swarm": swarm, "sapo": sapo, "signal": signal}[args.study](args)
     result.update(
         {
             "command": "python bench/tasks/tasks_bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
