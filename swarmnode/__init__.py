@@ -21,7 +21,7 @@ The parts underneath
 - `model`               building models, prompts, log-probs, adapter versions, host-device transfers (package)
 - `protocol`            every record that crosses the network (package)
 - `board`               the contributors board: a learner's tally and curves, their signed records (package)
-- `tasks`, `config`     prompts and rewards; the configuration and its presets (packages)
+- `tasks`, `config`     prompts and rewards (task plugins, TRL reward functions); the configuration and its presets
 - `identity`            the node's Ed25519 key: peer id and signatures
 - `compute_thread`      the one thread a role runs its model work on
 - `allocator`           keep freed heap memory in the process (fewer page faults while generating)

@@ -115,10 +115,10 @@ def hardware(
 ) -> None:
     """Probe this machine and show the role it would take for the configured model, or an invite's run (`--measure`:
     self-check)."""
-    cfg = (
-        _invite_config(invite, config, cli_sets(set_, role=role))[0]
+    cfg, card = (
+        _invite_config(invite, config, cli_sets(set_, role=role))
         if invite
-        else config_from_cli(config, set_, role=role)
+        else (config_from_cli(config, set_, role=role), None)
     )
     if measure:
         from swarmnode.node.selfcheck import format_selfcheck, run_selfcheck
@@ -136,10 +136,16 @@ def hardware(
     from swarmnode.node.disk_need import disk_need, format_disk
 
     report["disk"] = disk_need(cfg, estimate_memory(cfg))
+    from swarmnode.tasks.pins import pin_needs
+
+    report["task_needs"] = pin_needs(card.sources) if card is not None else []  # the run's task packages, rewards
     if as_json:
         print_json(report)
     else:
-        typer.echo("\n".join([format_report(report), format_disk(report["disk"]), *format_fit(report["preset_fit"])]))
+        needs = [f"task {cfg.task.name} needs: {n}" for n in report["task_needs"]]
+        typer.echo(
+            "\n".join([format_report(report), format_disk(report["disk"]), *format_fit(report["preset_fit"]), *needs])
+        )
 
 
 HostOpt = typer.Option(None, "--host-maddrs", help="listen multiaddr(s), repeatable (network.host_maddrs)")

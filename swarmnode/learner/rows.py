@@ -4,7 +4,8 @@ The learner trusts nothing a group says about itself that it can check: the prom
 training prompts (unknown ids and held-out evaluation prompts are refused), the prompt tokens must be the
 learner's own tokenisation of that prompt, every completion needs one behaviour log-prob per token, and the
 rewards are recomputed from the decoded completions (the sender's rewards are only a hint: a difference is
-counted, the learner's own rewards are used).
+counted, the learner's own rewards are used). A group whose reward functions fail (raise, hang past
+`task.reward_timeout`, a wrong length, a non-finite value) is refused, counted as `reward_<function>_<kind>`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,11 @@ class GroupRows:
             self.rejected["bad_shape"] += 1
             return None
         texts = self.tokenizer.batch_decode(group.completions, skip_special_tokens=True)
-        rewards = [float(self.task.reward(prompt, t)) for t in texts]
+        scored = self.task.score(prompt, texts)  # reward functions run off this thread, with a time limit
+        if scored.rewards is None:
+            self.rejected.update(f"reward_{f}" for f in scored.failures)  # per function and kind; not trained on
+            return None
+        rewards = scored.rewards
         if any(abs(a - b) > 1e-6 for a, b in zip(rewards, group.rewards)):
             self.rejected["reward_hint_mismatch"] += 1  # counted, not rejected: our rewards are used
         tau = version - int(group.policy_version)

@@ -81,7 +81,7 @@ def prompt_rewards(
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed + i)
                 generations = engine.generate([p.text for p in part], samples, temperature, max_new_tokens)
-            rows += [[task.reward(p, text) for text in g.texts] for p, g in zip(part, generations)]
+            rows += [task.score(p, g.texts).rewards or [0.0] * len(g.texts) for p, g in zip(part, generations)]
             if progress is not None:
                 progress(len(rows), len(prompts))
     finally:

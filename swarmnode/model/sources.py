@@ -10,7 +10,10 @@ computes its own and is refused before `ready` when one differs (`source_differe
 - an HF hub id: the id and `model.revision` (pin a commit there for the card to fix the weights);
 - task `math` from a file (`task.path`, each machine's own): the file's bytes; from `task.dataset`: its name, split
   and fields;
-- a generated task (arithmetic, digitmap, word_problems): its first prompts and answers, as this machine makes them.
+- a generated task (arithmetic, digitmap, word_problems, reasoning_gym, ...): its first prompts and answers, as
+  this machine makes them;
+- the task's code (`swarmnode.tasks.pins`): `package:<name>` the version of each package providing the task or its
+  rewards, `reward:<module:function>` the sha256 of each reward function's source module.
 
 A digest that cannot be had here (a packaged model not installed, a missing file) is None: the node's own checks
 say what is missing.
@@ -28,7 +31,10 @@ from swarmnode.model.models import BUILTIN_TINY, tiny_digest
 from swarmnode.model.packaged import PackagedModelError, file_digest, locate_gguf, packaged_model
 from swarmnode.tasks import build_task
 from swarmnode.tasks.base import TaskError
+from swarmnode.tasks.pins import is_pin, pin_differences, task_pins
+from swarmnode.tasks.registry import task_entry
 
+FILE_TASKS = ("math", "dataset")  # tasks whose data is a file on each machine or a hub dataset
 GENERATED_PROMPTS = 64  # prompts of a generated task that its digest covers (with the held-out set)
 WHAT = {"model": "model weights' source", "data": "task data"}
 
@@ -70,7 +76,7 @@ def model_source(model: ModelConfig, task: TaskConfig | None = None) -> str | No
 
 def data_source(task: TaskConfig) -> str | None:
     """The digest of the task's data (see the module docstring); None if it is not on this machine."""
-    if task.name == "math":
+    if task.name in FILE_TASKS:
         if task.path:
             path = Path(task.path).expanduser()
             return file_digest(path) if path.is_file() else None
@@ -81,6 +87,7 @@ def data_source(task: TaskConfig) -> str | None:
                 "prompt": task.prompt_field,
                 "answer": task.answer_field,
                 "template": task.prompt_template,
+                **({"args": task.args} if task.args else {}),
             }
         )
     try:
@@ -91,9 +98,18 @@ def data_source(task: TaskConfig) -> str | None:
     return _sha([[p.prompt_id, p.text, p.reference] for p in prompts])
 
 
+def code_pins(task: TaskConfig) -> dict[str, str]:
+    """The task's package versions and reward-module digests (`swarmnode.tasks.pins`); none if it cannot be built."""
+    try:
+        entry = task_entry(task.name)
+        return task_pins(build_task(task), (entry.dist, entry.version))
+    except TaskError:
+        return {}
+
+
 def source_digests(cfg: NodeConfig) -> dict[str, str]:
-    """What a run card's `sources` holds for `cfg` (the digests this machine can compute)."""
-    found = {"model": model_source(cfg.model, cfg.task), "data": data_source(cfg.task)}
+    """What a run card's `sources` holds for `cfg` (the digests and pins this machine can compute)."""
+    found = {"model": model_source(cfg.model, cfg.task), "data": data_source(cfg.task), **code_pins(cfg.task)}
     return {key: value for key, value in found.items() if value is not None}
 
 
@@ -102,5 +118,5 @@ def source_differences(run: dict[str, str], mine: dict[str, str]) -> list[str]:
     return [
         f"{WHAT.get(key, key)} sha256 {mine[key][:12]} here, run {run[key][:12]}"
         for key in sorted(run)
-        if key in mine and mine[key] != run[key]
-    ]
+        if not is_pin(key) and key in mine and mine[key] != run[key]
+    ] + pin_differences(run, mine)

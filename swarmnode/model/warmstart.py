@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from swarmnode.config import TaskConfig
+from swarmnode.model.prompting import encode_prompt
 from swarmnode.tasks import build_task
 
 BATCH_SIZE = 64
@@ -45,7 +46,7 @@ def _batch(
             reference = task.noisy_answer(prompt, correct_fraction, rng)
         else:
             reference = prompt.reference if rng.random() < correct_fraction else decoy.reference
-        p_ids = tokenizer(prompt.text, add_special_tokens=True)["input_ids"]
+        p_ids = encode_prompt(tokenizer, prompt.text)  # as the engines encode it (a conversation too)
         a_ids = tokenizer(_answer_text(task_name, reference), add_special_tokens=False)["input_ids"]
         ids = (p_ids + a_ids + [tokenizer.eos_token_id])[-max_len:]
         target = ([0] * len(p_ids) + [1] * (len(a_ids) + 1))[-max_len:]

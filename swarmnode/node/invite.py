@@ -24,7 +24,7 @@ from swarmnode.config.addresses import check_initial_peers
 from swarmnode.config.shared import conflicts, describe, diff, followable, local_part
 from swarmnode.errors import ExitCode, SwarmnodeError, UsageError
 from swarmnode.identity import Identity
-from swarmnode.model.sources import source_differences, source_digests
+from swarmnode.model.sources import FILE_TASKS, source_differences, source_digests
 from swarmnode.protocol.run_card import Invite, RunCard, newest_card
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.p2p import SwarmStartError
@@ -118,7 +118,7 @@ def with_task_file(data: dict[str, Any]) -> dict[str, Any]:
     """Config data of a run whose task reads a file (each machine's own, not in the card), with `RUN_TASK_FILE`
     where this machine names none: `status` and `hardware` never read it; `join` is refused (`check_sources`)."""
     task = data.get("task", {})
-    if task.get("name") == "math" and not (task.get("path") or task.get("dataset")):
+    if task.get("name") in FILE_TASKS and not (task.get("path") or task.get("dataset")):
         data = merge(data, {"task": {"path": RUN_TASK_FILE}})
     return data
 
@@ -166,6 +166,8 @@ def check_sources(cfg: NodeConfig, card: RunCard) -> None:
             "the run's file from its host and add --set task.path=FILE"
         )
     differ = source_differences(card.sources, source_digests(cfg))
+    if differ and all(d.startswith(("task package", "reward module")) for d in differ):
+        raise SourceMismatch(f"this machine's task code is not the run's (card v{card.version}): {'; '.join(differ)}")
     if differ:
         where = f" (task.path {cfg.task.path})" if cfg.task.path and any("task data" in d for d in differ) else ""
         raise SourceMismatch(

@@ -128,7 +128,7 @@ class SamplerLoop:
         )
         groups, rewards_seen = [], []
         for prompt, gen in zip(prompts, gens):
-            rewards = [self.task.reward(prompt, text) for text in gen.texts]
+            rewards = self.task.score(prompt, gen.texts).rewards or [0.0] * len(gen.texts)  # a hint only
             rewards_seen.extend(rewards)
             group = RolloutGroup.create(
                 identity=self.identity,

@@ -126,9 +126,9 @@ class Rescorer:
         if group.prompt_text != prompt.text:
             self.rejected["prompt_mismatch"] += 1
             return None
-        claimed_ok = all(
-            abs(float(self.task.reward(prompt, text)) - claim) <= REWARD_TOLERANCE
-            for text, claim in zip(group.completions, group.rewards)
+        claimed = self.task.score(prompt, list(group.completions)).rewards
+        claimed_ok = claimed is not None and all(
+            abs(mine - claim) <= REWARD_TOLERANCE for mine, claim in zip(claimed, group.rewards)
         )
         if not claimed_ok:
             self.lies[group.sampler_id] += 1
@@ -143,8 +143,11 @@ class Rescorer:
                 return None
             completions.append(ids[:limit])
         texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
-        rewards = [float(self.task.reward(prompt, t)) for t in texts]
-        return self.prompt_tokens(prompt.text), completions, rewards
+        scored = self.task.score(prompt, texts)
+        if scored.rewards is None:
+            self.rejected.update(f"reward_{f}" for f in scored.failures)
+            return None
+        return self.prompt_tokens(prompt.text), completions, scored.rewards
 
     def _temperature(self, group: TextRolloutGroup) -> float:
         """The temperature the group's behaviour log-probs were taken at (the learner computes p at it too)."""
