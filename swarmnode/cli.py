@@ -350,7 +350,12 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
 
 
 def _invite_config(invite: str, config: str | None, sets: list[str]):
-    """The node's config and the run card from an invite (`swarmnode.node.invite.config_for_invite`)."""
+    """The node's config and the run card from an invite (`swarmnode.node.invite.config_for_invite`). A damaged
+    invite or a bad --config/--set answers first, before the dial's modules (hivemind, torch) are imported."""
+    from swarmnode.protocol.run_card import Invite
+
+    Invite.parse(invite)
+    load_config(config, sets)
     from swarmnode.node.invite import config_for_invite
 
     return config_for_invite(invite, config, sets)
