@@ -534,14 +534,17 @@ def train_local(
     if algorithm is not None and algorithm not in LEVEL_OF_ALGORITHM:
         fail(f"{flag} {algorithm!r}: expected gepo, gspo or grpo")
     cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(algorithm)})
-    from swarmnode.local.trainer import train_local as run_local
-
     try:
         delay_model = parse_delay(delay)
     except DelaySpecError as exc:
         fail(str(exc).replace("--simulate-delay", "--delay"))
+    if checkpoint_dir is not None:
+        _check_checkpoint_dir(Path(checkpoint_dir).expanduser())
+    from swarmnode.local.trainer import train_local as run_local
+
     progress = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
-    result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():  # stdout: the JSON alone
+        result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
     if result["stopped"] in ("signal", "interrupted"):
         progress(f"stopped by signal: checkpoint at step {result['learner_steps']}, version {result['version']}")
     if as_json:
@@ -553,6 +556,18 @@ def train_local(
         typer.echo(f"done: {result['learner_steps']} steps, version {result['version']}, reward {start} -> {end}")
     if result["stopped"] == "interrupted":  # checkpointed and summarised; the exit code says Ctrl-C (130)
         raise Interrupted("interrupted")
+
+
+def _check_checkpoint_dir(path: Path) -> None:
+    """A checkpoint directory that cannot be one fails before training, not after its steps."""
+    if path.exists() and not path.is_dir():
+        fail(f"--checkpoint-dir {path}: a file, not a directory; name a directory (created if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--checkpoint-dir {path}: cannot create it ({exc.strerror})")
+    if not os.access(path, os.W_OK):
+        fail(f"--checkpoint-dir {path}: not writable")
 
 
 def main() -> None:
