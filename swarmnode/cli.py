@@ -415,6 +415,7 @@ def _self_status(config, set_, as_json: bool, on_alert: str | None, watch: float
     """`status --self`: the local node's one-line answer and its exit code (docs/status-and-metrics.md)."""
     from pathlib import Path
 
+    from swarmnode.config import default_data_dir
     from swarmnode.observe.self_status import run_self_status
 
     cfg = config_from_cli(config, set_)
@@ -426,6 +427,7 @@ def _self_status(config, set_, as_json: bool, on_alert: str | None, watch: float
             on_alert=on_alert,
             watch=watch,
             echo=typer.echo,
+            home=default_data_dir(),
         )
     )
 

@@ -45,3 +45,59 @@ def test_a_checkpoint_dir_that_is_a_file_fails_before_training(tmp_path):
     errors = done.stderr.strip().splitlines()
     assert done.returncode == ExitCode.USAGE and len(errors) == 1, done.stderr[-2000:]
     assert "a file, not a directory" in errors[0] and "Traceback" not in done.stderr
+
+
+def test_hardware_of_a_run_that_names_its_learners_says_sampler_as_join_does(tmp_path):
+    from swarmnode.config import load_config
+    from swarmnode.identity import Identity
+    from swarmnode.node.hardware import hardware_report
+
+    mine, host = Identity.load_or_create(tmp_path / "me.key"), Identity.generate()
+    sets = [f"network.identity_path={tmp_path / 'me.key'}"]
+    other = hardware_report(load_config("tiny-cpu", [*sets, f"trust.learner_keys=[{host.peer_id}]"]))
+    assert other["role"] == "sampler" and "designated learners" in other["reasons"][-1], other["reasons"]
+    assert not any("learner count unknown" in reason for reason in other["reasons"])
+    designated = hardware_report(load_config("tiny-cpu", [*sets, f"trust.learner_keys=[{mine.peer_id}]"]))
+    assert designated["role"] == "learner", designated["reasons"]
+
+
+def _node_record(where, peer_id: str, role: str = "sampler") -> None:
+    from swarmnode.observe.self_record import SelfRecord
+
+    where.mkdir(parents=True, exist_ok=True)
+    SelfRecord(where, peer_id=peer_id, role=role, run_id=where.parent.name, heartbeat=2.0).update({}, force=True)
+
+
+def test_status_self_without_the_run_id_names_the_runs_it_found(tmp_path):
+    from swarmnode.observe.self_status import run_self_status
+
+    _node_record(tmp_path / "invited-run" / "12D3KooWsampler", "12D3KooWsampler")
+    lines: list[str] = []
+    code = run_self_status(
+        tmp_path / "default-run", False, as_json=False, on_alert=None, watch=None, echo=lines.append, home=tmp_path
+    )
+    assert code == 3 and len(lines) == 1, lines
+    assert "run invited-run" in lines[0] and "--set run_id=invited-run" in lines[0], lines
+
+
+def test_status_self_answers_for_each_running_node_of_the_run_naming_its_peer(tmp_path):
+    from swarmnode.observe.self_status import run_self_status
+
+    _node_record(tmp_path / "run" / "12D3KooWlearner", "12D3KooWlearner", "learner")
+    _node_record(tmp_path / "run" / "12D3KooWsampler", "12D3KooWsampler")
+    lines: list[str] = []
+    code = run_self_status(
+        tmp_path / "run", False, as_json=False, on_alert=None, watch=None, echo=lines.append, home=tmp_path
+    )
+    assert code == 1 and len(lines) == 2, lines  # both starting: idle
+    assert {line.split()[0] for line in lines} == {"learner", "sampler"}
+    assert any("12D3KooWlearner" in line for line in lines) and any("12D3KooWsampler" in line for line in lines)
+
+
+def test_a_sampler_paused_by_a_wrong_learner_key_names_the_live_learner():
+    from swarmnode.node.roles.sampler_role import no_learner_line
+
+    assert "no learner of the run is live" in no_learner_line([])
+    said = no_learner_line(["12D3KooWlive"])
+    assert "learner 12D3KooWlive is live but not in trust.learner_keys" in said, said
+    assert "no learner of the run is live" not in said
