@@ -101,3 +101,32 @@ def test_a_sampler_paused_by_a_wrong_learner_key_names_the_live_learner():
     said = no_learner_line(["12D3KooWlive"])
     assert "learner 12D3KooWlive is live but not in trust.learner_keys" in said, said
     assert "no learner of the run is live" not in said
+
+
+def test_a_restarted_host_listens_where_its_bootstrap_listened_before(tmp_path):
+    from swarmnode.node.host import HostFiles
+
+    files = HostFiles(tmp_path)
+    files.root.mkdir(parents=True, exist_ok=True)
+    listen = ["/ip4/127.0.0.1/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1", "/ip4/0.0.0.0/tcp/31337"]
+    assert files.pinned(listen) == listen  # a first start: any port
+    peer = "12D3KooWBootstrap"
+    printed = [f"/ip4/127.0.0.1/tcp/40123/p2p/{peer}", f"/ip4/10.0.0.2/udp/40555/quic-v1/p2p/{peer}"]
+    files.pin(listen, printed)
+    assert files.pinned(listen) == ["/ip4/127.0.0.1/tcp/40123", "/ip4/0.0.0.0/udp/40555/quic-v1", listen[2]]
+
+
+def test_a_node_whose_bootstraps_are_all_gone_says_so_once_and_again_when_one_is_back():
+    from swarmnode.swarm.bootstrap_watch import GONE_AFTER_S, BootstrapWatch
+
+    now = [0.0]
+    watch = BootstrapWatch(clock=lambda: now[0])
+    assert watch.seen(1, 1) is None
+    said = []
+    for _ in range(10):
+        now[0] += GONE_AFTER_S / 4
+        said.append(watch.seen(0, 2))
+    gone = [line for line in said if line]
+    assert len(gone) == 1 and "none of the run's 2 bootstraps has answered" in gone[0], said
+    assert "new invite" in gone[0]
+    assert "answers again" in (watch.seen(1, 2) or "") and watch.seen(1, 2) is None
