@@ -236,6 +236,15 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
                     learner["peer_id"],
                 )
             )
+        if health.get("stalled"):
+            alerts.append(
+                _alert(
+                    "learner_stalled",
+                    "warning",
+                    f"learner {learner['peer_id'][-8:]}: {health['stalled']}",
+                    learner["peer_id"],
+                )
+            )
         collapsed = reward_collapse(health.get("reward_history") or [])
         if collapsed:
             alerts.append(
