@@ -130,3 +130,16 @@ def test_a_node_whose_bootstraps_are_all_gone_says_so_once_and_again_when_one_is
     assert len(gone) == 1 and "none of the run's 2 bootstraps has answered" in gone[0], said
     assert "new invite" in gone[0]
     assert "answers again" in (watch.seen(1, 2) or "") and watch.seen(1, 2) is None
+
+
+def test_a_key_typo_names_the_close_match_and_a_yaml_error_its_line(tmp_path):
+    import pytest
+
+    from swarmnode.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"learner.learnin_rate: unknown key: did you mean learner.learning_rate\?"):
+        load_config("tiny-cpu", ["learner.learnin_rate=1e-5"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learner:\n  learning_rate: 1e-5\n  beta: [0.1\n")
+    with pytest.raises(ConfigError, match=r"cannot read YAML \(line 4, column 1: expected ','"):
+        load_config(str(bad))
