@@ -22,6 +22,7 @@ import typer
 from swarmnode.allocator import keep_freed_memory
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, load_config
 from swarmnode.config.addresses import check_initial_peers
+from swarmnode.config.compat import held_warnings
 from swarmnode.delay import DelaySpecError, parse_delay
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 from swarmnode.local.swarm import MAX_DEMO_LEARNERS
@@ -64,8 +65,12 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
 def config_from_cli(config: str | None, overrides: list[str] | None, **extra: Any) -> NodeConfig:
     """Load the config, then apply `--set` overrides and any command-line flags given (not None); a malformed
     initial peer fails here too, before any heavy import."""
-    cfg = load_config(config, cli_sets(overrides, **extra))
-    check_initial_peers(cfg.network.initial_peers)
+    with held_warnings():  # a config mistake or a missing model is said first, and alone
+        cfg = load_config(config, cli_sets(overrides, **extra))
+        check_initial_peers(cfg.network.initial_peers)
+        model = Path(cfg.model.name).expanduser()
+        if cfg.model.name.startswith((".", "/", "~")) and not model.is_dir():
+            fail(f"model.name {cfg.model.name!r}: no such directory", ExitCode.MISSING)
     return cfg
 
 

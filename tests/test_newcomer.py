@@ -143,3 +143,11 @@ def test_a_key_typo_names_the_close_match_and_a_yaml_error_its_line(tmp_path):
     bad.write_text("learner:\n  learning_rate: 1e-5\n  beta: [0.1\n")
     with pytest.raises(ConfigError, match=r"cannot read YAML \(line 4, column 1: expected ','"):
         load_config(str(bad))
+
+
+def test_a_missing_model_directory_is_said_first_and_alone():
+    done = _swarmnode("train-local", "--set", "model.name=./no-such-model", "--set", "learner.learning_rate=1e-3")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == ExitCode.MISSING and lines == ["error: model.name './no-such-model': no such directory"]
+    advised = _swarmnode("hardware", "--set", "model.name=Qwen/Qwen3-0.6B", "--set", "learner.learning_rate=1e-3")
+    assert advised.returncode == 0 and "far above the usual" in advised.stderr  # the advice itself still comes
