@@ -151,3 +151,30 @@ def test_a_missing_model_directory_is_said_first_and_alone():
     assert done.returncode == ExitCode.MISSING and lines == ["error: model.name './no-such-model': no such directory"]
     advised = _swarmnode("hardware", "--set", "model.name=Qwen/Qwen3-0.6B", "--set", "learner.learning_rate=1e-3")
     assert advised.returncode == 0 and "far above the usual" in advised.stderr  # the advice itself still comes
+
+
+def test_the_docs_state_the_status_schema_version_and_the_quick_start_is_install_then_demo():
+    import re
+    from pathlib import Path
+
+    from swarmnode.observe.status_schema import STATUS_SCHEMA_VERSION
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "status-and-metrics.md").read_text()
+    assert f"| `schema_version` | `{STATUS_SCHEMA_VERSION}`;" in doc and f"Version {STATUS_SCHEMA_VERSION}:" in doc
+    readme = (root / "README.md").read_text()
+    quick = re.search(r"## Quick start.*?```bash\n(.*?)```", readme, re.S)
+    assert quick is not None
+    lines = quick.group(1).strip().splitlines()
+    assert lines == ['pip install torch==2.13.0 && pip install -e ".[dev]"', "swarmnode demo"], lines
+    install = readme[quick.end() : readme.index("## Host a run")]
+    assert "iptables" in install  # the NAT lab's tests skip without it: the install says so
+
+
+def test_the_models_page_says_what_a_smollm2_run_costs_and_how_long_a_rise_takes():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    table = page[page.index("| what | figure | command |") :].split("\n\n")[0].splitlines()
+    assert len(table) > 3 and all(row.count("|") == 4 for row in table), table  # a filled table, not an empty one
+    assert "~45 minutes" in page and "--minutes 45" in page
