@@ -178,3 +178,17 @@ def test_the_models_page_says_what_a_smollm2_run_costs_and_how_long_a_rise_takes
     table = page[page.index("| what | figure | command |") :].split("\n\n")[0].splitlines()
     assert len(table) > 3 and all(row.count("|") == 4 for row in table), table  # a filled table, not an empty one
     assert "~45 minutes" in page and "--minutes 45" in page
+
+
+def test_samplers_paused_with_no_learner_add_no_throughput_and_show_why():
+    from swarmnode.observe.dashboard import _throughput
+    from swarmnode.observe.health import swarm_summary
+
+    paused = {"tokens_per_s": 1272.0, "rollouts_per_s": 0.5, "paused": "no learner"}
+    peers = [
+        {"peer_id": "a", "role": "sampler", "version": 3, "health": dict(paused)},
+        {"peer_id": "b", "role": "sampler", "version": 3, "health": dict(paused)},
+    ]
+    summary = swarm_summary(peers)
+    assert summary["tokens_per_s"] == 0.0 and summary["rollouts_per_s"] == 0.0, summary
+    assert _throughput(peers[0]) == "paused: no learner"

@@ -141,8 +141,9 @@ def swarm_summary(peers: list[dict[str, Any]]) -> dict[str, Any]:
     for p in peers:
         if p["role"] == "sampler" and p.get("version", -1) >= 0:
             holders[str(p["version"])] = holders.get(str(p["version"]), 0) + 1
-    samplers = [p for p in peers if p["role"] == "sampler"]
-    generating = [p for p in peers if generates(p["role"], p.get("health") or {})]
+    working = [p for p in peers if not (p.get("health") or {}).get("paused")]  # a paused sampler's last rate is old
+    samplers = [p for p in working if p["role"] == "sampler"]
+    generating = [p for p in working if generates(p["role"], p.get("health") or {})]
     return {
         "newest_version": max(versions, default=-1),
         "tokens_per_s": round(sum(_num(p.get("health", {}).get("tokens_per_s")) for p in generating), 2),
