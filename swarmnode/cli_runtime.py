@@ -64,6 +64,9 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[Any]], timeout: f
                 _hard_exit(_exit_code_for(received[0]))
             received.append(sig)
             stop.set()
+            from swarmnode.swarm.p2p import STOP_REQUESTED
+
+            STOP_REQUESTED.set()  # a p2pd the signal reached while starting is not retried as a failure
             loop.call_later(STOP_GRACE_S, work.cancel)
             timer = threading.Timer(STOP_GRACE_S + HARD_EXIT_S, _hard_exit, args=(_exit_code_for(sig),))
             timer.daemon = True
@@ -76,7 +79,7 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[Any]], timeout: f
             return await asyncio.wait_for(work, timeout)
         except TimeoutError:
             raise NoAnswerError(f"no answer from the swarm within {timeout:.0f} s") from None
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, Interrupted):  # stopped by the signal (p2pd it reached while starting, too)
             if received:
                 return None
             raise

@@ -192,3 +192,29 @@ def test_samplers_paused_with_no_learner_add_no_throughput_and_show_why():
     summary = swarm_summary(peers)
     assert summary["tokens_per_s"] == 0.0 and summary["rollouts_per_s"] == 0.0, summary
     assert _throughput(peers[0]) == "paused: no learner"
+
+
+def test_a_p2pd_failing_after_ctrl_c_is_an_interruption_not_a_retried_failure():
+    import asyncio
+    import logging
+
+    import pytest
+
+    from swarmnode.config import load_config
+    from swarmnode.errors import Interrupted
+    from swarmnode.identity import Identity
+    from swarmnode.swarm import p2p
+
+    cfg = load_config("tiny-cpu", ["network.host_maddrs=[/ip4/127.0.0.1/tcp/notaport]"])  # p2pd refuses it
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("swarmnode.swarm.p2p").addHandler(handler)
+    p2p.STOP_REQUESTED.set()
+    try:
+        with pytest.raises(Interrupted):
+            asyncio.run(p2p.start_p2p(cfg, Identity.generate()))
+    finally:
+        p2p.STOP_REQUESTED.clear()
+        logging.getLogger("swarmnode.swarm.p2p").removeHandler(handler)
+    assert not [r for r in records if "failed" in r.getMessage()], [r.getMessage() for r in records]
