@@ -218,3 +218,28 @@ def test_a_p2pd_failing_after_ctrl_c_is_an_interruption_not_a_retried_failure():
         p2p.STOP_REQUESTED.clear()
         logging.getLogger("swarmnode.swarm.p2p").removeHandler(handler)
     assert not [r for r in records if "failed" in r.getMessage()], [r.getMessage() for r in records]
+
+
+def test_math_verify_off_the_main_thread_says_nothing_about_its_timeouts():
+    import logging
+    import threading
+
+    import math_verify.grader
+    import math_verify.parser
+
+    from swarmnode.tasks.math_problems import math_verify_reward
+
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = math_verify.grader.TIMEOUT_WARNING_SHOWN = False
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    rewards: list[float] = []
+    try:
+        worker = threading.Thread(target=lambda: rewards.append(math_verify_reward("so \\boxed{12}", "12")))
+        worker.start()
+        worker.join()
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert rewards == [1.0]
+    assert not [r.getMessage() for r in records if "Timeout is disabled" in r.getMessage()]

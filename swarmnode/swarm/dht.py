@@ -32,7 +32,15 @@ from swarmnode.protocol.run_card import RunCard
 from swarmnode.swarm.bootstrap_watch import BootstrapWatch
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
-from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
+from swarmnode.swarm.p2p import (
+    STOP_REQUESTED,
+    dial_peer,
+    p2pd_alive,
+    parse_initial_peer,
+    start_p2p,
+    stop_p2p,
+    while_p2pd_alive,
+)
 from swarmnode.swarm.peer_keys import learners_key, peer_shard, peer_shard_key
 from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p
 from swarmnode.swarm.relay import start_relay_p2p
@@ -214,8 +222,8 @@ class SwarmDHT:
     async def _reconnect_quietly(self) -> None:
         try:
             await self.reconnect_initial_peers()
-        except Exception as exc:  # a daemon hiccup must not end the heartbeat
-            logger.info("re-dialling initial peers failed: %s", exc)
+        except Exception as exc:  # a daemon hiccup must not end the heartbeat (nor, stopping, be news)
+            (logger.debug if STOP_REQUESTED.is_set() else logger.info)("re-dialling initial peers failed: %s", exc)
 
     async def _subkeys(self, key: str) -> dict[str, bytes]:
         return (await self._subkeys_many([key]))[key]
