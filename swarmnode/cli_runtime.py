@@ -130,14 +130,29 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+VERBOSE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class PlainFormatter(logging.Formatter):
+    """A log line as the node's printed lines read: the message alone, `warning: ` before a warning, `error
+    (<logger>): ` before an error (the command's own last `error: ` line stays the only one so written)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno < logging.WARNING:
+            return text
+        if record.levelno == logging.WARNING:
+            return f"warning: {text}"
+        return f"{record.levelname.lower()} ({record.name}): {text}"
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Our logs to stderr (a repeated line shown once a minute, another run's refused records once per 10 min);
     hivemind's per-RPC chatter kept out of the way."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr)
+    for handler in logging.getLogger().handlers:  # lines read as the node's own printed ones (verbose: full)
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+            handler.setFormatter(logging.Formatter(VERBOSE_FORMAT) if verbose else PlainFormatter())
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RepeatFilter) for f in handler.filters):
             handler.addFilter(RepeatFilter())

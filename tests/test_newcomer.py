@@ -243,3 +243,15 @@ def test_math_verify_off_the_main_thread_says_nothing_about_its_timeouts():
         logging.getLogger().removeHandler(handler)
     assert rewards == [1.0]
     assert not [r.getMessage() for r in records if "Timeout is disabled" in r.getMessage()]
+
+
+def test_a_nodes_log_lines_read_as_its_printed_ones_without_timestamps():
+    import logging
+
+    from swarmnode.cli_runtime import PlainFormatter
+
+    def line(level: int, message: str) -> str:
+        return PlainFormatter().format(logging.LogRecord("swarmnode.x", level, __file__, 1, message, None, None))
+
+    assert line(logging.INFO, "initial peer back") == "initial peer back"
+    assert line(logging.WARNING, "no answer") == "warning: no answer"
