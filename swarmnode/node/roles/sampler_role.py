@@ -107,6 +107,7 @@ class SamplerRole(NodeRole):
         self._relayed_told: set[str] = set()
         self.untrusted: list[str] = []  # live learners whose keys are not in trust.learner_keys (while none is)
         self._paused_told: tuple | None = None
+        self._untrusted_at = -float("inf")
         self.puller = WeightPuller(
             self.p2p,
             self.store,
@@ -150,7 +151,9 @@ class SamplerRole(NodeRole):
         trusted = set(self.cfg.trust.learner_keys)
         self.learners = [p for p in await self.peers.learners() if not trusted or str(p) in trusted]
         self.sender.set_destinations(self.learners)
-        if trusted and not self.learners:  # a learner live under another key: the paused line names it
+        now = time.monotonic()
+        if trusted and not self.learners and now - self._untrusted_at >= self.cfg.network.heartbeat_interval:
+            self._untrusted_at = now  # a learner live under another key: the paused line names it
             self.untrusted = [r.peer_id for r in await self.dht.learners() if r.peer_id not in trusted]
         for peer in set(self.peers.relayed_only) - self._relayed_told:  # a path that cannot work: said once
             self._relayed_told.add(peer)
