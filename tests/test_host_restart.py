@@ -1,5 +1,6 @@
 """A host restarted keeps its bootstrap's address and key, so its card and invite: the samplers joined by the old
-invite find the run again and train on, with no new invite (real processes on loopback)."""
+invite find the run again and train on, with no new invite; a sampler told another learner key names the live
+learner it does not trust (real processes on loopback)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from swarmnode.identity import Identity
 from swarmnode.local.swarm import spawn_node
+from swarmnode.protocol.run_card import Invite
 from tests.swarm_helpers import FAST_NET, NodeProc
 from tests.test_host_invite import machine_env, wait_for
 
@@ -22,12 +25,12 @@ def _steps(steps_file: Path) -> int:
     return sum(1 for line in steps_file.read_text().splitlines() if line.strip())
 
 
-@pytest.mark.slow  # CI's long-scenario step runs it (.ci/run): ~70 s quiet
+@pytest.mark.slow  # CI's long-scenario step runs it (.ci/run): 54 s at load
 @pytest.mark.timeout(900)
 def test_a_restarted_host_keeps_its_invite_and_its_joined_samplers_train_again(tmp_path):
     run_id = f"restart-{secrets.token_hex(3)}"
-    args = ["host", "--config", "tiny-cpu", "--owner-key", str(tmp_path / "owner.key")]
-    args += [a for s in [f"run_id={run_id}", *FAST_NET] for a in ("--set", s)]
+    sets = [a for s in [f"run_id={run_id}", *FAST_NET] for a in ("--set", s)]
+    args = ["host", "--config", "tiny-cpu", "--owner-key", str(tmp_path / "owner.key"), *sets]
     procs: list[NodeProc] = []
 
     def spawn(name: str, argv: list[str], env: dict | None = None) -> NodeProc:
@@ -62,6 +65,21 @@ def test_a_restarted_host_keeps_its_invite_and_its_joined_samplers_train_again(t
         took = time.monotonic() - back
         print(f"samplers trained on again {took:.1f} s after the restarted learner was ready")
         assert all(s.popen.poll() is None for s in samplers), "a sampler left while the host was down"
+
+        # a sampler told another learner key: its paused line names the live learner it does not trust
+        bootstrap = Invite.parse(invite).bootstraps[0]
+        wrong = spawn(
+            "wrong-key",
+            ["join", "--config", "tiny-cpu", *sets, "--role", "sampler", "--initial-peers", bootstrap]
+            + [
+                "--set",
+                f"trust.learner_keys=[{Identity.generate().peer_id}]",
+                "--identity-path",
+                str(tmp_path / "w.key"),
+            ],
+        )
+        said = wrong.wait_line(f"sampler: learner {learner_key} is live but not in trust.learner_keys", timeout=180)
+        assert "generation paused until a trusted learner joins" in said, said
     finally:
         for proc in reversed(procs):
             proc.stop(timeout=150 if proc.name.startswith("host") else 30)
