@@ -23,6 +23,7 @@ from swarmnode import __version__
 from swarmnode.allocator import keep_freed_memory
 from swarmnode.config import LEVEL_OF_ALGORITHM, NodeConfig, build_config, load_config
 from swarmnode.config.addresses import check_initial_peers
+from swarmnode.config.compat import held_warnings
 from swarmnode.delay import DelaySpecError, parse_delay
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 from swarmnode.local.swarm import MAX_DEMO_LEARNERS
@@ -76,8 +77,12 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
 def config_from_cli(config: str | None, overrides: list[str] | None, **extra: Any) -> NodeConfig:
     """Load the config, then apply `--set` overrides and any command-line flags given (not None); a malformed
     initial peer fails here too, before any heavy import."""
-    cfg = load_config(config, cli_sets(overrides, **extra))
-    check_initial_peers(cfg.network.initial_peers)
+    with held_warnings():  # a config mistake or a missing model is said first, and alone
+        cfg = load_config(config, cli_sets(overrides, **extra))
+        check_initial_peers(cfg.network.initial_peers)
+        model = Path(cfg.model.name).expanduser()
+        if cfg.model.name.startswith((".", "/", "~")) and not model.is_dir():
+            fail(f"model.name {cfg.model.name!r}: no such directory", ExitCode.MISSING)
     return cfg
 
 
@@ -386,7 +391,12 @@ def _client_config(command: str, config, set_, initial_peers, host_maddrs, start
 
 
 def _invite_config(invite: str, config: str | None, sets: list[str]):
-    """The node's config and the run card from an invite (`swarmnode.node.invite.config_for_invite`)."""
+    """The node's config and the run card from an invite (`swarmnode.node.invite.config_for_invite`). A damaged
+    invite or a bad --config/--set answers first, before the dial's modules (hivemind, torch) are imported."""
+    from swarmnode.protocol.run_card import Invite
+
+    Invite.parse(invite)
+    load_config(config, sets)
     from swarmnode.node.invite import config_for_invite
 
     return config_for_invite(invite, config, sets)
@@ -446,6 +456,7 @@ def _self_status(config, set_, as_json: bool, on_alert: str | None, watch: float
     """`status --self`: the local node's one-line answer and its exit code (docs/status-and-metrics.md)."""
     from pathlib import Path
 
+    from swarmnode.config import default_data_dir
     from swarmnode.observe.self_status import run_self_status
 
     cfg = config_from_cli(config, set_)
@@ -457,6 +468,7 @@ def _self_status(config, set_, as_json: bool, on_alert: str | None, watch: float
             on_alert=on_alert,
             watch=watch,
             echo=typer.echo,
+            home=default_data_dir(),
         )
     )
 
@@ -582,14 +594,17 @@ def train_local(
     if algorithm is not None and algorithm not in LEVEL_OF_ALGORITHM:
         fail(f"{flag} {algorithm!r}: expected gepo, gspo or grpo")
     cfg = config_from_cli(config, set_, **{"learner.importance_sampling_level": LEVEL_OF_ALGORITHM.get(algorithm)})
-    from swarmnode.local.trainer import train_local as run_local
-
     try:
         delay_model = parse_delay(delay)
     except DelaySpecError as exc:
         fail(str(exc).replace("--simulate-delay", "--delay"))
+    if checkpoint_dir is not None:
+        _check_checkpoint_dir(Path(checkpoint_dir).expanduser())
+    from swarmnode.local.trainer import train_local as run_local
+
     progress = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
-    result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():  # stdout: the JSON alone
+        result = run_local(cfg, steps, staleness, checkpoint_dir, progress, max_seconds, delay_model, eval_every)
     if result["stopped"] in ("signal", "interrupted"):
         progress(f"stopped by signal: checkpoint at step {result['learner_steps']}, version {result['version']}")
     if as_json:
@@ -668,6 +683,18 @@ def eval_model(
     with contextlib.redirect_stdout(sys.stderr), count_progress() as progress:
         doc = evaluate_dir(Path(model), cfg, samples=samples, base=not no_base, progress=progress)
     print_json(doc) if as_json else typer.echo(format_eval(doc))
+
+
+def _check_checkpoint_dir(path: Path) -> None:
+    """A checkpoint directory that cannot be one fails before training, not after its steps."""
+    if path.exists() and not path.is_dir():
+        fail(f"--checkpoint-dir {path}: a file, not a directory; name a directory (created if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--checkpoint-dir {path}: cannot create it ({exc.strerror})")
+    if not os.access(path, os.W_OK):
+        fail(f"--checkpoint-dir {path}: not writable")
 
 
 def main() -> None:

@@ -64,6 +64,9 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[Any]], timeout: f
                 _hard_exit(_exit_code_for(received[0]))
             received.append(sig)
             stop.set()
+            from swarmnode.swarm.p2p import STOP_REQUESTED
+
+            STOP_REQUESTED.set()  # a p2pd the signal reached while starting is not retried as a failure
             loop.call_later(STOP_GRACE_S, work.cancel)
             timer = threading.Timer(STOP_GRACE_S + HARD_EXIT_S, _hard_exit, args=(_exit_code_for(sig),))
             timer.daemon = True
@@ -76,7 +79,7 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[Any]], timeout: f
             return await asyncio.wait_for(work, timeout)
         except TimeoutError:
             raise NoAnswerError(f"no answer from the swarm within {timeout:.0f} s") from None
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, Interrupted):  # stopped by the signal (p2pd it reached while starting, too)
             if received:
                 return None
             raise
@@ -127,14 +130,29 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+VERBOSE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class PlainFormatter(logging.Formatter):
+    """A log line as the node's printed lines read: the message alone, `warning: ` before a warning, `error
+    (<logger>): ` before an error (the command's own last `error: ` line stays the only one so written)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno < logging.WARNING:
+            return text
+        if record.levelno == logging.WARNING:
+            return f"warning: {text}"
+        return f"{record.levelname.lower()} ({record.name}): {text}"
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Our logs to stderr (a repeated line shown once a minute, another run's refused records once per 10 min);
     hivemind's per-RPC chatter kept out of the way."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr)
+    for handler in logging.getLogger().handlers:  # lines read as the node's own printed ones (verbose: full)
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+            handler.setFormatter(logging.Formatter(VERBOSE_FORMAT) if verbose else PlainFormatter())
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RepeatFilter) for f in handler.filters):
             handler.addFilter(RepeatFilter())

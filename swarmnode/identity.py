@@ -16,12 +16,12 @@ import base58
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from hivemind.proto import crypto_pb2
 
 from swarmnode.config import NodeConfig
 from swarmnode.errors import ExitCode, SwarmnodeError
 
 SIGNATURE_BYTES = 64
+ED25519 = 1  # libp2p's KeyType.Ed25519 (crypto.proto)
 
 
 class IdentityError(SwarmnodeError, RuntimeError):
@@ -30,13 +30,56 @@ class IdentityError(SwarmnodeError, RuntimeError):
     exit_code = ExitCode.USAGE
 
 
+def encode_key(key_type: int, data: bytes) -> bytes:
+    """libp2p's `PublicKey`/`PrivateKey` protobuf (field 1 key type, field 2 data), written without protobuf:
+    hivemind's generated module would import hivemind, and with it torch, before an invite or key is read."""
+    return bytes([0x08, key_type, 0x12]) + _varint(len(data)) + data
+
+
+def decode_key(blob: bytes) -> tuple[int, bytes]:
+    """(key type, data) of a libp2p key protobuf; ValueError if `blob` is not one."""
+    key_type, data, at = -1, b"", 0
+    while at < len(blob):
+        tag, at = _read_varint(blob, at)
+        if tag == 0x08:
+            key_type, at = _read_varint(blob, at)
+        elif tag == 0x12:
+            size, at = _read_varint(blob, at)
+            if at + size > len(blob):
+                raise ValueError("truncated key data")
+            data, at = blob[at : at + size], at + size
+        else:
+            raise ValueError(f"unexpected field tag {tag}")
+    if key_type < 0:
+        raise ValueError("no key type")
+    return key_type, data
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+def _read_varint(blob: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while at < len(blob) and shift < 64:
+        byte = blob[at]
+        value, at, shift = value | (byte & 0x7F) << shift, at + 1, shift + 7
+        if not byte & 0x80:
+            return value, at
+    raise ValueError("truncated varint")
+
+
 def _raw_public(public_key: Ed25519PublicKey) -> bytes:
     return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def peer_id_from_public_key(raw_public_key: bytes) -> str:
     """libp2p peer id (base58) of a raw 32-byte Ed25519 public key: identity multihash of the protobuf key."""
-    proto = crypto_pb2.PublicKey(key_type=crypto_pb2.KeyType.Ed25519, data=raw_public_key).SerializeToString()
+    proto = encode_key(ED25519, raw_public_key)
     return base58.b58encode(bytes([0x00, len(proto)]) + proto).decode()
 
 
@@ -49,12 +92,12 @@ def public_key_from_peer_id(peer_id: str) -> bytes:
     if len(raw) < 2 or raw[0] != 0x00 or raw[1] != len(raw) - 2:
         raise IdentityError(f"peer id {peer_id[:16]!r} does not embed a public key")
     try:
-        key = crypto_pb2.PublicKey.FromString(raw[2:])
-    except Exception as exc:  # protobuf raises DecodeError subclasses of Exception
+        key_type, data = decode_key(raw[2:])
+    except ValueError as exc:
         raise IdentityError(f"peer id {peer_id[:16]!r} holds no valid public key") from exc
-    if key.key_type != crypto_pb2.KeyType.Ed25519 or len(key.data) != 32:
+    if key_type != ED25519 or len(data) != 32:
         raise IdentityError(f"peer id {peer_id[:16]!r} is not an Ed25519 peer id")
-    return bytes(key.data)
+    return bytes(data)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -98,9 +141,7 @@ class Identity:
         seed = self.private_key.private_bytes(
             serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
         )
-        return crypto_pb2.PrivateKey(
-            key_type=crypto_pb2.KeyType.Ed25519, data=seed + self.public_key
-        ).SerializeToString()
+        return encode_key(ED25519, seed + self.public_key)
 
     @classmethod
     def generate(cls) -> Identity:
@@ -116,12 +157,12 @@ class Identity:
         except OSError as exc:
             raise IdentityError(f"identity file {path}: cannot read ({exc.strerror})") from None
         try:
-            key = crypto_pb2.PrivateKey.FromString(blob)
-        except Exception:
+            key_type, data = decode_key(blob)
+        except ValueError:
             raise IdentityError(f"identity file {path}: not a libp2p private key") from None
-        if key.key_type != crypto_pb2.KeyType.Ed25519 or len(key.data) not in (32, 64):
-            raise IdentityError(f"identity file {path}: expected an Ed25519 key (key type {key.key_type})")
-        return cls(Ed25519PrivateKey.from_private_bytes(bytes(key.data[:32])), path)
+        if key_type != ED25519 or len(data) not in (32, 64):
+            raise IdentityError(f"identity file {path}: expected an Ed25519 key (key type {key_type})")
+        return cls(Ed25519PrivateKey.from_private_bytes(bytes(data[:32])), path)
 
     @classmethod
     def load_or_create(cls, path: str | Path) -> Identity:

@@ -48,6 +48,9 @@ def _imported(stderr: str) -> set[str]:
         (["demo", "--set", "learner.beta=-1"], "learner.beta"),
         (["hardware", "--set", "no_equals_sign"], "key=value"),
         (["train-local", "--algorithm", "ppo"], "--algorithm 'ppo'"),
+        (["join", "swarmnode1:garbage"], "the invite is damaged"),
+        (["hardware", "swarmnode1:garbage"], "the invite is damaged"),
+        (["status", "swarmnode1:garbage"], "the invite is damaged"),
     ],
     ids=[
         "join-garbage",
@@ -59,12 +62,21 @@ def _imported(stderr: str) -> set[str]:
         "demo-set",
         "hardware-set",
         "train-local-algorithm",
+        "join-typoed-invite",
+        "hardware-typoed-invite",
+        "status-typoed-invite",
     ],
 )
 def test_a_mistake_is_refused_before_any_heavy_import(args, needle):
     done = _run(*args, importtime=True)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode == ExitCode.USAGE and len(errors) == 1 and needle in errors[0], done.stderr[-3000:]
+    assert not _imported(done.stderr) & set(HEAVY), sorted(_imported(done.stderr) & set(HEAVY))
+
+
+def test_identity_prints_the_peer_id_without_a_heavy_import(tmp_path):
+    done = _run("identity", "--identity-path", str(tmp_path / "k.key"), importtime=True)
+    assert done.returncode == 0 and done.stdout.startswith("12D3KooW"), done.stderr[-2000:]
     assert not _imported(done.stderr) & set(HEAVY), sorted(_imported(done.stderr) & set(HEAVY))
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from swarmnode.config import load_config
-from swarmnode.identity import Identity, IdentityError, public_key_from_peer_id, verify
+from swarmnode.identity import ED25519, Identity, IdentityError, decode_key, encode_key, public_key_from_peer_id, verify
 from swarmnode.swarm.p2p import IdentityLock, SwarmStartError, start_p2p, stop_p2p
 
 
@@ -30,6 +30,20 @@ def test_sign_and_verify_from_peer_id_alone():
     assert not verify("not-a-peer-id", b"hello", sig)
     assert not verify(me.peer_id, b"hello", sig[:-1])
     assert len(public_key_from_peer_id(me.peer_id)) == 32
+
+
+def test_the_key_protobuf_written_by_hand_is_libp2ps(tmp_path):
+    from hivemind.proto import crypto_pb2
+
+    me = Identity.load_or_create(tmp_path / "k.key")
+    parsed = crypto_pb2.PrivateKey.FromString((tmp_path / "k.key").read_bytes())
+    assert parsed.key_type == crypto_pb2.KeyType.Ed25519 and bytes(parsed.data)[32:] == me.public_key
+    public = crypto_pb2.PublicKey(key_type=crypto_pb2.KeyType.Ed25519, data=me.public_key).SerializeToString()
+    assert encode_key(ED25519, me.public_key) == public and decode_key(public) == (ED25519, me.public_key)
+    (tmp_path / "hivemind.key").write_bytes(parsed.SerializeToString())
+    assert Identity.load(tmp_path / "hivemind.key").peer_id == me.peer_id
+    with pytest.raises(ValueError):
+        decode_key(public[:-1])
 
 
 def test_garbage_key_file_is_a_clear_error(tmp_path):

@@ -13,7 +13,9 @@ meaning changed and names `cppo_beta`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger("swarmnode.config")
@@ -30,11 +32,33 @@ OLD_LOSS_FAMILIES = {"gepo": "group", "gspo": "sequence"}
 _warned: set[str] = set()
 
 
+_held: list[list[str]] = []  # while `held_warnings` is open: the warnings it holds back
+
+
 def warn_once(key: str, message: str) -> None:
     """Log `message` as a warning the first time `key` is seen in this process."""
     if key not in _warned:
         _warned.add(key)
-        log.warning("%s", message)
+        if _held:
+            _held[-1].append(message)
+        else:
+            log.warning("%s", message)
+
+
+@contextlib.contextmanager
+def held_warnings() -> Iterator[None]:
+    """Hold back the config's advice while the block runs; logged after it, unless it raised (the error alone)."""
+    _held.append([])
+    try:
+        yield
+    except BaseException:
+        _held.pop()
+        raise
+    for message in _held.pop():
+        if _held:
+            _held[-1].append(message)
+        else:
+            log.warning("%s", message)
 
 
 def _warn(key: str, message: str) -> None:

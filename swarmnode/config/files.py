@@ -10,6 +10,7 @@ Every error a user can cause here (unknown key, wrong type, out-of-range value, 
 
 from __future__ import annotations
 
+import difflib
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -87,6 +88,13 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML error in one phrase, with the line and column where the parser saw it (1-based)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
 def apply_override(data: dict, assignment: str) -> None:
     """Apply one `a.b.c=value` override to a nested dict in place."""
     if "=" not in assignment:
@@ -114,8 +122,11 @@ def _describe(error: ErrorDetails) -> str:
         for part in error["loc"][:-1]:
             field = getattr(section, "model_fields", {}).get(str(part))
             section = field.annotation if field is not None else section
-        allowed = ", ".join(getattr(section, "model_fields", {}).keys())
-        return f"{loc}: unknown key (allowed here: {allowed})"
+        keys = list(getattr(section, "model_fields", {}).keys())
+        close = difflib.get_close_matches(str(error["loc"][-1]), keys, n=1)
+        if close:  # a typo: the key meant first, the whole list after
+            return f"{loc}: unknown key: did you mean {'.'.join([*map(str, error['loc'][:-1]), close[0]])}?"
+        return f"{loc}: unknown key (allowed here: {', '.join(keys)})"
     if kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
         return f"{loc}: {error['input']!r} is not allowed (allowed: {expected})"
@@ -146,7 +157,7 @@ def load_config_data(spec: str | None = None, overrides: list[str] | tuple[str, 
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"config {path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
+            raise ConfigError(f"config {path}: cannot read YAML ({_yaml_problem(exc)})") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: top level must be a mapping of sections")
         data = loaded

@@ -239,6 +239,19 @@ def run_demo(
     return summary
 
 
+def stall_lines(root: Path, names: list[str], told: set[str]) -> list[str]:
+    """The learners' lines saying why they take no step (`observe.stall`) not yet in `told` (added to it)."""
+    new = []
+    for name in names:
+        log = root / f"{name}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        for line in text.splitlines():
+            if line.startswith("learner: no learner step") and (said := f"{name}: {line[9:]}") not in told:
+                told.add(said)
+                new.append(said)
+    return new
+
+
 def _run_swarm(
     root: Path,
     steps: int | None,
@@ -260,6 +273,7 @@ def _run_swarm(
     read_all = lambda: {name: read_steps(root / name / STEPS_FILE) for name in names}  # noqa: E731
     start = time.monotonic()
     restarted_at = None
+    told: set[str] = set()
     try:
         sampler_args = start_swarm(run, config, sets, say, learners)
         deadline = start + minutes * 60
@@ -272,6 +286,8 @@ def _run_swarm(
                     run.check_alive()
                     rows = read_all()
                     live.update(_live_table(rows, time.monotonic() - start))
+                    for line in stall_lines(root, names, told):  # no silent stall: the learner says why
+                        console.print(line, soft_wrap=True)
                     if steps is not None and min(len(r) for r in rows.values()) >= steps:
                         stopped = "steps"
                         break

@@ -36,6 +36,7 @@ from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.local.evaluation import evaluate
 from swarmnode.model.models import load_model, load_tokenizer, pick_device
+from swarmnode.observe.stall import StallWatch
 from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.staleness import too_stale
@@ -105,6 +106,7 @@ class LocalTrainer:
         )
         self.inbox = RolloutInbox(self.buffer)  # the same delivery interface a swarm learner's receiver feeds
         self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self.inbox.send, seed=seed)
+        self.watch = StallWatch(cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length)  # says why no step
         extra = self.learner.restored_extra
         self.curve: list[dict] = list(extra.get("curve", []))
         self.evals: list[dict] = list(extra.get("evals", []))
@@ -194,13 +196,16 @@ class LocalTrainer:
                 stopped = "time"
                 break
             self._deliver()
-            self.sampler.step()
+            self.watch.groups(self.sampler.step())
             while self.learner.step_count < steps and self.learner.step() is not None:
                 pass
+            if why := self.watch.due():
+                self.progress(why)
         self.learner.save()
         return self.summary(stopped)
 
     def _record(self, diag: dict) -> None:
+        self.watch.stepped()
         point = {k: float(v) for k, v in diag.items() if k in CURVE_KEYS or k.startswith("kl_tau_")}
         point["time"] = round(time.time(), 3)  # wall clock, as the swarm learner's steps file records it
         self.curve.append(point)

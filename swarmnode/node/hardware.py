@@ -283,8 +283,26 @@ def hardware_report(cfg: NodeConfig, requested_role: str | None = None, probe: H
     """Probe, estimate and decide for `cfg`: what `swarmnode hardware` prints."""
     probe = (probe or probe_hardware()).for_config(cfg)
     estimate = estimate_memory(cfg)
-    decision = decide_role(probe, estimate, requested_role or cfg.role, max_learners=cfg.learner.max_learners)
+    role = requested_role or cfg.role
+    if role == "auto" and cfg.mode != "sapo" and cfg.trust.learner_keys and not holds_learner_key(cfg):
+        decision = decide_role(probe, estimate, role, cfg.learner.max_learners, cfg.learner.max_learners)
+        reasons = (*decision.reasons, "not one of the run's designated learners (trust.learner_keys): it samples")
+        decision = RoleDecision("none" if decision.role == "none" else "sampler", decision.device, reasons)
+    else:
+        decision = decide_role(probe, estimate, role, max_learners=cfg.learner.max_learners)
     return {"probe": probe.to_dict(), "estimate": estimate.to_dict(), **decision.to_dict()}
+
+
+def holds_learner_key(cfg: NodeConfig) -> bool:
+    """Whether this machine's node key (`network.identity_path`, else `<data dir>/identity.key`, as `join` uses)
+    exists and is one of the run's `trust.learner_keys`: a run that names its learners seats no other."""
+    from swarmnode.identity import Identity, IdentityError
+
+    path = cfg.network.identity_path or cfg.resolved_data_dir() / "identity.key"
+    try:
+        return Identity.load(path).peer_id in cfg.trust.learner_keys
+    except IdentityError:
+        return False
 
 
 def format_report(report: dict) -> str:

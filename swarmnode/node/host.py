@@ -5,7 +5,9 @@ bootstrap (a child `swarmnode bootstrap` that keeps the run card in the DHT) and
 learner (a child `swarmnode join <invite> --role learner` whose key is the card's designated learner). The card
 (`swarmnode.protocol.run_card`) holds the shared settings of `--config`/`--set`; the invite goes to stdout as one
 `swarmnode join swarmnode1:...` line and to `<host dir>/invite.txt`. The children's output follows on stdout, each
-line prefixed with its node's name; Ctrl-C or SIGTERM stops the learner first, then the bootstrap.
+line prefixed with its node's name; Ctrl-C or SIGTERM stops the learner first, then the bootstrap. A restarted
+host keeps its bootstrap's key and port (`HostFiles.pinned`), so its card and invite: the nodes joined by it find
+the run again.
 
 `swarmnode host --update --config PRESET --set key=value` signs the next version of the card with the shared
 settings changed (a learner key added, a staleness bound) and writes it where the running bootstrap reads it: it
@@ -32,7 +34,7 @@ import yaml
 from swarmnode.atomic import write_atomic
 from swarmnode.config import NodeConfig, apply_override, build_config, default_data_dir, load_config_data
 from swarmnode.config.shared import carried_defaults, describe, diff, is_shared, local_part, shared_settings
-from swarmnode.errors import SwarmnodeError, UsageError
+from swarmnode.errors import InUseError, SwarmnodeError, UsageError
 from swarmnode.identity import Identity
 from swarmnode.model.sources import source_digests
 from swarmnode.node.card_server import read_card_file
@@ -64,6 +66,36 @@ class HostFiles:
     learner_key = property(lambda self: self.root / "learner.key")
     bootstrap_key = property(lambda self: self.root / "bootstrap.key")
     learner_local = property(lambda self: self.root / "learner-local.yaml")
+    bootstrap_ports = property(lambda self: self.root / "bootstrap-ports.json")
+
+    def pinned(self, maddrs: list[str]) -> list[str]:
+        """`maddrs` with each any-port listener (`/tcp/0`) on the port it got at the last start, so a restarted
+        host keeps its bootstrap's address, its card and its invite."""
+        try:
+            chosen = json.loads(self.bootstrap_ports.read_text())
+        except (OSError, ValueError):
+            chosen = {}
+        return [chosen.get(m, m) if isinstance(chosen, dict) else m for m in maddrs]
+
+    def pin(self, maddrs: list[str], addresses: list[str]) -> None:
+        """Remember the port each any-port listener of `maddrs` got (read from the bootstrap's `addresses`)."""
+        chosen = {m: got for m in maddrs if (got := chosen_port(m, addresses)) is not None}
+        if chosen:
+            self.bootstrap_ports.write_text(json.dumps(chosen, indent=1, sort_keys=True) + "\n")
+
+
+def chosen_port(maddr: str, addresses: list[str]) -> str | None:
+    """`maddr` (a listener on port 0) with the port the bootstrap printed for it in `addresses`, or None."""
+    parts = maddr.rstrip("/").split("/")  # ['', 'ip4', HOST, 'tcp', PORT, ...]
+    if len(parts) < 5 or parts[4] != "0":
+        return None
+    anywhere = parts[2] in ("0.0.0.0", "::")
+    for address in addresses:
+        got = address.split("/p2p/")[0].rstrip("/").split("/")
+        same = got[:2] == parts[:2] and (anywhere or got[2:3] == parts[2:3]) and got[5:] == parts[5:]
+        if len(got) >= 5 and same and got[3] == parts[3] and got[4].isdigit():
+            return "/".join([*parts[:4], got[4], *parts[5:]])
+    return None
 
 
 def default_owner_key() -> Path:
@@ -219,6 +251,26 @@ def _wait_for_addresses(child: Child, timeout: float) -> list[str]:
     raise HostError(f"the bootstrap did not start ({tail})")
 
 
+def _keep_ports(files: HostFiles, maddrs: list[str], emit: Emit) -> list[str]:
+    """The bootstrap's listen addresses: those of its last start (`HostFiles.pinned`) while their ports are free;
+    a port taken meanwhile is given up, and the line says the invite changes."""
+    from swarmnode.node.preflight import check_ports
+
+    pinned = files.pinned(maddrs)
+    if pinned == maddrs:
+        return maddrs
+    try:
+        check_ports(pinned)
+    except InUseError as exc:
+        emit(
+            f"the bootstrap's address of the last start is taken ({exc}): it listens on a new port, so the card "
+            "and the invite change: send the new invite to the run's nodes"
+        )
+        files.bootstrap_ports.unlink(missing_ok=True)
+        return maddrs
+    return pinned
+
+
 def run_host(
     spec: str | None, sets: list[str], *, owner_key: Path, bootstrap_only: bool, bootstrap_maddrs: list[str], emit: Emit
 ) -> None:
@@ -243,16 +295,18 @@ def run_host(
         with lock:
             emit(f"[{name}] {line}")
 
+    listen = _keep_ports(files, bootstrap_maddrs, emit)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(_Stop()))
     children: list[Child] = []
     try:
         boot_args = ["bootstrap", "--identity-path", str(files.bootstrap_key), "--card", str(files.card)]
-        boot_args += [a for m in bootstrap_maddrs for a in ("--host-maddrs", m)]
+        boot_args += [a for m in listen for a in ("--host-maddrs", m)]
         if spec:
             boot_args += ["--config", spec]
         boot_args += [a for s in sets for a in ("--set", s)]
         children.append(Child("bootstrap", boot_args, relay))
         addresses = _wait_for_addresses(children[0], cfg.network.startup_timeout + 60)
+        files.pin(bootstrap_maddrs, addresses)
         card = next_card(cfg, owner, addresses[:16], _previous_card(files))
         write_card(files, card)
         invite = Invite.of(card).encode()

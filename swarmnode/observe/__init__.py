@@ -16,5 +16,6 @@
 - `metrics`     Prometheus on every node
 - `progress`    transfer progress for a person
 - `self_record`  the node's own health on its own disk (`<data_dir>/health.json`)
+- `stall`       no silent stall: why a learner takes no step (zero-signal groups, prompts or completions cut)
 - `self_status`  `swarmnode status --self`: is this machine's node working? one line, an exit code, alerts
 """

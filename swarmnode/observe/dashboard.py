@@ -96,6 +96,8 @@ def _hardware(hw: dict[str, Any]) -> str:
 
 def _throughput(p: dict[str, Any]) -> str:
     h = p.get("health", {})
+    if p["role"] == "sampler" and h.get("paused"):
+        return f"paused: {h['paused']}"
     if p["role"] == "sampler":
         return f"{_fmt(h.get('tokens_per_s'), '.0f')} tok/s {_fmt(h.get('rollouts_per_s'), '.2f')} grp/s"
     if p["role"] == "learner":

@@ -142,8 +142,9 @@ def swarm_summary(peers: list[dict[str, Any]]) -> dict[str, Any]:
     for p in peers:
         if p["role"] == "sampler" and p.get("version", -1) >= 0:
             holders[str(p["version"])] = holders.get(str(p["version"]), 0) + 1
-    samplers = [p for p in peers if p["role"] == "sampler"]
-    generating = [p for p in peers if generates(p["role"], p.get("health") or {})]
+    working = [p for p in peers if not (p.get("health") or {}).get("paused")]  # a paused sampler's last rate is old
+    samplers = [p for p in working if p["role"] == "sampler"]
+    generating = [p for p in working if generates(p["role"], p.get("health") or {})]
     return {
         "newest_version": max(versions, default=-1),
         "tokens_per_s": round(sum(_num(p.get("health", {}).get("tokens_per_s")) for p in generating), 2),
@@ -234,6 +235,15 @@ def find_alerts(peers: list[dict[str, Any]], max_staleness: int) -> list[dict[st
                     f"learner {learner['peer_id'][-8:]} is reached only "
                     "through a relay: every group and weight fetch crosses the bootstrap (forward a "
                     "port to it, or run it on a host with a public address)",
+                    learner["peer_id"],
+                )
+            )
+        if health.get("stalled"):
+            alerts.append(
+                _alert(
+                    "learner_stalled",
+                    "warning",
+                    f"learner {learner['peer_id'][-8:]}: {health['stalled']}",
                     learner["peer_id"],
                 )
             )

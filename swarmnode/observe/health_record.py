@@ -198,6 +198,10 @@ class LearnerHealth(HolderHealth):
         "rollout groups accepted", metric="swarmnode_groups_received", kind="counter", minimum=0
     )
     groups_rejected: int | None = _field("rollout groups refused, all reasons", minimum=0)
+    stalled: str | None = _field(
+        "why the learner takes no step while groups arrive: zero-signal groups, prompts or completions cut at "
+        "their caps (`observe.stall`; empty: it steps)"
+    )
     idle_seconds: float | None = _field(
         "seconds the learner waited for enough rollout groups to step, cumulative",
         metric="swarmnode_learner_idle_seconds",

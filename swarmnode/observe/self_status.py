@@ -122,24 +122,48 @@ def _answer(state: str, why: str, facts: dict[str, Any]) -> dict[str, Any]:
     return {"state": state, "why": why, "exit_code": EXIT[state], **facts}
 
 
-def line(answer: dict[str, Any]) -> str:
-    """The one line: `<state>: <why>` (with the role when known)."""
+def line(answer: dict[str, Any], with_peer: bool = True) -> str:
+    """The one line: `<state>: <why>` (with the role when known), and the node's peer id at the end."""
     role = f"{answer['role']} " if answer.get("role") else ""
-    return f"{role}{answer['state']}: {answer['why']}" + own_line_text(answer.get("board"))
+    peer = f" [peer {answer['peer_id']}]" if with_peer and answer.get("peer_id") else ""
+    return f"{role}{answer['state']}: {answer['why']}{peer}" + own_line_text(answer.get("board"))
 
 
-def find_record_dir(data_dir: Path, explicit: bool) -> Path:
-    """The directory holding the node's record: `data_dir` itself when the config names it (or it has a record),
-    else the most recently written record under it (`<run dir>/<peer id>/`, the default layout)."""
+def find_record_dirs(data_dir: Path, explicit: bool) -> list[Path]:
+    """The directories holding this machine's node records: `data_dir` itself when the config names it (or it
+    has a record), else those under it (`<run dir>/<peer id>/`, the default layout) whose node is running, the
+    newest first; with none running, the most recently written one; with no record, `[data_dir]`."""
     if explicit or (data_dir / FILE_NAME).exists():
-        return data_dir
+        return [data_dir]
     records = sorted(data_dir.glob(f"*/{FILE_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    return records[0].parent if records else data_dir
+    running = [p.parent for p in records if _running(p.parent)]
+    return running or [p.parent for p in records[:1]] or [data_dir]
 
 
-def check(record_dir: Path, now: float | None = None) -> dict[str, Any]:
-    """The answer for the node whose data directory is `record_dir`."""
-    return verdict(read_self_record(record_dir), now, record_dir)
+def _running(record_dir: Path) -> bool:
+    pid = (read_self_record(record_dir) or {}).get("pid")
+    return isinstance(pid, int) and _alive(pid)
+
+
+def runs_found(home: Path) -> list[str]:
+    """The run ids under `home` (`<home>/<run id>/<peer id>/health.json`) with a node record, newest first."""
+    records = sorted(home.glob(f"*/*/{FILE_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return list(dict.fromkeys(p.parent.parent.name for p in records))
+
+
+def check(record_dir: Path, now: float | None = None, home: Path | None = None) -> dict[str, Any]:
+    """The answer for the node whose data directory is `record_dir` (with no record there, the runs that have
+    one under `home`, named in the answer: a node joined by invite keeps its record under the card's run id)."""
+    doc = read_self_record(record_dir)
+    answer = verdict(doc, now, record_dir)
+    others = [run for run in runs_found(home) if run != record_dir.name] if doc is None and home else []
+    if others:
+        answer["why"] = (
+            f"no node record ({FILE_NAME}) in {record_dir}; node records found for run "
+            f"{', '.join(others)}: add --set run_id={others[0]}"
+        )
+        answer["runs_found"] = others
+    return answer
 
 
 def alert_if_changed(
@@ -158,7 +182,7 @@ def alert_if_changed(
         **os.environ,
         "SWARMNODE_ALERT_STATE": answer["state"],
         "SWARMNODE_ALERT_PREVIOUS": previous,
-        "SWARMNODE_ALERT_MESSAGE": line(answer),
+        "SWARMNODE_ALERT_MESSAGE": line(answer, with_peer=False),  # the peer: SWARMNODE_ALERT_PEER
         "SWARMNODE_ALERT_PEER": str(answer.get("peer_id") or ""),
         "SWARMNODE_ALERT_JSON": json.dumps(answer),
     }
@@ -181,15 +205,19 @@ def run_self_status(
     on_alert: str | None,
     watch: float | None,
     echo: Callable[[str], None],
+    home: Path | None = None,
 ) -> int:
-    """`status --self`: print the answer (a line, or JSON), run `on_alert` on a change; with `watch`, check again
-    every `watch` seconds until interrupted. The exit code of the last answer."""
+    """`status --self`: print the answer (a line, or JSON; one per running node when several share the run's
+    directory), run `on_alert` on a change; with `watch`, check again every `watch` seconds until interrupted. The
+    exit code of the last check: its worst answer's."""
     while True:
-        record_dir = find_record_dir(data_dir, explicit)
-        answer = check(record_dir)
-        echo(json.dumps({**answer, "data_dir": str(record_dir)}, sort_keys=True) if as_json else line(answer))
-        if on_alert:
-            alert_if_changed(record_dir, answer, on_alert)
+        codes = []
+        for record_dir in find_record_dirs(data_dir, explicit):
+            answer = check(record_dir, home=None if explicit else home)
+            echo(json.dumps({**answer, "data_dir": str(record_dir)}, sort_keys=True) if as_json else line(answer))
+            if on_alert:
+                alert_if_changed(record_dir, answer, on_alert)
+            codes.append(answer["exit_code"])
         if not watch:
-            return answer["exit_code"]
+            return max(codes)
         time.sleep(watch)

@@ -91,6 +91,7 @@ ALERT_SCHEMA: dict[str, Any] = {
                 "old_card",
                 "sampler_undelivered",
                 "sampler_kl",
+                "learner_stalled",
             ]
         },
         "severity": {"enum": ["error", "warning"]},

@@ -6,6 +6,7 @@
 - `peer_keys` the run's peer records sharded over several keys, and the learners' index
 - `shard_window` a sampler's bounded look at the peer records: a few shards a refresh, rotating over all
 - `dht_storage` a DHT node's local storage, bounded per key
+- `bootstrap_watch` whether a node still reaches its run's bootstraps: said once when none answers, and when one is back
 - `validator` which DHT records are accepted
 - `board_keys` learners' contributors boards and curves in the DHT (store, read)
 - `reachability` can others dial this node: the bootstraps' dial-back, relay reservation, client mode

@@ -29,9 +29,18 @@ from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import CLIENT_ONLY, RELAYED
 from swarmnode.protocol.run_card import RunCard
+from swarmnode.swarm.bootstrap_watch import BootstrapWatch
 from swarmnode.swarm.dht_storage import CappedStorage
 from swarmnode.swarm.hivemind_compat import ping_into_routing_table, use_local_storage
-from swarmnode.swarm.p2p import dial_peer, p2pd_alive, parse_initial_peer, start_p2p, stop_p2p, while_p2pd_alive
+from swarmnode.swarm.p2p import (
+    STOP_REQUESTED,
+    dial_peer,
+    p2pd_alive,
+    parse_initial_peer,
+    start_p2p,
+    stop_p2p,
+    while_p2pd_alive,
+)
 from swarmnode.swarm.peer_keys import learners_key, peer_shard, peer_shard_key
 from swarmnode.swarm.reachability import DialbackService, Reachability, start_checked_p2p
 from swarmnode.swarm.relay import start_relay_p2p
@@ -71,6 +80,7 @@ class SwarmDHT:
         self.shards = cfg.network.peer_shards
         self._last_announcement: tuple[int, dict] | None = None
         self._redial: asyncio.Task | None = None
+        self.bootstrap_watch = BootstrapWatch()  # says when none of the initial peers answers any more
         self.reachability: Reachability | None = None  # decided at join (None: not checked, e.g. a client)
         self.dialback: DialbackService | None = None  # answering others' reachability checks
 
@@ -192,22 +202,28 @@ class SwarmDHT:
         if not wanted:
             return 0
         connected = {str(info.peer_id) for info in await self.p2p.list_peers()}
-        back = 0
+        back = answering = 0
         for peer in wanted:
-            if str(peer.peer_id) in connected or str(peer.peer_id) == self.identity.peer_id:
+            if str(peer.peer_id) == self.identity.peer_id:
+                continue
+            if str(peer.peer_id) in connected:
+                answering += 1
                 continue
             if await dial_peer(self.p2p, peer, timeout) is None and await ping_into_routing_table(
                 self.node, peer.peer_id
             ):
                 logger.info("initial peer %s is back", peer.text)
                 back += 1
+        others = {str(p.peer_id) for p in wanted} - {self.identity.peer_id}
+        if news := self.bootstrap_watch.seen(answering + back, len(others)):
+            logger.warning(news)
         return back
 
     async def _reconnect_quietly(self) -> None:
         try:
             await self.reconnect_initial_peers()
-        except Exception as exc:  # a daemon hiccup must not end the heartbeat
-            logger.info("re-dialling initial peers failed: %s", exc)
+        except Exception as exc:  # a daemon hiccup must not end the heartbeat (nor, stopping, be news)
+            (logger.debug if STOP_REQUESTED.is_set() else logger.info)("re-dialling initial peers failed: %s", exc)
 
     async def _subkeys(self, key: str) -> dict[str, bytes]:
         return (await self._subkeys_many([key]))[key]

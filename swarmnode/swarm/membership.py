@@ -21,7 +21,7 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
 from swarmnode.protocol.reachability import PUBLIC, with_reachability
 from swarmnode.swarm.dht import SwarmDHT
-from swarmnode.swarm.p2p import IdentityLock, SwarmStartError, p2pd_alive, while_p2pd_alive
+from swarmnode.swarm.p2p import STOP_REQUESTED, IdentityLock, SwarmStartError, p2pd_alive, while_p2pd_alive
 from swarmnode.swarm.recheck import ReachabilityWatch
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,8 @@ class Membership:
         stored = await self.dht.store_peer(record)
         self._unstored = 0 if stored else self._unstored + 1
         if not stored:
-            (logger.warning if unstored_is_news(self.role, self._published, self._unstored) else logger.debug)(
+            news = unstored_is_news(self.role, self._published, self._unstored) and state == "up"
+            (logger.warning if news and not STOP_REQUESTED.is_set() else logger.debug)(  # leaving: no news
                 "peer record was not stored by any DHT peer (will retry on the next heartbeat)"
             )
         self._published = self._published or stored

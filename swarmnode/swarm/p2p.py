@@ -24,6 +24,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Awaitable
@@ -36,11 +37,12 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.backoff import Backoff
 from swarmnode.config import NodeConfig
-from swarmnode.errors import ExitCode, SwarmnodeError
+from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 from swarmnode.identity import Identity
 from swarmnode.swarm.hivemind_compat import connect, daemon_socket_paths, p2p_class_with_daemon_flags, p2pd_process
 
 logger = logging.getLogger(__name__)
+STOP_REQUESTED = threading.Event()  # set on Ctrl-C / SIGTERM (`cli_runtime`): a daemon that dies then is no failure
 T = TypeVar("T")
 
 SOCKET_GLOB = "/tmp/hivemind-p2p*.sock"
@@ -278,6 +280,8 @@ async def _create_daemon(
                     **relay_kwargs,
                 )
             except (P2PDaemonError, OSError, ValueError) as exc:
+                if STOP_REQUESTED.is_set():  # Ctrl-C reached p2pd as it started: the node stops, nothing failed
+                    raise Interrupted("interrupted") from None
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if isinstance(exc, ValueError) or "address already in use" in reason:
                     code = ExitCode.IN_USE if "address already in use" in reason else ExitCode.USAGE

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import re
 import threading
@@ -27,6 +28,19 @@ _COSTLY = re.compile(
 )
 
 
+def _drop_timeout_warning(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+def _quiet_timeout_warning() -> None:
+    """math-verify warns once per module that its timeouts are off (off the main thread they are: the guards
+    below bound the work instead); the warning is dropped, math-verify's other warnings stay."""
+    for name in ("math_verify.parser", "math_verify.grader"):
+        log = logging.getLogger(name)
+        if _drop_timeout_warning not in log.filters:
+            log.addFilter(_drop_timeout_warning)
+
+
 def math_verify_reward(completion_text: str, reference: str) -> float:
     """1.0 if math-verify finds the completion's answer equivalent to `reference`, else 0.0; never raises.
 
@@ -35,6 +49,8 @@ def math_verify_reward(completion_text: str, reference: str) -> float:
     signal-based timeouts only work on the main thread; elsewhere they are disabled and those guards bound the work.
     """
     from math_verify import parse, verify  # lazy: it loads sympy (~1 s), which arithmetic-only nodes never need
+
+    _quiet_timeout_warning()
 
     if not completion_text or not reference:
         return 0.0

@@ -18,7 +18,7 @@ import time
 from swarmnode.config import NodeConfig
 from swarmnode.export.saver import VersionSaver
 from swarmnode.identity import Identity
-from swarmnode.learner.buffer import RolloutInbox
+from swarmnode.learner.buffer import ACCEPTED, RolloutInbox
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.journal import GroupJournal, journal_limits
 from swarmnode.learner.loop import LearnerLoop
@@ -32,6 +32,7 @@ from swarmnode.node.roles.held_out import HeldOutEval
 from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.observe.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
 from swarmnode.observe.health_record import LearnerHealth
+from swarmnode.observe.stall import StallWatch
 from swarmnode.protocol.rollout import RolloutLimits
 from swarmnode.protocol.run_settings import SETTINGS_STATUS, group_mismatch, run_values
 from swarmnode.swarm.averaging import LearnerAveraging
@@ -128,8 +129,16 @@ class LearnerRole(NodeRole):
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
         run = run_values(cfg)
-        admit = lambda group: SETTINGS_STATUS if group_mismatch(group, run) else self.inbox.admit(group)  # noqa: E731
+        self.watch = StallWatch(cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length)
+
+        def admit(group) -> str:
+            status = SETTINGS_STATUS if group_mismatch(group, run) else self.inbox.admit(group)
+            if status == ACCEPTED:
+                self.watch.groups([group])  # what a stall's line reads (zero-signal, prompts or completions cut)
+            return status
+
         admit = self.board.counting(admit)  # refusals count against their senders on the board
+
         self.receiver = RolloutReceiver(
             cfg.run_id,
             admit,
@@ -237,7 +246,11 @@ class LearnerRole(NodeRole):
                     continue
                 if not diag.get("trained"):  # the groups drawn had no reward signal; they are used up
                     self.board.step(diag)  # (its refusals count)
+                    self._say_stall()
                     continue
+                if self.watch.said_at is not None:  # the stall it said is over
+                    self.report_health(stalled="")
+                self.watch.stepped()
                 if self.rounds is not None:
                     await self.rounds.after_step()
                 if self.replay_pending and not self.learner.buffer.replayed:
@@ -267,6 +280,13 @@ class LearnerRole(NodeRole):
             self.compute.close()
             self.receiver.close()
             self.journal.close()
+
+    def _say_stall(self) -> None:
+        """No step from the groups drawn: past `observe.stall.SAY_AFTER_S`, say why (and put it in the health
+        record, where `status` shows it as an alert)."""
+        if why := self.watch.due():
+            self.emit(f"learner: {why}")
+            self.report_health(stalled=self.watch.short())
 
     def _report_idle(self) -> None:
         """While no step can be taken, the health record's `idle_seconds` still grows (once per heartbeat): a

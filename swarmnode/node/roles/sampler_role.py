@@ -46,6 +46,17 @@ SETTINGS_SAY_EVERY_S = 60.0  # a sampler whose groups are refused for their sett
 NO_LEARNER = "no learner"  # health `paused`: no live learner (that the run trusts) to send groups to
 
 
+def no_learner_line(untrusted: list[str]) -> str:
+    """Why generation is paused with no learner to send to: none is live, or those live are not trusted."""
+    if not untrusted:
+        return "sampler: no learner of the run is live; generation paused until one joins"
+    names = ", ".join(untrusted[:3]) + (f" and {len(untrusted) - 3} more" if len(untrusted) > 3 else "")
+    return (
+        f"sampler: learner {names} is live but not in trust.learner_keys; generation paused until a trusted "
+        "learner joins (check trust.learner_keys: `swarmnode identity --identity-path KEY` prints a key's id)"
+    )
+
+
 class SamplerRole(NodeRole):
     """See the module docstring. Build with `await SamplerRole.create(...)`, then `await role.run(stop)`."""
 
@@ -95,6 +106,9 @@ class SamplerRole(NodeRole):
         )
         self.sender.on_delivered = lambda peer, _group, _status: self.peers.acked(peer)  # a send target still
         self._relayed_told: set[str] = set()
+        self.untrusted: list[str] = []  # live learners whose keys are not in trust.learner_keys (while none is)
+        self._paused_told: tuple | None = None
+        self._untrusted_at = -float("inf")
         self.puller = WeightPuller(
             self.p2p,
             self.store,
@@ -138,6 +152,10 @@ class SamplerRole(NodeRole):
         trusted = set(self.cfg.trust.learner_keys)
         self.learners = [p for p in await self.peers.learners() if not trusted or str(p) in trusted]
         self.sender.set_destinations(self.learners)
+        now = time.monotonic()
+        if trusted and not self.learners and now - self._untrusted_at >= self.cfg.network.heartbeat_interval:
+            self._untrusted_at = now  # a learner live under another key: the paused line names it
+            self.untrusted = [r.peer_id for r in await self.dht.learners() if r.peer_id not in trusted]
         for peer in set(self.peers.relayed_only) - self._relayed_told:  # a path that cannot work: said once
             self._relayed_told.add(peer)
             self.emit(
@@ -186,11 +204,14 @@ class SamplerRole(NodeRole):
                         f"{credit_wait_s:.1f} s of {time.monotonic() - t0:.1f} s waiting for credit"
                     )
                 if not self.learners:  # nobody would receive what we make: wait for a learner to join
-                    if self.health.paused != NO_LEARNER and not self.peers.relayed_only:  # (else said once)
-                        self.emit("sampler: no learner of the run is live; generation paused until one joins")
+                    told = (NO_LEARNER, tuple(self.untrusted))
+                    if self._paused_told != told and not self.peers.relayed_only:  # (else said once)
+                        self._paused_told = told
+                        self.emit(no_learner_line(self.untrusted))
                     self.report_health(paused=NO_LEARNER)
                     await sleep_or_stop(stop, min(NO_LEARNER_POLL_S, cfg.network.heartbeat_interval))
                     continue
+                self._paused_told = None
                 if self.health.paused == NO_LEARNER:  # one just joined: fetch its weights before generating (its
                     # lineage check refuses groups made with our own copy of its first version)
                     await self.follower.poll(wait=True, timeout=cfg.network.startup_timeout)
