@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from swarm_helpers import LocalSwarm, swarmnode_cmd
 from test_dashboard import wait_for
-from test_learner_restart import WORK, learner_args, steps
+from restart_helpers import WORK, learner_args, steps
 
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from swarm_helpers import LocalSwarm
 from task_files import write_rewards
-from test_learner_restart import WORK, start_learner_and_sampler, steps, wait_rows
+from restart_helpers import WORK, start_learner_and_sampler, steps, wait_rows
 from test_task_train_local import SHORTER
 
 
