@@ -17,9 +17,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from restart_helpers import WORK, learner_args, steps
 from swarm_helpers import LocalSwarm, swarmnode_cmd
 from test_dashboard import wait_for
-from restart_helpers import WORK, learner_args, steps
 
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity

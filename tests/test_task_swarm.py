@@ -5,9 +5,9 @@ its reward hints equal the learner's recomputed rewards, and the learner trains.
 from __future__ import annotations
 
 import pytest
+from restart_helpers import WORK, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
 from task_files import write_rewards
-from restart_helpers import WORK, start_learner_and_sampler, steps, wait_rows
 from test_task_train_local import SHORTER
 
 
