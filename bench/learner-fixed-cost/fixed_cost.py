@@ -52,6 +52,12 @@ class HashRewardTask:
     def reward(self, prompt, completion_text: str) -> float:
         return float(zlib.crc32(completion_text.encode()) % 2)
 
+    def score(self, prompt, texts: list[str]):
+        """The learner's group scoring (trees with `Task.score`), through the hashed reward."""
+        from swarmnode.tasks.base import Scored
+
+        return Scored([self.reward(prompt, t) for t in texts])
+
 
 def readback_counter():
     """A torch function mode counting tensor -> Python readbacks and data-dependent shapes (each one a host
