@@ -102,7 +102,7 @@ async def main(args: argparse.Namespace) -> None:
                 batch = range(start, min(args.keys, start + 8))
                 daemons += await asyncio.gather(*(create(Path(tmp) / f"{i}.key", args.target) for i in batch))
             events = [asyncio.Event() for _ in daemons]
-            for i, (p2p, who, event) in enumerate(zip(daemons, keys, events)):
+            for p2p, who, event in zip(daemons, keys, events):
                 tasks.append(asyncio.create_task(push(p2p, who, args, event)))
                 await asyncio.sleep(args.every / len(daemons))  # spread over the period, as independent hosts
             await asyncio.gather(*(e.wait() for e in events))

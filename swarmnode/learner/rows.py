@@ -65,6 +65,7 @@ class GroupRows:
         tau = version - int(group.policy_version)
         return [Row(group, c, lq, r, tau) for c, lq, r in zip(group.completions, group.logprobs, rewards)]
 
-    def _refuse(self, reason: str) -> None:
+    def _refuse(self, reason: str) -> list[Row] | None:
         self.rejected[reason] += 1
         self.refusal = reason
+        return None

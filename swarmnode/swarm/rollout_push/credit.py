@@ -162,7 +162,8 @@ class CreditPolicy:
     def _rooms(self, room: int) -> tuple[int, int, list[str], list[str]]:
         """(room of the established senders, room of those on probation, the established, those on probation)."""
         self.senders()
-        new, old = [], []
+        new: list[str] = []
+        old: list[str] = []
         for p in self._heard:
             (new if self.probation(p) else old).append(p)
         if not new or not old:
