@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from hivemind.p2p import P2P, PeerID
+from slot_flood_peer import create as create_daemon
 
 from swarmnode.identity import Identity
 from swarmnode.protocol.rollout import RolloutGroup
@@ -68,22 +69,18 @@ async def push(p2p: P2P, who: Identity, args: argparse.Namespace, pushed: asynci
         await asyncio.sleep(args.every)
 
 
-async def create(key: Path, target: str, tries: int = 5) -> P2P:
-    for attempt in range(1, tries + 1):
-        try:
-            return await P2P.create(
-                identity_path=str(key),
-                host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-                initial_peers=[target],
-                nat_port_map=False,
-                auto_nat=False,
-                check_if_identity_free=False,
-                startup_timeout=120,
-            )
-        except Exception:
-            if attempt == tries:
-                raise
-    raise AssertionError("unreachable")
+async def create(key: Path, target: str) -> P2P:
+    return await create_daemon(
+        dict(
+            identity_path=str(key),
+            host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+            initial_peers=[target],
+            nat_port_map=False,
+            auto_nat=False,
+            check_if_identity_free=False,
+            startup_timeout=120,
+        )
+    )
 
 
 async def main(args: argparse.Namespace) -> None:
