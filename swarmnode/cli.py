@@ -699,6 +699,9 @@ def _check_checkpoint_dir(path: Path) -> None:
 
 def main() -> None:
     """Console-script entry point: run the command; every error ends here as one line and its exit code."""
+    from swarmnode.cli_runtime import exit_zero_on_sigterm
+
+    exit_zero_on_sigterm()  # until a command's loop takes SIGTERM over (the console script's imports ran already)
     signal.signal(signal.SIGINT, _interrupt)  # not KeyboardInterrupt, which click would turn into exit code 1
     keep_freed_memory()  # before any model is loaded: generation's growing buffers stop faulting pages back in
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no loading bars in a node's output (=0: shown)

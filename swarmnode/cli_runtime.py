@@ -5,6 +5,10 @@ node leaves cleanly (withdraws its record, saves its checkpoint, stops p2pd). If
 `STOP_GRACE_S`, the coroutine is cancelled; `HARD_EXIT_S` later the process exits regardless (a worker thread
 in the middle of a model step cannot be interrupted; p2pd's watchdog stops the daemon). A second signal exits at
 once. After SIGINT the command ends with `Interrupted` (exit code 130); after SIGTERM it ends normally (0).
+
+Outside that loop (while the process imports and reads its config, before anything is started, and once the loop
+has stopped everything) a SIGTERM ends the process at once with 0 (`exit_zero_on_sigterm`): `python -m swarmnode`
+installs it before anything else is imported, so a node exits 0 on SIGTERM at any moment of its life.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ def _hard_exit(code: int) -> None:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def _exit_zero(signum: int, frame: Any) -> None:
+    _hard_exit(0)
+
+
+def exit_zero_on_sigterm() -> None:
+    """SIGTERM ends the process at once with exit code 0 (nothing of the node runs yet, or no longer)."""
+    signal.signal(signal.SIGTERM, _exit_zero)
 
 
 def _exit_code_for(sig: int) -> int:
@@ -84,7 +97,10 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[Any]], timeout: f
                 return None
             raise
 
-    result = asyncio.run(runner())
+    try:
+        result = asyncio.run(runner())
+    finally:
+        exit_zero_on_sigterm()  # the loop's handlers are gone with it: a SIGTERM from now on still exits 0
     if received and received[0] == signal.SIGINT:
         raise Interrupted("interrupted")
     return result

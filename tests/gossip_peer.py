@@ -10,19 +10,23 @@ flushes its outbox and exits 0 if everything was acknowledged.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import random
+import os
 import signal
-import sys
-import time
-from pathlib import Path
 
-from hivemind.p2p import P2P, PeerID
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # before the imports below: nothing to flush yet (or still)
 
-from swarmnode.identity import Identity
-from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
-from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import random  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from hivemind.p2p import P2P, PeerID  # noqa: E402
+
+from swarmnode.identity import Identity  # noqa: E402
+from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits  # noqa: E402
+from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender  # noqa: E402
 
 RUN = "gossip-test"
 LIMITS = RolloutLimits(vocab_size=128, max_generations=8, max_completion_tokens=64, max_prompt_tokens=64)
@@ -130,7 +134,10 @@ def main() -> int:
     ap.add_argument("--tag", default="s")
     ap.add_argument("--flush-timeout", type=float, default=60.0)
     args = ap.parse_args()
-    return asyncio.run(learner(args) if args.role == "learner" else sampler(args))
+    try:
+        return asyncio.run(learner(args) if args.role == "learner" else sampler(args))
+    finally:  # the loop's handlers are gone with it; everything is flushed and stopped by now
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 
 
 if __name__ == "__main__":

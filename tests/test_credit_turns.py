@@ -75,7 +75,7 @@ def test_turns_change_nothing_while_the_room_covers_every_sender():
     assert not full.in_turn("a") and full.grant("a") == 0  # no room: nobody's turn
 
 
-def test_a_sender_is_invited_only_on_its_turn_and_a_new_one_goes_first():
+def test_a_sender_is_invited_only_on_its_turn_and_a_new_one_is_never_served_first():
     clock = Clock()
     policy = CreditPolicy(2, 2, lambda: 0, clock=clock)
     for p in ("a", "b", "c"):
@@ -83,8 +83,9 @@ def test_a_sender_is_invited_only_on_its_turn_and_a_new_one_goes_first():
     assert policy.in_turn("a") and policy.in_turn("b")  # admitted: their turns are taken
     assert policy.grant("c") == 1 and policy.grant("b") == 0  # c has waited longest, then a; b was served last
     assert policy.in_turn("c")
-    policy.grant("d")  # a newcomer was never served: its turn comes before those served already
-    assert not policy.in_turn("b") and policy.in_turn("d")
+    policy.grant("d")  # a newcomer queues behind those heard before it, not ahead of them
+    assert not policy.in_turn("d") and policy.in_turn("a") and policy.in_turn("b")
+    assert policy.in_turn("d")  # then its turn comes: before a and b, served after it was first heard
 
 
 def test_a_told_wait_keeps_the_turns_fair_and_the_refused_pushes_do_not_grow_with_the_samplers():

@@ -126,9 +126,14 @@ def test_a_watch_applies_a_followable_update_and_leaves_on_a_model_change():
     seen, lines = [], []
     member = _Member()
     watch = CardWatch(cfg, v1, member, lines.append, on_change=seen.append)
-    assert member.fields["software"] == "swarmnode/0.1.0 card/1"
+    assert member.fields["software"] == f"swarmnode/0.1.0 card/1/{owner.peer_id[-8:]}"
     v2 = card_of(owner, 2, sync__max_staleness=3)
-    assert watch.take(v2) and cfg.sync.max_staleness == 3 and seen and member.fields["software"].endswith("card/2")
+    assert (
+        watch.take(v2)
+        and cfg.sync.max_staleness == 3
+        and seen
+        and member.fields["software"].endswith(f"card/2/{owner.peer_id[-8:]}")
+    )
     assert "sync.max_staleness 16 -> 3" in lines[-1]
     v3 = card_of(owner, 3, sync__max_staleness=3, model__tiny__seed=7)
     assert not watch.take(v3) and "model.tiny.seed" in watch.left and cfg.model.tiny.seed == 0

@@ -71,7 +71,7 @@ from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
 from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.learner.row_tensors import row_tensors
-from swarmnode.learner.rows import GroupRows, Row
+from swarmnode.learner.rows import STRUCK_ROWS, GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, step_stats
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
@@ -164,6 +164,15 @@ class LearnerLoop:
         drawn = self._draw(self.lc.prompts_per_step)
         by_sampler = Counter(g.sampler_id for g in drawn)
         groups, refused = self._valid_groups(drawn)
+        if caught := {g.sampler_id for g in drawn} & self.verifier.caught_now:  # a liar caught in this step:
+            kept = [rows for rows in groups if rows[0].group.sampler_id not in caught]  # its other drawn groups too
+            self.rejected["liar_drawn"] += len(groups) - len(kept)
+            for rows in groups:
+                if rows[0].group.sampler_id in caught:
+                    mine = refused.setdefault(rows[0].group.sampler_id, {})
+                    mine["liar_drawn"] = mine.get("liar_drawn", 0) + 1
+            groups = kept
+        self.verifier.caught_now.clear()
         valid = Counter(rows[0].group.sampler_id for rows in groups)
         tokens: Counter[str] = Counter()
         for rows in groups:
@@ -214,7 +223,7 @@ class LearnerLoop:
         refused: dict[str, dict[str, int]] = {}
         for g in drawn:
             before = Counter(self.rejected)
-            if (rows := self.rows.rows(g, self.version)) and self._verified(g):
+            if (rows := self._rows(g)) and self._verified(g):
                 groups.append(rows)
                 continue
             counted = self.rejected - before
@@ -364,6 +373,14 @@ class LearnerLoop:
         drawn = draw_step(self.buffer, self.step_checks, n)
         self.verifier.counts.update(self.step_checks.counts)  # deferred (left for later steps), forced checks
         return drawn
+
+    def _rows(self, group) -> list[Row] | None:
+        """`GroupRows.rows`; a group refused for its prompt (not a training prompt, not the learner's tokens) or
+        its shape is reported to `on_poisoned` (its sender is struck)."""
+        rows = self.rows.rows(group, self.version)
+        if rows is None and self.rows.refusal in STRUCK_ROWS and self.hooks.on_poisoned is not None:
+            self.hooks.on_poisoned(group, f"{self.rows.refusal} (refused by the learner)")
+        return rows
 
     def _verified(self, group) -> bool:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones

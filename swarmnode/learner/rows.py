@@ -16,6 +16,7 @@ from collections import Counter
 from swarmnode.model.prompting import encode_prompt
 
 PROMPT_CACHE = 4096  # prompts whose tokenisation the learner remembers
+STRUCK_ROWS = ("unknown_prompt", "eval_prompt", "prompt_mismatch", "bad_shape")  # refusals its sender earned
 
 
 class Row:
@@ -33,6 +34,7 @@ class GroupRows:
 
     def __init__(self, task, tokenizer, max_prompt_length: int, rejected: Counter[str]):
         self.task, self.tokenizer, self.rejected = task, tokenizer, rejected
+        self.refusal: str | None = None  # why the last `rows` call refused its group (None: it did not)
         self._encode_prompt = functools.lru_cache(PROMPT_CACHE)(
             lambda text: tuple(encode_prompt(tokenizer, text, max_prompt_length))
         )
@@ -44,22 +46,19 @@ class GroupRows:
 
     def rows(self, group, version: int) -> list[Row] | None:
         """Validated rows of one group with recomputed rewards and their staleness against `version`, or None
-        (counted) if the group must be refused."""
+        (counted, and said in `refusal`) if the group must be refused."""
+        self.refusal = None
         prompt = self.task.get(group.prompt_id)
         if prompt is None:
-            self.rejected["unknown_prompt"] += 1
-            return None
+            return self._refuse("unknown_prompt")
         if self.task.held_out(prompt):
-            self.rejected["eval_prompt"] += 1
-            return None
+            return self._refuse("eval_prompt")
         if list(group.prompt_tokens) != self.prompt_tokens(prompt.text):
-            self.rejected["prompt_mismatch"] += 1
-            return None
+            return self._refuse("prompt_mismatch")
         if len(group.logprobs) != len(group.completions) or any(
             len(lp) != len(c) for lp, c in zip(group.logprobs, group.completions)
         ):
-            self.rejected["bad_shape"] += 1
-            return None
+            return self._refuse("bad_shape")
         texts = self.tokenizer.batch_decode(group.completions, skip_special_tokens=True)
         scored = self.task.score(prompt, texts)  # reward functions run off this thread, with a time limit
         if scored.rewards is None:
@@ -70,3 +69,8 @@ class GroupRows:
             self.rejected["reward_hint_mismatch"] += 1  # counted, not rejected: our rewards are used
         tau = version - int(group.policy_version)
         return [Row(group, c, lq, r, tau) for c, lq, r in zip(group.completions, group.logprobs, rewards)]
+
+    def _refuse(self, reason: str) -> list[Row] | None:
+        self.rejected[reason] += 1
+        self.refusal = reason
+        return None

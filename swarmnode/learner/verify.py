@@ -90,6 +90,7 @@ class SpotChecker:
         self.kl: dict[str, float] = {}  # sampler id -> EMA of its checked groups' KL estimate (nats per token)
         self.clean: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> clean checks in a row
         self.caught: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> times caught
+        self.caught_now: set[str] = set()  # caught since the caller last cleared it (its step drops their groups)
         self.passed: _Bounded = _Bounded(MAX_TRACKED)  # sampler id -> groups let through (unchecked or clean)
         self.counts: Counter[str] = Counter()  # "checked", "rejected", "uncheckable"
         self.seconds = 0.0  # time spent recomputing (for the cost bench)
@@ -188,6 +189,7 @@ class SpotChecker:
         self.counts["rejected"] += 1
         self.clean.put(sampler_id, 0)
         self.caught.put(sampler_id, self.caught.get(sampler_id, 0) + 1)
+        self.caught_now.add(sampler_id)
         return False
 
     def worst(self, n: int) -> list[tuple[str, float, float]]:

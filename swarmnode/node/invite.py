@@ -177,8 +177,12 @@ def check_sources(cfg: NodeConfig, card: RunCard) -> None:
 
 
 def card_software(software: str, card: RunCard) -> str:
-    """The record's `software` field with the card version this node runs (`swarmnode/0.1.0 card/3`)."""
-    return f"{software.split(' card/')[0]} card/{card.version}"
+    """The record's `software` field with the card version this node runs and the last 8 characters of its owner's
+    peer id (`swarmnode/0.1.0 card/3/AbCdEfGh`), so `status` tells a card of another owner from the run's."""
+    return f"{software.split(' card/')[0]} card/{card.version}/{card.owner[-OWNER_TAIL:]}"
+
+
+OWNER_TAIL = 8  # characters of the card owner's peer id a record names
 
 
 class CardWatch:

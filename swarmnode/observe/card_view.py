@@ -2,7 +2,9 @@
 node that runs an older card version, the lines above the status table and the dashboard's card panel.
 
 A node that joined by invite names the card version it runs in its record's `software` field
-(`swarmnode/0.1.0 card/3`); `with_card` compares that with the card the DHT holds now.
+and the end of its owner's peer id (`swarmnode/0.1.0 card/3/AbCdEfGh`; older nodes: `card/3`); `with_card` compares
+that with the card the DHT holds now: an older version, or a card of another owner (whatever its version), is
+flagged.
 """
 
 from __future__ import annotations
@@ -19,26 +21,40 @@ from swarmnode.swarm.membership import Membership
 
 def card_version_of(software: str) -> int | None:
     """The card version a peer record's `software` field names (`swarmnode/0.1.0 card/3` -> 3; None: not said)."""
+    return card_of(software)[0]
+
+
+def card_of(software: str) -> tuple[int | None, str | None]:
+    """(card version, end of its owner's peer id) a peer record's `software` field names (`... card/3/AbCdEfGh`
+    -> (3, "AbCdEfGh"); an older node's `card/3` -> (3, None); (None, None): not said)."""
     _, found, tail = software.partition(" card/")
-    return int(tail) if found and tail.isdigit() else None
+    version, _, owner = tail.partition("/")
+    return (int(version), owner or None) if found and version.isdigit() else (None, None)
 
 
 def with_card(doc: dict[str, Any], card: RunCard) -> dict[str, Any]:
-    """A status document with the run's card, and a warning for each node that runs an older card version."""
+    """A status document with the run's card, and a warning for each node that runs an older card version or a
+    card of another owner."""
     doc["card"] = card.summary()
     doc["alerts"] = [a for a in doc["alerts"] if a["kind"] != "old_card"]
     for peer in doc["peers"]:
-        version = card_version_of(peer.get("software", ""))
-        if version is not None and version < card.version:
-            doc["alerts"].append(
-                {
-                    "kind": "old_card",
-                    "severity": "warning",
-                    "peer_id": peer["peer_id"],
-                    "message": f"{peer['peer_id']} ({peer['role']}) runs card v{version}, the run's is "
-                    f"v{card.version}: it has not taken the update",
-                }
-            )
+        version, owner = card_of(peer.get("software", ""))
+        if version is None:
+            continue
+        if owner is not None and not card.owner.endswith(owner):
+            why = f"runs card v{version} of another owner (...{owner}), not the run's v{card.version} of {card.owner}"
+        elif version < card.version:
+            why = f"runs card v{version}, the run's is v{card.version}: it has not taken the update"
+        else:
+            continue
+        doc["alerts"].append(
+            {
+                "kind": "old_card",
+                "severity": "warning",
+                "peer_id": peer["peer_id"],
+                "message": f"{peer['peer_id']} ({peer['role']}) {why}",
+            }
+        )
     return doc
 
 

@@ -39,7 +39,7 @@ from swarmnode.swarm.averaging import LearnerAveraging
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.publisher import VersionPublisher
 from swarmnode.swarm.rollout_push import RolloutReceiver
-from swarmnode.swarm.rollout_push.credit import pacing_credits
+from swarmnode.swarm.rollout_push.credit import counts_against, pacing_credits
 from swarmnode.swarm.rollout_push.streams import FULL
 from swarmnode.trackers import open_trackers
 from swarmnode.trackers.names import StepMetrics
@@ -125,7 +125,9 @@ class LearnerRole(NodeRole):
             else None
         )
         rate = cfg.learner.max_groups_per_second_per_sampler
-        self.credits = credits = pacing_credits(cfg, lambda: len(buffer), lambda: oldest_behind(buffer))
+        self.credits = credits = pacing_credits(
+            cfg, lambda: len(buffer), lambda: oldest_behind(buffer), self._on_probation
+        )
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
         run = run_values(cfg)
@@ -151,6 +153,8 @@ class LearnerRole(NodeRole):
             credit=credits.grant if credits is not None else None,
             turn=credits.in_turn if credits is not None else None,  # fair turns
             turn_wait=credits.turn_wait if credits is not None else None,
+            settle=self._settle,  # a turn is taken by a kept group; a refusal the sender earned is a strike
+            on_ban=credits.forget if credits is not None else None,
             # acks tell the newest version published (training may be ahead)
             version=lambda: self.publisher.newest,
             durable=self.inbox.durable,
@@ -177,6 +181,22 @@ class LearnerRole(NodeRole):
         every other peer is a stranger here, whatever the config names."""
         learner = getattr(self, "learner", None)  # streams may arrive while the model loads
         return peer in self.cfg.trust.learner_keys or (learner is not None and learner.verifier.clean.get(peer, 0) > 0)
+
+    def _on_probation(self, peer: str) -> bool:
+        """A key not yet proven here: on spot-check probation (or caught), or, with checks off, one none of whose
+        groups this learner has kept yet."""
+        verifier = self.learner.verifier
+        if verifier.enabled:
+            return verifier.suspect(peer)
+        return peer not in verifier.passed and peer not in self.cfg.trust.learner_keys
+
+    def _settle(self, peer: str, status: str) -> bool:
+        """A group of `peer` past the door has its verdict `status`: its turn settled (`CreditPolicy.settle`);
+        True when the refusal counts against `peer` (the receiver strikes it)."""
+        against = status != "ok" and counts_against(status, self._on_probation(peer))
+        if self.credits is not None:
+            self.credits.settle(peer, status == "ok", against)
+        return against
 
     def follow_card(self, changes: list) -> None:
         """A run card update (already applied to `cfg`): the buffer takes the new staleness bound."""

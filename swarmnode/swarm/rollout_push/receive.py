@@ -74,6 +74,9 @@ class RolloutReceiver:
     With `turn`, a push whose sender's turn it is not (more senders than room: `CreditPolicy.in_turn`) is
     answered "full" too, so the room goes round the senders instead of to whoever resends first; with
     `turn_wait`, a "full" ack also tells the sender how long to wait before it pushes again (`"w"`, seconds).
+    With `settle`, every group that passed the door is settled once its verdict is known (`settle(sender,
+    status)`; "ok" once durable): True means the refusal counts against the sender, which is struck
+    (`CreditPolicy.settle`, `credit.counts_against`); `on_ban(sender)` is told each ban.
 
     `stream` and `decode` carry another record over the same machinery (SAPO's text groups: stream
     "text-rollouts"); a decoded record has `group_id`, `run_id` and its signer `sampler_id`.
@@ -105,6 +108,8 @@ class RolloutReceiver:
         settings: dict[str, Any] | None = None,
         turn: Callable[[str], bool] | None = None,
         turn_wait: Callable[[str], float] | None = None,
+        settle: Callable[[str, str], bool] | None = None,
+        on_ban: Callable[[str], None] | None = None,
     ):
         self.run_id = run_id
         self.stream = stream
@@ -116,6 +121,8 @@ class RolloutReceiver:
         self.credit = credit  # (sender) -> groups the consumer invites from it now, told in its acks
         self.turn = turn  # (sender) -> whether its push may pass now (False: "full"; `credit.CreditPolicy.in_turn`)
         self.turn_wait = turn_wait  # (sender) -> seconds a "full" ack tells it to wait (`CreditPolicy.turn_wait`)
+        self.settle = settle  # (sender, status) of a group past the door -> whether it counts against the sender
+        self.on_ban = on_ban
         self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
@@ -266,6 +273,8 @@ class RolloutReceiver:
         async for body, group in self._decoded_in_turn(bodies, peer, gated):
             if isinstance(group, tuple):  # refused at the door or while decoding
                 results.append(group)
+                if gated and group[1] not in (FULL, "rate_limited"):
+                    self._settled(peer, group[1])
                 continue
             status = self._offer(group, batch)
             results.append((group.group_id, status))
@@ -274,6 +283,8 @@ class RolloutReceiver:
                 batch.add(group.group_id)
             else:
                 self._count(status, peer)
+                if gated:
+                    self._settled(peer, status, group.group_id)
         if taken:
             await self._keep(taken, results, peer)
         return results
@@ -347,11 +358,19 @@ class RolloutReceiver:
                 for i, group, _ in taken:
                     results[i] = (group.group_id, "busy")
                     self._count("busy", peer, f"consumer error {type(exc).__name__}")
+                    self._settled(peer, "busy")
                 return
         self.seen.add_many([group.group_id for _, group, _ in taken])
         self.accepted += len(taken)
         for _ in taken:
             self._count("ok", peer)
+            self._settled(peer, "ok")
+
+    def _settled(self, peer: str, status: str, group_id: str = "") -> None:
+        """A group of `peer` that passed the door has its verdict: told to `settle`; a refusal that counts
+        against `peer` is a strike (the refusal itself is already counted under its status)."""
+        if self.settle is not None and self.settle(peer, status) and status != "invalid":  # invalid: struck already
+            self._strike(peer, f"{status} group {group_id[:12]} refused after the door", tally=False)
 
     async def _ack(self, writer: asyncio.StreamWriter, group_id: str, status: str) -> None:
         await self._ack_all(writer, [(group_id, status)])
@@ -395,11 +414,13 @@ class RolloutReceiver:
         first word of `reason` is its kind): it shows in `recent_offenders` and counts towards a ban."""
         self._strike(peer, reason)
 
-    def _strike(self, peer: str, reason: str) -> None:
-        """Count a bad message, log its reason (not throttled: bans bound the volume), maybe ban the peer."""
+    def _strike(self, peer: str, reason: str, tally: bool = True) -> None:
+        """Count a bad message (`tally`: under its kind, the first word of `reason`), log its reason (not
+        throttled: bans bound the volume), maybe ban the peer."""
         kind = "invalid" if reason.startswith("invalid") else reason.split(" ")[0]
-        self.rejections[kind] += 1
-        self.statuses[kind] += 1
+        if tally:
+            self.rejections[kind] += 1
+            self.statuses[kind] += 1
         logger.warning("rollouts: rejected from %s: %s", peer[-8:], reason)
         now = time.monotonic()
         strikes = self._strikes[peer]
@@ -409,6 +430,8 @@ class RolloutReceiver:
         if len(strikes) >= self.strikes_to_ban and not self.is_banned(peer):
             self._banned_until[peer] = now + self.ban_seconds
             strikes.clear()
+            if self.on_ban is not None:
+                self.on_ban(peer)
             logger.warning(
                 "rollouts: ignoring %s for %.0f s after %d bad messages",
                 peer[-8:],

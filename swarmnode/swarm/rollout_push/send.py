@@ -22,6 +22,8 @@ from swarmnode.swarm.rollout_push.credit import told_credit, told_wait
 from swarmnode.swarm.rollout_push.streams import CLOSING_STATUSES, FULL, RETRY_STATUSES, pull_protocol, push_protocol
 
 logger = logging.getLogger(__name__)
+SPREAD_OUTBOX = 16  # with `spread`, a destination holding this many unacknowledged groups gets no more while another
+# has room (a slow or stalling learner's share goes to the others)
 
 
 class _Link:
@@ -73,9 +75,11 @@ class RolloutSender:
     Credits (`credit`): a learner's acks may tell how many more groups it invites; `invited` sums what the
     answering destinations invite now, and the sampler paces its generation by it.
 
-    With `spread`, each group goes to one destination only (a run's several learners each train on their own
-    share): the answering destination that invites the most, then the one with the shortest outbox, ties to the
-    one sent the fewest groups.
+    With `spread`, each group goes to one destination only (a run's several learners, the run card's
+    `trust.learner_keys`, each train on their own share): the answering destination sent the fewest groups, among
+    those whose outbox holds under `SPREAD_OUTBOX` (else the shortest outbox). The credit a learner claims paces
+    generation only; it never draws a larger share, so a learner key claiming a huge credit, or holding groups
+    "full", takes its even share and no more. A destination added later starts level with the fewest sent.
     """
 
     def __init__(
@@ -220,7 +224,9 @@ class RolloutSender:
             link.wake.set()
         for name, peer in wanted.items():
             if name not in self._links:
+                level = min((other.queued for other in self._links.values()), default=0)
                 link = self._links[name] = _Link(peer, self.outbox_size)
+                link.queued = level  # level with the fewest sent: a newcomer does not take every group to catch up
                 link.task = asyncio.ensure_future(self._drain(link))
 
     def _send(self, group_id: str, data: bytes, created_at: float) -> None:
@@ -234,7 +240,12 @@ class RolloutSender:
             self.unrouted += 1
         if self.spread and len(links) > 1:
             answering = [link for link in links if self._alive(link, now)] or links
-            links = [min(answering, key=lambda link: (-link.invites(), len(link.outbox), link.queued))]
+            open_ = [link for link in answering if len(link.outbox) < SPREAD_OUTBOX]
+            links = [
+                min(open_, key=lambda link: (link.queued, len(link.outbox)))
+                if open_
+                else min(answering, key=lambda link: (len(link.outbox), link.queued))
+            ]
         for link in links:
             link.queued += 1
             if len(link.outbox) >= link.maxlen:
