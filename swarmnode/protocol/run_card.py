@@ -174,3 +174,8 @@ class Invite:
     @classmethod
     def of(cls, card: RunCard) -> Invite:
         return cls(card.run_id, card.owner, tuple(card.bootstraps))
+
+
+def looks_like_invite(text: str | None) -> bool:
+    """Whether a command's argument is meant as an invite (`swarmnode export SOURCE`: an invite or a directory)."""
+    return bool(text) and str(text).strip().startswith(INVITE_PREFIX)
