@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from restart_helpers import WORK, learner_args, steps, wait_rows
 from swarm_helpers import LocalSwarm
-from test_learner_restart import WORK, learner_args, steps, wait_rows
 from test_slot_flood import stop_flood
 
 from swarmnode.config import load_config
