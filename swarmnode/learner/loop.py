@@ -62,10 +62,11 @@ from swarmnode.learner.checkpoint import (
     save_checkpoint,
     write_published,
 )
+from swarmnode.learner.fill import SaturatedPrompts, fill_with_signal
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
 from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
-from swarmnode.learner.microbatch import loss_share, plan_microbatches, rows_per_chunk, weighted_mean
+from swarmnode.learner.microbatch import loss_share, plan_microbatches, rows_per_chunk
 from swarmnode.learner.optimizer import build_optimizer
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
@@ -73,7 +74,8 @@ from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
-from swarmnode.learner.step_stats import StepStats, step_stats
+from swarmnode.learner.step_stats import StepStats, is_truncated, length_summary, step_stats
+from swarmnode.learner.step_totals import merge
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
 from swarmnode.model.adapters import weights_hash
 from swarmnode.model.logprobs import completion_scores
@@ -135,6 +137,8 @@ class LearnerLoop:
         self.rejected: Counter[str] = Counter()
         self.rows = GroupRows(task, tokenizer, cfg.sampler.max_prompt_length, self.rejected)
         self.staleness_hist = StalenessHistogram()  # valid groups drawn, by staleness bucket (health, /metrics)
+        self.saturated = SaturatedPrompts()  # prompts whose latest group was all-solved / all-failed
+        self._end_ids = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
         self.hooks = hooks or LearnerHooks()
         self.restored_extra: dict[str, Any] = {}  # the caller's state as the checkpoint held it
         self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
@@ -161,10 +165,17 @@ class LearnerLoop:
         """One optimiser step from the buffer; its diagnostics, or None when the buffer holds too few groups."""
         if len(self.buffer) < self.lc.prompts_per_step:
             return None
-        drawn = self._draw(self.lc.prompts_per_step)
+        n = self.lc.prompts_per_step
+        drawn = self._draw(n)
+        groups = [rows for g in drawn if (rows := self._valid_rows(g))]
+        skipped = 0
+        if self.lc.dynamic_sampling:  # DAPO's dynamic sampling over what the buffer holds (`learner.fill`)
+            drawn, groups, skipped = fill_with_signal(
+                drawn, groups, n, lambda: len(self.buffer), self._draw, self._valid_rows
+            )
         by_sampler = Counter(g.sampler_id for g in drawn)
-        groups = [rows for g in drawn if (rows := self.rows.rows(g, self.version)) and self._verified(g)]
         rewards = [r.reward for rows in groups for r in rows]
+        lengths = [len(r.completion) for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
         trained = groups if self.trains_zero_signal else signal
         summary = {
@@ -175,6 +186,9 @@ class LearnerLoop:
             "groups_trained": float(len(trained)),
             "sampler_ids": sorted(by_sampler),
             "sampler_groups": [by_sampler[s] for s in sorted(by_sampler)],  # drawn groups, aligned with the ids
+            "groups_drawn": float(len(drawn)),
+            "zero_signal_skipped": float(skipped),
+            **length_summary(lengths, [self._truncated(r) for rows in groups for r in rows]),
         }
         if groups:
             taus = [rows[0].staleness for rows in groups]
@@ -191,6 +205,7 @@ class LearnerLoop:
         if self.local_versions and self.step_count % self.lc.publish_every == 0:
             self._bump_version()
         out = {**diag, **summary, **self._status(), "trained": 1.0}
+        out["completion_length_mean"] = summary.get("completion_length_mean", 0.0)  # over every drawn row
         if self.hooks.on_step is not None:
             self.hooks.on_step(out)
         journal = self.hooks.journal
@@ -213,7 +228,8 @@ class LearnerLoop:
         if not self.precision.optimizer_step(self.optimizer, math.isfinite(merged["grad_norm"])):
             # under fp16's loss scaler an overflow is routine (the scale shrinks); otherwise it is bad data
             self.rejected["loss_scale_overflow_steps" if self.precision.scaler else "nonfinite_grad_steps"] += 1
-        self.scheduler.step()
+        else:
+            self.scheduler.step()  # the schedule counts the steps the optimiser took
         self.optimizer.zero_grad(set_to_none=True)
         merged.update(learning_rate=learning_rate)
         if self.precision.scaler is not None:
@@ -239,9 +255,12 @@ class LearnerLoop:
         ]
         order = [i for group in trained for i in group]  # the trained rows, in the order of seq_logp below
         step_lengths = [len(rows[i].completion) for i in order]
+        # the loss's normaliser: the trained rows, or every drawn row (`loss_normaliser: drawn`, as TRL)
+        normaliser = [len(r.completion) for r in rows] if self.lc.loss_normaliser == "drawn" else step_lengths
+        truncated = torch.tensor([self._truncated(r) for r in rows])
         device = next(self.model.parameters()).device
         seq_logp = torch.zeros(len(order), device=device)
-        parts: list[tuple[int, dict]] = []
+        parts: list[tuple[float, dict]] = []
         chunk_rows = rows_per_chunk(
             self.lc.prompts_per_step, self.cfg.sampler.num_generations, self.lc.gradient_accumulation_steps
         )
@@ -251,13 +270,17 @@ class LearnerLoop:
             for batch in batches:
                 picked = [order[k] for k in batch]
                 loss, diag, logp = self._micro_loss(
-                    [rows[i] for i in picked], stats.group_index[picked], stats.adv[picked], stats.log_e[picked]
+                    [rows[i] for i in picked],
+                    stats.group_index[picked],
+                    stats.adv[picked],
+                    stats.log_e[picked],
+                    truncated[picked],
                 )
                 seq_logp[to_device(torch.tensor(batch), device)] = logp
-                share = loss_share(self.lc.loss_type, [step_lengths[k] for k in batch], chunk_lengths, step_lengths)
+                share = loss_share(self.lc.loss_type, [step_lengths[k] for k in batch], chunk_lengths, normaliser)
                 self.precision.backward(loss * share)
-                parts.append((len(batch), diag))
-        merged = weighted_mean(parts)
+                parts.append((share, diag))
+        merged: dict[str, Any] = merge(parts)  # sums and counts, divided once (`learner.step_totals`)
         seq_logq = torch.tensor([_mean_logq(rows[i]) for i in order], dtype=torch.float32)
         merged["ratio_peqq_var"] = ratio_peqq_variance_tensor(seq_logp, to_device(seq_logq, device), self.step_count)
         return merged if lazy else readback(merged)
@@ -277,7 +300,9 @@ class LearnerLoop:
             self.step_count,
         )
 
-    def _micro_loss(self, rows: list[Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    def _micro_loss(
+        self, rows: list[Row], group_index, adv, log_e, truncated
+    ) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """(loss, diagnostics, per-row length-normalised learner log-prob on the device) of one micro-batch; the
         host waits for the device once, to read the diagnostics and whether the loss is finite."""
         device = next(self.model.parameters()).device
@@ -311,19 +336,34 @@ class LearnerLoop:
             to_device(adv, device),
             to_device(log_e, device),
             ref,
+            to_device(truncated, device),
         )
         loss, lazy = self._policy_loss(*args, lazy=True)
         with torch.no_grad():
             tokens = scores.where[0].numel()  # known on the host
             lazy["learner_entropy"] = scores.entropy[scores.where].mean() if tokens else 0.0
+            lazy["_n_learner_entropy"] = float(tokens)
             lazy[_FINITE] = torch.isfinite(loss)
             seq_logp = scores.logp.detach().sum(dim=1) / scores.mask.sum(dim=1).clamp(min=1)
         diag = readback(lazy)
         if not diag.pop(_FINITE):
-            entropy = diag["learner_entropy"]
+            entropy = {k: diag[k] for k in ("learner_entropy", "_n_learner_entropy")}
             loss, diag = self._isolate(rows, *args)
-            diag["learner_entropy"] = entropy
+            diag.update(entropy)
         return loss, diag, seq_logp.float()
+
+    def _valid_rows(self, group) -> list[Row] | None:
+        """A drawn group's validated rows (`learner.rows`) if it passes its spot check; its outcome is noted for
+        the samplers (`saturated`)."""
+        rows = self.rows.rows(group, self.version)
+        if not rows or not self._verified(group):
+            return None
+        self.saturated.note(rows)
+        return rows
+
+    def _truncated(self, row: Row) -> bool:
+        """Whether a row's completion was cut by `sampler.max_completion_length` (`mask_truncated_completions`)."""
+        return is_truncated(row.completion, self.cfg.sampler.max_completion_length, self._end_ids)
 
     def _draw(self, n: int) -> list:
         """The step's `n` groups under the per-step check budgets (`learner.check_budget`): a budget of groups of
@@ -374,7 +414,9 @@ class LearnerLoop:
             self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch.describe()})")
         return False
 
-    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp, lazy=False):
+    def _policy_loss(
+        self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp, truncated, lazy=False
+    ):
         return policy_loss(
             self.lc.algorithm,
             logp,
@@ -390,14 +432,17 @@ class LearnerLoop:
             lazy=lazy,
             max_completion_length=self.cfg.sampler.max_completion_length,
             ref_logp=ref_logp if self.reference is not None else None,
+            truncated=truncated,
         )
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
-        groups whose own loss is not finite are dropped (counted, reported to `on_poisoned`), the others'
-        losses are averaged by rows."""
+        groups whose own loss is not finite are dropped (counted, reported to `on_poisoned`); each kept group's
+        loss counts with its share of the whole micro-batch's normaliser (`loss_share`), so the kept groups weigh
+        what they would have weighed beside the dropped ones."""
         group_index = args[4]
-        kept: list[tuple[int, dict]] = []
+        lengths = args[2].sum(dim=1).tolist()
+        kept: list[tuple[float, dict]] = []
         total = args[0].sum() * 0.0  # keeps the graph (and a zero gradient) when every group is dropped
         for gi in torch.unique(group_index).tolist():
             mine = group_index == gi
@@ -409,11 +454,12 @@ class LearnerLoop:
                         rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)"
                     )
                 continue
-            n = int(mine.sum())
-            kept.append((n, diag))
-            total = total + loss * n
-        n = sum(k for k, _ in kept)
-        return (total / n if n else total), (weighted_mean(kept) if kept else {})
+            own = [int(x) for x, m in zip(lengths, mine.tolist()) if m]
+            share = loss_share(self.lc.loss_type, own, lengths, lengths)
+            kept.append((share, diag))
+            total = total + loss * share
+        merged = merge(kept) if kept else {}
+        return total, {**merged, "_n_rows": float(sum(int(d.get("_n_rows", 0)) for _, d in kept))}
 
     def _status(self) -> dict:
         stats = self.buffer.stats()
