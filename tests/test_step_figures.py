@@ -9,32 +9,18 @@ import math
 
 import pytest
 import torch
-from test_learner_loop import FAST, make_loop, sampled_groups
+from test_learner_loop import make_loop, sampled_groups
+from test_microbatch import cfg, parts  # noqa: F401  (the fixtures: tiny model at temperature 1.3)
 
-from swarmnode.config import load_config
 from swarmnode.identity import Identity
 from swarmnode.learner.rows import Row
-from swarmnode.model.models import load_tokenizer
 from swarmnode.protocol.rollout import RolloutGroup
-from swarmnode.sampler.build import build_engine
-from swarmnode.tasks import build_task
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_config("tiny-cpu", FAST + ["sampler.temperature=1.3"])
-
-
-@pytest.fixture(scope="module")
-def parts(cfg):
-    return build_task(cfg.task), load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
 
 
 @pytest.fixture(scope="module")
 def signal_rows(cfg, parts):
     loop = make_loop(cfg, parts)
-    groups = sampled_groups(cfg, parts, 3)
-    rows = [r for g in groups if (r := loop.rows.rows(g, 0)) and len({x.reward for x in r}) > 1]
+    rows = [r for g in sampled_groups(cfg, parts, 3) if (r := loop.rows.rows(g, 0)) and len({x.reward for x in r}) > 1]
     assert len(rows) >= 2, "the sampled batch should hold at least two groups with signal"
     return rows
 
