@@ -86,7 +86,7 @@ def corrections(
     their diagnostics: `is_masked_fraction` (rows or tokens whose factor is 0) or `is_truncated_fraction`
     (factor != 1), `importance_sampling_ratio_min/mean/max` (TRL's figures: the corrected ratio rho x factor),
     `sampling_logp_difference_mean/max` (|lp - lq| per token), `off_policy_masked_fraction`,
-    `truncated_masked_fraction`."""
+    `truncated_masked_fraction`, and `masked_fraction` (every factor together: rows, or tokens, whose factor is 0)."""
     factor: torch.Tensor | None = None
     diag: dict[str, torch.Tensor | float] = {}
     with torch.no_grad():
@@ -116,6 +116,9 @@ def corrections(
             keep = (~truncated.to(device=lp_tok.device, dtype=torch.bool)).to(lp_tok.dtype)
             diag["truncated_masked_fraction"] = 1 - keep.mean()
             factor = _times(factor, keep)
+        if factor is not None:  # every correction together: the share of rows (tokens) that count in no loss term
+            counted = torch.ones_like(factor, dtype=torch.bool) if factor.dim() == 1 else m
+            diag["masked_fraction"] = ((factor == 0) & counted).sum() / counted.sum().clamp(min=1)
     return Corrections(factor, diag)
 
 

@@ -309,7 +309,9 @@ def policy_loss(
     binds = (w * a) > (clipped * a)  # the clipped branch is the min: no gradient flows
     fixes = corrections(lp_tok, lq_tok, m, lengths, adv, cfg, truncated)
     if fixes.factor is not None and fixes.factor.dim() == 2:  # token-mode figures are taken over tokens
-        counts_is = dict.fromkeys(("is_masked_fraction", "is_truncated_fraction", "importance_sampling_ratio_mean"), 1)
+        counts_is = dict.fromkeys(
+            ("is_masked_fraction", "is_truncated_fraction", "importance_sampling_ratio_mean", "masked_fraction"), 1
+        )
     else:
         counts_is = {}
     surrogate = apply_factor(surrogate, fixes.factor)  # [B, T] where a factor is per token

@@ -279,6 +279,7 @@ class LearnerRole(NodeRole):
             ratio_peqq_var=record.get("ratio_peqq_var"),
             entropy=record.get("entropy"),
             clip_frac=record["clip_frac"],
+            masked_frac=record.get("masked_fraction"),
             grad_norm=record["grad_norm"],
             staleness_max=record["staleness_max"],
             staleness_mean=record["staleness_mean"],
