@@ -9,20 +9,18 @@ import math
 
 import pytest
 import torch
-from test_learner_loop import make_loop, sampled_groups
+from test_learner_loop import make_loop
 from test_microbatch import cfg, parts  # noqa: F401  (the fixtures: tiny model at temperature 1.3)
+from test_poisoned_groups import copy_of, signal_groups
 
 from swarmnode.identity import Identity
 from swarmnode.learner.rows import Row
-from swarmnode.protocol.rollout import RolloutGroup
 
 
 @pytest.fixture(scope="module")
 def signal_rows(cfg, parts):
     loop = make_loop(cfg, parts)
-    rows = [r for g in sampled_groups(cfg, parts, 3) if (r := loop.rows.rows(g, 0)) and len({x.reward for x in r}) > 1]
-    assert len(rows) >= 2, "the sampled batch should hold at least two groups with signal"
-    return rows
+    return [loop.rows.rows(g, 0) for g in signal_groups(cfg, parts, 2)]
 
 
 def _moved(loop):
@@ -93,31 +91,24 @@ def test_the_schedule_does_not_move_on_a_skipped_step(cfg, parts, signal_rows):
     assert loop.scheduler.last_epoch == 0  # the warmup still starts at its first step
 
 
-def _copy(group: RolloutGroup, completions: list[list[int]], logprobs: list[list[float]]) -> RolloutGroup:
-    return RolloutGroup.create(
-        identity=Identity.generate(),
-        run_id=group.run_id,
-        prompt_id=group.prompt_id,
-        prompt_tokens=group.prompt_tokens,
-        completions=completions,
-        logprobs=logprobs,
-        temperature=group.temperature,
-        rewards=[0.0] * len(completions),
-        policy_version=group.policy_version,
-        lineage="",
-    )
-
-
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_dynamic_sampling_fills_the_step_with_signal(cfg, parts, dynamic):
     loop = make_loop(cfg, parts, prompts_per_step=2, dynamic_sampling=dynamic, draw_order="oldest")
-    groups = sampled_groups(cfg, parts, 3)
-    with_signal = [g for g in groups if len({x.reward for x in loop.rows.rows(g, 0) or []}) > 1]
-    assert len(with_signal) >= 2
-    others = [g for g in groups if g.prompt_id not in {w.prompt_id for w in with_signal[:2]}][:2]
+    groups = signal_groups(cfg, parts, 6)
+    with_signal = groups[:2]
+    others = [g for g in groups[2:] if g.prompt_id not in {w.prompt_id for w in with_signal}]
+    others = list({g.prompt_id: g for g in others}.values())[:2]
     assert len(others) == 2
-    flat = [_copy(g, [g.completions[0]] * len(g.completions), [g.logprobs[0]] * len(g.logprobs)) for g in others]
-    for g in flat + with_signal[:2]:  # oldest first: the two zero-signal groups are drawn first
+    flat = [  # every completion the first one: one reward for all
+        copy_of(
+            g,
+            Identity.generate(),
+            completions=[g.completions[0]] * len(g.completions),
+            logprobs=[g.logprobs[0]] * len(g.logprobs),
+        )
+        for g in others
+    ]
+    for g in flat + with_signal:  # oldest first: the two zero-signal groups are drawn first
         loop.buffer.add(g)
     out = loop.step()
     assert out is not None
