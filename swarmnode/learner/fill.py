@@ -11,6 +11,7 @@ samplers.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from swarmnode.learner.rows import Row
 
 SATURATED_KEEP = 1024  # prompts remembered as all-solved / all-failed (the most recent)
+TELL_AT_ONCE = 64  # prompts one ack tells at most (a few KB)
 
 
 def has_signal(rows: list[Row]) -> bool:
@@ -28,26 +30,41 @@ def has_signal(rows: list[Row]) -> bool:
 class SaturatedPrompts:
     """The prompts whose latest group came back with one reward for every completion: 'solved' (the best reward
     the group saw is positive) or 'failed', the most recent `SATURATED_KEEP` of them; a prompt that shows signal
-    again is forgotten."""
+    again is forgotten. `news_for(peer)` gives what that peer has not been told yet (the node puts it in its acks:
+    the ack's `s`); the loop notes from its compute thread, the acks read from the event loop (a lock)."""
 
     def __init__(self, keep: int = SATURATED_KEEP) -> None:
         self.keep = keep
-        self.prompts: OrderedDict[str, str] = OrderedDict()
+        self.prompts: OrderedDict[str, tuple[str, int]] = OrderedDict()  # prompt id -> (outcome, sequence number)
+        self.seq = 0
+        self.told: dict[str, int] = {}  # peer -> the sequence number it was told up to
+        self._lock = threading.Lock()
 
     def note(self, rows: list[Row]) -> None:
         """Record one validated group's outcome."""
         prompt_id = str(rows[0].group.prompt_id)
-        if has_signal(rows):
-            self.prompts.pop(prompt_id, None)
-            return
-        self.prompts[prompt_id] = "solved" if rows[0].reward > 0 else "failed"
-        self.prompts.move_to_end(prompt_id)
-        while len(self.prompts) > self.keep:
-            self.prompts.popitem(last=False)
+        with self._lock:
+            if has_signal(rows):
+                self.prompts.pop(prompt_id, None)
+                return
+            self.seq += 1
+            self.prompts[prompt_id] = ("solved" if rows[0].reward > 0 else "failed", self.seq)
+            self.prompts.move_to_end(prompt_id)
+            while len(self.prompts) > self.keep:
+                self.prompts.popitem(last=False)
 
     def snapshot(self) -> dict[str, str]:
         """prompt id -> 'solved' | 'failed'."""
-        return dict(self.prompts)
+        with self._lock:
+            return {k: outcome for k, (outcome, _) in self.prompts.items()}
+
+    def news_for(self, peer: str, most: int = TELL_AT_ONCE) -> dict[str, str]:
+        """The prompts noted since `peer` was last told (the newest `most`), and `peer` counted as told."""
+        with self._lock:
+            since = self.told.get(peer, 0)
+            self.told[peer] = self.seq
+            news = [(k, outcome) for k, (outcome, seq) in self.prompts.items() if seq > since]
+            return dict(news[-most:])
 
 
 def fill_with_signal(

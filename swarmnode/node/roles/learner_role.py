@@ -136,6 +136,7 @@ class LearnerRole(NodeRole):
             version=lambda: self.publisher.newest,
             durable=self.inbox.durable,
         )
+        self.receiver.saturated = lambda peer: self.learner.saturated.news_for(peer)  # told in the acks
         await self.receiver.start(self.p2p)
         self.member.update(version=lambda: self.learner.version)  # samplers send to learners holding a version:
         await self.member.publish()  # this one accepts groups from now on; they learn it now, not at the next beat
