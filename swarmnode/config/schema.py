@@ -334,6 +334,67 @@ class LearnerConfig(_Section):
         le=65536,
         description="rows per E_q[q] set with gepo_group_scope=microbatch (the authors' micro-batch: 8)",
     )
+    delta: float | None = Field(
+        None,
+        gt=1,
+        le=1000,
+        description="as TRL (INTELLECT-2's two-sided clip): cap on the importance weight in the unclipped branch, "
+        "bounding w*A for negative advantages; unset = off (TRL: > 1 + epsilon when set, e.g. 4)",
+    )
+    vllm_importance_sampling_correction: bool = Field(
+        False,
+        description="TRL's sampler-mismatch correction against the behaviour log-probs (the sampler engine's "
+        "numerics and staleness together): mask or truncate by vllm_importance_sampling_mode; off by default "
+        "(TRL: on)",
+    )
+    vllm_importance_sampling_mode: Literal["sequence_mask", "sequence_truncate", "token_mask", "token_truncate"] = (
+        Field(
+            "sequence_mask",
+            description="as TRL: sequence_* use exp(sum over the completion of lp - lq), token_* each token's; "
+            "*_mask zeroes the loss outside [clip_min, clip_max], *_truncate caps the effective weight there",
+        )
+    )
+    vllm_importance_sampling_clip_max: float | None = Field(
+        3.0, gt=0, le=1e6, description="as TRL: the upper bound C_max of the importance-sampling correction"
+    )
+    vllm_importance_sampling_clip_min: float | None = Field(
+        None, ge=0, le=1e6, description="as TRL: the lower bound C_min (unset: none for *_mask, 0 for *_truncate)"
+    )
+    off_policy_mask_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="as TRL (DeepSeek-V3.2's off-policy sequence mask): drop a sequence with negative advantage "
+        "whose mean lq - lp per token exceeds this; unset = off (TRL suggests 0.5)",
+    )
+    gepo_plus: bool = Field(
+        False,
+        description="the GEPO authors' gepo+: a sequence whose learner-sampler KL is below gepo_plus_kl_threshold "
+        "takes GSPO's denominator q_i instead of E_q[q] (on-policy: GSPO; stale: GEPO)",
+    )
+    gepo_plus_kl_threshold: float = Field(
+        0.002, ge=0, le=100, description="gepo+'s per-sequence KL threshold (the authors': 0.002)"
+    )
+    mask_truncated_completions: bool = Field(
+        False,
+        description="as TRL (DAPO): completions cut at sampler.max_completion_length without an end token count "
+        "in no loss term (their rows stay in the normaliser)",
+    )
+    use_bias_correction_kl: bool = Field(
+        False,
+        description="as TRL (DeepSeek-V3.2): multiply beta's per-token reference KL by the importance weight "
+        "(an unbiased estimate on samples from the sampler)",
+    )
+    loss_normaliser: Literal["trained", "drawn"] = Field(
+        "trained",
+        description="trained: a step's loss is a mean over the rows it trains (zero-signal groups skipped, the "
+        "step scaled by 1/(1 - zero share)); drawn: over every row drawn, as TRL and the GEPO authors",
+    )
+    dynamic_sampling: bool = Field(
+        False,
+        description="DAPO's dynamic sampling: a step drawing zero-signal groups draws more from the buffer until "
+        "prompts_per_step groups carry signal or the buffer is spent",
+    )
     learning_rate: float = Field(
         1e-6,
         gt=0,

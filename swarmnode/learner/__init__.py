@@ -7,9 +7,14 @@
 - `hooks`      LearnerHooks: the callbacks and journal a node gives a LearnerLoop at construction
 - `step_stats` a step's advantages and GEPO E_q[q], taken once over every group drawn, before any split
 - `losses`     the policy losses and their diagnostics
+- `loss_stats` the paper's importance-weight variance, the learner-sampler KL diagnostic, staleness figures
+- `corrections` off-policy corrections (TRL's delta, importance-sampling correction, off-policy mask; gepo+,
+               truncated completions)
+- `step_totals` a step's figures from its micro-batches': sums and counts, divided once
+- `fill`       dynamic sampling (a step filled with groups that carry signal); prompts seen all-solved/all-failed
 - `reference`  the frozen reference policy of TRL's `beta` KL
 - `checkpoint` atomic checkpoints, what a learner's checkpoint holds, RNG state
-- `microbatch` token-budget micro-batches, accumulation chunks, their loss shares and merged diagnostics
+- `microbatch` token-budget micro-batches, accumulation chunks and their loss shares
 - `steps_log`  the steps file (one JSON line per trained step)
 - `rows`       a received group -> the rows a learner trains on (prompt tokens checked, rewards recomputed), or a
                counted refusal

@@ -62,10 +62,11 @@ from swarmnode.learner.checkpoint import (
     save_checkpoint,
     write_published,
 )
+from swarmnode.learner.fill import SaturatedPrompts, fill_with_signal
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
 from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
-from swarmnode.learner.microbatch import loss_share, plan_microbatches, rows_per_chunk, weighted_mean
+from swarmnode.learner.microbatch import loss_share, plan_microbatches, rows_per_chunk
 from swarmnode.learner.optimizer import build_optimizer
 from swarmnode.learner.precision import Precision
 from swarmnode.learner.publish_worker import LatestPublisher
@@ -73,7 +74,8 @@ from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import STRUCK_ROWS, GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
-from swarmnode.learner.step_stats import StepStats, step_stats
+from swarmnode.learner.step_stats import StepStats, is_truncated, length_summary, step_stats
+from swarmnode.learner.step_totals import merge
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
 from swarmnode.model.adapters import weights_hash
 from swarmnode.model.logprobs import completion_scores
@@ -135,6 +137,8 @@ class LearnerLoop:
         self.rejected: Counter[str] = Counter()
         self.rows = GroupRows(task, tokenizer, cfg.sampler.max_prompt_length, self.rejected)
         self.staleness_hist = StalenessHistogram()  # valid groups drawn, by staleness bucket (health, /metrics)
+        self.saturated = SaturatedPrompts()  # prompts whose latest group was all-solved / all-failed
+        self._end_ids = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
         self.hooks = hooks or LearnerHooks()
         self.restored_extra: dict[str, Any] = {}  # the caller's state as the checkpoint held it
         self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
@@ -161,23 +165,25 @@ class LearnerLoop:
         """One optimiser step from the buffer; its diagnostics, or None when the buffer holds too few groups."""
         if len(self.buffer) < self.lc.prompts_per_step:
             return None
-        drawn = self._draw(self.lc.prompts_per_step)
+        n = self.lc.prompts_per_step
+        drawn = self._draw(n)
+        refused: dict[str, dict[str, int]] = {}  # {sampler id: {reason: groups}} refused in this step (the board's)
+
+        def rows_of(group) -> list[Row] | None:
+            return self._valid_rows(group, refused)
+
+        groups = [rows for g in drawn if (rows := rows_of(g))]
+        skipped = 0
+        if self.lc.dynamic_sampling:  # DAPO's dynamic sampling over what the buffer holds (`learner.fill`)
+            drawn, groups, skipped = fill_with_signal(drawn, groups, n, lambda: len(self.buffer), self._draw, rows_of)
         by_sampler = Counter(g.sampler_id for g in drawn)
-        groups, refused = self._valid_groups(drawn)
-        if caught := {g.sampler_id for g in drawn} & self.verifier.caught_now:  # a liar caught in this step:
-            kept = [rows for rows in groups if rows[0].group.sampler_id not in caught]  # its other drawn groups too
-            self.rejected["liar_drawn"] += len(groups) - len(kept)
-            for rows in groups:
-                if rows[0].group.sampler_id in caught:
-                    mine = refused.setdefault(rows[0].group.sampler_id, {})
-                    mine["liar_drawn"] = mine.get("liar_drawn", 0) + 1
-            groups = kept
-        self.verifier.caught_now.clear()
+        groups = self._drop_caught(groups, refused)
         valid = Counter(rows[0].group.sampler_id for rows in groups)
         tokens: Counter[str] = Counter()
         for rows in groups:
             tokens[rows[0].group.sampler_id] += sum(len(r.completion) for r in rows)
         rewards = [r.reward for rows in groups for r in rows]
+        lengths = [len(r.completion) for rows in groups for r in rows]
         signal = [rows for rows in groups if len({r.reward for r in rows}) > 1]  # as `step_stats` judges them
         trained = groups if self.trains_zero_signal else signal
         summary = {
@@ -191,6 +197,9 @@ class LearnerLoop:
             "sampler_valid": [valid[s] for s in sorted(by_sampler)],  # of them, valid (the contributors board's)
             "sampler_tokens": [tokens[s] for s in sorted(by_sampler)],  # their completion tokens
             "sampler_refused": refused,  # {sampler id: {reason: groups}} refused in this step
+            "groups_drawn": float(len(drawn)),
+            "zero_signal_skipped": float(skipped),
+            **length_summary(lengths, [self._truncated(r) for rows in groups for r in rows]),
         }
         if groups:
             taus = [rows[0].staleness for rows in groups]
@@ -207,6 +216,7 @@ class LearnerLoop:
         if self.local_versions and self.step_count % self.lc.publish_every == 0:
             self._bump_version()
         out = {**diag, **summary, **self._status(), "trained": 1.0}
+        out["completion_length_mean"] = summary.get("completion_length_mean", 0.0)  # over every drawn row
         if self.hooks.on_step is not None:
             self.hooks.on_step(out)
         journal = self.hooks.journal
@@ -216,23 +226,19 @@ class LearnerLoop:
             self.save()
         return out
 
-    def _valid_groups(self, drawn: list) -> tuple[list[list[Row]], dict[str, dict[str, int]]]:
-        """The rows of each drawn group that passes the rows' checks and the spot checks, and the others' reasons
-        by sender (the reason each refusal counted in `rejected`)."""
-        groups: list[list[Row]] = []
-        refused: dict[str, dict[str, int]] = {}
-        for g in drawn:
-            before = Counter(self.rejected)
-            if (rows := self._rows(g)) and self._verified(g):
-                groups.append(rows)
-                continue
-            counted = self.rejected - before
-            for noted in ("liar_buffered", "reward_hint_mismatch", "replayed_unchecked"):  # counted, not its reason
-                counted.pop(noted, None)
-            reason = next(iter(counted), "refused")
-            mine = refused.setdefault(g.sampler_id, {})
-            mine[reason] = mine.get(reason, 0) + 1
-        return groups, refused
+    def _drop_caught(self, groups: list[list[Row]], refused: dict[str, dict[str, int]]) -> list[list[Row]]:
+        """The step's groups less those of a liar caught in this step (its other drawn groups too: `liar_drawn`)."""
+        caught = {rows[0].group.sampler_id for rows in groups} & self.verifier.caught_now
+        self.verifier.caught_now.clear()
+        if not caught:
+            return groups
+        kept = [rows for rows in groups if rows[0].group.sampler_id not in caught]
+        self.rejected["liar_drawn"] += len(groups) - len(kept)
+        for rows in groups:
+            if (sender := rows[0].group.sampler_id) in caught:
+                mine = refused.setdefault(sender, {})
+                mine["liar_drawn"] = mine.get("liar_drawn", 0) + 1
+        return kept
 
     def _optimise(self, groups: list[list[Row]]) -> dict:
         self._weights_published = False  # the step below moves them
@@ -247,7 +253,8 @@ class LearnerLoop:
         if not self.precision.optimizer_step(self.optimizer, math.isfinite(merged["grad_norm"])):
             # under fp16's loss scaler an overflow is routine (the scale shrinks); otherwise it is bad data
             self.rejected["loss_scale_overflow_steps" if self.precision.scaler else "nonfinite_grad_steps"] += 1
-        self.scheduler.step()
+        else:
+            self.scheduler.step()  # the schedule counts the steps the optimiser took
         self.optimizer.zero_grad(set_to_none=True)
         merged.update(learning_rate=learning_rate)
         if self.precision.scaler is not None:
@@ -273,9 +280,12 @@ class LearnerLoop:
         ]
         order = [i for group in trained for i in group]  # the trained rows, in the order of seq_logp below
         step_lengths = [len(rows[i].completion) for i in order]
+        # the loss's normaliser: the trained rows, or every drawn row (`loss_normaliser: drawn`, as TRL)
+        normaliser = [len(r.completion) for r in rows] if self.lc.loss_normaliser == "drawn" else step_lengths
+        truncated = torch.tensor([self._truncated(r) for r in rows])
         device = next(self.model.parameters()).device
         seq_logp = torch.zeros(len(order), device=device)
-        parts: list[tuple[int, dict]] = []
+        parts: list[tuple[float, dict]] = []
         chunk_rows = rows_per_chunk(
             self.lc.prompts_per_step, self.cfg.sampler.num_generations, self.lc.gradient_accumulation_steps
         )
@@ -285,13 +295,17 @@ class LearnerLoop:
             for batch in batches:
                 picked = [order[k] for k in batch]
                 loss, diag, logp = self._micro_loss(
-                    [rows[i] for i in picked], stats.group_index[picked], stats.adv[picked], stats.log_e[picked]
+                    [rows[i] for i in picked],
+                    stats.group_index[picked],
+                    stats.adv[picked],
+                    stats.log_e[picked],
+                    truncated[picked],
                 )
                 seq_logp[to_device(torch.tensor(batch), device)] = logp
-                share = loss_share(self.lc.loss_type, [step_lengths[k] for k in batch], chunk_lengths, step_lengths)
+                share = loss_share(self.lc.loss_type, [step_lengths[k] for k in batch], chunk_lengths, normaliser)
                 self.precision.backward(loss * share)
-                parts.append((len(batch), diag))
-        merged = weighted_mean(parts)
+                parts.append((share, diag))
+        merged: dict[str, Any] = merge(parts)  # sums and counts, divided once (`learner.step_totals`)
         seq_logq = torch.tensor([_mean_logq(rows[i]) for i in order], dtype=torch.float32)
         merged["ratio_peqq_var"] = ratio_peqq_variance_tensor(seq_logp, to_device(seq_logq, device), self.step_count)
         return merged if lazy else readback(merged)
@@ -311,7 +325,9 @@ class LearnerLoop:
             self.step_count,
         )
 
-    def _micro_loss(self, rows: list[Row], group_index, adv, log_e) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    def _micro_loss(
+        self, rows: list[Row], group_index, adv, log_e, truncated
+    ) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """(loss, diagnostics, per-row length-normalised learner log-prob on the device) of one micro-batch; the
         host waits for the device once, to read the diagnostics and whether the loss is finite."""
         device = next(self.model.parameters()).device
@@ -345,19 +361,42 @@ class LearnerLoop:
             to_device(adv, device),
             to_device(log_e, device),
             ref,
+            to_device(truncated, device),
         )
         loss, lazy = self._policy_loss(*args, lazy=True)
         with torch.no_grad():
             tokens = scores.where[0].numel()  # known on the host
             lazy["learner_entropy"] = scores.entropy[scores.where].mean() if tokens else 0.0
+            lazy["_n_learner_entropy"] = float(tokens)
             lazy[_FINITE] = torch.isfinite(loss)
             seq_logp = scores.logp.detach().sum(dim=1) / scores.mask.sum(dim=1).clamp(min=1)
         diag = readback(lazy)
         if not diag.pop(_FINITE):
-            entropy = diag["learner_entropy"]
+            entropy = {k: diag[k] for k in ("learner_entropy", "_n_learner_entropy")}
             loss, diag = self._isolate(rows, *args)
-            diag["learner_entropy"] = entropy
+            diag.update(entropy)
         return loss, diag, seq_logp.float()
+
+    def _valid_rows(self, group, refused: dict[str, dict[str, int]]) -> list[Row] | None:
+        """A drawn group's validated rows (`learner.rows`) if it passes its spot check; its outcome is noted for
+        the samplers (`saturated`). A refused group's reason (the one it counted in `rejected`) is added to
+        `refused` under its sender."""
+        before = Counter(self.rejected)
+        rows = self._rows(group)
+        if rows and self._verified(group):
+            self.saturated.note(rows)
+            return rows
+        counted = self.rejected - before
+        for noted in ("liar_buffered", "reward_hint_mismatch", "replayed_unchecked"):  # counted, not its reason
+            counted.pop(noted, None)
+        reason = next(iter(counted), "refused")
+        mine = refused.setdefault(group.sampler_id, {})
+        mine[reason] = mine.get(reason, 0) + 1
+        return None
+
+    def _truncated(self, row: Row) -> bool:
+        """Whether a row's completion was cut by `sampler.max_completion_length` (`mask_truncated_completions`)."""
+        return is_truncated(row.completion, self.cfg.sampler.max_completion_length, self._end_ids)
 
     def _draw(self, n: int) -> list:
         """The step's `n` groups under the per-step check budgets (`learner.check_budget`): a budget of groups of
@@ -416,7 +455,9 @@ class LearnerLoop:
             self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch.describe()})")
         return False
 
-    def _policy_loss(self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp, lazy=False):
+    def _policy_loss(
+        self, logp, logq, mask, rewards, group_index, staleness, adv, log_e, ref_logp, truncated, lazy=False
+    ):
         return policy_loss(
             self.lc.algorithm,
             logp,
@@ -432,14 +473,17 @@ class LearnerLoop:
             lazy=lazy,
             max_completion_length=self.cfg.sampler.max_completion_length,
             ref_logp=ref_logp if self.reference is not None else None,
+            truncated=truncated,
         )
 
     def _isolate(self, rows: list[Row], *args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The loss of a micro-batch whose loss was not finite, group by group from the same forward pass: the
-        groups whose own loss is not finite are dropped (counted, reported to `on_poisoned`), the others'
-        losses are averaged by rows."""
+        groups whose own loss is not finite are dropped (counted, reported to `on_poisoned`); each kept group's
+        loss counts with its share of the whole micro-batch's normaliser (`loss_share`), so the kept groups weigh
+        what they would have weighed beside the dropped ones."""
         group_index = args[4]
-        kept: list[tuple[int, dict]] = []
+        lengths = args[2].sum(dim=1).tolist()
+        kept: list[tuple[float, dict]] = []
         total = args[0].sum() * 0.0  # keeps the graph (and a zero gradient) when every group is dropped
         for gi in torch.unique(group_index).tolist():
             mine = group_index == gi
@@ -451,11 +495,12 @@ class LearnerLoop:
                         rows[int(mine.nonzero()[0])].group, "poisoned_group (its loss was not finite)"
                     )
                 continue
-            n = int(mine.sum())
-            kept.append((n, diag))
-            total = total + loss * n
-        n = sum(k for k, _ in kept)
-        return (total / n if n else total), (weighted_mean(kept) if kept else {})
+            own = [int(x) for x, m in zip(lengths, mine.tolist()) if m]
+            share = loss_share(self.lc.loss_type, own, lengths, lengths)
+            kept.append((share, diag))
+            total = total + loss * share
+        merged = merge(kept) if kept else {}
+        return total, {**merged, "_n_rows": float(sum(int(d.get("_n_rows", 0)) for _, d in kept))}
 
     def _status(self) -> dict:
         stats = self.buffer.stats()

@@ -47,13 +47,17 @@ import math
 import torch
 
 from swarmnode.config import LearnerConfig
+from swarmnode.learner.corrections import apply_factor, corrections, delta_cap, gepo_plus_rows
+from swarmnode.learner.loss_stats import (  # re-exported: the paper's statistic and the KL diagnostic live there
+    PAPER_MICROBATCH_ROWS as PAPER_MICROBATCH_ROWS,
+)
+from swarmnode.learner.loss_stats import ratio_peqq_variance as ratio_peqq_variance
+from swarmnode.learner.loss_stats import ratio_peqq_variance_tensor, sampler_kl, staleness_stats
+from swarmnode.learner.step_totals import counted
 from swarmnode.model.transfers import readback, to_device
-from swarmnode.staleness import bucket_label, bucket_of
 
 ALGORITHMS = ("gepo", "gspo", "grpo")  # the loss families (LearnerConfig.algorithm)
 ADV_EPS = 1e-4  # A = (r - mean) / (std + 1e-4), as TRL
-PAPER_MICROBATCH_ROWS = 8  # the GEPO authors' micro-batch: their ratio_pEqQ variance is taken over 8 rows
-KL_LOG_RATIO_CAP = 20.0  # log p/q beyond this is clamped in the KL diagnostic (p/q = 5e8): finite, biased only there
 KL_LINEAR_FROM = 10.0  # the CPPO-KL penalty is linear in lq - lp beyond this (slope e^10 - 1 ~ 2.2e4 per token)
 
 
@@ -141,8 +145,8 @@ def log_importance_weights(
     staleness: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log importance weights: [B, T] for grpo (0 on padding), [B] for gspo and gepo."""
-    lp_tok, lq_tok, _, _, LP, LQ = _masked(logp, logq, mask)
-    return _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness)
+    lp_tok, lq_tok, _, lengths, LP, LQ = _masked(logp, logq, mask)
+    return _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, lengths, group_index, cfg, staleness)
 
 
 def microbatch_scope(rows: int, size: int, seed: int) -> torch.Tensor:
@@ -171,7 +175,7 @@ def group_log_expectation(LQ: torch.Tensor, scope: torch.Tensor) -> torch.Tensor
         return (_group_logsumexp(2 * LQ, inv, n) - _group_logsumexp(LQ, inv, n))[inv]
 
 
-def _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e=None):
+def _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, lengths, group_index, cfg, staleness, log_e=None):
     if algorithm == "grpo":
         return lp_tok - lq_tok
     if algorithm == "gspo":
@@ -180,12 +184,13 @@ def _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness,
         raise ValueError(f"algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if log_e is None:
         log_e = group_log_expectation(LQ, expectation_scope(group_index, cfg))
-    log_e = log_e.to(device=LP.device, dtype=LP.dtype)
-    if cfg.gepo_defensive_lambda == 0 and cfg.gepo_defensive_schedule == "fixed":
-        return LP - log_e
-    lam = defensive_lambdas(cfg, staleness, LP.shape[0], LP.device).to(LP.dtype)
-    # log(lam * sg(p) + (1 - lam) * E_q[q]); log(0) = -inf is exact at lam = 0 or 1.
-    log_den = torch.logaddexp(torch.log(lam) + LP.detach(), torch.log1p(-lam) + log_e)
+    log_den = log_e.to(device=LP.device, dtype=LP.dtype)
+    if cfg.gepo_defensive_lambda != 0 or cfg.gepo_defensive_schedule != "fixed":
+        lam = defensive_lambdas(cfg, staleness, LP.shape[0], LP.device).to(LP.dtype)
+        # log(lam * sg(p) + (1 - lam) * E_q[q]); log(0) = -inf is exact at lam = 0 or 1.
+        log_den = torch.logaddexp(torch.log(lam) + LP.detach(), torch.log1p(-lam) + log_den)
+    if cfg.gepo_plus:  # the authors' gepo+: near-on-policy sequences take GSPO's own denominator q_i
+        log_den = torch.where(gepo_plus_rows(lp_tok, lq_tok, lengths, cfg.gepo_plus_kl_threshold), LQ, log_den)
     return LP - log_den
 
 
@@ -201,35 +206,6 @@ def _aggregate_tokens(
     return (per_tok.sum(dim=1) / lengths).mean()
 
 
-def ratio_peqq_variance(LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0, rows: int = PAPER_MICROBATCH_ROWS) -> float:
-    """The paper's importance-weight variance, the same statistic for every loss family.
-
-    The rows (length-normalised sequence log-probs LP_i under the learner, LQ_i under the sampler) are shuffled
-    with a generator seeded by `seed` and cut into micro-batches of `rows`; in each, E_q[q] = sum q^2 / sum q
-    over its rows and the unbiased variance of p_i / E_q[q] is taken; the result is the mean over micro-batches
-    of at least two rows (0.0 when there is none). This is the GEPO authors' logged `ratio_pEqQ` variance.
-    """
-    return float(ratio_peqq_variance_tensor(LP, LQ, seed, rows))
-
-
-def ratio_peqq_variance_tensor(
-    LP: torch.Tensor, LQ: torch.Tensor, seed: int = 0, rows: int = PAPER_MICROBATCH_ROWS
-) -> torch.Tensor:
-    """`ratio_peqq_variance` as a float64 scalar tensor on LP's device (read back later, with others)."""
-    LP, LQ = LP.detach().double(), LQ.detach().double()
-    perm = to_device(torch.randperm(LP.shape[0], generator=torch.Generator().manual_seed(int(seed))), LP.device)
-    whole = perm.shape[0] // rows * rows  # the full micro-batches at once ([k, rows]), then the rest
-    parts = [perm[:whole].reshape(-1, rows)] if whole and rows >= 2 else []
-    if perm.shape[0] - whole >= 2:
-        parts.append(perm[whole:].reshape(1, -1))
-    values = []
-    for index in parts:
-        lq = LQ[index]
-        log_e = torch.logsumexp(2 * lq, 1, keepdim=True) - torch.logsumexp(lq, 1, keepdim=True)
-        values.append(torch.exp(LP[index] - log_e).var(dim=1, unbiased=True))
-    return torch.cat(values).mean() if values else torch.zeros((), dtype=torch.float64, device=LP.device)
-
-
 def cppo_kl_penalty(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
     """Per token, HeteroRL's k3 penalty exp(d) - d - 1 with d = lq - lp (gradient through lp), continued linearly
     beyond d = KL_LINEAR_FROM (value and slope match there): finite, and its gradient never vanishes. Zero where
@@ -240,10 +216,16 @@ def cppo_kl_penalty(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
 
 
 def _kl_penalties(
-    lp_tok: torch.Tensor, lq_tok: torch.Tensor, m: torch.Tensor, ref_logp: torch.Tensor | None, cfg: LearnerConfig
+    lp_tok: torch.Tensor,
+    lq_tok: torch.Tensor,
+    m: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    cfg: LearnerConfig,
+    w: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """The per-token KL terms added to the loss before aggregation: cppo_beta x k3 to the sampler, beta x k3 to
-    the frozen reference model (TRL's); None when both are off."""
+    the frozen reference model (TRL's; times the importance weight `w` with `use_bias_correction_kl`); None when
+    both are off."""
     terms = []
     if cfg.cppo_beta > 0:
         terms.append(cfg.cppo_beta * cppo_kl_penalty(lp_tok, lq_tok))
@@ -255,34 +237,11 @@ def _kl_penalties(
             ref_logp.to(device=lp_tok.device, dtype=lp_tok.dtype).detach(),
             torch.zeros((), dtype=lp_tok.dtype, device=lp_tok.device),
         )
-        terms.append(cfg.beta * cppo_kl_penalty(lp_tok, ref_tok))
+        kl = cppo_kl_penalty(lp_tok, ref_tok)
+        if cfg.use_bias_correction_kl and w is not None:  # TRL: per_token_kl * coef_1 (with its gradient)
+            kl = kl * (w if w.dim() == 2 else w[:, None])
+        terms.append(cfg.beta * kl)
     return sum(terms[1:], terms[0]) if terms else None
-
-
-def sampler_kl(lp_tok: torch.Tensor, lq_tok: torch.Tensor) -> torch.Tensor:
-    """Per-token estimate of KL(q || p) on tokens sampled from q: (r - 1) - log r with r = p/q = exp(lp - lq).
-
-    Unbiased (E_q[r] = 1 at every position) and >= 0 term by term; computed as expm1(d) - d with
-    d = lp - lq clamped at +KL_LOG_RATIO_CAP, so it stays finite where p >> q. Zero where lp = lq (padding)."""
-    d = (lp_tok.detach() - lq_tok).clamp(max=KL_LOG_RATIO_CAP)
-    return torch.expm1(d) - d
-
-
-def _staleness_stats(staleness: torch.Tensor, kl_seq: torch.Tensor) -> dict[str, float | torch.Tensor]:
-    """Staleness figures (from the host: the learner passes staleness there) and the mean KL per staleness bucket
-    (scalar tensors on kl_seq's device: no host synchronisation)."""
-    tau = staleness.to("cpu", torch.long)
-    out: dict[str, float | torch.Tensor] = {
-        "staleness_min": float(tau.min()),
-        "staleness_median": float(tau.float().median()),
-        "staleness_max": float(tau.max()),
-        "staleness_mean": float(tau.float().mean()),
-    }
-    buckets = [bucket_of(t) for t in tau.tolist()]  # as the health histogram
-    for index in sorted(set(buckets)):
-        rows = to_device(torch.tensor([i for i, b in enumerate(buckets) if b == index]), kl_seq.device)
-        out[f"kl_tau_{bucket_label(index)}"] = kl_seq.index_select(0, rows).mean()
-    return out
 
 
 def policy_loss(
@@ -300,6 +259,7 @@ def policy_loss(
     lazy: bool = False,
     max_completion_length: int | None = None,
     ref_logp: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
     """The clipped surrogate loss of `algorithm` (gepo|gspo|grpo; None = cfg.algorithm) and its diagnostics.
 
@@ -308,6 +268,9 @@ def policy_loss(
     shuffle_seed seeds the row shuffle of the paper's variance statistic (and of `gepo_group_scope: microbatch`).
     Diagnostics are python floats. `max_completion_length` is dr_grpo's constant normaliser (None: the padded
     width of logp). `ref_logp` [B,T]: the frozen reference model's log-probs, needed when `cfg.beta` > 0.
+    `truncated` [B] bool: completions cut at the length limit (`mask_truncated_completions`). The off-policy
+    corrections (`learner.corrections`) multiply the surrogate; every mean comes with its count
+    (`learner.step_totals`), so micro-batch figures merge into the step's exactly.
     Rows of zero-signal groups get A = 0 (the caller may also skip them before the forward pass).
     `adv` [B] and `log_e` [B] (GEPO's log E_q[q]), when given, replace what would be computed from these rows:
     the learner computes them over whole groups and then splits rows into micro-batches freely.
@@ -333,27 +296,40 @@ def policy_loss(
     eps_low, eps_high = clip_range(cfg)
     if log_e is None and algorithm == "gepo":
         log_e = group_log_expectation(LQ, expectation_scope(group_index, cfg, shuffle_seed))
-    logw = _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, group_index, cfg, staleness, log_e)
+    logw = _log_weights(algorithm, lp_tok, lq_tok, LP, LQ, lengths, group_index, cfg, staleness, log_e)
     w = torch.exp(logw)
     a = adv[:, None] if algorithm == "grpo" else adv
     clipped = torch.clamp(w, 1 - eps_low, 1 + eps_high)
-    surrogate = -torch.minimum(w * a, clipped * a)
+    surrogate = -torch.minimum(delta_cap(w, cfg) * a, clipped * a)
     binds = (w * a) > (clipped * a)  # the clipped branch is the min: no gradient flows
-    penalty = _kl_penalties(lp_tok, lq_tok, m, ref_logp, cfg)
+    fixes = corrections(lp_tok, lq_tok, m, lengths, adv, cfg, truncated)
+    if fixes.factor is not None and fixes.factor.dim() == 2:  # token-mode figures are taken over tokens
+        counts_is = dict.fromkeys(
+            ("is_masked_fraction", "is_truncated_fraction", "importance_sampling_ratio_mean", "masked_fraction"), 1
+        )
+    else:
+        counts_is = {}
+    surrogate = apply_factor(surrogate, fixes.factor)  # [B, T] where a factor is per token
+    penalty = _kl_penalties(lp_tok, lq_tok, m, ref_logp, cfg, w)
 
     def aggregate(per_tok: torch.Tensor) -> torch.Tensor:
         return _aggregate_tokens(per_tok, m, lengths, cfg.loss_type, max_completion_length)
 
+    tokens = m.sum().clamp(min=1)
+    counts_is = {k: tokens for k in counts_is}
+    counts_is["sampling_logp_difference_mean"] = tokens
     if algorithm == "grpo":
-        per_tok = torch.where(m, surrogate, zero)
         nonempty = m.any(dim=1)  # an empty completion has no mean token weight
         seq_w = (torch.where(m, w, zero).sum(dim=1) / lengths)[nonempty] if nonempty.any() else torch.ones(1)
-        clip_frac = (binds & m).sum() / m.sum().clamp(min=1)
+        clip_frac = (binds & m).sum() / tokens
+        counts = {"clip_fraction": tokens, "is_weight": nonempty.sum(), "delta_clipped_fraction": tokens}
     else:
-        per_tok = torch.where(m, surrogate[:, None], zero)  # a sequence's loss counts once per token
         seq_w = w
         clip_frac = binds.to(dtype).mean()
-    if algorithm != "grpo" and cfg.loss_type == "grpo":  # token mean of a constant per sequence: the plain mean
+        counts = {}
+    counts.update(counts_is)
+    per_tok = torch.where(m, surrogate if surrogate.dim() == 2 else surrogate[:, None], zero)
+    if surrogate.dim() == 1 and cfg.loss_type == "grpo":  # token mean of a constant per sequence: the plain mean
         pg_loss = surrogate.mean()
         loss = pg_loss if penalty is None else pg_loss + aggregate(penalty)
     else:
@@ -363,7 +339,6 @@ def policy_loss(
 
     with torch.no_grad():
         sw = seq_w.detach()
-        tokens = m.sum().clamp(min=1)
         diag = {
             "loss": loss.detach(),
             "pg_loss": pg_loss.detach(),
@@ -379,10 +354,29 @@ def policy_loss(
             "zero_signal_fraction": zero_groups.to(dtype).mean(),
             "advantage_abs_mean": adv.abs().mean(),
             "completion_length_mean": m.sum(dim=1).to(dtype).mean(),
+            **fixes.diag,
+            **_extra_diagnostics(w, adv, m, lp_tok, lq_tok, lengths, algorithm, cfg),
         }
         if ref_logp is not None and cfg.beta > 0:
             ref_tok = torch.where(m, ref_logp.to(device=logp.device, dtype=dtype), zero)
-            diag["ref_kl"] = float(cppo_kl_penalty(lp_tok.detach(), ref_tok).sum() / tokens)
+            diag["ref_kl"] = cppo_kl_penalty(lp_tok.detach(), ref_tok).sum() / tokens
+            counts["ref_kl"] = tokens
         if staleness is not None:
-            diag.update(_staleness_stats(staleness, kl_seq.detach()))
+            diag.update(staleness_stats(staleness, kl_seq.detach()))
+        diag.update(counted(diag, rows, tokens, counts))
     return loss, (diag if lazy else readback(diag))
+
+
+def _extra_diagnostics(w, adv, m, lp_tok, lq_tok, lengths, algorithm, cfg: LearnerConfig) -> dict:
+    """The share of weights `delta` caps where it changes the loss (A < 0), and gepo+'s share of rows on GSPO's
+    denominator (only when those options are on)."""
+    out: dict = {}
+    if cfg.delta is not None:
+        if w.dim() == 2:  # token level: over completion tokens
+            capped = (w.detach() > cfg.delta) & (adv[:, None] < 0) & m
+            out["delta_clipped_fraction"] = capped.sum() / m.sum().clamp(min=1)
+        else:
+            out["delta_clipped_fraction"] = ((w.detach() > cfg.delta) & (adv < 0)).to(w.dtype).mean()
+    if cfg.gepo_plus and algorithm == "gepo":
+        out["gepo_plus_fraction"] = gepo_plus_rows(lp_tok, lq_tok, lengths, cfg.gepo_plus_kl_threshold).double().mean()
+    return out

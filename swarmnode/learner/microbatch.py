@@ -1,5 +1,5 @@
-"""The step's micro-batches (gradient-accumulation chunks of rows, each cut by a token budget), each micro-batch's
-share of the step's loss, and the merge of their diagnostics.
+"""The step's micro-batches (gradient-accumulation chunks of rows, each cut by a token budget) and each
+micro-batch's share of the step's loss (their diagnostics merge in `learner.step_totals`).
 
 A chunk holds `rows_per_chunk(cfg)` = ceil(prompts_per_step x num_generations / gradient_accumulation_steps) rows,
 as TRL's per-device batch: a chunk may end inside a group (the group statistics are the step's, see below). The
@@ -47,7 +47,8 @@ def loss_share(aggregation: str, batch: list[int], chunk: list[int], step: list[
     By `learner.loss_type` (TRL's token aggregation): grpo (sequence mean) rows / step rows; bnpo (token mean of
     the chunk) chunk rows / step rows x tokens / chunk tokens; dapo (token mean of the whole step) tokens / step
     tokens; dr_grpo (sum / (rows x max_completion_length), a constant) rows / step rows, as grpo. The optional
-    `cppo_beta` KL term is part of the per-token loss, aggregated the same way: the split stays exact.
+    `cppo_beta` KL term is part of the per-token loss, aggregated the same way: the split stays exact. With
+    `learner.loss_normaliser: drawn`, `step` holds every drawn row (zero-signal groups included, as TRL).
     """
     if aggregation == "bnpo":
         return len(chunk) / len(step) * max(1, sum(batch)) / max(1, sum(chunk))
@@ -73,17 +74,3 @@ def plan_microbatches(
         batches = token_budget_batches([lengths[i] for i in chunk], max_tokens)
         plan.append((chunk, [[chunk[j] for j in b] for b in batches]))
     return plan
-
-
-def weighted_mean(diags: list[tuple[int, dict]]) -> dict:
-    """Row-weighted mean of each diagnostic over micro-batches (exact when there is one micro-batch)."""
-    keys = {k for _, d in diags for k in d}
-    out = {}
-    for k in keys:
-        pairs = [(n, d[k]) for n, d in diags if k in d]
-        weight = sum(n for n, _ in pairs)
-        out[k] = sum(n * v for n, v in pairs) / weight
-    for k in ("staleness_min", "staleness_max", "is_weight_max"):
-        if k in keys:
-            out[k] = (min if k.endswith("min") else max)(d[k] for _, d in diags if k in d)
-    return out

@@ -40,3 +40,21 @@ def step_stats(rewards: list[list[float]], seq_logq: list[list[float]], cfg: Lea
     LQ = torch.tensor([lq for group in seq_logq for lq in group], dtype=torch.float64)
     log_e = group_log_expectation(LQ, expectation_scope(group_index, cfg, seed))
     return StepStats(group_index, adv, log_e, ~zero[group_index])
+
+
+def is_truncated(completion: list[int], max_completion_length: int, end_ids: set[int]) -> bool:
+    """A completion cut by the length limit: as long as `max_completion_length` and not ending in an end token
+    (TRL's rule, `mask_truncated_completions`)."""
+    return len(completion) >= max_completion_length and (not completion or completion[-1] not in end_ids)
+
+
+def length_summary(lengths: list[int], truncated: list[bool]) -> dict[str, float]:
+    """A step's completion lengths (min/mean/max over every drawn row) and the share cut by the length limit."""
+    if not lengths:
+        return {}
+    return {
+        "completion_length_min": float(min(lengths)),
+        "completion_length_mean": sum(lengths) / len(lengths),
+        "completion_length_max": float(max(lengths)),
+        "truncated_fraction": sum(truncated) / len(truncated),
+    }

@@ -229,6 +229,8 @@ def _learner_panel(p: dict[str, Any]) -> Panel:
         )
     grid.add_row("entropy", _fmt(h.get("entropy"), ".3f"))
     grid.add_row("clip fraction", _fmt(h.get("clip_frac")))
+    if h.get("masked_frac") is not None:  # an off-policy correction is on
+        grid.add_row("masked (off-policy)", _fmt(h.get("masked_frac")))
     grid.add_row("received", _fmt(h.get("groups_received"), "d"))
     rejected = rejected_by_reason(h)
     grid.add_row("rejected", ", ".join(f"{k} {v}" for k, v in rejected.items()) or "0")

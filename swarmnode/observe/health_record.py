@@ -184,6 +184,13 @@ class LearnerHealth(HolderHealth):
     clip_frac: float | None = _field(
         "fraction of clipped importance weights, last step", metric="swarmnode_clip_fraction", minimum=0, maximum=1
     )
+    masked_frac: float | None = _field(
+        "share of the last step's rows (tokens at token level) the off-policy corrections left out of the loss "
+        "(learner.vllm_importance_sampling_*, off_policy_mask_threshold, mask_truncated_completions)",
+        metric="swarmnode_masked_fraction",
+        minimum=0,
+        maximum=1,
+    )
     grad_norm: float | None = _field("gradient norm before clipping, last step", metric="swarmnode_grad_norm")
     staleness_max: float | None = _field(
         "largest staleness in the last batch (versions)", metric="swarmnode_staleness_max"

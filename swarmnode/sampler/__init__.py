@@ -8,4 +8,5 @@
 - `pacing`  Pacer: generate only what the learners invite (credits from acks)
 - `starts`  next_start: a node's sampling start count, so a restarted sampler does not replay its seeds
 - `undelivered` DeliveryGuard: stop generating when no learner takes the groups, and say why
+- `prompt_skip` SkippedPrompts: prompts its learners told it came back all-solved/all-failed, mostly redrawn
 """

@@ -27,6 +27,7 @@ from swarmnode.identity import Identity
 from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.sampler.engines import EngineError, GenerationEngine
+from swarmnode.sampler.prompt_skip import SkippedPrompts
 from swarmnode.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class SamplerLoop:
         self.send = send
         self.lineage = lineage
         self.rng = random.Random(cfg.task.seed if seed is None else seed)
+        self.skipped = SkippedPrompts()  # prompts its learners told it came back all-solved / all-failed
         self._pending: tuple[dict[str, torch.Tensor], int, str | None, AdapterSpec | None] | None = None
         self._lock = threading.Lock()
         self.groups_sent = 0
@@ -122,7 +124,7 @@ class SamplerLoop:
         self._swap_in()
         sampler = self.cfg.sampler
         version = self.engine.version
-        prompts = self.task.sample(prompts_count or sampler.prompts_per_batch, self.rng)
+        prompts = self.skipped.sample(self.task, prompts_count or sampler.prompts_per_batch, self.rng)
         gens = self.engine.generate(
             [p.text for p in prompts], sampler.num_generations, sampler.temperature, sampler.max_completion_length
         )

@@ -159,6 +159,7 @@ class LearnerRole(NodeRole):
             version=lambda: self.publisher.newest,
             durable=self.inbox.durable,
         )
+        self.receiver.saturated = lambda peer: self.learner.saturated.news_for(peer)  # told in the acks
         await self.receiver.start(self.p2p)
         self.member.update(version=lambda: self.learner.version)  # samplers send to learners holding a version:
         await self.member.publish()  # this one accepts groups from now on; they learn it now, not at the next beat
@@ -350,6 +351,7 @@ class LearnerRole(NodeRole):
             ratio_peqq_var=record.get("ratio_peqq_var"),
             entropy=record.get("entropy"),
             clip_frac=record["clip_frac"],
+            masked_frac=record.get("masked_fraction"),
             grad_norm=record["grad_norm"],
             staleness_max=record["staleness_max"],
             staleness_mean=record["staleness_mean"],

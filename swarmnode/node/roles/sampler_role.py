@@ -90,6 +90,7 @@ class SamplerRole(NodeRole):
         sink: RolloutSink = self.sender.send
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
         self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink, seed=seed)
+        self.sender.on_saturated = self.loop.skipped.update  # prompts its learners found all-solved / all-failed
         self.pacer = Pacer(cfg.sampler.prompts_per_batch, credits=cfg.sync.pacing == "credits")
         self.guard = DeliveryGuard(undelivered_limit(cfg.sampler.prompts_per_batch))
         self._guard_seen: tuple = (0, Counter(), -1, frozenset())  # acked, statuses, version, learners at last look

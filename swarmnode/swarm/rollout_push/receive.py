@@ -119,6 +119,7 @@ class RolloutReceiver:
         self.durable = durable
         self.full = full  # True while the consumer wants no more groups for now (see the class docstring)
         self.credit = credit  # (sender) -> groups the consumer invites from it now, told in its acks
+        self.saturated: Callable[[str], dict[str, str]] | None = None  # (sender) -> prompts to tell it
         self.turn = turn  # (sender) -> whether its push may pass now (False: "full"; `credit.CreditPolicy.in_turn`)
         self.turn_wait = turn_wait  # (sender) -> seconds a "full" ack tells it to wait (`CreditPolicy.turn_wait`)
         self.settle = settle  # (sender, status) of a group past the door -> whether it counts against the sender
@@ -399,6 +400,8 @@ class RolloutReceiver:
             }
             for group_id, status in results
         ]
+        if self.saturated is not None and peer is not None and acks and (news := self.saturated(peer)):
+            acks[-1]["s"] = news  # prompts the learner found all-solved / all-failed, not yet told to this peer
         await write_frames(writer, [pack(ack) for ack in acks])
 
     def _count(self, status: str, peer: str, reason: str | None = None) -> None:

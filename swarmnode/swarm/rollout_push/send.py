@@ -118,6 +118,7 @@ class RolloutSender:
         self.statuses: collections.Counter[str] = collections.Counter()
         self.latencies: collections.deque[float] = collections.deque(maxlen=10_000)  # enqueue -> ack, seconds
         self.on_delivered: Callable[[str, str, str], None] | None = None  # (peer, group id, status)
+        self.on_saturated: Callable[[Any], None] | None = None  # an ack's `s`: prompt id -> solved | failed
         self.on_settings: Callable[[str, Any], None] | None = None  # (peer, the run's values): a "settings" ack
         self.newest_hint = -1  # the highest policy version a destination's ack told
         self.hint_peer: str | None = None  # the destination (stream-authenticated peer id) that told it
@@ -345,6 +346,8 @@ class RolloutSender:
                 link.full_wait = told_wait(ack)
             if status == SETTINGS_STATUS and self.on_settings is not None:
                 self.on_settings(str(link.peer), ack.get("run"))
+            if (told := ack.get("s")) and self.on_saturated is not None:  # prompts come back all-solved/failed
+                self.on_saturated(told)
             statuses.append(status)
             if status in CLOSING_STATUSES:
                 return
