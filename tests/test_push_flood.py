@@ -84,7 +84,9 @@ def test_a_throwaway_key_flood_leaves_the_learner_at_its_calm_pace(tmp_path):
     lines = ready.read_text().splitlines()
     final = json.loads(lines[-1]) if lines else {}
     print(f"calm {calm:.2f}, flooded {flooded:.2f}, after {after:.2f} steps/s; flood acks {final}")
-    assert final.get("future", 0) + final.get("banned", 0) >= KEYS, final  # the flood reached the door
-    assert final.get("banned", 0) > 0, final  # refused pushes are strikes: the throwaway keys were banned
+    # the flood reached the learner: each key was refused, told the room is full (its bounded share is taken), or
+    # banned after three refused pushes (strikes); under load most keys only ever hear "full"
+    assert sum(final.get(k, 0) for k in ("future", "full", "banned")) >= KEYS, final
+    assert final.get("future", 0) + final.get("banned", 0) > 0, final  # pushes past the door were refused
     assert "caught sampler" not in out
     assert flooded >= MIN_RATIO * (calm + after) / 2, (calm, flooded, after)
