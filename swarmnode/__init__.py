@@ -28,6 +28,7 @@ The parts underneath
 - `delivery`, `staleness`, `backoff`   the rollout sink interface; staleness buckets; backoff with jitter
 - `delay`               simulated weight and rollout delays for latency experiments
 - `diskspace`           a full disk as a one-line notice: free space checks before big writes
+- `quiet_log`           one logger held to errors for a while (per-attempt warnings under a one-line failure)
 - `atomic`              atomic writes: a temporary file (or directory) renamed over the target
 
 The public names below are importable from `swarmnode` itself (`from swarmnode import LearnerLoop`); each is

@@ -5,9 +5,7 @@ can be read beside it."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import torch
 from swarmnode.errors import ExitCode
 from swarmnode.export.errors import ExportError
 from swarmnode.protocol.manifest import WeightManifest
+from swarmnode.quiet_log import quiet_logger
 from swarmnode.swarm.weights import WeightStore, aligned_buffer, tensors_from_buffer
 from swarmnode.swarm.weights.layout import Buffer
 
@@ -65,7 +64,9 @@ def read_version(store: WeightStore, version: int, where: str) -> Version:
     buf = aligned_buffer(manifest.total_bytes)
     view = memoryview(buf)
     for chunk, off in zip(manifest.chunks, manifest.chunk_offsets()):
-        with _store_quiet():  # the store's own warning would be a second line: the error below says it
+        with quiet_logger(
+            "swarmnode.swarm.weights.store"
+        ):  # the store's own warning would be a second line: the error below says it
             held = store.load_chunk_into(chunk, view[off : off + chunk.size])
         if not held:
             raise ExportError(
@@ -73,17 +74,6 @@ def read_version(store: WeightStore, version: int, where: str) -> Version:
                 "match the signed manifest); export another version (--version) or from the live run (its invite)"
             )
     return Version(manifest, tensors_from_buffer(manifest, buf), buf, where)
-
-
-@contextlib.contextmanager
-def _store_quiet() -> Iterator[None]:
-    log = logging.getLogger("swarmnode.swarm.weights.store")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
 
 
 def local_version(data_dir: Path, run_id: str, keys: Iterable[str], version: int | None) -> Version:

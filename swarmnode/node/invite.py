@@ -14,7 +14,6 @@ leave with a message saying what changed. An older version or another key's card
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +25,7 @@ from swarmnode.errors import ExitCode, SwarmnodeError, UsageError
 from swarmnode.identity import Identity
 from swarmnode.model.sources import FILE_TASKS, source_differences, source_digests
 from swarmnode.protocol.run_card import Invite, RunCard, newest_card
+from swarmnode.quiet_log import quiet_logger
 from swarmnode.swarm.membership import Membership
 from swarmnode.swarm.p2p import SwarmStartError
 
@@ -59,18 +59,6 @@ def client_config(invite: Invite, timeout: float = FETCH_TIMEOUT_S) -> NodeConfi
     )
 
 
-@contextlib.contextmanager
-def _quiet_dials():
-    """The per-attempt dial warnings are left out: the fetch ends in one line saying what happened."""
-    p2p_log = logging.getLogger("swarmnode.swarm.p2p")
-    level = p2p_log.level
-    p2p_log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        p2p_log.setLevel(level)
-
-
 async def read_card(member: Membership, invite: Invite, above: int = -1) -> RunCard | None:
     """The newest card of the invite's run signed by its owner above version `above`, as the DHT holds now."""
     return newest_card(await member.dht.cards(), invite.owner, invite.run_id, above)
@@ -82,7 +70,7 @@ async def fetch_card(invite: Invite, timeout: float = FETCH_TIMEOUT_S) -> RunCar
     cfg = client_config(invite, timeout)
     member = Membership(cfg, Identity.generate(), "client", client_mode=True)
     try:
-        with _quiet_dials():
+        with quiet_logger("swarmnode.swarm.p2p"):  # the fetch ends in one line saying what happened
             await member.start()
     except SwarmStartError as exc:
         raise CardError(f"run {invite.run_id}: no bootstrap of the invite answered ({exc})") from None
