@@ -115,14 +115,17 @@ def swarm(args) -> dict:
         ]
         for s in samplers:
             s.ready_fields(timeout=1800)
-        began = time.monotonic()
+        began, learner_exit = time.monotonic(), None
         while time.monotonic() - began < args.minutes * 60:
-            if learner.popen.poll() is not None:
-                raise SystemExit(f"learner exited:\n{learner.stderr()[-3000:]}")
+            if learner.popen.poll() is not None:  # e.g. killed for memory: its last checkpoint is scored
+                learner_exit = learner.popen.returncode
+                print(f"learner exited (rc {learner_exit}):\n{learner.stderr()[-3000:]}", file=sys.stderr)
+                break
             time.sleep(5)
         rows = steps_of(root / "learner" / "learner_steps.jsonl")
         made = [[ln for ln in s.stdout().splitlines() if "groups made" in ln][-1:] for s in samplers]
-        assert learner.stop(timeout=600) == 0, learner.stderr()[-3000:]  # SIGTERM: checkpoint, leave
+        if learner_exit is None:
+            assert learner.stop(timeout=600) == 0, learner.stderr()[-3000:]  # SIGTERM: checkpoint, leave
         saved = root / "learner" / "checkpoints" / "checkpoint.pt"
         state = torch.load(saved, map_location="cpu", weights_only=True) if saved.exists() else None
     if state is None:  # no step had a group with a reward spread: nothing to compare
@@ -132,6 +135,8 @@ def swarm(args) -> dict:
     trained = per_prompt_rewards(cfg, state["model"], args.samples, args.seed)
     return {
         "learner_steps": len(rows),
+        "learner_exit": learner_exit,
+        "checkpoint_version": state.get("version"),
         "samplers_last_line": made,
         "training_reward_first_last": [rows[0].get("reward_mean"), rows[-1].get("reward_mean")] if rows else None,
         "held_out": paired(base, trained),
