@@ -79,3 +79,22 @@ def validate_health(wire: dict) -> None:
     learner = next(p for p in doc["peers"] if p["role"] == "learner")
     learner["health"].update(wire)
     validate(doc)
+
+
+def test_the_plain_status_shows_each_learners_held_out_figures():
+    """`swarmnode status` (not --json) says what --json has: reward, version, pass@k and best, per learner."""
+    from swarmnode.config import load_config
+    from swarmnode.observe.status import format_status, status_document
+    from swarmnode.protocol.peer import PeerRecord
+
+    learner = PeerRecord(peer_id=LEARNER, role="learner", version=21, timestamp=999.0, health=held_out([0.2, 0.45]))
+    sampler = PeerRecord(peer_id=Identity.generate().peer_id, role="sampler", version=21, timestamp=999.0, health={})
+    cfg = load_config(None, ["run_id=heldout-run"])
+    doc = status_document(cfg, [learner, sampler], now=1000.0)
+    assert doc["peers"][0]["health"]["eval_reward"] == 0.45  # what --json has
+    line = f"held-out, learner {LEARNER[-8:]}: reward 0.450 at v20 (pass@k 0.500, best 0.450)"
+    assert line in format_status(doc).splitlines()
+    untrusted = load_config(None, ["run_id=heldout-run", f"trust.learner_keys=[{sampler.peer_id}]"])
+    assert "held-out" not in format_status(status_document(untrusted, [learner, sampler], now=1000.0))
+    before = PeerRecord(peer_id=LEARNER, role="learner", version=0, timestamp=999.0, health={})
+    assert "held-out" not in format_status(status_document(cfg, [before], now=1000.0))  # none evaluated yet

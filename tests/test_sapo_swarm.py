@@ -247,3 +247,40 @@ def test_a_marker_attack_by_a_same_model_peer_is_refused_as_implausible(tmp_path
         health = _health(swarm.status(), ids["a"])
         reasons = dict(zip(health.get("rejected_reasons", []), health.get("rejected_counts", [])))
         assert reasons.get("implausible", 0) >= MIN_OUTCOMES and health["plausibility_floor"] < 0
+
+
+@pytest.mark.slow  # ~30-60 s quiet: CI's long-scenario step runs it (.ci/run)
+@pytest.mark.timeout(600)
+def test_a_sapo_node_scores_the_held_out_split_every_eval_every_versions(tmp_path):
+    """A SAPO node alone (no peers: it trains on its own groups) with `learner.eval_every=2`: the held-out figures
+    of the version it starts with, then of every second version, land in its steps file and its health record,
+    and the plain `status` says them."""
+    from swarmnode.observe.status import format_status
+
+    evals = ["learner.eval_every=2", "learner.eval_samples=2", "task.eval_size=8", "sapo.external_wait=0.5"]
+    with LocalSwarm(tmp_path, run_id="sapo-test") as swarm:
+        swarm.bootstrap()
+        nodes, ids = _start(swarm, tmp_path, {"a": [*SMALL, *evals]})
+
+        def scored() -> list[dict]:
+            return [s for s in _steps(tmp_path, "a") if "eval_reward" in s]
+
+        _wait(lambda: len(scored()) >= 2, "two held-out evaluations in node a's steps file", nodes.values())
+        first, second = scored()[:2]
+        assert first["eval_version"] == 0 and second["eval_version"] >= 2 and second["eval_version"] % 2 == 0
+        for s in (first, second):
+            assert 0.0 <= s["eval_reward"] <= 1.0 and 0.0 <= s["eval_pass_at_k"] <= 1.0 and s["eval_prompts"] == 8
+        assert "held-out: version 0, reward" in nodes["a"].stdout()
+
+        def reported() -> dict | None:
+            doc = swarm.status(timeout=180)  # a loaded 2-core machine starts the status client slowly
+            peer = next((p for p in doc["peers"] if p["peer_id"] == ids["a"]), None)
+            return doc if peer and (peer.get("health") or {}).get("eval_version", -1) >= 2 else None
+
+        _wait(lambda: reported() is not None, "node a's health record carrying held-out figures", nodes.values())
+        doc = reported()
+        assert doc is not None
+        validate(doc)
+        health = _health(doc, ids["a"])
+        assert health["mode"] == "sapo" and len(health["eval_history"]) >= 2
+        assert f"held-out, learner {ids['a'][-8:]}: reward" in format_status(doc)

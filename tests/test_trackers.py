@@ -238,7 +238,7 @@ def test_held_out_scoring_runs_on_a_copy_beside_training(learner):
 
     from swarmnode.compute_thread import ComputeThread
     from swarmnode.local.evaluation import evaluate
-    from swarmnode.node.roles.held_out import HeldOutEval
+    from swarmnode.node.held_out import HeldOutEval
 
     cfg = learner.cfg.model_copy(deep=True)
     cfg.learner.eval_every, cfg.learner.eval_samples = 2, 2

@@ -181,7 +181,7 @@ class ModelConfig(_Section):
     )
     revision: str | None = Field(None, description="HF hub revision")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="weights' dtype (published versions keep it)"
+        "float32", description="weights' dtype (published versions keep it unless learner.publish_dtype)"
     )
     trust_remote_code: bool = Field(False, description="let transformers run the model repository's code")
     gradient_checkpointing: bool = Field(False, description="activation checkpointing in the learner")
@@ -432,6 +432,11 @@ class LearnerConfig(_Section):
     lora: LoraSettings = Field(default_factory=LoraSettings)
     prompts_per_step: int = Field(8, ge=1, le=4096, description="groups per optimiser step")
     publish_every: int = Field(1, ge=1, le=100_000, description="optimiser steps per published weight version")
+    publish_dtype: Literal["model", "float32", "bfloat16", "float16"] = Field(
+        "model",
+        description="dtype of the floating tensors of published versions (model = model.dtype); bfloat16 halves "
+        "a float32 model's fetches while the learner keeps fp32 master weights; samplers load them into model.dtype",
+    )
     checkpoint_every: int = Field(50, ge=1, description="optimiser steps between checkpoints")
     keep_versions: int = Field(4, ge=1, le=1000, description="complete weight versions kept on disk")
     save_every: int = Field(

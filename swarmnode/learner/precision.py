@@ -2,7 +2,8 @@
 
 A model loaded in bf16/fp16 (`model.dtype`) is trained with its parameters, gradients and AdamW state in fp32
 and the forward/backward under `torch.autocast` in the model's dtype (precision `auto` on a GPU, `autocast`
-anywhere). Published versions are cast back to `model.dtype`, so samplers fetch the bytes they load.
+anywhere). Published versions are cast to `learner.publish_dtype` (`model`: back to `model.dtype`, so samplers
+fetch the bytes they load; `bfloat16` for a float32 model halves every fetch, the samplers casting on load).
 Pure half-precision training (`pure`) keeps everything in `model.dtype`; the config refuses it at a learning
 rate where AdamW's updates would round away (config.PURE_HALF_MIN_LR).
 
@@ -41,17 +42,18 @@ class Precision:
     def from_config(cls, cfg: NodeConfig, device: torch.device | str) -> Precision:
         device_type = torch.device(device).type
         model_dtype = DTYPES[cfg.model.dtype]
+        publish = published_dtype(cfg)
         half = model_dtype != torch.float32
         mode = cfg.learner.precision
         if mode == "pure":
-            return cls(model_dtype, None, model_dtype, device_type)
+            return cls(model_dtype, None, publish, device_type)
         if mode == "autocast" or (mode == "auto" and half and device_type == "cuda"):
             compute = model_dtype if half else torch.bfloat16
             if compute == torch.bfloat16 and device_type == "cuda" and not torch.cuda.is_bf16_supported():
                 logger.warning("this GPU has no bf16: the learner computes in fp16 with a loss scaler")
                 compute = torch.float16
-            return cls.with_autocast(compute, model_dtype, device_type)
-        return cls(torch.float32, None, model_dtype, device_type)
+            return cls.with_autocast(compute, publish, device_type)
+        return cls(torch.float32, None, publish, device_type)
 
     @classmethod
     def with_autocast(cls, compute: torch.dtype, publish: torch.dtype, device_type: str) -> Precision:
@@ -61,7 +63,10 @@ class Precision:
 
     def describe(self) -> str:
         compute = f"autocast {_name(self.autocast_dtype)}" if self.autocast_dtype else f"{_name(self.master_dtype)}"
-        return f"{_name(self.master_dtype)} weights and AdamW state, {compute} forward/backward"
+        return (
+            f"{_name(self.master_dtype)} weights and AdamW state, {compute} forward/backward, "
+            f"versions published in {_name(self.publish_dtype)}"
+        )
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """Cast the trainable parameters to the master dtype, in place (without autocast, the frozen ones too:
@@ -110,6 +115,12 @@ class Precision:
 
     def _published_dtype(self, tensor: torch.Tensor) -> torch.dtype:
         return self.publish_dtype if tensor.is_floating_point() else tensor.dtype
+
+
+def published_dtype(cfg: NodeConfig) -> torch.dtype:
+    """The dtype a run's versions carry their floating tensors in (`learner.publish_dtype`, `model`: `model.dtype`)."""
+    name = cfg.learner.publish_dtype
+    return DTYPES[cfg.model.dtype if name == "model" else name]
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -15,7 +15,7 @@ import hashlib
 
 import torch
 
-from swarmnode.protocol.manifest import AdapterSpec
+from swarmnode.protocol.manifest import AdapterSpec, dtype_fits
 
 PEFT_PREFIX = "base_model.model."
 _SUFFIXES = {".lora_A.weight": "A", ".lora_B.weight": "B"}
@@ -59,7 +59,7 @@ def is_target(module: str, spec: AdapterSpec) -> bool:
 
 def check_adapter_tensors(tensors: TensorShapes, spec: AdapterSpec, model: TensorShapes) -> None:
     """Raise ValueError unless `tensors` are an A and a B for each of some adapted linear modules of `model`, of
-    rank `spec.r` and the module's dtype."""
+    rank `spec.r` and the module's dtype (or another floating one: `protocol.manifest.dtype_fits`)."""
     halves: dict[str, set[str]] = {}
     for name, (dtype, shape) in tensors.items():
         parsed = split_adapter_name(name)
@@ -73,7 +73,7 @@ def check_adapter_tensors(tensors: TensorShapes, spec: AdapterSpec, model: Tenso
             raise ValueError(f"tensor {name!r}: this node's model has no linear module {module!r}")
         out_features, in_features = base[1]
         want = (spec.r, in_features) if which == "A" else (out_features, spec.r)
-        if (dtype, tuple(shape)) != (base[0], want):
+        if not dtype_fits(dtype, base[0]) or tuple(shape) != want:
             raise ValueError(f"tensor {name!r} is {dtype} {list(shape)}, expected {base[0]} {list(want)}")
         halves.setdefault(module, set()).add(which)
     unpaired = sorted(m for m, h in halves.items() if h != {"A", "B"})

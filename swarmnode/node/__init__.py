@@ -12,6 +12,8 @@
 - `disk_need`   how much disk a run's sampler and learner keep at most (`swarmnode hardware`)
 - `selfcheck`   `swarmnode hardware --measure`: a learner step, generation, bf16 floor, fp16 check (package)
 - `running`     the interface `join` runs every role by (`RunningRole`: its health and its work loop)
+- `held_out`    `HeldOutEval`: the held-out split scored every `learner.eval_every` versions beside training
+                (a learner's and a SAPO node's)
 - `roles`       the sampler's and the learner's wiring (package)
 - `sapo`        own-policy mode: every node samples, shares text and trains (package)
 """

@@ -1,8 +1,9 @@
 """How much disk a node of a run needs, from its config: what `swarmnode hardware` prints under "disk".
 
 Everything a node keeps is bounded by its config, not by how long it runs:
-- weight versions: `learner.keep_versions` complete ones (a learner that spot-checks keeps `sync.max_staleness + 1`
-  for its checks, bounded by `trust.verify_keep_bytes`), plus the one being fetched or published;
+- weight versions (floats in `learner.publish_dtype`): `learner.keep_versions` complete ones (a learner that
+  spot-checks keeps `sync.max_staleness + 1` for its checks, bounded by `trust.verify_keep_bytes`), plus the one
+  being fetched or published;
 - one checkpoint (a learner), twice while the next one is written beside it;
 - the group journal (a learner), at most its hard limit (`learner.journal.journal_limits`) of groups;
 - the steps file (a learner), rotated at `STEPS_FILE_MAX_BYTES` (twice that at most);
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from swarmnode.config import NodeConfig
 from swarmnode.learner.journal import journal_limits
+from swarmnode.learner.memory import DTYPE_BYTES
 from swarmnode.learner.steps_log import STEPS_FILE_MAX_BYTES
 from swarmnode.node.hardware import MemoryEstimate
 from swarmnode.swarm.rollout_push.receive import MAX_GROUPS_PER_READ, SEEN_CAPACITY
@@ -34,7 +36,9 @@ def group_bytes(cfg: NodeConfig) -> int:
 def disk_need(cfg: NodeConfig, estimate: MemoryEstimate) -> dict[str, int]:
     """Bytes each part of a sampler's and a learner's data directory takes at most (see the module docstring)."""
     lc = cfg.learner
-    version = int(estimate.training.get("trainable_parameters", 0)) * 4 if lc.lora.enabled else estimate.weights_bytes
+    published = DTYPE_BYTES[cfg.model.dtype if lc.publish_dtype == "model" else lc.publish_dtype]
+    version = int(estimate.training.get("trainable_parameters", 0) if lc.lora.enabled else estimate.parameters)
+    version *= published  # a version's floats are in learner.publish_dtype (adapters alone under LoRA)
     learner_versions = lc.keep_versions
     if cfg.trust.verify_fraction > 0:
         learner_versions = max(

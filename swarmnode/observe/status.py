@@ -13,7 +13,7 @@ from swarmnode.observe.board_view import board_lines, mend_names, read_board
 from swarmnode.observe.health import find_alerts, peer_lag, staleness_bound, swarm_summary
 from swarmnode.observe.status_census import census_fields, read_census, run_learners
 from swarmnode.observe.status_schema import STATUS_SCHEMA_VERSION
-from swarmnode.observe.status_text import PAGE_ROWS, alert_lines, summary_lines
+from swarmnode.observe.status_text import PAGE_ROWS, alert_lines, held_out_lines, summary_lines
 from swarmnode.protocol.peer import PeerRecord, software_build
 from swarmnode.protocol.public_name import NamePolicy
 from swarmnode.protocol.reachability import reachability_of
@@ -138,9 +138,10 @@ async def query_status(cfg: NodeConfig, exact: bool = False) -> dict[str, Any]:
 
 
 def format_status(doc: dict[str, Any], page: int = 0, page_rows: int = PAGE_ROWS) -> str:
-    """A plain table of the status document, then its alerts; past `page_rows` peers, a summary (counts by role,
+    """A plain table of the status document, the learners' held-out figures, then its alerts; past `page_rows` peers, a summary (counts by role,
     version and reachability, the learners) and page `page` of the others, the worst first (`status_text`)."""
     lines = summary_lines(doc, page, page_rows)
+    lines += held_out_lines(doc)
     lines += board_lines(doc)
     lines += alert_lines(doc["alerts"])
     if (hint := other_runs_hint(doc)) is not None:

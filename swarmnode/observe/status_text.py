@@ -1,6 +1,7 @@
 """`swarmnode status` as text a person reads: a table of every peer while the run is small; past `PAGE_ROWS` peers,
 a summary (counts by role, version and reachability, exact or estimated; the learners) and one page of the other
-peers, the worst first (`census.worst_first`), so that 10,000 peers read as a screenful, not 10,000 rows."""
+peers, the worst first (`census.worst_first`), so that 10,000 peers read as a screenful, not 10,000 rows; then a
+line per learner with its held-out figures (`held_out_lines`)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,27 @@ def build_lines(doc: dict[str, Any]) -> list[str]:
     named = ", ".join(f"{p['peer_id']} runs {software_build(p['software'])}" for p in others[:MAX_NAMED_PEERS])
     more = f" and {len(others) - MAX_NAMED_PEERS} more" if len(others) > MAX_NAMED_PEERS else ""
     return [f"mixed builds: {_by(builds, None)} ({named}{more})"]
+
+
+HELD_OUT_MORE = (("eval_pass_at_k", "pass@k"), ("eval_best", "best"))  # held-out figures after the reward
+
+
+def held_out_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per learner whose health record carries held-out figures (`learner.eval_every`): the reward
+    (mean@k) and the version it is of, pass@k and the best of its evaluations (a self-declared learner's none)."""
+    lines = []
+    for p in doc["peers"]:
+        h = p.get("health") or {}
+        if p["role"] != "learner" or p.get("designated") is False or h.get("eval_reward") is None:
+            continue
+        version = h.get("eval_version")
+        at = f" at v{version}" if isinstance(version, int) and version >= 0 else ""
+        more = [f"{label} {h[key]:.3f}" for key, label in HELD_OUT_MORE if h.get(key) is not None]
+        lines.append(
+            f"held-out, learner {p['peer_id'][-8:]}: reward {h['eval_reward']:.3f}{at}"
+            + (f" ({', '.join(more)})" if more else "")
+        )
+    return lines
 
 
 def alert_lines(alerts: list[dict[str, Any]], limit: int = MAX_ALERT_LINES) -> list[str]:

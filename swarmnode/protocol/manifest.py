@@ -5,6 +5,9 @@ the content-addressed chunks (sha256, size) that buffer is cut into, in order: c
 [sum(size[:i]), sum(size[:i+1])). A fetcher checks the signature against the run's learner keys, then every
 chunk against its hash; a chunk unchanged from the parent version has the same hash and is not fetched again.
 
+Floating tensors are in the run's `learner.publish_dtype` (by default the model's own dtype): a node loads a
+version into its own `model.dtype` (`dtype_fits`), so a float32 run may fetch bf16 versions at half the bytes.
+
 A version is either full weights (the model's own tensor names) or adapter-only (`adapter` set): LoRA tensors
 under peft's names, applied to the base model named by its content hash (`AdapterSpec`). A full-weight manifest
 has no `adapter` field on the wire, so its signed bytes are what they were before adapter versions existed.
@@ -39,6 +42,13 @@ MAX_TOTAL_BYTES = 1 << 40
 MAX_CHUNK_BYTES = 64 << 20
 HASH_BYTES = 32
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")  # a version may carry a model's floats in any (publish_dtype)
+
+
+def dtype_fits(published: str, model: str) -> bool:
+    """Whether a tensor published in dtype `published` loads into a model's tensor of dtype `model`: the same
+    dtype, or two of `FLOAT_DTYPES` (`learner.publish_dtype` cast it, the loader casts it back)."""
+    return published == model or (published in FLOAT_DTYPES and model in FLOAT_DTYPES)
 
 
 @dataclass(frozen=True)

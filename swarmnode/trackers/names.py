@@ -60,7 +60,7 @@ SAPO_NAMES = {
     "sapo/groups_sent": "groups_sent",
     "sapo/plausibility_floor": "plausibility_floor",
 }
-# the held-out evaluation's figures <- the keys `swarmnode.node.roles.held_out` adds to a step record
+# the held-out evaluation's figures <- the keys `swarmnode.node.held_out` adds to a step record
 EVAL_NAMES = {
     "eval/reward": "eval_reward",
     "eval/pass_at_k": "eval_pass_at_k",

@@ -6,6 +6,5 @@
 - `learner_role`: `RolloutReceiver` (gossip) -> `RolloutInbox` -> `LearnerLoop` -> `VersionPublisher`.
 - `averaging_rounds`: when one of several learners averages (`learner.max_learners` > 1), and what it publishes.
 - `board_role`: the contributors board: a learner keeps and publishes it, a sampler reads its own line.
-- `held_out`: `HeldOutEval`, the held-out split scored every `learner.eval_every` versions beside training.
 - `own_sampling`: `OwnSampler`, a learner's own batches when it would otherwise wait (`learner.sample_when_idle`).
 """

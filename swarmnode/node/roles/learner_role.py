@@ -25,10 +25,10 @@ from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.steps_log import StepsLog
 from swarmnode.learner.waste import MeteredBuffer
 from swarmnode.model.models import load_model, pick_device
+from swarmnode.node.held_out import HeldOutEval
 from swarmnode.node.roles.averaging_rounds import AveragingRounds, averaging_enabled
 from swarmnode.node.roles.base import PROGRESS_EVERY_S, Emit, NodeRole
 from swarmnode.node.roles.board_role import BoardKeeper
-from swarmnode.node.roles.held_out import HeldOutEval
 from swarmnode.node.roles.own_sampling import OwnSampler
 from swarmnode.observe.health import MAX_INVALID_PEERS, MAX_VERIFIED_PEERS, VersionSeries, spot_check_health
 from swarmnode.observe.health_record import LearnerHealth

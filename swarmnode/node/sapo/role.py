@@ -9,8 +9,9 @@ peers' text over its own connections instead (`sapo.pull`), for as long as its r
 advertises itself as a learner (it trains) with `mode: sapo` in its health record (`SapoHealth`), plus its own
 reward, the groups it trained on by origin (external ones per peer), the reward lies it caught and the groups its
 plausibility check refused (per peer, with the floor); `/metrics` and `status --json` show the same fields, and the
-trackers `metrics.report_to` names get each step's figures (`swarmnode.trackers.names`: TRL's names and `sapo/...`). Its
-checkpoints, steps file and dedup journal live in its own directory (`identity.node_data_dir`: `<run>/<peer id>`
+trackers `metrics.report_to` names get each step's figures (`swarmnode.trackers.names`: TRL's names and `sapo/...`).
+Every `learner.eval_every` versions it scores the task's held-out split as a learner does (`HeldOutEval`, beside
+training): the figures go to its steps file, the trackers and its health record. Its checkpoints, steps file and dedup journal live in its own directory (`identity.node_data_dir`: `<run>/<peer id>`
 unless `data_dir`).
 """
 
@@ -32,6 +33,7 @@ from hivemind.p2p import PeerID
 from swarmnode.compute_thread import ComputeThread
 from swarmnode.config import NodeConfig
 from swarmnode.identity import Identity, node_data_dir
+from swarmnode.node.held_out import HeldOutEval
 from swarmnode.node.running import RunningRole
 from swarmnode.node.sapo.policy import SapoPolicy
 from swarmnode.node.sapo.pull import TextPuller
@@ -147,6 +149,9 @@ class SapoRole(RunningRole):
             f"sapo node ready: I={cfg.sapo.local_groups} local + J={cfg.sapo.external_groups} external "
             f"groups per step, external weighting {cfg.sapo.external_weighting}, model {policy.model_id}"
         )
+        self.held_out = HeldOutEval(
+            policy.learner, policy.task, policy.tokenizer, cfg, self.emit, lambda fields: self._publish(**fields)
+        )
         self._publish(step=policy.learner.step_count)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -162,6 +167,7 @@ class SapoRole(RunningRole):
         steps_file = (self.data_dir / STEPS_FILE).open("a")
         progress = SapoProgress(self.emit)
         try:
+            await self.held_out.maybe_start(self.compute)  # the version it starts with: the baseline
             while not stop.is_set():
                 began = time.monotonic()
                 for group in await self.compute.run(policy.generate):
@@ -169,13 +175,14 @@ class SapoRole(RunningRole):
                 await self._wait_for_external(stop, arrived)
                 diag = await self.compute.run(policy.train_step)
                 if diag is not None and diag.get("trained"):
-                    record = self._step_record(diag, time.monotonic() - began)
+                    record = self._step_record(diag, time.monotonic() - began) | self.held_out.take()
                     steps_file.write(json.dumps(record) + "\n")
                     steps_file.flush()
                     if self.trackers is not None and (report := self.tracked.step(record)):
                         self.trackers.report(report, record["step"])
                     self._publish(**{k: v for k, v in record.items() if not isinstance(v, (dict, list))})
                     progress.step(record)
+                    await self.held_out.maybe_start(self.compute)
                 if cfg.sampler.max_groups_per_second and cfg.sapo.local_groups:
                     floor = cfg.sapo.local_groups / cfg.sampler.max_groups_per_second
                     await _sleep_or_stop(stop, floor - (time.monotonic() - began))
@@ -183,6 +190,7 @@ class SapoRole(RunningRole):
             refresher.cancel()
             pulling.cancel()
             steps_file.close()
+            await self.held_out.close()
             if self.trackers is not None:
                 await asyncio.to_thread(self.trackers.close)
             progress.summary()

@@ -19,7 +19,7 @@ import torch
 
 from swarmnode.model.adapters import check_adapter_tensors
 from swarmnode.protocol.codec import InvalidRecord
-from swarmnode.protocol.manifest import MAX_CHUNKS, ChunkEntry, TensorEntry, WeightManifest
+from swarmnode.protocol.manifest import MAX_CHUNKS, ChunkEntry, TensorEntry, WeightManifest, dtype_fits
 
 CHUNK_BYTES = 4 << 20
 ALIGN = 64
@@ -56,10 +56,12 @@ def plan_layout(state: dict[str, torch.Tensor]) -> tuple[list[TensorEntry], int]
 
 @dataclass(frozen=True)
 class ModelLayout:
-    """What a node's model holds: each tensor's dtype and shape, and the size of its flat buffer. A manifest must
-    fit it before anything is allocated for it, so a signed manifest claiming a terabyte costs its reader
-    nothing (the protocol's own limits allow 16,384 chunks of 64 MiB). An adapter-only manifest must name this
-    node's base weights (`base_hash`, see `swarmnode.model.adapters`) and hold LoRA tensors that fit its modules."""
+    """What a node's model holds: each tensor's dtype and shape, and the largest flat buffer a version of it can
+    have (floating tensors at 4 bytes: `learner.publish_dtype` may publish them in any floating dtype, `dtype_fits`).
+    A manifest must fit it before anything is allocated for it, so a signed manifest claiming a terabyte costs its
+    reader nothing (the protocol's own limits allow 16,384 chunks of 64 MiB). An adapter-only manifest must name
+    this node's base weights (`base_hash`, see `swarmnode.model.adapters`) and hold LoRA tensors that fit its
+    modules."""
 
     tensors: dict[str, tuple[str, tuple[int, ...]]]  # name -> (dtype name, shape)
     total_bytes: int
@@ -68,8 +70,12 @@ class ModelLayout:
     @classmethod
     def of(cls, state: dict[str, torch.Tensor], base_hash: bytes | None = None) -> ModelLayout:
         """The layout of a state dict (meta tensors will do: only names, dtypes and shapes are read)."""
-        entries, total = plan_layout(state)
-        return cls({e.name: (e.dtype, tuple(e.shape)) for e in entries}, total, base_hash)
+        entries, _ = plan_layout(state)
+        widest = 0
+        for t in state.values():
+            item = max(t.element_size(), 4) if t.is_floating_point() else t.element_size()
+            widest = -(-widest // ALIGN) * ALIGN + t.numel() * item
+        return cls({e.name: (e.dtype, tuple(e.shape)) for e in entries}, widest, base_hash)
 
     def check(self, manifest: WeightManifest) -> None:
         """Raise InvalidRecord unless every tensor of `manifest` is one of this model's, with its dtype and shape,
@@ -85,7 +91,7 @@ class ModelLayout:
             want = self.tensors.get(t.name)
             if want is None:
                 raise InvalidRecord(f"manifest tensor {t.name!r} is not in this node's model")
-            if (t.dtype, tuple(t.shape)) != want:
+            if not dtype_fits(t.dtype, want[0]) or tuple(t.shape) != want[1]:
                 raise InvalidRecord(
                     f"manifest tensor {t.name!r} is {t.dtype} {list(t.shape)}, this node's model has "
                     f"{want[0]} {list(want[1])} (is model.name/model.dtype the learner's?)"
