@@ -110,7 +110,9 @@ def test_sampler_refuses_an_adapter_for_other_base_weights(cfg, parts, trained, 
         layout.check(manifest)  # the fetcher's check: nothing is downloaded
     engine = _engine(cfg, parts)
     weights = {k: v.clone() for k, v in engine.model.state_dict().items()}
-    sampler = SamplerLoop(engine, parts[0], cfg, Identity.generate(), lambda group: None)
+    sampler = SamplerLoop(
+        engine, parts[0], cfg.sampler, cfg.run_id, Identity.generate(), lambda group: None, seed=cfg.task.seed
+    )
     sampler.offer_weights(adapters, 1, adapter=other)
     with caplog.at_level(logging.ERROR, logger="swarmnode.sampler.loop"):
         groups = sampler.step()  # no crash: the batch is made with the weights held

@@ -101,7 +101,7 @@ def loop_steps(cfg, tmp: Path, background: bool, seconds: float, tag: str) -> di
         model, tokenizer, task, cfg, buffer, publish, published_path=tmp / f"pv-{tag}", publish_in_background=background
     )
     inbox = RolloutInbox(buffer)
-    sampler = SamplerLoop(build_engine(cfg), task, cfg, ident, inbox.send)
+    sampler = SamplerLoop(build_engine(cfg), task, cfg.sampler, cfg.run_id, ident, inbox.send, seed=cfg.task.seed)
     learner.publish_current()
     start = time.perf_counter()
     cpu0 = time.process_time()
