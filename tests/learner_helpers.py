@@ -44,7 +44,9 @@ def sampled_groups(cfg, parts, n_batches=2, version=0):
     task, _, engine = parts
     out: list[RolloutGroup] = []
     engine.version = version
-    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=len(os.urandom(1)))
+    sampler = SamplerLoop(
+        engine, task, cfg.sampler, cfg.run_id, Identity.generate(), out.append, seed=len(os.urandom(1))
+    )
     for _ in range(n_batches):
         sampler.step()
     return out
@@ -63,7 +65,7 @@ def signal_groups(cfg, parts, n: int) -> list[RolloutGroup]:
     """`n` sampled groups whose recomputed rewards differ within the group (so each one trains)."""
     task, tokenizer, engine = parts
     out: list[RolloutGroup] = []
-    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=1)
+    sampler = SamplerLoop(engine, task, cfg.sampler, cfg.run_id, Identity.generate(), out.append, seed=1)
     for _ in range(50):
         if len([g for g in out if _has_signal(task, tokenizer, g)]) >= n:
             break

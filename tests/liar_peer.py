@@ -34,7 +34,9 @@ def lying_groups(
     """`n` real groups of the run's task and model, their log-probs shifted by `shift` (version set on push)."""
     cfg = cfg.model_copy(update={"run_id": run_id})
     out: list[RolloutGroup] = []
-    sampler = SamplerLoop(build_engine(cfg), build_task(cfg.task), cfg, liar, out.append, lineage=lineage, seed=7)
+    sampler = SamplerLoop(
+        build_engine(cfg), build_task(cfg.task), cfg.sampler, cfg.run_id, liar, out.append, lineage=lineage, seed=7
+    )
     while len(out) < n:
         sampler.step()
     return [

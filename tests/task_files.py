@@ -1,5 +1,5 @@
-"""Files the task tests write: a reward file as TRL's docs write one, a conversational JSONL dataset, a reward
-package installed by entry point, and a minimal verifiers environment."""
+"""Files the task tests write: a reward file as TRL's docs write one (and a shorter one), a conversational JSONL
+dataset, a reward package installed by entry point, and a minimal verifiers environment."""
 
 from __future__ import annotations
 
@@ -34,6 +34,16 @@ TRL_REWARDS = textwrap.dedent(
         return [2.0 if k == "math" else None for k in kind]
     '''
 )
+
+# a shorter reward file: a tag reward and a length penalty (the reasoning-gym tests)
+SHORTER = """
+def text(c):
+    return c[0]["content"] if isinstance(c, list) else c
+
+
+def tagged(completions, **kwargs):
+    return [1.0 if "<answer>" in text(c) else -len(text(c)) / 10 for c in completions]
+"""
 
 BAD_REWARDS = textwrap.dedent(
     '''

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 from learner_helpers import sampled_groups
-from test_lora import _loop, _train, cfg, parts  # noqa: F401  (fixtures: the tiny model at lr 1e-2)
+from lora_helpers import cfg, lora_loop, parts, train_steps  # noqa: F401  (fixtures: the tiny model at lr 1e-2)
 from weights_helpers import assert_same, daemons, store
 
 from swarmnode.identity import Identity
@@ -32,8 +32,8 @@ G, MAX_NEW = 4, 6
 @pytest.fixture(scope="module")
 def trained(cfg, parts):
     """A LoRA learner after three steps: (loop, its adapter tensors, their spec)."""
-    loop = _loop(cfg, parts)
-    _train(loop, sampled_groups(cfg, parts, 3))
+    loop = lora_loop(cfg, parts)
+    train_steps(loop, sampled_groups(cfg, parts, 3))
     return loop, loop.adapter_snapshot(), loop.adapter_spec
 
 
@@ -110,7 +110,9 @@ def test_sampler_refuses_an_adapter_for_other_base_weights(cfg, parts, trained, 
         layout.check(manifest)  # the fetcher's check: nothing is downloaded
     engine = _engine(cfg, parts)
     weights = {k: v.clone() for k, v in engine.model.state_dict().items()}
-    sampler = SamplerLoop(engine, parts[0], cfg, Identity.generate(), lambda group: None)
+    sampler = SamplerLoop(
+        engine, parts[0], cfg.sampler, cfg.run_id, Identity.generate(), lambda group: None, seed=cfg.task.seed
+    )
     sampler.offer_weights(adapters, 1, adapter=other)
     with caplog.at_level(logging.ERROR, logger="swarmnode.sampler.loop"):
         groups = sampler.step()  # no crash: the batch is made with the weights held

@@ -5,7 +5,7 @@ pushing a group the learner refuses (a future version) every 4 s."""
 
 from __future__ import annotations
 
-from test_credit_turns import Clock
+from clock_helpers import Clock
 
 from swarmnode.swarm.rollout_push.credit import CreditPolicy, counts_against
 

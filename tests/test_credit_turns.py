@@ -5,17 +5,11 @@ and resending it every 0.25 s while it is answered "full" (or after the wait the
 
 from __future__ import annotations
 
+from clock_helpers import Clock
+
 from swarmnode.swarm.rollout_push.credit import MAX_TURN_WAIT_S, CreditPolicy, told_wait
 
 STEP_S, TICK_S, DRAW = 1.0, 0.25, 4
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def longest_wait(samplers: int, minutes: float, turns: bool, told: bool = False) -> tuple[float, int, int]:

@@ -22,7 +22,9 @@ def test_the_disk_a_node_needs_follows_its_config():
     disk = disk_need(cfg, estimate)
     assert disk["version_bytes"] == estimate.weights_bytes > 0
     assert disk["sampler_bytes"] == (cfg.learner.keep_versions + 1) * disk["version_bytes"]
-    assert disk["journal_bytes"] == journal_limits(cfg)["hard_limit"] * group_bytes(cfg)
+    assert disk["journal_bytes"] == journal_limits(cfg.learner, cfg.sync.max_staleness)["hard_limit"] * group_bytes(
+        cfg.sampler
+    )
     assert disk["learner_bytes"] > disk["sampler_bytes"] + 2 * disk["checkpoint_bytes"]
     more = load_config("tiny-cpu", ["learner.keep_versions=40"])
     assert disk_need(more, estimate_memory(more))["sampler_bytes"] == 41 * disk["version_bytes"]

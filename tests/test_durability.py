@@ -5,41 +5,20 @@ tiny model and task."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 import pytest
 import torch
+from group_helpers import LIMITS, group
 
 from swarmnode.config import load_config
-from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CHECKPOINT_NAME, read_published
 from swarmnode.learner.journal import GroupJournal
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.model.models import load_model, load_tokenizer
-from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.tasks import build_task
 
 torch.set_num_threads(1)
-LIMITS = RolloutLimits(vocab_size=128, max_generations=8, max_completion_tokens=16, max_prompt_tokens=16)
-ME = Identity.generate()
-
-
-def group(i: int, version: int = 0, who: Identity = ME) -> RolloutGroup:
-    rng = random.Random(i)
-    comps = [[rng.randrange(128) for _ in range(4)] for _ in range(2)]
-    return RolloutGroup.create(
-        identity=who,
-        run_id="r",
-        prompt_id=f"p{i}",
-        prompt_tokens=[1, 2, 3],
-        completions=comps,
-        logprobs=[[-0.5] * 4] * 2,
-        temperature=1.0,
-        rewards=[0.0, 1.0],
-        policy_version=version,
-        lineage="L",
-    )
 
 
 def test_journal_appends_syncs_compacts_and_replays(tmp_path):

@@ -6,8 +6,7 @@ health record (status, dashboard, metrics), and training goes on (the real tiny 
 from __future__ import annotations
 
 import torch
-from test_learner_loop import cfg, parts  # noqa: F401  (fixtures: the tiny-cpu config, task, tokenizer, engine)
-from test_poisoned_groups import copy_of, make_loop, signal_groups
+from learner_helpers import cfg, copy_of, make_loop, parts, signal_groups  # noqa: F401  (fixtures: cfg, parts)
 
 from swarmnode.identity import Identity
 from swarmnode.observe.health import record_health

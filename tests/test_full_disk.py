@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_durability import LIMITS, group
+from group_helpers import LIMITS, group
 from weights_helpers import assert_same, make_state, store
 
 from swarmnode.diskspace import DiskFullError, SpaceWatch, free_bytes, is_disk_full

@@ -214,8 +214,9 @@ def test_cpu_pinned_config_ignores_gpus(estimates):
     from swarmnode.node.hardware import hardware_report
 
     gpu = gpu_machine(24)
-    assert gpu.for_config(load_config("tiny-cpu")).gpus == ()  # tiny-cpu pins both roles to the CPU
-    assert gpu.for_config(load_config("qwen3-0.6b-math")) is gpu
+    tiny, qwen = load_config("tiny-cpu"), load_config("qwen3-0.6b-math")
+    assert gpu.for_devices(tiny.sampler.device, tiny.learner.device).gpus == ()  # tiny-cpu pins both roles to the CPU
+    assert gpu.for_devices(qwen.sampler.device, qwen.learner.device) is gpu
     report = hardware_report(load_config("tiny-cpu"), probe=gpu)
     assert report["device"] == "cpu" and not report["probe"]["gpus"]
     report = hardware_report(load_config("tiny-cpu", ["sampler.device=auto", "learner.device=auto"]), probe=gpu)

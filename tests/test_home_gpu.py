@@ -138,7 +138,8 @@ def test_packaged_model_alias_passes_preflight_with_hf_hub_offline(monkeypatch):
     from swarmnode.node.preflight import check_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    check_model(load_config("smollm2-135m"))  # raised "not in the Hugging Face cache" before
+    smollm2 = load_config("smollm2-135m")
+    check_model(smollm2.model, smollm2.task)  # raised "not in the Hugging Face cache" before
 
 
 @pytest.mark.parametrize("device,says", [("gpu0", "expected auto, cpu, cuda or cuda:N"), ("cuda", "no CUDA GPU")])

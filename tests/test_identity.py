@@ -60,7 +60,7 @@ def test_p2pd_uses_our_peer_id(tmp_path):
     )
 
     async def scenario() -> str:
-        p2p = await start_p2p(cfg, identity)
+        p2p = await start_p2p(cfg.network, identity)
         try:
             return str(p2p.peer_id)
         finally:

@@ -6,60 +6,24 @@ from __future__ import annotations
 
 import pytest
 import torch
-from learner_helpers import FAST, sampled_groups
+from learner_helpers import sampled_groups
+from lora_helpers import LORA, cfg, lora_loop, parts, train_steps  # noqa: F401  (module fixtures)
 
 from swarmnode.config import load_config
-from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.checkpoint import CheckpointError
-from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.memory import ModelShape, lora_parameters
 from swarmnode.learner.verify import swapped
 from swarmnode.model.logprobs import completion_scores, full_logits_scores
-from swarmnode.model.models import KNOWN_ARCHITECTURES, estimate_parameters, load_model, load_tokenizer
-from swarmnode.sampler.build import build_engine
-from swarmnode.tasks import build_task
-
-LORA = dict(enabled=True, r=4, alpha=8.0)
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_config("tiny-cpu", FAST + ["learner.learning_rate=1e-2"])
-
-
-@pytest.fixture(scope="module")
-def parts(cfg):
-    return build_task(cfg.task), load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
-
-
-def _loop(cfg, parts, checkpoint_dir=None, lora=LORA, **learner):
-    lc = cfg.learner.model_copy(update={**learner, "lora": cfg.learner.lora.model_copy(update=lora)})
-    c = cfg.model_copy(update={"learner": lc})
-    task, tokenizer, _ = parts
-    return LearnerLoop(
-        load_model(c.model, c.task, "cpu"),
-        tokenizer,
-        task,
-        c,
-        ReplayBuffer.from_config(c),
-        checkpoint_dir=checkpoint_dir,
-    )
-
-
-def _train(loop, groups, steps=3):
-    rows = [r for g in groups if (r := loop.rows.rows(g, loop.version)) and len({x.reward for x in r}) > 1]
-    for i in range(steps):
-        loop._optimise(rows[i : i + 2])
-        loop.step_count += 1
+from swarmnode.model.models import KNOWN_ARCHITECTURES, estimate_parameters, load_model
 
 
 def test_lora_trains_adapters_and_publishes_weights_a_plain_model_reproduces(cfg, parts):
     groups = sampled_groups(cfg, parts, 3)
-    loop = _loop(cfg, parts)
+    loop = lora_loop(cfg, parts)
     base = load_model(cfg.model, cfg.task, "cpu")
     trainable = {n for n, p in loop.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
-    _train(loop, groups)
+    train_steps(loop, groups)
     assert all(
         torch.equal(p, base.state_dict()[k])
         for k, p in loop.model.get_base_model().state_dict().items()
@@ -98,17 +62,17 @@ def test_lora_trains_adapters_and_publishes_weights_a_plain_model_reproduces(cfg
 def test_restart_resumes_adapters_and_schedule(cfg, parts, tmp_path):
     groups = sampled_groups(cfg, parts, 3)
     settings = dict(warmup_steps=10, checkpoint_every=1)
-    loop = _loop(cfg, parts, tmp_path, **settings)
-    _train(loop, groups)
+    loop = lora_loop(cfg, parts, tmp_path, **settings)
+    train_steps(loop, groups)
     loop.save()
-    resumed = _loop(cfg, parts, tmp_path, **settings)
+    resumed = lora_loop(cfg, parts, tmp_path, **settings)
     assert resumed.resumed and resumed.step_count == 3
     saved, restored = loop.adapter_snapshot(), resumed.adapter_snapshot()
     assert saved.keys() == restored.keys() and all(torch.equal(saved[k], restored[k]) for k in saved)
     assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(loop.optimizer.param_groups[0]["lr"])
     assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.learner.learning_rate * 3 / 10)
     with pytest.raises(CheckpointError, match="lora"):
-        _loop(cfg, parts, tmp_path, lora=dict(enabled=False), **settings)
+        lora_loop(cfg, parts, tmp_path, lora=dict(enabled=False), **settings)
 
 
 def test_qwen3_0_6b_adapters_at_r16_are_under_2_percent_of_the_weights():

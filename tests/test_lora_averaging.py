@@ -10,8 +10,8 @@ import asyncio
 import pytest
 import torch
 from learner_helpers import sampled_groups
+from lora_helpers import LORA, cfg, parts, train_steps  # noqa: F401 (module fixtures)
 from test_averaging import RUN, _close, _two_learners
-from test_lora import LORA, _train, cfg, parts  # noqa: F401 (module fixtures)
 
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
@@ -58,7 +58,7 @@ def test_two_lora_learners_average_adapters_only_and_publish_the_same_adapter_ve
 
     frozen = {k: v.clone() for k, v in loops[0].model.state_dict().items() if "lora_" not in k}
     for loop in loops:  # local steps on different groups: the adapters drift apart
-        _train(loop, sampled_groups(cfg, parts, 3))
+        train_steps(loop, sampled_groups(cfg, parts, 3))
     before = [loop.adapter_snapshot() for loop in loops]
     assert any(not torch.equal(before[0][k], before[1][k]) for k in before[0])
     assert all(len(loop.trainable) == len(before[0]) for loop in loops)  # what averages: the adapters, no more

@@ -4,23 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from learner_helpers import FAST, make_loop, sampled_groups
+from learner_helpers import make_loop, sampled_groups
+from microbatch_helpers import cfg, parts  # noqa: F401  (module fixtures: the tiny model at temperature 1.3)
 
-from swarmnode.config import load_config
 from swarmnode.learner.microbatch import loss_share, token_budget_batches
-from swarmnode.model.models import load_tokenizer
-from swarmnode.sampler.build import build_engine
-from swarmnode.tasks import build_task
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_config("tiny-cpu", FAST + ["sampler.temperature=1.3"])
-
-
-@pytest.fixture(scope="module")
-def parts(cfg):
-    return build_task(cfg.task), load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
 
 
 def test_token_budget_batches():

@@ -34,17 +34,18 @@ def _largest_pass(cfg) -> tuple[int, int]:
 @pytest.mark.parametrize("name", preset_names())
 def test_every_preset_sizes_the_pass_the_loop_runs(name):
     cfg = load_config(name)
-    assert _largest_pass(cfg) == micro_batch_rows_and_tokens(cfg)
+    assert _largest_pass(cfg) == micro_batch_rows_and_tokens(cfg.learner, cfg.sampler)
 
 
 def test_lora_presets_run_micro_batches_of_four():
     for name in (n for n in preset_names() if n.endswith("-lora")):
-        assert micro_batch_rows_and_tokens(load_config(name))[0] == 4, name
+        cfg = load_config(name)
+        assert micro_batch_rows_and_tokens(cfg.learner, cfg.sampler)[0] == 4, name
 
 
 def test_a_token_budget_is_sized_too():
     cfg = load_config("qwen3-1.7b-lora", ["learner.max_tokens_per_microbatch=10000"])
-    assert _largest_pass(cfg) == micro_batch_rows_and_tokens(cfg) == (2, 2 * (512 + 4096))
+    assert _largest_pass(cfg) == micro_batch_rows_and_tokens(cfg.learner, cfg.sampler) == (2, 2 * (512 + 4096))
 
 
 @pytest.mark.parametrize("name", [n for n in preset_names() if load_config(n).model.name == "builtin:tiny"])

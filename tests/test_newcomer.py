@@ -214,7 +214,7 @@ def test_a_p2pd_failing_after_ctrl_c_is_an_interruption_not_a_retried_failure():
     p2p.STOP_REQUESTED.set()
     try:
         with pytest.raises(Interrupted):
-            asyncio.run(p2p.start_p2p(cfg, Identity.generate()))
+            asyncio.run(p2p.start_p2p(cfg.network, Identity.generate()))
     finally:
         p2p.STOP_REQUESTED.clear()
         logging.getLogger("swarmnode.swarm.p2p").removeHandler(handler)

@@ -54,7 +54,9 @@ def test_own_batches_are_on_policy_signed_and_leave_the_model_training():
     assert versions == [1, 2, 3] and own.groups == 4 * batches
     # its prompts are its own stream, not a sampler's (seeded by task.seed): the first batches differ
     sampler_first: list = []
-    SamplerLoop(own.engine, task, cfg, Identity.generate(), sampler_first.append).step()
+    SamplerLoop(
+        own.engine, task, cfg.sampler, cfg.run_id, Identity.generate(), sampler_first.append, seed=cfg.task.seed
+    ).step()
     own_first: list = []
     OwnSampler(learner, task, cfg, me, own_first.append).batch()
     assert [g.prompt_id for g in own_first] != [g.prompt_id for g in sampler_first]

@@ -89,7 +89,7 @@ def test_bootstraps_relay_within_their_limits_and_unreachable_nodes_reserve_at_o
             "network.relay_time_limit_s=600",
         ],
     )
-    flags, kwargs = relay_flags(cfg, relay_service=True, relays=None)
+    flags, kwargs = relay_flags(cfg.network, relay_service=True, relays=None)
     assert flags == {
         "relayService": True,
         "relayMaxReservations": 7,
@@ -98,16 +98,19 @@ def test_bootstraps_relay_within_their_limits_and_unreachable_nodes_reserve_at_o
         "relayTimeLimit": "600s",
     }
     assert kwargs == {"force_reachability": "public"}
-    flags, kwargs = relay_flags(cfg, relay_service=False, relays=["/ip4/5.6.7.8/tcp/1/p2p/QmX"])
+    flags, kwargs = relay_flags(cfg.network, relay_service=False, relays=["/ip4/5.6.7.8/tcp/1/p2p/QmX"])
     assert flags == {"relayService": False, "relayDiscovery": False}
     assert kwargs["use_auto_relay"] and kwargs["force_reachability"] == "private"
     off = load_config(None, ["network.use_relay=false"])
-    assert relay_flags(off, relay_service=True, relays=["/ip4/5.6.7.8/tcp/1/p2p/QmX"]) == ({"relayService": False}, {})
-    assert network_part(cfg, "bootstrap", False) == {"check_reachability": False, "relay_service": True}
-    assert network_part(cfg, "auto", False) == {"check_reachability": True, "relay_service": False}
-    assert network_part(cfg, "client", True)["check_reachability"] is False
+    assert relay_flags(off.network, relay_service=True, relays=["/ip4/5.6.7.8/tcp/1/p2p/QmX"]) == (
+        {"relayService": False},
+        {},
+    )
+    assert network_part(cfg.network, "bootstrap", False) == {"check_reachability": False, "relay_service": True}
+    assert network_part(cfg.network, "auto", False) == {"check_reachability": True, "relay_service": False}
+    assert network_part(cfg.network, "client", True)["check_reachability"] is False
     forced = load_config(None, ["network.relay_service=true"])
-    assert network_part(forced, "sampler", False)["relay_service"] is True
+    assert network_part(forced.network, "sampler", False)["relay_service"] is True
 
 
 def record(reach: str | None, role: str = "sampler", version: int = 3) -> PeerRecord:
@@ -207,7 +210,7 @@ def test_a_node_judged_unreachable_at_join_is_public_after_two_rechecks_that_dia
                 ],
             )
             reach = Reachability(CLIENT_ONLY, "0 of 1 bootstraps dialled back", port=1)
-            watch = ReachabilityWatch(node, cfg, reach)
+            watch = ReachabilityWatch(node, cfg.network, reach)
             assert await watch.look() is None and reach.status == CLIENT_ONLY  # one look: pending at most
             # the second look confirms it, unless a look's dial-back was lost (the helper's probe daemon starting
             # under load): then the next two agreeing looks do; never a change without two

@@ -7,6 +7,7 @@ import contextlib
 import pytest
 import torch
 from learner_helpers import FAST, make_loop, sampled_groups
+from loss_helpers import reference_loss
 
 from swarmnode.config import LoraSettings, load_config
 from swarmnode.learner.lora import apply_lora
@@ -59,8 +60,6 @@ def test_under_lora_the_reference_is_the_base_with_adapters_off(cfg, parts):
 def test_with_beta_zero_signal_groups_keep_their_kl_and_their_place_in_the_mean(cfg, parts):
     """As TRL: with beta > 0 a group whose rewards are all equal has A = 0 but its reference KL still pulls, and its
     rows count in the loss's normaliser; the loop's gradient equals the formula's over every row of the step."""
-    from test_losses import reference_loss
-
     loop = make_loop(cfg, parts, beta=0.1, gradient_accumulation_steps=3)
     assert loop.trains_zero_signal
     with torch.no_grad():  # off the (frozen) reference: a non-zero KL term

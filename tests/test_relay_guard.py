@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig
 from swarmnode.node.bootstrap import listening
 from swarmnode.swarm import relay_guard
 from swarmnode.swarm.relay_guard import Limits, RelayGuard, guard_rules, tcp_ports
@@ -28,11 +28,9 @@ def test_rules_cap_each_address_and_prefix_and_exempt_loopback():
 
 
 def test_listening_ports():
-    cfg = NodeConfig.model_validate(
-        {"network": {"host_maddrs": ["/ip4/0.0.0.0/tcp/31337"], "announce_maddrs": ["/ip4/5.6.7.8/tcp/40000"]}}
-    )
+    net = NetworkConfig(host_maddrs=["/ip4/0.0.0.0/tcp/31337"], announce_maddrs=["/ip4/5.6.7.8/tcp/40000"])
     addrs = listening(
-        cfg,
+        net,
         [
             "/ip4/5.6.7.8/tcp/40000/p2p/X",
             "/ip4/10.0.0.2/tcp/31337/p2p/X",
@@ -56,14 +54,14 @@ def test_install_replaces_leftovers_and_remove_takes_everything(monkeypatch):
             return subprocess.run(["ip", "netns", "exec", ns, tool, "-w", *args], capture_output=True, text=True)
 
         monkeypatch.setattr(relay_guard, "_run", in_ns)  # the real iptables, in the namespace made here
-        cfg = NodeConfig.model_validate({"network": {"relay_conns_per_address": 3}})
-        RelayGuard.install(cfg, ["/ip4/11.1.1.1/tcp/4001"])  # a killed bootstrap's rules, left behind
-        guard = RelayGuard.install(cfg, ["/ip4/11.1.1.1/tcp/4001"])
+        net = NetworkConfig(relay_conns_per_address=3)
+        RelayGuard.install(net, ["/ip4/11.1.1.1/tcp/4001"])  # a killed bootstrap's rules, left behind
+        guard = RelayGuard.install(net, ["/ip4/11.1.1.1/tcp/4001"])
         listed = in_ns("iptables", ["-S"]).stdout
         assert listed.count("-j SWN-RELAY-4001") == 1 and "--connlimit-above 3 " in listed, listed
         guard.remove()
         assert "SWN-RELAY" not in in_ns("iptables", ["-S"]).stdout
-        off = NodeConfig.model_validate({"network": {"relay_conns_per_address": 0}})
+        off = NetworkConfig(relay_conns_per_address=0)
         assert RelayGuard.install(off, ["/ip4/11.1.1.1/tcp/4001"]).installed == []
     finally:
         subprocess.run(["ip", "netns", "del", ns])

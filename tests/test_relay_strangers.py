@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig
 from swarmnode.swarm import relay_guard
 from swarmnode.swarm.relay_guard import Limits, RelayGuard, guard_rules
 from swarmnode.swarm.relay_known import KnownAddresses, KnownPeers
@@ -118,10 +118,8 @@ def test_unknown_addresses_share_one_cap_and_known_ones_pass_it(monkeypatch):
         held.append(server)
         assert server.stdout.readline().strip() == "up"
         monkeypatch.setattr(relay_guard, "_run", lambda tool, args: in_ns(tool, "-w", *args))
-        cfg = NodeConfig.model_validate(
-            {"network": {"relay_conns_per_address": 8, "relay_new_conns_per_minute": 0, "relay_stranger_conns": 3}}
-        )
-        guard = RelayGuard.install(cfg, [f"/ip4/{SERVER}/tcp/{PORT}"])
+        net = NetworkConfig(relay_conns_per_address=8, relay_new_conns_per_minute=0, relay_stranger_conns=3)
+        guard = RelayGuard.install(net, [f"/ip4/{SERVER}/tcp/{PORT}"])
         try:
             assert guard.strangers == 3
             assert [connect(ip) for ip in sources[:4]] == [True, True, True, False]  # 3 strangers in all

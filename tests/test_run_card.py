@@ -4,6 +4,7 @@ the shared/local split, a joiner's conflicting setting named with both values, a
 from __future__ import annotations
 
 import pytest
+from card_helpers import BOOT, card_of
 
 from swarmnode.config import ConfigError, load_config, load_config_data
 from swarmnode.config.shared import diff, followable, is_shared, shared_settings
@@ -13,17 +14,6 @@ from swarmnode.node.host import HostFiles, next_card, write_card
 from swarmnode.node.invite import CardWatch, config_from_card
 from swarmnode.protocol.codec import InvalidRecord
 from swarmnode.protocol.run_card import Invite, RunCard, newest_card
-
-BOOT = "/ip4/127.0.0.1/tcp/31337/p2p/12D3KooWFqCkwozuivmdDoCZAqW8aPcPrjHLXMD8wpfSWAeVKgjD"
-
-
-def card_of(owner: Identity, version: int = 1, **sets: str) -> RunCard:
-    cfg = load_config("tiny-cpu", [f"{k.replace('__', '.')}={v}" for k, v in sets.items()])
-    card = next_card(cfg, owner, [BOOT], None)
-    if version != 1:
-        card.version = version
-        card.signed(owner)
-    return card
 
 
 def test_a_card_round_trips_signed_and_a_tampered_one_is_refused():

@@ -27,9 +27,11 @@ def test_the_host_fills_the_model_and_data_digests_and_each_follows_its_source()
     card = next_card(load_config("tiny-cpu"), owner, [BOOT], None)
     assert set(card.sources) == {"model", "data"} and all(len(v) == 64 for v in card.sources.values())
     assert card.check() and next_card(load_config("tiny-cpu"), owner, [BOOT], card) is card  # nothing changed
-    seeded = source_digests(load_config("tiny-cpu", ["model.tiny.seed=3"]))
+    seeded_cfg = load_config("tiny-cpu", ["model.tiny.seed=3"])
+    seeded = source_digests(seeded_cfg.model, seeded_cfg.task)
     assert seeded["model"] != card.sources["model"] and seeded["data"] == card.sources["data"]
-    other_task = source_digests(load_config("tiny-cpu", ["task.max_operand=50"]))
+    other_cfg = load_config("tiny-cpu", ["task.max_operand=50"])
+    other_task = source_digests(other_cfg.model, other_cfg.task)
     assert other_task["data"] != card.sources["data"]
     hub = load_config(None, ["model.name=some-org/some-model"]).model
     assert model_source(hub) != model_source(hub.model_copy(update={"revision": "abc123"}))

@@ -9,7 +9,7 @@ import random
 import sys
 from pathlib import Path
 
-from swarmnode.config import load_config
+from swarmnode.config import SamplerConfig
 from swarmnode.identity import Identity
 from swarmnode.protocol.run_settings import SETTINGS_STATUS, differences, group_mismatch, run_values
 from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
@@ -20,7 +20,7 @@ from push_helpers import daemons  # noqa: E402
 
 
 def test_what_a_group_shows_is_checked_against_the_runs_values():
-    run = run_values(load_config("tiny-cpu", ["sampler.num_generations=4", "sampler.max_completion_length=16"]))
+    run = run_values(SamplerConfig(num_generations=4, max_completion_length=16))
     group = make_group(Identity.generate(), random.Random(0), "g", 0)  # G=4, 16 tokens, temperature 1.0
     assert group_mismatch(group, run) == []
     assert group_mismatch(group, {**run, "sampler.temperature": 0.7}) == ["sampler.temperature"]

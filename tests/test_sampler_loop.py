@@ -36,7 +36,7 @@ def engine(cfg):
 def test_step_builds_valid_signed_groups(cfg, engine):
     identity, sent = Identity.generate(), []
     task = build_task(cfg.task)
-    loop = SamplerLoop(engine, task, cfg, identity, sent.append, lineage="L0")
+    loop = SamplerLoop(engine, task, cfg.sampler, cfg.run_id, identity, sent.append, lineage="L0", seed=cfg.task.seed)
     groups = loop.step()
     assert len(groups) == 3 and sent == groups and loop.groups_sent == 3
     limits = RolloutLimits.from_config(cfg, vocab_size=engine.model.config.vocab_size)
@@ -54,7 +54,9 @@ def test_step_builds_valid_signed_groups(cfg, engine):
 
 def test_offered_weights_are_swapped_in_between_batches(cfg, engine):
     old = {k: v.clone() for k, v in engine.model.state_dict().items()}
-    loop = SamplerLoop(engine, build_task(cfg.task), cfg, Identity.generate(), lambda g: None)
+    loop = SamplerLoop(
+        engine, build_task(cfg.task), cfg.sampler, cfg.run_id, Identity.generate(), lambda g: None, seed=cfg.task.seed
+    )
     try:
         first = loop.step()
         assert {g.policy_version for g in first} == {0}
@@ -73,7 +75,9 @@ def test_offered_weights_are_swapped_in_between_batches(cfg, engine):
 
 def test_offer_from_another_thread(cfg, engine):
     old = {k: v.clone() for k, v in engine.model.state_dict().items()}
-    loop = SamplerLoop(engine, build_task(cfg.task), cfg, Identity.generate(), lambda g: None)
+    loop = SamplerLoop(
+        engine, build_task(cfg.task), cfg.sampler, cfg.run_id, Identity.generate(), lambda g: None, seed=cfg.task.seed
+    )
     try:
         offer = threading.Thread(target=loop.offer_weights, args=(old, 9))
         offer.start()
@@ -87,7 +91,9 @@ def test_failing_send_is_counted_not_fatal(cfg, engine):
     def broken(group):
         raise ConnectionError("peer gone")
 
-    loop = SamplerLoop(engine, build_task(cfg.task), cfg, Identity.generate(), broken)
+    loop = SamplerLoop(
+        engine, build_task(cfg.task), cfg.sampler, cfg.run_id, Identity.generate(), broken, seed=cfg.task.seed
+    )
     groups = loop.step()
     assert len(groups) == 3 and loop.send_errors == 3 and loop.groups_sent == 0
 
@@ -96,7 +102,9 @@ def test_the_same_version_from_another_learner_line_is_taken(cfg, engine):
     """A sampler holding the base model at version 0 is handed version 0 by a learner: its groups must name that
     learner's line from the next batch on (the learner's buffer refuses other lines)."""
     state = {k: v.clone() for k, v in engine.model.state_dict().items()}
-    loop = SamplerLoop(engine, build_task(cfg.task), cfg, Identity.generate(), lambda g: None)
+    loop = SamplerLoop(
+        engine, build_task(cfg.task), cfg.sampler, cfg.run_id, Identity.generate(), lambda g: None, seed=cfg.task.seed
+    )
     assert engine.version == 0 and loop.lineage == ""
     loop.offer_weights(state, 0, lineage="L1")
     assert {g.lineage for g in loop.step()} == {"L1"} and engine.version == 0

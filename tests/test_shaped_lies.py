@@ -17,8 +17,7 @@ import pytest
 import torch
 from learner_helpers import FAST, copy_of, signal_groups
 from shaped_lies import family, lie
-from test_spot_checks import CLEAN, make_loop
-from verify_helpers import bf16_logprobs
+from verify_helpers import CLEAN, bf16_logprobs, checked_loop
 
 from swarmnode.config import TrustConfig, load_config
 from swarmnode.identity import Identity
@@ -88,7 +87,7 @@ def test_every_shaped_lie_fails_the_check_and_honest_claims_pass(groups, parts):
 
 
 def test_each_shaped_liar_is_caught_on_its_first_checked_group_by_the_learner(cfg, parts, groups):
-    loop = make_loop(cfg, parts)  # holds the weights the groups were sampled with, as version 0
+    loop = checked_loop(cfg, parts)  # holds the weights the groups were sampled with, as version 0
     honest = Identity.generate()
     for g in groups[:2]:
         assert loop._verified(copy_of(g, honest))  # on probation: checked, clean
@@ -186,7 +185,7 @@ def test_a_trusted_key_passes_at_most_its_unchecked_budget_into_any_step():
 def test_the_learner_loop_fills_a_step_of_newcomers_alone_and_checks_them_all(cfg, parts, groups):
     """The probation budget bounds checks while other work can fill a step; with newcomers alone in the buffer the
     step is not left short: the over-budget newcomers are taken, and every one of them is checked."""
-    loop = make_loop(cfg, parts)
+    loop = checked_loop(cfg, parts)
     per_step = cfg.learner.prompts_per_step
     assert suspect_budget(cfg.trust.probation_share, per_step) == 1
     keys = [Identity.generate() for _ in range(per_step)]

@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 from learner_helpers import FAST, copy_of, sampled_groups
-from verify_helpers import bf16_logprobs
+from verify_helpers import CLEAN, bf16_logprobs, checked_loop
 
 from swarmnode.config import TrustConfig, load_config
 from swarmnode.identity import Identity
@@ -18,7 +18,7 @@ from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
 from swarmnode.learner.mismatch import Mismatch
 from swarmnode.learner.verify import SpotChecker, group_mismatch
-from swarmnode.model.models import load_model, load_tokenizer
+from swarmnode.model.models import load_tokenizer
 from swarmnode.sampler.build import build_engine
 from swarmnode.tasks import build_task
 
@@ -34,24 +34,6 @@ def cfg():
 @pytest.fixture(scope="module")
 def parts(cfg):
     return build_task(cfg.task), load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
-
-
-def make_loop(cfg, parts, lora: bool = False) -> LearnerLoop:
-    task, tokenizer, engine = parts
-    c = cfg
-    if lora:
-        c = cfg.model_copy(
-            update={
-                "learner": cfg.learner.model_copy(
-                    update={"lora": cfg.learner.lora.model_copy(update=dict(enabled=True, r=4, alpha=8.0))}
-                )
-            }
-        )
-    model = load_model(c.model, c.task, "cpu")
-    model.load_state_dict(engine.model.state_dict())  # the weights the engine samples with are version 0
-    loop = LearnerLoop(model, tokenizer, task, c, ReplayBuffer.from_config(c), publish=lambda *a: None)
-    loop.publish_current()
-    return loop
 
 
 def train_versions(loop: LearnerLoop, groups, n: int) -> None:
@@ -74,7 +56,7 @@ def weights(model) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_a_liar_claiming_an_old_version_is_caught_and_its_buffered_groups_dropped(cfg, parts, lora, monkeypatch):
-    loop = make_loop(cfg, parts, lora)
+    loop = checked_loop(cfg, parts, lora)
     old = sampled_groups(cfg, parts, n_batches=3, version=0)  # honest version-0 groups
     train_versions(loop, old, 6)
     assert loop.version == 6 and 0 in loop.verifier.kept  # version 0 = version - 6 is still kept
@@ -106,7 +88,6 @@ def test_a_liar_claiming_an_old_version_is_caught_and_its_buffered_groups_droppe
     assert all(torch.equal(live[k], v) for k, v in loop.model.state_dict().items())
 
 
-CLEAN = Mismatch(10, 0.0, 0.0, 0.0, 0, 0.0, 0.0, None)
 LIE = Mismatch(10, SHIFT, SHIFT, SHIFT, 0, SHIFT, 0.05, "median")
 
 

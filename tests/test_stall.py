@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
+from clock_helpers import Clock
 
 from swarmnode.observe.stall import SAY_AFTER_S, StallWatch
 
@@ -16,14 +17,6 @@ class Group:
     prompt_tokens: list[int]
     completions: list[list[int]]
     rewards: list[float] = field(default_factory=lambda: [0.0] * 4)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_groups_cut_at_both_caps_and_all_zero_signal_are_said_once_per_window_with_each_cause():

@@ -9,9 +9,8 @@ import math
 
 import pytest
 import torch
-from test_learner_loop import make_loop
-from test_microbatch import cfg, parts  # noqa: F401  (the fixtures: tiny model at temperature 1.3)
-from test_poisoned_groups import copy_of, signal_groups
+from learner_helpers import copy_of, make_loop, signal_groups
+from microbatch_helpers import cfg, parts  # noqa: F401  (the fixtures: tiny model at temperature 1.3)
 
 from swarmnode.identity import Identity
 from swarmnode.learner.rows import Row

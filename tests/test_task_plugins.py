@@ -45,7 +45,7 @@ def test_a_package_adds_a_task_through_its_entry_point_and_the_card_pins_its_ver
     task = build_task(TaskConfig(name="even_sums", eval_size=4))
     assert type(task).__name__ == "EvenTask" and len(task.eval_prompts()) == 4
     cfg = build_config({"task": {"name": "even_sums"}, "model": {"tiny": {"warm_start_steps": 0}}})
-    assert source_digests(cfg)["package:my_task_pkg"] == "1.2.3"
+    assert source_digests(cfg.model, cfg.task)["package:my_task_pkg"] == "1.2.3"
     sys.modules.pop("my_task_pkg", None)
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from restart_helpers import WORK, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
-from task_files import write_rewards
-from test_task_train_local import SHORTER
+from task_files import SHORTER, write_rewards
 
 
 @pytest.mark.slow  # CI's long-scenario step runs it (.ci/run)

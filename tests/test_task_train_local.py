@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from task_files import BAD_REWARDS, VERIFIERS_ENV, write_conversational_jsonl, write_rewards
+from task_files import BAD_REWARDS, SHORTER, VERIFIERS_ENV, write_conversational_jsonl, write_rewards
 
 from swarmnode.config import build_config, load_config_data
 from swarmnode.identity import Identity
@@ -24,14 +24,6 @@ from swarmnode.protocol.run_card import RunCard
 from swarmnode.tasks import build_task
 
 pytestmark = pytest.mark.slow
-SHORTER = """
-def text(c):
-    return c[0]["content"] if isinstance(c, list) else c
-
-
-def tagged(completions, **kwargs):
-    return [1.0 if "<answer>" in text(c) else -len(text(c)) / 10 for c in completions]
-"""
 RG = {"datasets": {"basic_arithmetic": {"weight": 2}, "base_conversion": {}}, "size": 5000}
 TINY = {
     "model": {"tiny": {"warm_start_steps": 0}},

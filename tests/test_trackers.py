@@ -189,10 +189,10 @@ def test_a_named_tracker_whose_package_is_missing_is_one_line_before_ready(monke
     assert cfg.metrics.report_to == ["tensorboard", "wandb"]
     for name in ("tensorboard", "wandb"):
         monkeypatch.setitem(base.PACKAGES, name, "json")  # a package every Python has: the check passes
-    check_trackers(cfg)
+    check_trackers(cfg.metrics)
     monkeypatch.setitem(base.PACKAGES, "wandb", "wandb_not_installed_here")
     with pytest.raises(MissingError) as err:
-        check_trackers(cfg)
+        check_trackers(cfg.metrics)
     assert err.value.exit_code == ExitCode.MISSING
     assert "metrics.report_to=wandb" in str(err.value) and "\n" not in str(err.value)
     assert load_config("tiny-cpu", ["metrics.report_to=none"]).metrics.report_to == []

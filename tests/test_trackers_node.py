@@ -8,8 +8,8 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
+from restart_helpers import WORK, wait_for
 from swarm_helpers import LocalSwarm
-from test_multi_learner import WORK, wait_for
 from tracker_readers import tensorboard_scalars
 
 from swarmnode.learner.steps_log import STEPS_FILE

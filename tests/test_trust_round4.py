@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
-from test_learner_loop import FAST
-from test_poisoned_groups import copy_of, signal_groups
-from test_spot_checks import CLEAN, make_loop
+from card_helpers import card_of as make_card
+from learner_helpers import FAST, copy_of, signal_groups
+from verify_helpers import CLEAN, checked_loop
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
@@ -32,7 +32,7 @@ def cfg():
 def test_a_liar_caught_in_a_step_loses_its_groups_already_drawn_into_it(cfg):
     parts = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task), build_engine(cfg)
     groups = signal_groups(cfg, parts, cfg.learner.prompts_per_step)
-    loop = make_loop(cfg, parts)
+    loop = checked_loop(cfg, parts)
     liar = Identity.generate()
     for _ in range(10_000):  # a patient liar: established, checked at the floor rate
         loop.verifier.judge(liar.peer_id, CLEAN)
@@ -82,7 +82,6 @@ def test_a_sampler_splits_its_groups_evenly_whatever_credit_a_learner_claims():
 
 
 def test_status_flags_a_card_of_the_same_version_from_another_owner():
-    from test_run_card import card_of as make_card
 
     from swarmnode.observe.card_view import card_of, with_card
 

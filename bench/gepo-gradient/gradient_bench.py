@@ -99,7 +99,7 @@ def on_policy_run(cfg: NodeConfig, seed: int, steps: int) -> list[dict[str, torc
     task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
     loop = LearnerLoop(load_model(cfg.model, cfg.task), tokenizer, task, cfg, ReplayBuffer.from_config(cfg))
     engine = HFEngine(loop.model, tokenizer, cfg.sampler.max_prompt_length, seed=sampler_seed(seed, "on-policy"))
-    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), loop.buffer.add, seed=seed)
+    sampler = SamplerLoop(engine, task, cfg.sampler, cfg.run_id, Identity.generate(), loop.buffer.add, seed=seed)
     versions = [{k: v.detach().clone() for k, v in loop.model.state_dict().items()}]
     while len(versions) <= steps:
         engine.version = loop.version
@@ -120,7 +120,8 @@ def generate(cfg, model, state, prompts: int, seed: int, version: int) -> list:
     loop = SamplerLoop(
         engine,
         build_task(cfg.task),
-        cfg.model_copy(update={"sampler": cfg.sampler.model_copy(update={"prompts_per_batch": prompts})}),
+        cfg.sampler.model_copy(update={"prompts_per_batch": prompts}),
+        cfg.run_id,
         Identity.generate(),
         out.append,
         seed=seed,

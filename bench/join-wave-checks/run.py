@@ -48,7 +48,7 @@ CLEAN = Mismatch(1, 0.0, 0.0, 0.0, 0, 0.0, 0.0, None)
 def pool(cfg, n: int):
     engine, task = build_engine(cfg), build_task(cfg.task)
     out: list = []
-    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=5)
+    sampler = SamplerLoop(engine, task, cfg.sampler, cfg.run_id, Identity.generate(), out.append, seed=5)
     while len(out) < n:
         sampler.step()
     return out, engine

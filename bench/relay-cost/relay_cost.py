@@ -52,7 +52,7 @@ async def _host(ip: str, boot: str, relayed: bool):
     from swarmnode.swarm.relay import wait_for_relay
 
     cfg = load_config(None, _sets(ip, boot))
-    p2p = await start_p2p(cfg, Identity.generate(), relays=[boot] if relayed else None)
+    p2p = await start_p2p(cfg.network, Identity.generate(), relays=[boot] if relayed else None)
     if relayed and await wait_for_relay(p2p, 30) is None:
         raise SystemExit("no relay reservation in 30 s")
     return p2p

@@ -98,7 +98,7 @@ def _share_pace(role: SamplerRole, pace: SharedPace) -> None:
     async def paced(fn, *args, **kwargs):
         if fn != role.loop.step:
             return await run(fn, *args, **kwargs)
-        groups = args[0] if args and isinstance(args[0], int) else role.loop.cfg.sampler.prompts_per_batch
+        groups = args[0] if args and isinstance(args[0], int) else role.loop.sc.prompts_per_batch
         return await pace.run(groups, lambda: run(fn, *args, **kwargs))
 
     role.compute.run = paced

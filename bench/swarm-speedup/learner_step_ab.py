@@ -43,7 +43,7 @@ def inner(groups_wanted: int) -> None:
     cfg = load_config("tiny-cpu", [])
     task, tokenizer = build_task(cfg.task), load_tokenizer(cfg.model, cfg.task)
     groups: list = []
-    sampler = SamplerLoop(build_engine(cfg), task, cfg, Identity.generate(), groups.append, seed=0)
+    sampler = SamplerLoop(build_engine(cfg), task, cfg.sampler, cfg.run_id, Identity.generate(), groups.append, seed=0)
     while len(groups) < groups_wanted:
         sampler.step()
     buffer = ReplayBuffer(len(groups) + 1, 1 << 30)

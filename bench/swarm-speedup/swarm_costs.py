@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for benc
 
 from swarmnode.config import load_config  # noqa: E402
 from swarmnode.identity import Identity  # noqa: E402
-from swarmnode.learner import loop as loop_module  # noqa: E402
+from swarmnode.learner import versions as versions_module  # noqa: E402
 from swarmnode.learner.buffer import ReplayBuffer, RolloutInbox  # noqa: E402
 from swarmnode.learner.checkpoint import write_published  # noqa: E402
 from swarmnode.learner.loop import LearnerLoop  # noqa: E402
@@ -68,7 +68,7 @@ def publish_costs(cfg, tmp: Path, versions: int) -> dict:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     ident = Identity.generate()
     out = {}
-    for mode, store_cls, reserve in (("old", OldStore, 0), ("new", WeightStore, loop_module.RESERVE_VERSIONS)):
+    for mode, store_cls, reserve in (("old", OldStore, 0), ("new", WeightStore, versions_module.RESERVE_VERSIONS)):
         store = store_cls(tmp / f"publish-{mode}", RUN)
         record = tmp / f"published-{mode}"
 
@@ -101,7 +101,7 @@ def loop_steps(cfg, tmp: Path, background: bool, seconds: float, tag: str) -> di
         model, tokenizer, task, cfg, buffer, publish, published_path=tmp / f"pv-{tag}", publish_in_background=background
     )
     inbox = RolloutInbox(buffer)
-    sampler = SamplerLoop(build_engine(cfg), task, cfg, ident, inbox.send)
+    sampler = SamplerLoop(build_engine(cfg), task, cfg.sampler, cfg.run_id, ident, inbox.send, seed=cfg.task.seed)
     learner.publish_current()
     start = time.perf_counter()
     cpu0 = time.process_time()

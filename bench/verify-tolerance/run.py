@@ -57,7 +57,7 @@ def sample(preset: str, seed: int, temperature: float, n: int):
     torch.manual_seed(seed)
     engine, task = build_engine(cfg), build_task(cfg.task)
     out: list = []
-    sampler = SamplerLoop(engine, task, cfg, Identity.generate(), out.append, seed=seed)
+    sampler = SamplerLoop(engine, task, cfg.sampler, cfg.run_id, Identity.generate(), out.append, seed=seed)
     while len(out) < n:
         sampler.step()
     return out[:n], engine

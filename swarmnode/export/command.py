@@ -68,19 +68,19 @@ def export_version(
     check_room(out, found.manifest.total_bytes * (1 if spec is None else 2), f"version {found.manifest.version}")
     with staged_dir(out, replace=replace) as tmp:
         if spec is None:
-            write_model(tmp, base_dir, found.state, cfg)
+            write_model(tmp, base_dir, found.state, cfg.model, cfg.sampler)
             kind = "model"
         else:
             base = base_state
             if base is None and (merge or check_base_weights):
-                base = load_base_state(base_dir, cfg)
+                base = load_base_state(base_dir, cfg.model)
             if base is not None:
                 check_base(base, spec, cfg.model.name)
             if merge and base is not None:
-                write_model(tmp, base_dir, merged_state(base, found.state, spec), cfg)
+                write_model(tmp, base_dir, merged_state(base, found.state, spec), cfg.model, cfg.sampler)
                 kind = "merged"
             else:
-                write_adapter(tmp, base_dir, found.state, spec, cfg)
+                write_adapter(tmp, base_dir, found.state, spec, cfg.model, cfg.sampler)
                 kind = "adapter"
         facts = CardFacts(
             run_id=cfg.run_id,
@@ -145,7 +145,7 @@ def run_export(
         if cfg.learner.lora.enabled:
             from swarmnode.model.adapters import weights_hash
 
-            base_state = load_base_state(resolve_model_path(cfg.model, cfg.task, progress=_say), cfg)
+            base_state = load_base_state(resolve_model_path(cfg.model, cfg.task, progress=_say), cfg.model)
             base_hash = weights_hash(base_state)
         store_dir = temp_sibling(out, "weights")
         try:

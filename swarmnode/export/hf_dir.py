@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import ModelConfig, SamplerConfig
 from swarmnode.export.errors import ExportError
 from swarmnode.model.adapters import peft_config, split_adapter_name, weights_hash
 from swarmnode.protocol.manifest import AdapterSpec
@@ -29,51 +29,52 @@ def version_dtype(state: dict[str, torch.Tensor]) -> torch.dtype:
     return next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
 
 
-def write_model(out: Path, base_dir: str, state: dict[str, torch.Tensor], cfg: NodeConfig) -> None:
-    """Write the full-weight `state` (the base model's tensor names) as a model directory in `out`."""
+def write_model(out: Path, base_dir: str, state: dict[str, torch.Tensor], mc: ModelConfig, sc: SamplerConfig) -> None:
+    """Write the full-weight `state` (the base model's tensor names) as a model directory in `out` (`mc`: the run's
+    model, `sc`: its sampling settings)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(base_dir, trust_remote_code=cfg.model.trust_remote_code)
+    config = AutoConfig.from_pretrained(base_dir, trust_remote_code=mc.trust_remote_code)
     dtype = version_dtype(state)
     with torch.device("meta"):  # no weights allocated: the version's tensors are assigned
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=cfg.model.trust_remote_code)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=mc.trust_remote_code)
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
-        raise ExportError(
-            f"the version does not fit {cfg.model.name}'s architecture ({str(exc).splitlines()[0]})"
-        ) from None
+        raise ExportError(f"the version does not fit {mc.name}'s architecture ({str(exc).splitlines()[0]})") from None
     model.tie_weights()
     model.config.dtype = dtype
     model.save_pretrained(out, max_shard_size=MAX_SHARD)
-    write_tokenizer(out, base_dir, cfg)
-    write_generation_config(out, base_dir, cfg)
+    write_tokenizer(out, base_dir, mc)
+    write_generation_config(out, base_dir, sc)
 
 
-def write_adapter(out: Path, base_dir: str, state: dict[str, torch.Tensor], spec: AdapterSpec, cfg: NodeConfig) -> None:
+def write_adapter(
+    out: Path, base_dir: str, state: dict[str, torch.Tensor], spec: AdapterSpec, mc: ModelConfig, sc: SamplerConfig
+) -> None:
     """Write LoRA adapter tensors (peft's names) and their config as a PEFT adapter directory in `out`."""
     from safetensors.torch import save_file
 
-    config = {**peft_config(spec), "base_model_name_or_path": base_reference(cfg, base_dir), "inference_mode": True}
+    config = {**peft_config(spec), "base_model_name_or_path": base_reference(mc, base_dir), "inference_mode": True}
     (out / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     save_file(
         {k: v.contiguous().clone() for k, v in state.items()}, out / "adapter_model.safetensors", {"format": "pt"}
     )
-    write_tokenizer(out, base_dir, cfg)
-    write_generation_config(out, base_dir, cfg)
+    write_tokenizer(out, base_dir, mc)
+    write_generation_config(out, base_dir, sc)
 
 
-def base_reference(cfg: NodeConfig, base_dir: str) -> str:
+def base_reference(mc: ModelConfig, base_dir: str) -> str:
     """How a directory names its base model: the hub id when the run used one, else the local directory."""
-    return cfg.model.name if base_dir == cfg.model.name else str(Path(base_dir).absolute())
+    return mc.name if base_dir == mc.name else str(Path(base_dir).absolute())
 
 
-def load_base_state(base_dir: str, cfg: NodeConfig) -> dict[str, torch.Tensor]:
+def load_base_state(base_dir: str, mc: ModelConfig) -> dict[str, torch.Tensor]:
     """The base model's state dict as the learner loads it (its dtype), for merging and its content hash."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        base_dir, dtype=getattr(torch, cfg.model.dtype), trust_remote_code=cfg.model.trust_remote_code
+        base_dir, dtype=getattr(torch, mc.dtype), trust_remote_code=mc.trust_remote_code
     )
     return model.state_dict()
 
@@ -106,17 +107,17 @@ def merged_state(base: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor
     return out
 
 
-def write_tokenizer(out: Path, base_dir: str, cfg: NodeConfig) -> None:
+def write_tokenizer(out: Path, base_dir: str, mc: ModelConfig) -> None:
     """The base model's tokenizer files, its chat template included when it has one."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(base_dir, trust_remote_code=cfg.model.trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir, trust_remote_code=mc.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.save_pretrained(out)
 
 
-def write_generation_config(out: Path, base_dir: str, cfg: NodeConfig) -> None:
+def write_generation_config(out: Path, base_dir: str, sc: SamplerConfig) -> None:
     """`generation_config.json`: the base model's, with the run's sampling settings."""
     from transformers import AutoConfig, GenerationConfig
 
@@ -124,9 +125,8 @@ def write_generation_config(out: Path, base_dir: str, cfg: NodeConfig) -> None:
         gen = GenerationConfig.from_pretrained(base_dir)
     except OSError:
         gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(base_dir))
-    s = cfg.sampler
-    gen.do_sample, gen.temperature, gen.top_p = True, s.temperature, s.top_p
-    gen.max_new_tokens = s.max_completion_length
+    gen.do_sample, gen.temperature, gen.top_p = True, sc.temperature, sc.top_p
+    gen.max_new_tokens = sc.max_completion_length
     gen.save_pretrained(out)
 
 

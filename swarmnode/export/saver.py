@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import LearnerConfig, NodeConfig
 from swarmnode.errors import SwarmnodeError
 from swarmnode.export.command import export_version
 from swarmnode.export.hub import push_dir
@@ -27,9 +27,9 @@ SAVE_DIR = "exports"
 _NAME = re.compile(r"^v(\d+)$")
 
 
-def save_dir(cfg: NodeConfig, data_dir: Path) -> Path:
-    """Where a learner's saved directories go."""
-    return Path(cfg.learner.save_dir).expanduser() if cfg.learner.save_dir else Path(data_dir) / SAVE_DIR
+def save_dir(lc: LearnerConfig, data_dir: Path) -> Path:
+    """Where a learner's saved directories go (`learner.save_dir`, or `<data dir>/exports`)."""
+    return Path(lc.save_dir).expanduser() if lc.save_dir else Path(data_dir) / SAVE_DIR
 
 
 def saved_versions(root: Path) -> list[int]:
@@ -52,7 +52,7 @@ class VersionSaver:
     ) -> None:
         self.cfg, self.store, self.emit, self.card, self.data_dir = cfg, store, emit, card, Path(data_dir)
         self.every = cfg.learner.save_every
-        self.root = save_dir(cfg, data_dir)
+        self.root = save_dir(cfg.learner, data_dir)
         held = saved_versions(self.root)
         self.last = held[-1] if held else -1  # the newest version saved (a restart goes on above it)
         self._thread: threading.Thread | None = None

@@ -3,6 +3,9 @@
 - `buffer`     ReplayBuffer: staleness policy, dedup, per-source quotas; RolloutInbox: groups in (from the swarm's
                receiver or a local sampler), waking the loop
 - `loop`       LearnerLoop: draw, validate, recompute rewards, GEPO/GSPO/GRPO step, publish a version, checkpoint
+- `draw`       a step's groups: check budgets, validated rows, spot checks, a caught liar's groups dropped
+- `gradients`  a step's gradients: statistics, micro-batches, the loss (a poisoned group isolated), the optimiser
+- `versions`   a learner's versions (recorded, then published), weight snapshots, checkpoints and resume
 - `optimizer`  the learner's AdamW (fused where torch has the kernel)
 - `hooks`      LearnerHooks: the callbacks and journal a node gives a LearnerLoop at construction
 - `step_stats` a step's advantages and GEPO E_q[q], taken once over every group drawn, before any split

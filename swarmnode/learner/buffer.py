@@ -49,6 +49,8 @@ class _Group(Protocol):
     policy_version: int
     lineage: str
 
+    def encode(self) -> bytes: ...
+
 
 class AckJournal(Protocol):
     """What the inbox needs of a journal of acknowledged groups (`swarmnode.learner.journal.GroupJournal`)."""

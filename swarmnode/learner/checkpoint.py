@@ -41,7 +41,10 @@ class Checkpointed(Protocol):
     rng: random.Random
     buffer: ReplayBuffer
     rejected: Counter
-    extra_state: dict[str, Any]  # the caller's state to write
+
+    @property
+    def extra_state(self) -> dict[str, Any]: ...  # the caller's state to write
+
     restored_extra: dict[str, Any]  # the caller's state as read back
     checkpoint_dir: Path | None
 

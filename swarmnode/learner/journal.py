@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from swarmnode.atomic import replacing
-from swarmnode.config import NodeConfig
+from swarmnode.config import LearnerConfig
 from swarmnode.diskspace import DiskFullError, raise_if_full
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.protocol.codec import InvalidRecord
@@ -41,11 +41,10 @@ _HEADER = 8
 MAX_RECORD_BYTES = 1 << 30
 
 
-def journal_limits(cfg: NodeConfig) -> dict[str, int]:
-    """The soft and hard limits (`GroupJournal` arguments) for a learner configured by `cfg`; see the module
-    docstring."""
-    lc = cfg.learner
-    drains = lc.prompts_per_step * lc.publish_every * max(1, cfg.sync.max_staleness) // 2
+def journal_limits(lc: LearnerConfig, max_staleness: int) -> dict[str, int]:
+    """The soft and hard limits (`GroupJournal` arguments) for a learner configured by `lc` under
+    `sync.max_staleness`; see the module docstring."""
+    drains = lc.prompts_per_step * lc.publish_every * max(1, max_staleness) // 2
     soft = max(2 * lc.prompts_per_step, min(4 * lc.buffer_size, drains))
     return {"soft_limit": soft, "hard_limit": max(16 * lc.buffer_size, 4 * soft)}
 

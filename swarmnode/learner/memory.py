@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import LearnerConfig, NodeConfig, SamplerConfig
 from swarmnode.learner.microbatch import rows_per_chunk
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -124,9 +124,8 @@ class TrainingMemory:
         return {**asdict(self), "total": self.total, "first_step": self.first_step}
 
 
-def micro_batch_rows_and_tokens(cfg: NodeConfig) -> tuple[int, int]:
-    """(rows, padded tokens) of the learner's largest micro-batch at the configured lengths."""
-    s, lc = cfg.sampler, cfg.learner
+def micro_batch_rows_and_tokens(lc: LearnerConfig, s: SamplerConfig) -> tuple[int, int]:
+    """(rows, padded tokens) of the learner's largest micro-batch at the sampler's configured lengths."""
     seq = s.max_prompt_length + s.max_completion_length
     rows = rows_per_chunk(lc.prompts_per_step, s.num_generations, lc.gradient_accumulation_steps)
     if lc.max_tokens_per_microbatch:
@@ -155,7 +154,7 @@ def training_memory(
     inter = shape.intermediate_size or 4 * h
     layer_fp32 = 4 * h + 2 * hq + 2 * kv
     layer_compute = 5 * hq + 4 * inter + (2 * h if autocast else 0)
-    rows, tokens = micro_batch_rows_and_tokens(cfg)
+    rows, tokens = micro_batch_rows_and_tokens(lc, cfg.sampler)
     per_layer = tokens * (layer_fp32 * 4 + layer_compute * compute)
     # the residual stream (each checkpointed layer's input) is fp32 when fp32 master weights are trained, and in
     # the compute dtype when the base is frozen in model.dtype (LoRA) or everything is (pure)

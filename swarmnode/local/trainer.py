@@ -105,7 +105,15 @@ class LocalTrainer:
             hooks=LearnerHooks(on_step=self._record, extra_state=self._extra),
         )
         self.inbox = RolloutInbox(self.buffer)  # the same delivery interface a swarm learner's receiver feeds
-        self.sampler = SamplerLoop(build_engine(cfg), self.task, cfg, Identity.generate(), self.inbox.send, seed=seed)
+        self.sampler = SamplerLoop(
+            build_engine(cfg),
+            self.task,
+            cfg.sampler,
+            cfg.run_id,
+            Identity.generate(),
+            self.inbox.send,
+            seed=cfg.task.seed if seed is None else seed,
+        )
         self.watch = StallWatch(cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length)  # says why no step
         extra = self.learner.restored_extra
         self.curve: list[dict] = list(extra.get("curve", []))

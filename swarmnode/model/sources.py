@@ -26,7 +26,7 @@ import json
 import random
 from pathlib import Path
 
-from swarmnode.config import ModelConfig, NodeConfig, TaskConfig
+from swarmnode.config import ModelConfig, TaskConfig
 from swarmnode.model.models import BUILTIN_TINY, tiny_digest
 from swarmnode.model.packaged import PackagedModelError, file_digest, locate_gguf, packaged_model
 from swarmnode.tasks import build_task
@@ -107,9 +107,10 @@ def code_pins(task: TaskConfig) -> dict[str, str]:
         return {}
 
 
-def source_digests(cfg: NodeConfig) -> dict[str, str]:
-    """What a run card's `sources` holds for `cfg` (the digests and pins this machine can compute)."""
-    found = {"model": model_source(cfg.model, cfg.task), "data": data_source(cfg.task), **code_pins(cfg.task)}
+def source_digests(mc: ModelConfig, task: TaskConfig) -> dict[str, str]:
+    """What a run card's `sources` holds for a run of model `mc` on `task` (the digests and pins this machine can
+    compute)."""
+    found = {"model": model_source(mc, task), "data": data_source(task), **code_pins(task)}
     return {key: value for key, value in found.items() if value is not None}
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from swarmnode.config import NodeConfig, known_run_ids
+from swarmnode.config import NetworkConfig, NodeConfig, known_run_ids
 from swarmnode.identity import Identity
 from swarmnode.node.card_server import serve_card
 from swarmnode.observe.health import record_health
@@ -79,7 +79,8 @@ async def run_bootstrap(
         if card is not None:
             asyncio.create_task(serve_card(member, card, stop))
         visible = [str(a) for a in await member.dht.p2p.get_visible_maddrs(latest=True)]
-        guard = RelayGuard.install(cfg, listening(cfg, visible)) if relays_here(cfg, visible) else RelayGuard()
+        net = cfg.network
+        guard = RelayGuard.install(net, listening(net, visible)) if relays_here(net, visible) else RelayGuard()
         known = (
             asyncio.create_task(
                 keep_known(guard, member.dht, cfg.trust.learner_keys, cfg.network.relay_known_after_s, stop)
@@ -95,10 +96,10 @@ async def run_bootstrap(
             guard.remove()
 
 
-def listening(cfg: NodeConfig, visible: list[str]) -> list[str]:
+def listening(net: NetworkConfig, visible: list[str]) -> list[str]:
     """The bootstrap's listening addresses: its fixed `host_maddrs`, and its visible ones not announced."""
-    fixed = [a for a in cfg.network.host_maddrs if not a.rstrip("/").endswith("/0")]
-    return fixed + [a for a in visible if not any(a.startswith(x) for x in cfg.network.announce_maddrs)]
+    fixed = [a for a in net.host_maddrs if not a.rstrip("/").endswith("/0")]
+    return fixed + [a for a in visible if not any(a.startswith(x) for x in net.announce_maddrs)]
 
 
 async def _serve(

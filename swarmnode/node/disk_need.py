@@ -15,7 +15,7 @@ Sizes are estimates (a rollout group's bytes from its token counts); deduplicate
 
 from __future__ import annotations
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NodeConfig, SamplerConfig
 from swarmnode.learner.journal import journal_limits
 from swarmnode.learner.memory import DTYPE_BYTES
 from swarmnode.learner.steps_log import STEPS_FILE_MAX_BYTES
@@ -27,10 +27,9 @@ GROUP_OVERHEAD_BYTES = 512  # ids, signature, rewards of one encoded group
 TOKEN_BYTES = 12  # a token id and its behaviour log-prob, encoded
 
 
-def group_bytes(cfg: NodeConfig) -> int:
-    """About the encoded size of one rollout group."""
-    s = cfg.sampler
-    return GROUP_OVERHEAD_BYTES + s.max_prompt_length * 4 + s.num_generations * s.max_completion_length * TOKEN_BYTES
+def group_bytes(sc: SamplerConfig) -> int:
+    """About the encoded size of one rollout group made under `sc`."""
+    return GROUP_OVERHEAD_BYTES + sc.max_prompt_length * 4 + sc.num_generations * sc.max_completion_length * TOKEN_BYTES
 
 
 def disk_need(cfg: NodeConfig, estimate: MemoryEstimate) -> dict[str, int]:
@@ -47,7 +46,7 @@ def disk_need(cfg: NodeConfig, estimate: MemoryEstimate) -> dict[str, int]:
     checkpoint = (
         int(estimate.training.get("weights", 0)) * (0 if lc.lora.enabled else 1) + version + estimate.optimizer_bytes
     )
-    journal = journal_limits(cfg)["hard_limit"] * group_bytes(cfg)
+    journal = journal_limits(lc, cfg.sync.max_staleness)["hard_limit"] * group_bytes(cfg.sampler)
     seen = journal_bytes_at_most(SEEN_CAPACITY, MAX_GROUPS_PER_READ)
     sampler = (lc.keep_versions + 1) * version
     exports = (lc.save_total_limit + 1) * version if lc.save_every else 0

@@ -75,9 +75,10 @@ class HardwareProbe:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def for_config(self, cfg: NodeConfig) -> HardwareProbe:
-        """This probe as the node may use it: without GPUs when both roles are pinned to `device: cpu`."""
-        if cfg.sampler.device == "cpu" and cfg.learner.device == "cpu":
+    def for_devices(self, sampler_device: str, learner_device: str) -> HardwareProbe:
+        """This probe as the node may use it: without GPUs when both roles are pinned to `device: cpu`
+        (`sampler.device`, `learner.device`)."""
+        if sampler_device == "cpu" and learner_device == "cpu":
             return HardwareProbe((), self.cpu_count, self.ram_total_bytes, self.ram_available_bytes)
         return self
 
@@ -166,7 +167,7 @@ def estimate_from_shape(shape: ModelShape, cfg: NodeConfig) -> MemoryEstimate:
     lora_cfg = cfg.model_copy(
         update={"learner": lc.model_copy(update={"lora": lc.lora.model_copy(update={"enabled": True})})}
     )
-    rows, tokens = micro_batch_rows_and_tokens(cfg)
+    rows, tokens = micro_batch_rows_and_tokens(cfg.learner, cfg.sampler)
     notes = (
         f"sampler: KV cache for one group of {s.num_generations} x {seq_len} tokens",
         f"learner: {'LoRA r=' + str(lc.lora.r) if lc.lora.enabled else 'full'} training, micro-batch of {rows} "
@@ -281,7 +282,7 @@ def decide_role(
 
 def hardware_report(cfg: NodeConfig, requested_role: str | None = None, probe: HardwareProbe | None = None) -> dict:
     """Probe, estimate and decide for `cfg`: what `swarmnode hardware` prints."""
-    probe = (probe or probe_hardware()).for_config(cfg)
+    probe = (probe or probe_hardware()).for_devices(cfg.sampler.device, cfg.learner.device)
     estimate = estimate_memory(cfg)
     role = requested_role or cfg.role
     if role == "auto" and cfg.mode != "sapo" and cfg.trust.learner_keys and not holds_learner_key(cfg):

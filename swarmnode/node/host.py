@@ -111,7 +111,7 @@ def next_card(cfg: NodeConfig, owner: Identity, bootstraps: list[str], previous:
         bootstraps=list(bootstraps),
         settings=shared_settings(cfg),
         defaults=carried_defaults(cfg),
-        sources=source_digests(cfg),
+        sources=source_digests(cfg.model, cfg.task),
     )
     if previous is not None and previous.owner == owner.peer_id:
         if (previous.settings, previous.bootstraps, previous.defaults, previous.sources) == (
@@ -169,7 +169,8 @@ def update_card(spec: str | None, sets: list[str], owner_key: Path, emit: Emit) 
     sources = previous.sources  # the model's and data's digests change only with the model or the task
     if any(key.startswith(("model.", "task.")) for key, _, _ in changes):
         own = local_part(load_config_data(spec, naming))
-        sources = source_digests(build_config(with_task_file(merge(data, own))))
+        merged = build_config(with_task_file(merge(data, own)))
+        sources = source_digests(merged.model, merged.task)
     card = RunCard(
         run_id=cfg.run_id,
         version=previous.version + 1,

@@ -38,5 +38,5 @@ async def run_idle(
                 cfg.metrics.addr,
             )
             emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
-        emit(ready_line(identity, role, cfg, member))
+        emit(ready_line(identity, role, cfg.run_id, member))
         await stop.wait()

@@ -153,7 +153,7 @@ def check_sources(cfg: NodeConfig, card: RunCard) -> None:
             f"run {card.run_id}'s task reads its problems from a JSONL file on each machine: get "
             "the run's file from its host and add --set task.path=FILE"
         )
-    differ = source_differences(card.sources, source_digests(cfg))
+    differ = source_differences(card.sources, source_digests(cfg.model, cfg.task))
     if differ and all(d.startswith(("task package", "reward module")) for d in differ):
         raise SourceMismatch(f"this machine's task code is not the run's (card v{card.version}): {'; '.join(differ)}")
     if differ:

@@ -38,7 +38,11 @@ __all__ = ["decide_swarm_role", "node_data_dir", "run_node"]
 def decide_swarm_role(cfg: NodeConfig, learners_in_run: int) -> tuple[str, list[str]]:
     """The hardware decision for `cfg`, given how many learners the run already has."""
     decision = decide_role(
-        probe_hardware().for_config(cfg), estimate_memory(cfg), cfg.role, learners_in_run, cfg.learner.max_learners
+        probe_hardware().for_devices(cfg.sampler.device, cfg.learner.device),
+        estimate_memory(cfg),
+        cfg.role,
+        learners_in_run,
+        cfg.learner.max_learners,
     )
     return decision.role, list(decision.reasons)
 
@@ -89,7 +93,9 @@ async def _choose_role(cfg: NodeConfig, identity: Identity, member: Membership, 
     if role == "none":
         return role
     role = refuse_unreachable_learner(cfg, member, role, emit)
-    hardware = await asyncio.to_thread(lambda: probe_hardware().for_config(cfg).summary())
+    hardware = await asyncio.to_thread(
+        lambda: probe_hardware().for_devices(cfg.sampler.device, cfg.learner.device).summary()
+    )
     member.update(role=role, hardware=hardware)
     settled = role == "learner" and (cfg.role != "auto" or cfg.mode == "sapo")  # these never step back
     if settled:
@@ -164,7 +170,7 @@ async def _run_role(
     if cfg.metrics.port is not None:
         port = serve_metrics(cfg.metrics.port, lambda: _with_reachability(node.health, member), role, cfg.metrics.addr)
         emit(f"metrics: http://{cfg.metrics.addr}:{port}/metrics")
-    emit(ready_line(identity, role, cfg, member))
+    emit(ready_line(identity, role, cfg.run_id, member))
     if watch is None:
         await node.run(stop)
         return

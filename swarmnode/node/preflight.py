@@ -19,7 +19,7 @@ from pathlib import Path
 from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import ModelConfig, NodeConfig, TaskConfig
 from swarmnode.errors import ExitCode, InUseError, MissingError, UsageError, missing_package
 from swarmnode.model.models import BUILTIN_TINY, resolve_model_path
 from swarmnode.swarm.p2p import parse_initial_peer
@@ -32,21 +32,21 @@ def has_package(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def check_task(cfg: NodeConfig) -> None:
+def check_task(task: TaskConfig) -> None:
     """The task can be built: its JSONL file reads, or the `datasets` package is there for `task.dataset`."""
-    if cfg.task.dataset and not cfg.task.path:
+    if task.dataset and not task.path:
         if not has_package("datasets"):
-            raise missing_package("datasets", f"task.dataset={cfg.task.dataset}", extra="data")
+            raise missing_package("datasets", f"task.dataset={task.dataset}", extra="data")
         return  # loading the dataset itself may download: the node does it when it starts working
-    build_task(cfg.task)  # TaskError (exit code 3) naming the file and what is wrong with it
+    build_task(task)  # TaskError (exit code 3) naming the file and what is wrong with it
 
 
-def check_model(cfg: NodeConfig) -> None:
+def check_model(mc: ModelConfig, task: TaskConfig) -> None:
     """The model is the built-in one, a directory that exists, or a valid HF id (cached, or the hub reachable)."""
-    name = cfg.model.name
+    name = mc.name
     if name == BUILTIN_TINY:  # built locally when the node loads it (nothing to check; it takes a while)
         return
-    source = resolve_model_path(cfg.model, cfg.task)  # ModelLoadError for a missing directory
+    source = resolve_model_path(mc, task)  # ModelLoadError for a missing directory
     if Path(source).expanduser().is_dir():  # a directory, or a packaged model's converted one (an alias)
         return
     try:
@@ -55,7 +55,7 @@ def check_model(cfg: NodeConfig) -> None:
         raise MissingError(
             f"model.name {name!r}: no such directory, and not a Hugging Face model id (owner/name)"
         ) from None
-    cached = try_to_load_from_cache(name, "config.json", revision=cfg.model.revision)
+    cached = try_to_load_from_cache(name, "config.json", revision=mc.revision)
     if not isinstance(cached, str) and os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
         raise MissingError(
             f"model.name {name!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: "
@@ -78,10 +78,10 @@ def check_engine(cfg: NodeConfig) -> None:
 def check_node(cfg: NodeConfig) -> None:
     """Everything `join` can check quickly before it dials the swarm."""
     if cfg.role != "sampler" or cfg.mode == "sapo":  # learners and SAPO nodes report to trackers
-        check_trackers(cfg)
-    check_task(cfg)
+        check_trackers(cfg.metrics)
+    check_task(cfg.task)
     check_engine(cfg)
-    check_model(cfg)
+    check_model(cfg.model, cfg.task)
 
 
 def _listen_ports(maddrs: list[str]) -> list[tuple[str, str, int, str]]:

@@ -8,17 +8,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import SamplerConfig
 
 SETTINGS_STATUS = "settings"  # the ack status of a group made under other settings (final: not resent)
 
 
-def run_values(cfg: NodeConfig) -> dict[str, Any]:
+def run_values(sc: SamplerConfig) -> dict[str, Any]:
     """The generation settings a group is checked against (what a `settings` ack carries)."""
     return {
-        "sampler.temperature": cfg.sampler.temperature,
-        "sampler.num_generations": cfg.sampler.num_generations,
-        "sampler.max_completion_length": cfg.sampler.max_completion_length,
+        "sampler.temperature": sc.temperature,
+        "sampler.num_generations": sc.num_generations,
+        "sampler.max_completion_length": sc.max_completion_length,
     }
 
 

@@ -21,7 +21,7 @@ import threading
 
 import torch
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import SamplerConfig
 from swarmnode.delivery import RolloutSink
 from swarmnode.identity import Identity
 from swarmnode.protocol.manifest import AdapterSpec
@@ -47,19 +47,22 @@ class SamplerLoop:
         self,
         engine: GenerationEngine,
         task: Task,
-        cfg: NodeConfig,
+        sc: SamplerConfig,
+        run_id: str,
         identity: Identity,
         send: RolloutSink,
+        *,
+        seed: int,
         lineage: str = "",
-        seed: int | None = None,
     ):
+        """`sc`: the run's sampling settings; `seed`: its prompt order's (`sampler_seed`, or `task.seed`)."""
         self.engine = engine
         self.task = task
-        self.cfg = cfg
+        self.sc, self.run_id = sc, run_id
         self.identity = identity
         self.send = send
         self.lineage = lineage
-        self.rng = random.Random(cfg.task.seed if seed is None else seed)
+        self.rng = random.Random(seed)
         self.skipped = SkippedPrompts()  # prompts its learners told it came back all-solved / all-failed
         self._pending: tuple[dict[str, torch.Tensor], int, str | None, AdapterSpec | None] | None = None
         self._lock = threading.Lock()
@@ -122,7 +125,7 @@ class SamplerLoop:
         a paced sampler makes fewer when its learners invite fewer); returns the groups built (also those whose
         send failed)."""
         self._swap_in()
-        sampler = self.cfg.sampler
+        sampler = self.sc
         version = self.engine.version
         prompts = self.skipped.sample(self.task, prompts_count or sampler.prompts_per_batch, self.rng)
         gens = self.engine.generate(
@@ -134,7 +137,7 @@ class SamplerLoop:
             rewards_seen.extend(rewards)
             group = RolloutGroup.create(
                 identity=self.identity,
-                run_id=self.cfg.run_id,
+                run_id=self.run_id,
                 prompt_id=prompt.prompt_id,
                 prompt_tokens=gen.prompt_tokens,
                 completions=gen.completions,

@@ -18,7 +18,7 @@ BOARD_TTL_MIN_S = 60.0  # a board outlives its learner's last heartbeat by about
 
 
 def board_ttl(dht: SwarmDHT) -> float:
-    return min(max_record_ttl(dht.cfg) - 1.0, max(BOARD_TTL_MIN_S, 2 * dht.record_ttl))
+    return min(max_record_ttl(dht.cfg.network) - 1.0, max(BOARD_TTL_MIN_S, 2 * dht.record_ttl))
 
 
 async def store_board(dht: SwarmDHT, board: BoardRecord, curves: CurveRecord) -> bool:

@@ -22,7 +22,7 @@ from hivemind.dht.node import DHTNode
 from hivemind.p2p import P2P
 from hivemind.utils import get_dht_time
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig, NodeConfig
 from swarmnode.identity import Identity
 from swarmnode.protocol.announce import VersionAnnouncement
 from swarmnode.protocol.codec import InvalidRecord
@@ -61,9 +61,8 @@ STORE_REPLICAS = 5  # DHT nodes nearest a key that each store asks to keep it (h
 VERSION_TTL_MIN_S = 10.0  # announcements live max(this, heartbeat x missed beats) unless re-announced
 
 
-def max_record_ttl(cfg: NodeConfig) -> float:
+def max_record_ttl(net: NetworkConfig) -> float:
     """The longest lifetime this node accepts on anyone's record: 4x its own record TTL, at least 5 minutes."""
-    net = cfg.network
     return max(DEFAULT_MAX_TTL_S, 4 * net.heartbeat_interval * net.missed_beats_to_expire)
 
 
@@ -104,18 +103,18 @@ class SwarmDHT:
         owns_p2p = p2p is None
         reach = None
         if p2p is None and check_reachability and not client_mode:
-            p2p, reach = await start_checked_p2p(cfg, identity, relay_service=relay_service)
+            p2p, reach = await start_checked_p2p(cfg.network, identity, relay_service=relay_service)
             client_mode = reach.status in (RELAYED, CLIENT_ONLY)
         elif p2p is None and relay_service and cfg.network.use_relay and not client_mode:
-            p2p = await start_relay_p2p(cfg, identity)
+            p2p = await start_relay_p2p(cfg.network, identity)
         elif p2p is None:
-            p2p = await start_p2p(cfg, identity, client_mode=client_mode, relay_service=relay_service)
+            p2p = await start_p2p(cfg.network, identity, client_mode=client_mode, relay_service=relay_service)
         dialback = None
         try:
             connected = {str(info.peer_id) for info in await p2p.list_peers()}
             initial = [t for t in cfg.network.initial_peers if str(parse_initial_peer(t).peer_id) in connected]
             validator = SwarmValidator(
-                cfg.run_id, identity, max_ttl=max_record_ttl(cfg), shards=cfg.network.peer_shards
+                cfg.run_id, identity, max_ttl=max_record_ttl(cfg.network), shards=cfg.network.peer_shards
             )
             node = await DHTNode.create(
                 p2p=p2p,
@@ -363,7 +362,7 @@ class SwarmDHT:
             await self.node.store(
                 self._keys["card"],
                 card.encode(),
-                get_dht_time() + min(CARD_TTL_S, max_record_ttl(self.cfg) - 1),
+                get_dht_time() + min(CARD_TTL_S, max_record_ttl(self.cfg.network) - 1),
                 subkey=owned_subkey(self.identity.peer_id, CARD_LABEL),
             )
         )

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from swarmnode import __version__
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig, NodeConfig
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.protocol.peer import PeerRecord
@@ -33,11 +33,11 @@ def basic_hardware() -> dict[str, Any]:
     return {"cpus": os.cpu_count() or 1, "platform": sys.platform}
 
 
-def network_part(cfg: NodeConfig, role: str, client_mode: bool) -> dict[str, bool]:
+def network_part(net: NetworkConfig, role: str, client_mode: bool) -> dict[str, bool]:
     """How a member of `role` joins: whether it checks its reachability first (nodes, not bootstraps or read-only
     clients) and whether it relays for nodes that cannot be dialled (`network.relay_service`; by default the
     bootstraps)."""
-    relay = cfg.network.relay_service if cfg.network.relay_service is not None else role == "bootstrap"
+    relay = net.relay_service if net.relay_service is not None else role == "bootstrap"
     return {"check_reachability": role != "bootstrap" and not client_mode, "relay_service": relay}
 
 
@@ -87,7 +87,7 @@ class Membership:
                 self.cfg,
                 self.identity,
                 client_mode=self.client_mode,
-                **network_part(self.cfg, self.role, self.client_mode),
+                **network_part(self.cfg.network, self.role, self.client_mode),
             )
             if str(self.dht.p2p.peer_id) != self.identity.peer_id:
                 raise SwarmStartError(f"p2pd runs as {self.dht.p2p.peer_id}, not {self.identity.peer_id}")
@@ -98,7 +98,7 @@ class Membership:
                 self._heartbeat = asyncio.create_task(self._beat())
                 reach = self.dht.reachability
                 if reach is not None and self.cfg.network.reachability == "auto":
-                    self._watch = asyncio.create_task(ReachabilityWatch(self.dht.p2p, self.cfg, reach).run())
+                    self._watch = asyncio.create_task(ReachabilityWatch(self.dht.p2p, self.cfg.network, reach).run())
         except BaseException:
             await self._close()
             raise

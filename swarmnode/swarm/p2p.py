@@ -36,7 +36,7 @@ from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.backoff import Backoff
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig
 from swarmnode.errors import ExitCode, Interrupted, SwarmnodeError
 from swarmnode.identity import Identity
 from swarmnode.swarm.hivemind_compat import connect, daemon_socket_paths, p2p_class_with_daemon_flags, p2pd_process
@@ -224,11 +224,10 @@ def _identity_file(identity: Identity) -> tuple[str, bool]:
     return path, True
 
 
-def relay_flags(cfg: NodeConfig, relay_service: bool, relays: list[str] | None) -> tuple[dict, dict]:
+def relay_flags(net: NetworkConfig, relay_service: bool, relays: list[str] | None) -> tuple[dict, dict]:
     """(p2pd flags, `P2P.create` arguments) for this node's part in circuit relaying: a relay service with the
     configured limits (bootstraps), a reservation on `relays` for a node that cannot be dialled (it then says
     it is private at once, so p2pd's AutoRelay does not wait for AutoNAT), or neither."""
-    net = cfg.network
     serve = relay_service and net.use_relay
     flags: dict = {"relayService": serve}
     kwargs: dict = {}
@@ -249,7 +248,7 @@ def relay_flags(cfg: NodeConfig, relay_service: bool, relays: list[str] | None) 
 
 
 async def _create_daemon(
-    cfg: NodeConfig,
+    net: NetworkConfig,
     identity: Identity,
     client_mode: bool,
     deadline: float,
@@ -257,8 +256,7 @@ async def _create_daemon(
     relay_service: bool = False,
     relays: list[str] | None = None,
 ) -> P2P:
-    net = cfg.network
-    flags, relay_kwargs = relay_flags(cfg, relay_service, relays)
+    flags, relay_kwargs = relay_flags(net, relay_service, relays)
     daemon = p2p_class_with_daemon_flags(flags)
     key_path, temporary = _identity_file(identity)
     attempt, backoff = 0, Backoff(0.5, 5.0, jitter=False)
@@ -359,7 +357,7 @@ async def connect_initial_peers(
 
 
 async def start_p2p(
-    cfg: NodeConfig,
+    net: NetworkConfig,
     identity: Identity,
     *,
     client_mode: bool = False,
@@ -374,15 +372,15 @@ async def start_p2p(
     every initial peer refused the connection). The daemon is watched: it dies with this process. Stop it with
     `stop_p2p`.
     """
-    peers = [parse_initial_peer(text) for text in cfg.network.initial_peers]
-    deadline = time.monotonic() + cfg.network.startup_timeout
+    peers = [parse_initial_peer(text) for text in net.initial_peers]
+    deadline = time.monotonic() + net.startup_timeout
     clean_stale_sockets()
-    client_mode = client_mode or cfg.network.client_mode
-    p2p = await _create_daemon(cfg, identity, client_mode, deadline, relay_service=relay_service, relays=relays)
+    client_mode = client_mode or net.client_mode
+    p2p = await _create_daemon(net, identity, client_mode, deadline, relay_service=relay_service, relays=relays)
     try:
         arm_watchdog(p2p)
         if peers:
-            await connect_initial_peers(p2p, peers, deadline, cfg.network.startup_timeout, refusal_is_final=client_mode)
+            await connect_initial_peers(p2p, peers, deadline, net.startup_timeout, refusal_is_final=client_mode)
     except BaseException:
         await stop_p2p(p2p)
         raise

@@ -27,7 +27,7 @@ from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.p2p import P2P, P2PContext, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig
 from swarmnode.identity import Identity
 from swarmnode.protocol.codec import InvalidRecord, pack, unpack
 from swarmnode.protocol.reachability import CLIENT_ONLY, PUBLIC, RELAYED, UNKNOWN
@@ -242,23 +242,21 @@ def _listen_port(addrs: list[str]) -> int | None:
     return None
 
 
-async def helpers_reached(p2p: P2P, cfg: NodeConfig) -> list[tuple[PeerID, str]]:
+async def helpers_reached(p2p: P2P, net: NetworkConfig) -> list[tuple[PeerID, str]]:
     """The initial peers this daemon is connected to: (peer id, the `--initial-peers` text)."""
     connected = {str(info.peer_id) for info in await p2p.list_peers()}
-    peers = [parse_initial_peer(text) for text in cfg.network.initial_peers]
+    peers = [parse_initial_peer(text) for text in net.initial_peers]
     return [(p.peer_id, p.text) for p in peers if str(p.peer_id) in connected]
 
 
 async def ask_helpers(
-    p2p: P2P, cfg: NodeConfig, helpers: list[tuple[PeerID, str]] | None = None
+    p2p: P2P, net: NetworkConfig, helpers: list[tuple[PeerID, str]] | None = None
 ) -> list[tuple[str, DialbackAnswer]]:
     """Ask every initial peer this daemon is connected to (or `helpers`) to dial it back, all at once, bounded by
     `network.reachability_timeout`: (its `--initial-peers` text, its answer) for each that answered."""
     own = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
-    helpers = await helpers_reached(p2p, cfg) if helpers is None else helpers
-    found = await asyncio.gather(
-        *(ask_dialback(p2p, peer, own, cfg.network.reachability_timeout) for peer, _ in helpers)
-    )
+    helpers = await helpers_reached(p2p, net) if helpers is None else helpers
+    found = await asyncio.gather(*(ask_dialback(p2p, peer, own, net.reachability_timeout) for peer, _ in helpers))
     return [(text, a) for (_, text), a in zip(helpers, found) if a is not None]
 
 
@@ -267,15 +265,14 @@ def how_many(answers: list[DialbackAnswer]) -> str:
     return f"{sum(a.reachable for a in answers)} of {len(answers)} bootstraps dialled back"
 
 
-async def check(p2p: P2P, cfg: NodeConfig) -> tuple[Reachability, list[str]]:
+async def check(p2p: P2P, net: NetworkConfig) -> tuple[Reachability, list[str]]:
     """Decide whether others can dial this daemon (see the module docstring); and the helpers that relay."""
-    net = cfg.network
     port = _listen_port([str(a) for a in await p2p.get_visible_maddrs(latest=True)])
-    helpers = await helpers_reached(p2p, cfg)
+    helpers = await helpers_reached(p2p, net)
     if net.reachability != "auto":
         status = PUBLIC if net.reachability == "public" else CLIENT_ONLY
         return Reachability(status, f"network.reachability={net.reachability}", port=port), [t for _, t in helpers]
-    answered = await ask_helpers(p2p, cfg, helpers)
+    answered = await ask_helpers(p2p, net, helpers)
     answers = [a for _, a in answered]
     relays = [text for text, a in answered if a.relay]
     verdict = decide(answers)
@@ -290,34 +287,32 @@ async def check(p2p: P2P, cfg: NodeConfig) -> tuple[Reachability, list[str]]:
     ), relays
 
 
-async def start_checked_p2p(cfg: NodeConfig, identity: Identity, *, relay_service: bool) -> tuple[P2P, Reachability]:
+async def start_checked_p2p(net: NetworkConfig, identity: Identity, *, relay_service: bool) -> tuple[P2P, Reachability]:
     """Start p2pd, decide reachability, and for a node that cannot be dialled restart it with a relay reservation
     where a helper offers one (see the module docstring). Bounded: `reachability_timeout` for the check,
     `relay_wait` for the reservation."""
-    p2p = await start_p2p(cfg, identity, relay_service=relay_service)
+    p2p = await start_p2p(net, identity, relay_service=relay_service)
     try:
-        reach, relays = await check(p2p, cfg)
+        reach, relays = await check(p2p, net)
     except BaseException:
         await stop_p2p(p2p)
         raise
     if reach.status in (PUBLIC, UNKNOWN):
         return p2p, reach
-    if not cfg.network.use_relay or not relays:
+    if not net.use_relay or not relays:
         reach.how += (
-            "; relaying is off here (network.use_relay=false)"
-            if not cfg.network.use_relay
-            else "; no bootstrap offers a relay"
+            "; relaying is off here (network.use_relay=false)" if not net.use_relay else "; no bootstrap offers a relay"
         )
         return p2p, reach
     await stop_p2p(p2p)
-    p2p = await start_p2p(cfg, identity, relays=relays)
+    p2p = await start_p2p(net, identity, relays=relays)
     try:
-        relay = await wait_for_relay(p2p, cfg.network.relay_wait)
+        relay = await wait_for_relay(p2p, net.relay_wait)
     except BaseException:
         await stop_p2p(p2p)
         raise
     if relay is None:
-        reach.how += f"; no relay reservation within {cfg.network.relay_wait:.0f} s"
+        reach.how += f"; no relay reservation within {net.relay_wait:.0f} s"
     else:
         reach.status, reach.relay = RELAYED, relay
     return p2p, reach

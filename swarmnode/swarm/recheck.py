@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig
 from swarmnode.protocol.reachability import CLIENT_ONLY, PUBLIC, RELAYED
 from swarmnode.swarm.reachability import Reachability, ask_helpers, decide, how_many
 from swarmnode.swarm.relay import wait_for_relay
@@ -62,15 +62,15 @@ class Transition:
 class ReachabilityWatch:
     """Rechecks `reach` (this node's, decided at join) on `p2p`; see the module docstring. `run()` until cancelled."""
 
-    def __init__(self, p2p, cfg: NodeConfig, reach: Reachability, clock=time.monotonic):
-        self.p2p, self.cfg, self.reach, self.clock = p2p, cfg, reach, clock
+    def __init__(self, p2p, net: NetworkConfig, reach: Reachability, clock=time.monotonic):
+        self.p2p, self.net, self.reach, self.clock = p2p, net, reach, clock
         self.transition = Transition(reach.status)
         self.last_dialback = clock()
         self.relay = reach.relay
         self.changes = 0
 
     def _dialback_due(self, relay_lost: bool) -> bool:
-        every = self.cfg.network.reachability_recheck
+        every = self.net.reachability_recheck
         return (
             relay_lost
             or self.transition.pending is not None
@@ -84,7 +84,7 @@ class ReachabilityWatch:
         dialled_back, how = None, None
         if self._dialback_due(relay_lost):
             self.last_dialback = self.clock()
-            answers = [a for _, a in await ask_helpers(self.p2p, self.cfg)]
+            answers = [a for _, a in await ask_helpers(self.p2p, self.net)]
             dialled_back = decide(answers)
             how = how_many(answers) if answers else None
         self.relay = relay
@@ -101,7 +101,7 @@ class ReachabilityWatch:
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self.cfg.network.heartbeat_interval)
+            await asyncio.sleep(self.net.heartbeat_interval)
             try:
                 await self.look()
             except Exception as exc:  # a daemon hiccup: the next heartbeat looks again

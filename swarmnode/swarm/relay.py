@@ -15,7 +15,7 @@ import time
 
 from hivemind.p2p import P2P
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig
 from swarmnode.identity import Identity
 from swarmnode.swarm.hivemind_compat import p2p_class_with_daemon_flags
 from swarmnode.swarm.p2p import start_p2p, stop_p2p
@@ -140,16 +140,16 @@ def _global_addr(addrs: list[str]) -> str | None:
     return next((a for a in addrs if (ip := ip_of(a)) is not None and not is_private(ip)), None)
 
 
-def relays_here(cfg: NodeConfig, visible: list[str]) -> bool:
+def relays_here(net: NetworkConfig, visible: list[str]) -> bool:
     """Whether a bootstrap with these visible addresses relays: relaying on, and a public address to relay at."""
-    return cfg.network.relay_service is not False and cfg.network.use_relay and _global_addr(visible) is not None
+    return net.relay_service is not False and net.use_relay and _global_addr(visible) is not None
 
 
-async def start_relay_p2p(cfg: NodeConfig, identity: Identity) -> P2P:
+async def start_relay_p2p(net: NetworkConfig, identity: Identity) -> P2P:
     """Start the daemon of a node that relays (a bootstrap) so that its configured relay limits are the ones in
     force: checked with `relay_carries_data` and the daemon restarted (same key and addresses) until they are,
     at most `RELAY_START_TRIES` times. Only where it has a public address: libp2p uses no relay at a private one."""
-    p2p = await start_p2p(cfg, identity, relay_service=True)
+    p2p = await start_p2p(net, identity, relay_service=True)
     for attempt in range(1, RELAY_START_TRIES + 1):
         addr = _global_addr([str(a) for a in await p2p.get_visible_maddrs(latest=True)])  # a port 0 moves
         if addr is None:
@@ -161,7 +161,7 @@ async def start_relay_p2p(cfg: NodeConfig, identity: Identity) -> P2P:
         if attempt == RELAY_START_TRIES:
             break
         await stop_p2p(p2p)
-        p2p = await start_p2p(cfg, identity, relay_service=True)
+        p2p = await start_p2p(net, identity, relay_service=True)
     logger.warning(
         "relay: p2pd's default relay limits (128 KiB and 2 min per relayed connection) are in force "
         "after %d starts: relayed nodes exchange groups, but weight transfers to or from them fail; "

@@ -31,7 +31,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import NetworkConfig
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,7 @@ class Limits:
     strangers: int = 0  # open connections of all unknown addresses together (0: no such cap)
 
     @classmethod
-    def of(cls, cfg: NodeConfig) -> Limits:
-        net = cfg.network
+    def of(cls, net: NetworkConfig) -> Limits:
         return cls(
             net.relay_conns_per_address,
             net.relay_conns_per_prefix,
@@ -168,9 +167,9 @@ class RelayGuard:
     known: set[str] = field(default_factory=set)  # addresses in the SWN-KNOWN chains
 
     @classmethod
-    def install(cls, cfg: NodeConfig, maddrs: list[str]) -> RelayGuard:
+    def install(cls, net: NetworkConfig, maddrs: list[str]) -> RelayGuard:
         """Guard every TCP port in `maddrs` (the bootstrap's listening addresses), or say in one line why not."""
-        guard, limits = cls(), Limits.of(cfg)
+        guard, limits = cls(), Limits.of(net)
         ports = tcp_ports(maddrs)
         if limits.per_address <= 0 or not any(ports.values()):
             return guard

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import MetricsConfig, NodeConfig
 from swarmnode.errors import missing_package
 from swarmnode.trackers.base import PACKAGES, TrackedRun, Tracker
 from swarmnode.trackers.hub import Opener, TrackerHub
@@ -22,16 +22,16 @@ IMPLEMENTATIONS = {
 TRACKERS_DIR = "trackers"  # under the node's data directory unless metrics.logging_dir
 
 
-def check_trackers(cfg: NodeConfig) -> None:
+def check_trackers(metrics: MetricsConfig) -> None:
     """Every tracker `metrics.report_to` names has its package (MissingError, exit code 3, otherwise)."""
-    for name in cfg.metrics.report_to:
+    for name in metrics.report_to:
         if importlib.util.find_spec(PACKAGES[name]) is None:
             raise missing_package(PACKAGES[name], f"metrics.report_to={name}", extra="trackers")
 
 
-def logging_dir(cfg: NodeConfig, data_dir: Path) -> Path:
+def logging_dir(metrics: MetricsConfig, data_dir: Path) -> Path:
     """`metrics.logging_dir`, or `<data dir>/trackers`."""
-    return Path(cfg.metrics.logging_dir).expanduser() if cfg.metrics.logging_dir else Path(data_dir) / TRACKERS_DIR
+    return Path(metrics.logging_dir).expanduser() if metrics.logging_dir else Path(data_dir) / TRACKERS_DIR
 
 
 def tracked_run(cfg: NodeConfig, data_dir: Path, role: str, peer_id: str) -> TrackedRun:
@@ -44,7 +44,9 @@ def tracked_run(cfg: NodeConfig, data_dir: Path, role: str, peer_id: str) -> Tra
         "task": cfg.task.name,
     }
     config |= {f"learner.{k}": v for k, v in cfg.learner.model_dump().items() if isinstance(v, (int, float, str))}
-    return TrackedRun(cfg.metrics.project or cfg.run_id, f"{role}-{peer_id[-8:]}", logging_dir(cfg, data_dir), config)
+    return TrackedRun(
+        cfg.metrics.project or cfg.run_id, f"{role}-{peer_id[-8:]}", logging_dir(cfg.metrics, data_dir), config
+    )
 
 
 def _opener(name: str, run: TrackedRun) -> Callable[[], Tracker]:

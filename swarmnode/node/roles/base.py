@@ -27,13 +27,13 @@ Emit = Callable[[str], None]
 PROGRESS_EVERY_S = 20.0  # a working node prints one progress line this often
 
 
-def ready_line(identity: Identity, role: str, cfg: NodeConfig, member: Membership) -> str:
+def ready_line(identity: Identity, role: str, run_id: str, member: Membership) -> str:
     """The node's `ready` line, printed once it works: a learner with its model loaded (warm start included), its
     version published and its inbox open; a sampler with its engine loaded and a version to sample from; a SAPO
     node with its model loaded and its streams open; an idle node once announced. `join_s`: start to the first
     published record; `ready_s`: start to this line."""
     return (
-        f"ready peer_id={identity.peer_id} role={role} run={cfg.run_id} join_s={member.ready_s or 0.0:.2f} "
+        f"ready peer_id={identity.peer_id} role={role} run={run_id} join_s={member.ready_s or 0.0:.2f} "
         f"ready_s={time.monotonic() - member.started_at:.2f}"
     )
 

@@ -69,7 +69,7 @@ class LearnerRole(NodeRole):
         averaging = averaging_enabled(cfg)  # groups made with any of the run's learners' versions are ours too
         self.buffer = buffer = MeteredBuffer.from_config(cfg, lineage=None if averaging else identity.peer_id)
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
-        self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, **journal_limits(cfg))
+        self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, **journal_limits(cfg.learner, cfg.sync.max_staleness))
         self.board = BoardKeeper(self.data_dir, self.dht, identity, cfg.run_id, cfg.network.heartbeat_interval)
         self.rounds: AveragingRounds | None = None
         loop = asyncio.get_running_loop()
@@ -130,7 +130,7 @@ class LearnerRole(NodeRole):
         )
         high_water = cfg.learner.buffer_high_water or 4 * cfg.learner.prompts_per_step  # pacing off
         full = credits.full if credits is not None else lambda: len(buffer) >= high_water
-        run = run_values(cfg)
+        run = run_values(cfg.sampler)
         self.watch = StallWatch(cfg.sampler.max_prompt_length, cfg.sampler.max_completion_length)
 
         def admit(group) -> str:

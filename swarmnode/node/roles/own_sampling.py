@@ -28,7 +28,9 @@ class OwnSampler:
         seed = sampler_seed(cfg.task.seed, f"{identity.peer_id}:own", next_start(node_data_dir(cfg, identity), "own"))
         self.engine = HFEngine(model, learner.tokenizer, cfg.sampler.max_prompt_length, learner.version, seed=seed)
         model.train()  # the engine put the model in eval mode; the learner trains it
-        self.loop = SamplerLoop(self.engine, task, cfg, identity, sink, lineage=identity.peer_id, seed=seed)
+        self.loop = SamplerLoop(
+            self.engine, task, cfg.sampler, cfg.run_id, identity, sink, lineage=identity.peer_id, seed=seed
+        )
         self.groups = 0  # groups made so far
 
     def batch(self) -> int:

@@ -89,7 +89,7 @@ class SamplerRole(NodeRole):
         )  # adapter versions must be for this base
         sink: RolloutSink = self.sender.send
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
-        self.loop = SamplerLoop(engine, self.task, cfg, identity, self.delayed or sink, seed=seed)
+        self.loop = SamplerLoop(engine, self.task, cfg.sampler, cfg.run_id, identity, self.delayed or sink, seed=seed)
         self.sender.on_saturated = self.loop.skipped.update  # prompts its learners found all-solved / all-failed
         self.pacer = Pacer(cfg.sampler.prompts_per_batch, credits=cfg.sync.pacing == "credits")
         self.guard = DeliveryGuard(undelivered_limit(cfg.sampler.prompts_per_batch))
@@ -134,7 +134,7 @@ class SamplerRole(NodeRole):
 
     def _settings_differ(self, peer: str, run: Any) -> None:
         """A learner refused a group as made under other settings: say which, once a minute at most."""
-        said = differences(run_values(self.cfg), run)
+        said = differences(run_values(self.cfg.sampler), run)
         now = time.monotonic()
         if said is not None and now - getattr(self, "_settings_said", -SETTINGS_SAY_EVERY_S) >= SETTINGS_SAY_EVERY_S:
             self._settings_said = now

@@ -17,7 +17,7 @@ import random
 import statistics
 from pathlib import Path
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import ModelConfig, NodeConfig
 from swarmnode.identity import Identity
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.loop import LearnerLoop
@@ -33,10 +33,10 @@ from swarmnode.sampler.loop import SamplerLoop
 from swarmnode.tasks import build_task
 
 
-def model_id(cfg: NodeConfig, model) -> str:
+def model_id(mc: ModelConfig, model) -> str:
     """What made a text: the configured model name and a short hash of its architecture (sizes differ)."""
     arch = hashlib.sha256(model.config.to_json_string(use_diff=False).encode()).hexdigest()[:10]
-    return f"{cfg.model.name[:100]}#{arch}"
+    return f"{mc.name[:100]}#{arch}"
 
 
 class SapoPolicy:
@@ -59,7 +59,7 @@ class SapoPolicy:
         self.task = task or build_task(cfg.task)
         self.tokenizer = tokenizer or load_tokenizer(cfg.model, cfg.task)
         self.model = model or load_model(cfg.model, cfg.task, pick_device(cfg.learner.device))
-        self.model_id = model_id(cfg, self.model)
+        self.model_id = model_id(cfg.model, self.model)
         per_step = sc.local_groups + sc.external_groups
         # no spot checks: local groups are this model's own, and external ones carry, by design, behaviour
         # log-probs that are not this model's (sapo.external_weighting)
@@ -72,11 +72,17 @@ class SapoPolicy:
             self.model, self.tokenizer, self.task, learner_cfg, self.buffer, None, checkpoint_dir
         )
         self.engine = HFEngine(self.model, self.tokenizer, cfg.sampler.max_prompt_length, self.learner.version)
-        sampler_cfg = cfg.model_copy(
-            update={"sampler": cfg.sampler.model_copy(update={"prompts_per_batch": max(1, sc.local_groups)})}
-        )
+        own_batch = cfg.sampler.model_copy(update={"prompts_per_batch": max(1, sc.local_groups)})
         self._local: list[RolloutGroup] = []
-        self.sampler = SamplerLoop(self.engine, self.task, sampler_cfg, identity, self._local.append, seed=seed)
+        self.sampler = SamplerLoop(
+            self.engine,
+            self.task,
+            own_batch,
+            cfg.run_id,
+            identity,
+            self._local.append,
+            seed=cfg.task.seed if seed is None else seed,
+        )
         self.pool = ExternalPool(
             identity.peer_id,
             sc.pool_per_peer,
@@ -102,7 +108,8 @@ class SapoPolicy:
             self.model,
             self.tokenizer,
             self.task,
-            cfg,
+            cfg.sampler,
+            cfg.sapo,
             self.learner.rows.prompt_tokens,
             lambda: self.learner.version,
             autocast=self.learner.precision.autocast,

@@ -32,7 +32,7 @@ from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import SamplerConfig, SapoConfig
 from swarmnode.model.logprobs import completion_logprobs
 from swarmnode.node.sapo.plausibility import PlausibilityCheck
 from swarmnode.protocol.rollout import RolloutGroup
@@ -50,20 +50,22 @@ class Rescorer:
         model,
         tokenizer,
         task: Task,
-        cfg: NodeConfig,
+        sc: SamplerConfig,
+        sapo: SapoConfig,
         prompt_tokens: Callable[[str], list[int]],
         version: Callable[[], int],
         autocast: Callable[[], ContextManager] = contextlib.nullcontext,
         plausibility: PlausibilityCheck | None = None,
     ):
-        """`autocast`: the learner's precision context (`Precision.autocast`), so that on-policy behaviour
+        """`sc`: this node's sampling settings (its temperature, its completion length); `sapo`: the run's SAPO
+        settings; `autocast`: the learner's precision context (`Precision.autocast`), so that on-policy behaviour
         log-probs are computed exactly as the learner computes its own; `plausibility`: the check external
         text must pass (None: none)."""
-        self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self.model, self.tokenizer, self.task, self.sc = model, tokenizer, task, sc
         self.plausibility = plausibility
         self.autocast = autocast
         self.prompt_tokens, self.version = prompt_tokens, version
-        self.weighting = cfg.sapo.external_weighting
+        self.weighting = sapo.external_weighting
         self.eval_ids = {p.prompt_id for p in task.eval_prompts()}
         eos = tokenizer.eos_token_id
         self.eos = int(eos) if eos is not None else None
@@ -132,7 +134,7 @@ class Rescorer:
         )
         if not claimed_ok:
             self.lies[group.sampler_id] += 1
-        limit = self.cfg.sampler.max_completion_length
+        limit = self.sc.max_completion_length
         completions = []
         for text, finished in zip(group.completions, group.finished):
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -151,7 +153,7 @@ class Rescorer:
 
     def _temperature(self, group: TextRolloutGroup) -> float:
         """The temperature the group's behaviour log-probs were taken at (the learner computes p at it too)."""
-        return float(group.temperature) if self.weighting == "sender_likelihood" else self.cfg.sampler.temperature
+        return float(group.temperature) if self.weighting == "sender_likelihood" else self.sc.temperature
 
     def _own_logprobs(self, prompts: list[list[int]], completions: list[list[list[int]]]) -> list[list[list[float]]]:
         """Per-token log-probs of every completion of every group under this node's current policy, at the
@@ -163,7 +165,7 @@ class Rescorer:
         try:
             with torch.no_grad(), self.autocast():
                 logp, _ = completion_logprobs(
-                    self.model, rows_p, rows_c, self.cfg.sampler.temperature, self.tokenizer.pad_token_id
+                    self.model, rows_p, rows_c, self.sc.temperature, self.tokenizer.pad_token_id
                 )
         finally:
             self.model.train(was_training)

@@ -67,11 +67,11 @@ def floor_for(cfg: NodeConfig, device: torch.device) -> dict:
     from swarmnode.node.selfcheck.generation import weights_at_hand
     from swarmnode.node.selfcheck.weights import random_model
 
-    if weights_at_hand(cfg):
+    if weights_at_hand(cfg.model):
         from swarmnode.model.models import load_model
 
         model, weights = load_model(cfg.model, cfg.task, device), "model's own"
     else:
-        model, weights = random_model(cfg, device, dtype=torch.float32), "random, model's shape"
+        model, weights = random_model(cfg.model, device, dtype=torch.float32), "random, model's shape"
     result = bf16_floor(model, device, learner_autocast=device.type == "cuda")
     return {**result, "weights": weights}

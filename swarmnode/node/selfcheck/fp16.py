@@ -17,7 +17,7 @@ ROWS, PROMPT, COMPLETION = 8, 32, 64
 def fp16_gradients(cfg: NodeConfig, device: torch.device, model=None) -> dict:
     """{'scaled': ..., 'unscaled': ...}: each a comparison of the fp16-autocast gradient with fp32's
     (see `compare`), on a random-weight model of the config's shape (or `model`, trained in place: none)."""
-    model = model if model is not None else random_model(cfg, device, dtype=torch.float32)
+    model = model if model is not None else random_model(cfg.model, device, dtype=torch.float32)
     if cfg.learner.lora.enabled and not hasattr(model, "peft_config"):
         from swarmnode.learner.lora import apply_lora
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import ModelConfig, NodeConfig
 from swarmnode.errors import SwarmnodeError
 from swarmnode.model.models import BUILTIN_TINY
 from swarmnode.model.packaged import packaged_model
@@ -20,15 +20,15 @@ MAX_NEW_TOKENS = 256  # ... of at most this many tokens
 PROMPT = "Question: what is 12 + 30? Think, then give the answer."
 
 
-def weights_at_hand(cfg: NodeConfig) -> bool:
+def weights_at_hand(mc: ModelConfig) -> bool:
     """True when the configured model's weights are on this machine (built-in, packaged, a directory, or the
     Hugging Face cache): nothing would be downloaded."""
-    name = cfg.model.name
+    name = mc.name
     if name == BUILTIN_TINY or packaged_model(name) is not None or Path(name).expanduser().is_dir():
         return True
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(name, "config.json", revision=cfg.model.revision), str)
+    return isinstance(try_to_load_from_cache(name, "config.json", revision=mc.revision), str)
 
 
 def installed_engines() -> list[str]:
@@ -40,7 +40,7 @@ def generation_batches(cfg: NodeConfig, device: torch.device) -> list[dict]:
     """One row per installed engine: tokens/s of a second batch (the first warms up), or why it was skipped."""
     prompts = min(cfg.sampler.prompts_per_batch, MAX_PROMPTS)
     new_tokens = min(cfg.sampler.max_completion_length, MAX_NEW_TOKENS)
-    have = weights_at_hand(cfg)
+    have = weights_at_hand(cfg.model)
     out = []
     for engine in installed_engines():
         row = {
@@ -86,7 +86,7 @@ def _engine_batch(cfg: NodeConfig, engine: str, device: torch.device, prompts: i
 
 
 def _random_generate(cfg: NodeConfig, device: torch.device, prompts: int, new_tokens: int) -> dict:
-    model = random_model(cfg, device).eval()
+    model = random_model(cfg.model, device).eval()
     ids, _ = random_rows(prompts, min(cfg.sampler.max_prompt_length, 64), 0, vocab_size(model))
     input_ids = torch.tensor(ids, device=device)
     timings = []

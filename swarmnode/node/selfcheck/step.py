@@ -67,13 +67,13 @@ def learner_step(cfg: NodeConfig, device: torch.device) -> dict:
     arch = model_architecture(cfg.model)
     shape = ModelShape.from_hf_config(arch, estimate_parameters(arch))
     estimate = training_memory(shape, cfg, device.type)
-    rows, tokens = micro_batch_rows_and_tokens(cfg)
+    rows, tokens = micro_batch_rows_and_tokens(cfg.learner, cfg.sampler)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     rss = _PeakRss() if device.type != "cuda" else None
     with rss or contextlib.nullcontext():
-        model = random_model(cfg, device)
+        model = random_model(cfg.model, device)
         if cfg.learner.lora.enabled:
             from swarmnode.learner.lora import apply_lora
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import torch
 
-from swarmnode.config import NodeConfig
+from swarmnode.config import ModelConfig
 from swarmnode.model.models import _dtype, model_architecture
 
 
-def random_model(cfg: NodeConfig, device: torch.device, dtype: torch.dtype | None = None, seed: int = 0):
+def random_model(mc: ModelConfig, device: torch.device, dtype: torch.dtype | None = None, seed: int = 0):
     """A causal LM of the configured model's architecture with random weights, on `device` in `dtype`
     (default `model.dtype`), activation checkpointing as configured."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    arch = model_architecture(cfg.model)
+    arch = model_architecture(mc)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(arch, dtype=dtype or _dtype(cfg.model.dtype))
-    if cfg.model.gradient_checkpointing:
+        model = AutoModelForCausalLM.from_config(arch, dtype=dtype or _dtype(mc.dtype))
+    if mc.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model
 

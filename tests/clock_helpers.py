@@ -1,0 +1,11 @@
+"""A clock the test moves by hand (`clock.now += 1.0`): what the time-based parts take as `clock`."""
+
+from __future__ import annotations
+
+
+class Clock:
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
