@@ -62,6 +62,7 @@ from swarmnode.learner.checkpoint import (
     save_checkpoint,
     write_published,
 )
+from swarmnode.learner.draw_check import STRUCK_DRAWS, DrawLedger, refusal
 from swarmnode.learner.fill import SaturatedPrompts, fill_with_signal
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.lora import adapter_spec, adapter_state, apply_lora, is_lora, merged_state
@@ -76,6 +77,7 @@ from swarmnode.learner.rows import STRUCK_ROWS, GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import StepStats, is_truncated, length_summary, step_stats
 from swarmnode.learner.step_totals import merge
+from swarmnode.learner.typicality import TypicalityWatch
 from swarmnode.learner.verify import CHECK, SKIP, SpotChecker, version_bytes
 from swarmnode.model.adapters import weights_hash
 from swarmnode.model.logprobs import completion_scores
@@ -144,6 +146,13 @@ class LearnerLoop:
         self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
         self.verifier = SpotChecker(cfg.trust, buffer.max_staleness + 1, cfg.task.seed)
         self.step_checks = StepChecks(self.verifier, 0, 0)  # the current step's (`_draw`)
+        trust = cfg.trust
+        self.draws = (
+            DrawLedger(trust.gap_window, trust.gap_share, len(trust.learner_keys)) if trust.seeded_groups else None
+        )
+        if self.draws is not None:  # every group that arrives, kept or not, shows its counter
+            buffer.arrivals = lambda g: self.hooks.checkable(g) and self.draws.observe(g.sampler_id, g.draw)
+        self.typical = TypicalityWatch(trust.typicality_z)
         narrowed = self.verifier.checkable_staleness(version_bytes(model, self.precision.publish_dtype.itemsize))
         if narrowed is not None:  # claims older than the versions it can keep could not be checked: refuse them
             buffer.narrow_staleness(narrowed, "trust.verify_keep_bytes holds fewer versions than the window")
@@ -245,6 +254,7 @@ class LearnerLoop:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         merged = self.accumulate_gradients(groups, lazy=True)
+        self._judge_typicality()
         self.precision.unscale(self.optimizer)
         params = [p for p in self.trainable if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm)
@@ -260,6 +270,18 @@ class LearnerLoop:
         if self.precision.scaler is not None:
             merged["loss_scale"] = self.precision.loss_scale
         return merged
+
+    def _judge_typicality(self) -> None:
+        """Catch the sender of each far-out group of the step (`learner.typicality`): checked at rate 1 from now
+        on, its buffered groups dropped, reported to `on_poisoned`."""
+        for group, score in self.typical.flagged():
+            if not self.hooks.checkable(group):
+                continue
+            self.rejected["atypical"] += 1
+            self.verifier.catch(group.sampler_id)
+            self.rejected["liar_buffered"] += self.buffer.drop_sampler(group.sampler_id)
+            if self.hooks.on_poisoned is not None:
+                self.hooks.on_poisoned(group, f"atypical (its tokens {score:.1f} sd less likely than the policy's)")
 
     def accumulate_gradients(self, groups: list[list[Row]], lazy: bool = False) -> dict:
         """Forward and backward over the step's `groups` (gradients add up in `.grad`); the step's diagnostics.
@@ -338,7 +360,9 @@ class LearnerLoop:
                 [r.completion for r in rows],
                 [r.temperature for r in rows],
                 self.tokenizer.pad_token_id,
+                variance=self.typical.enabled,
             )
+        self.typical.add(rows, scores.logp, scores.entropy, scores.variance, scores.mask)
         data = row_tensors(rows, scores.logp.shape[1], group_index, device)
         ref = (
             data.logq
@@ -416,10 +440,20 @@ class LearnerLoop:
     def _rows(self, group) -> list[Row] | None:
         """`GroupRows.rows`; a group refused for its prompt (not a training prompt, not the learner's tokens) or
         its shape is reported to `on_poisoned` (its sender is struck)."""
+        why = refusal(group, self.task, self.cfg.trust, self.draws) if self._seeded(group) else None
+        if why is not None:
+            self.rejected[why] += 1
+            if why in STRUCK_DRAWS and self.hooks.on_poisoned is not None:
+                self.hooks.on_poisoned(group, f"{why} (refused by the learner)")
+            return None
         rows = self.rows.rows(group, self.version)
         if rows is None and self.rows.refusal in STRUCK_ROWS and self.hooks.on_poisoned is not None:
             self.hooks.on_poisoned(group, f"{self.rows.refusal} (refused by the learner)")
         return rows
+
+    def _seeded(self, group) -> bool:
+        """Whether `group` must be a seeded group of this run (`trust.seeded_groups`; not the learner's own)."""
+        return self.draws is not None and self.hooks.checkable(group)
 
     def _verified(self, group) -> bool:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
@@ -449,10 +483,11 @@ class LearnerLoop:
         )
         if self.verifier.judge(group.sampler_id, mismatch):
             return True
-        self.rejected["logprob_mismatch"] += 1
+        reason = "draw_mismatch" if mismatch.reason == "drawn" else "logprob_mismatch"
+        self.rejected[reason] += 1
         self.rejected["liar_buffered"] += self.buffer.drop_sampler(group.sampler_id)  # its other lies, too
         if self.hooks.on_poisoned is not None:
-            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch.describe()})")
+            self.hooks.on_poisoned(group, f"{reason} ({mismatch.describe()})")
         return False
 
     def _policy_loss(
