@@ -250,6 +250,7 @@ class LearnerLoop:
         return kept
 
     def _optimise(self, groups: list[list[Row]]) -> dict:
+        self.typical.exact = self._weights_published  # the weights are the current version's: typicality is exact
         self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)

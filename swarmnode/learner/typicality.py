@@ -8,6 +8,11 @@ likely than the policy's samples (text its sampler chose, with honest log-probs)
 at rate 1 from then on (every group replayed), its buffered groups dropped, struck. The group itself has trained
 (it was judged from the training forward, at no extra cost): the check bounds a liar to one atypical group per
 catch, and the replayed spot check sees everything after it. The figures are in docs/trust.md.
+
+Only groups sampled from the weights the forward runs are judged: staleness 0, in a step that starts from the
+published weights (`exact`; with `learner.publish_every` 1, every step). A stale group's tokens are judged against
+weights that moved since: the policy sharpens, and an honest sampler's text looks less likely than it was (a
+sampler about 125 steps behind the learner's weights measured 6.6 sd).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class TypicalityWatch:
 
     def __init__(self, z: float):
         self.z = z
+        self.exact = True  # the forward runs the weights of the current version (set per step by the loop)
         self._parts: list[tuple[list, torch.Tensor]] = []
 
     @property
@@ -32,7 +38,7 @@ class TypicalityWatch:
 
     def add(self, rows: list, logp: torch.Tensor, entropy: torch.Tensor, variance, mask: torch.Tensor) -> None:
         """One micro-batch's rows and their training-forward scores ([rows, T] each)."""
-        if not self.enabled or variance is None:
+        if not self.enabled or variance is None or not self.exact:
             return
         with torch.no_grad():
             m = mask.float()
@@ -49,6 +55,8 @@ class TypicalityWatch:
         groups: dict[str, list] = {}
         worst: dict[str, float] = {}
         for row, (excess, var) in zip(rows, values):
+            if getattr(row, "staleness", 0) != 0:  # sampled from weights the forward no longer runs
+                continue
             group = row.group
             total = groups.setdefault(group.group_id, [group, 0.0, 0.0])
             total[1] += excess
