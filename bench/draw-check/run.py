@@ -122,9 +122,9 @@ def costs(cfg, model, tokenizer, task, groups, pad: int) -> dict:
     loop = LearnerLoop(model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg), publish=None)
     signal = [rows for x in groups if (rows := loop.rows.rows(x, 0)) and len({r.reward for r in rows}) > 1]
     step_groups = signal[: cfg.learner.prompts_per_step]
-    with_sums = timed(lambda: (loop._optimise(step_groups), loop.typical.flagged()))
+    with_sums = timed(lambda: (loop._optimise(step_groups), loop.typical.flagged()), 15)
     loop.typical.z = 0.0
-    without = timed(lambda: loop._optimise(step_groups))
+    without = timed(lambda: loop._optimise(step_groups), 15)
     return {
         "check_forward_s": old,
         "check_with_replay_s": new,
@@ -158,7 +158,7 @@ def main() -> None:
     model = engine.model
     bf16 = copy.deepcopy(model).to(torch.bfloat16)  # the same weights, another engine's numbers
     counts: Counter[str] = Counter()
-    worst = {"fp32_gap": 0.0, "bf16_gap": 0.0, "typical": -1e9}
+    worst = {"fp32_gap": 0.0, "bf16_gap": 0.0, "typical": -1e9, "lie_typical_min": 1e9}
     began, gen_s = time.time(), 0.0
     while counts["groups"] < a.groups:
         t0 = time.perf_counter()
@@ -180,7 +180,9 @@ def main() -> None:
         lies = chosen(model, groups, marker, pad)
         counts["lies"] += len(lies)
         counts["lies_caught_by_replay"] += sum(not p for p, _, _ in replay_figures(model, lies, pad, tol)["groups"])
-        counts["lies_caught_by_typicality"] += sum(s > z for s in typicality(model, lies, pad))
+        lie_scores = typicality(model, lies, pad)
+        counts["lies_caught_by_typicality"] += sum(s > z for s in lie_scores)
+        worst["lie_typical_min"] = min(worst["lie_typical_min"], min(lie_scores))
     result = {
         "preset": a.preset,
         "seed": a.seed,

@@ -642,7 +642,7 @@ class TrustConfig(_Section):
         "counters are checked, their tokens only scored",
     )
     typicality_z: float = Field(
-        6.0,
+        12.0,
         ge=0,
         description="a trained group whose tokens are this many standard deviations less likely than the "
         "policy's entropy says (plus a few nats) marks its sampler caught (0: off)",
