@@ -64,7 +64,7 @@ def test_bf16_versions_are_half_the_bytes_and_a_float32_sampler_loads_and_genera
 
             engine = build_engine(cfg)  # a float32 sampler
             groups: list = []
-            sampler = SamplerLoop(engine, parts[0], cfg, Identity.generate(), groups.append, seed=1)
+            sampler = SamplerLoop(engine, parts[0], cfg.sampler, cfg.run_id, Identity.generate(), groups.append, seed=1)
             puller = WeightPuller(
                 second.p2p,
                 WeightStore(tmp_path / "sampler", RUN),
@@ -116,7 +116,7 @@ def test_bf16_adapter_versions_apply_to_a_float32_base(tmp_path):
     assert manifest.adapter is not None and {t.dtype for t in manifest.tensors} == {"bfloat16"}
     engine = build_engine(cfg)  # a float32 base
     ModelLayout.of(meta_state_dict(cfg.model), base_hash=engine.base_hash).check(manifest)  # the fetcher's check
-    sampler = SamplerLoop(engine, parts[0], cfg, Identity.generate(), lambda group: None, seed=2)
+    sampler = SamplerLoop(engine, parts[0], cfg.sampler, cfg.run_id, Identity.generate(), lambda group: None, seed=2)
     sampler.offer_weights(store.state_dict(1), 1, adapter=manifest.adapter)
     groups = sampler.step()
     assert engine.version == 1 and groups and all(g.policy_version == 1 for g in groups)

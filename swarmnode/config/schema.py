@@ -619,6 +619,39 @@ class TrustConfig(_Section):
         description="most of a step's groups that may be checks of keys checked at rate 1 "
         "(on probation or caught; at least 1 per step); their further groups wait in the buffer",
     )
+    seeded_groups: bool = Field(
+        False,
+        description="on for a run whose owner sets it (the card pins it): samplers take each group's prompt and sampling randomness from a seed of (run, key, "
+        "start, counter) and learners refuse groups without one or with another prompt, replay a checked "
+        "group's tokens from their own logits and distrust a key that keeps back more than gap_share of its "
+        "groups (docs/trust.md)",
+    )
+    draw_tolerance: float = Field(
+        0.02,
+        gt=0,
+        le=0.5,
+        description="a replayed token counts as drawn when its seeded uniform lies within this much of the "
+        "token's interval of the learner's CDF (engines' logits differ slightly)",
+    )
+    gap_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="most of a sampler key's last gap_window counters that may be missing (groups made and "
+        "kept back) before the learner refuses its groups",
+    )
+    gap_window: int = Field(256, ge=16, le=1_000_000, description="counters of a key over which gap_share is judged")
+    accept_unreplayed: bool = Field(
+        False,
+        description="accept seeded groups an engine could not draw replayably (vLLM): their prompts and "
+        "counters are checked, their tokens only scored",
+    )
+    typicality_z: float = Field(
+        12.0,
+        ge=0,
+        description="a trained group whose tokens are this many standard deviations less likely than the "
+        "policy's entropy says (plus a few nats) marks its sampler caught (0: off)",
+    )
 
 
 class SyncConfig(_Section):

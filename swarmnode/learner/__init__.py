@@ -23,6 +23,8 @@
                counted refusal
 - `verify`     spot checks: recompute a sample of groups' behaviour log-probs, score each sampler's mismatch
 - `mismatch`   a checked group's per-token differences judged: median, mean, mean |d|, off tokens, per completion
+- `draw_check` seeded groups: refusals (no seed, a chosen prompt), counter gaps per key, a replayed draw judged
+- `typicality` every trained group's tokens against the policy's entropy (the training forward's)
 - `check_budget` per step: a key's unchecked groups and the checks of keys on probation, bounded
 - `journal`    every acknowledged group, durable before the ack, replayed after a crash
 - `publish_worker` versions published from a worker thread while training goes on

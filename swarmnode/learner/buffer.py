@@ -96,6 +96,7 @@ class ReplayBuffer:
         self.replayed: set[str] = set()  # held groups replayed after a restart (drawn first)
         self.replay_outcome: Counter[str] = Counter()  # replayed groups "trained" (drawn) or "dropped"
         self.readmitted: set[str] = set()  # every group replayed since this buffer was made (drawn or not)
+        self.arrivals: Callable[[_Group], object] | None = None  # told every group offered to `add` (seeded draws)
         self._lock = threading.RLock()
 
     @classmethod
@@ -152,7 +153,9 @@ class ReplayBuffer:
 
     @_locked
     def add(self, group: _Group) -> str:
-        """Offer one group; returns "ok" or the reason it was refused (and counts it)."""
+        """Offer one group; returns "ok" or the reason it was refused (and counts it); `arrivals` is told first."""
+        if self.arrivals is not None:
+            self.arrivals(group)
         return self._admit(group, self._judge(group))
 
     @_locked

@@ -16,6 +16,7 @@ from typing import Any
 from swarmnode.config import NodeConfig
 from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.check_budget import StepChecks, draw_step, suspect_budget, unchecked_budget
+from swarmnode.learner.draw_check import STRUCK_DRAWS, DrawLedger, refusal
 from swarmnode.learner.fill import SaturatedPrompts
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.precision import Precision
@@ -40,6 +41,8 @@ class StepDraw:
     version: int
     start_version: int
     _weights_published: bool
+    draws: DrawLedger | None
+    task: Any
 
     def _draw(self, n: int) -> list:
         """The step's `n` groups under the per-step check budgets (`learner.check_budget`): a budget of groups of
@@ -76,10 +79,20 @@ class StepDraw:
     def _rows(self, group) -> list[Row] | None:
         """`GroupRows.rows`; a group refused for its prompt (not a training prompt, not the learner's tokens) or
         its shape is reported to `on_poisoned` (its sender is struck)."""
+        why = refusal(group, self.task, self.cfg.trust, self.draws) if self._seeded(group) else None
+        if why is not None:
+            self.rejected[why] += 1
+            if why in STRUCK_DRAWS and self.hooks.on_poisoned is not None:
+                self.hooks.on_poisoned(group, f"{why} (refused by the learner)")
+            return None
         rows = self.rows.rows(group, self.version)
         if rows is None and self.rows.refusal in STRUCK_ROWS and self.hooks.on_poisoned is not None:
             self.hooks.on_poisoned(group, f"{self.rows.refusal} (refused by the learner)")
         return rows
+
+    def _seeded(self, group) -> bool:
+        """Whether `group` must be a seeded group of this run (`trust.seeded_groups`; not the learner's own)."""
+        return self.draws is not None and self.hooks.checkable(group)
 
     def _verified(self, group) -> bool:
         """False (counted, reported) when a spot check finds the group's behaviour log-probs are not the ones
@@ -109,10 +122,11 @@ class StepDraw:
         )
         if self.verifier.judge(group.sampler_id, mismatch):
             return True
-        self.rejected["logprob_mismatch"] += 1
+        reason = "draw_mismatch" if mismatch.reason == "drawn" else "logprob_mismatch"
+        self.rejected[reason] += 1
         self.rejected["liar_buffered"] += self.buffer.drop_sampler(group.sampler_id)  # its other lies, too
         if self.hooks.on_poisoned is not None:
-            self.hooks.on_poisoned(group, f"logprob_mismatch ({mismatch.describe()})")
+            self.hooks.on_poisoned(group, f"{reason} ({mismatch.describe()})")
         return False
 
     def _drop_caught(self, groups: list[list[Row]], refused: dict[str, dict[str, int]]) -> list[list[Row]]:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from swarmnode.config import LearnerConfig, NodeConfig
+from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.hooks import LearnerHooks
 from swarmnode.learner.losses import policy_loss, ratio_peqq_variance_tensor
 from swarmnode.learner.microbatch import loss_share, plan_microbatches, rows_per_chunk
@@ -34,6 +35,8 @@ from swarmnode.learner.row_tensors import row_tensors
 from swarmnode.learner.rows import Row
 from swarmnode.learner.step_stats import StepStats, is_truncated, step_stats
 from swarmnode.learner.step_totals import merge
+from swarmnode.learner.typicality import TypicalityWatch
+from swarmnode.learner.verify import SpotChecker
 from swarmnode.model.logprobs import completion_scores
 from swarmnode.model.transfers import readback, to_device
 
@@ -57,12 +60,17 @@ class StepGradients:
     hooks: LearnerHooks
     _end_ids: set[int]
     _weights_published: bool
+    typical: TypicalityWatch
+    verifier: SpotChecker
+    buffer: ReplayBuffer
 
     def _optimise(self, groups: list[list[Row]]) -> dict:
+        self.typical.exact = self._weights_published  # the weights are the current version's: typicality is exact
         self._weights_published = False  # the step below moves them
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         merged = self.accumulate_gradients(groups, lazy=True)
+        self._judge_typicality()
         self.precision.unscale(self.optimizer)
         params = [p for p in self.trainable if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm)
@@ -78,6 +86,18 @@ class StepGradients:
         if self.precision.scaler is not None:
             figures["loss_scale"] = self.precision.loss_scale
         return figures
+
+    def _judge_typicality(self) -> None:
+        """Catch the sender of each far-out group of the step (`learner.typicality`): checked at rate 1 from now
+        on, its buffered groups dropped, reported to `on_poisoned`."""
+        for group, score in self.typical.flagged():
+            if not self.hooks.checkable(group):
+                continue
+            self.rejected["atypical"] += 1
+            self.verifier.catch(group.sampler_id)
+            self.rejected["liar_buffered"] += self.buffer.drop_sampler(group.sampler_id)
+            if self.hooks.on_poisoned is not None:
+                self.hooks.on_poisoned(group, f"atypical (its tokens {score:.1f} sd less likely than the policy's)")
 
     def accumulate_gradients(self, groups: list[list[Row]], lazy: bool = False) -> dict:
         """Forward and backward over the step's `groups` (gradients add up in `.grad`); the step's diagnostics.
@@ -156,7 +176,9 @@ class StepGradients:
                 [r.completion for r in rows],
                 [r.temperature for r in rows],
                 self.tokenizer.pad_token_id,
+                variance=self.typical.enabled,
             )
+        self.typical.add(rows, scores.logp, scores.entropy, scores.variance, scores.mask)
         data = row_tensors(rows, scores.logp.shape[1], group_index, device)
         ref = (
             data.logq

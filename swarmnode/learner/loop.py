@@ -33,6 +33,7 @@ from swarmnode.learner.buffer import ReplayBuffer
 from swarmnode.learner.check_budget import StepChecks
 from swarmnode.learner.checkpoint import read_published
 from swarmnode.learner.draw import StepDraw
+from swarmnode.learner.draw_check import DrawLedger
 from swarmnode.learner.fill import SaturatedPrompts, fill_with_signal
 from swarmnode.learner.gradients import StepGradients
 from swarmnode.learner.hooks import LearnerHooks
@@ -44,6 +45,7 @@ from swarmnode.learner.reference import ReferencePolicy
 from swarmnode.learner.rows import GroupRows, Row
 from swarmnode.learner.schedule import build_scheduler
 from swarmnode.learner.step_stats import length_summary
+from swarmnode.learner.typicality import TypicalityWatch
 from swarmnode.learner.verify import SpotChecker, version_bytes
 from swarmnode.learner.versions import Publish, VersionKeeper
 from swarmnode.model.adapters import weights_hash
@@ -107,6 +109,18 @@ class LearnerLoop(StepDraw, StepGradients, VersionKeeper):
         self.local_versions = local_versions  # False while versions come from averaging rounds (`adopt_version`)
         self.verifier = SpotChecker(cfg.trust, buffer.max_staleness + 1, cfg.task.seed)
         self.step_checks = StepChecks(self.verifier, 0, 0)  # the current step's (`_draw`)
+        trust = cfg.trust
+        self.draws = (
+            DrawLedger(trust.gap_window, trust.gap_share, len(trust.learner_keys)) if trust.seeded_groups else None
+        )
+        if (ledger := self.draws) is not None:  # every group that arrives, kept or not, shows its counter
+
+            def arrived(group) -> None:
+                if self.hooks.checkable(group):
+                    ledger.observe(group.sampler_id, getattr(group, "draw", None))
+
+            buffer.arrivals = arrived
+        self.typical = TypicalityWatch(trust.typicality_z)
         narrowed = self.verifier.checkable_staleness(version_bytes(model, self.precision.publish_dtype.itemsize))
         if narrowed is not None:  # claims older than the versions it can keep could not be checked: refuse them
             buffer.narrow_staleness(narrowed, "trust.verify_keep_bytes holds fewer versions than the window")

@@ -44,6 +44,7 @@ class Mismatch:
     sequence: float  # the largest completion |sum d| / (its tokens + SEQ_SLACK): compared with t like the others
     kl: float
     reason: str | None
+    off_draws: int = 0  # tokens outside their seeded interval (a replayed draw: `learner.draw_check`)
 
     @property
     def passed(self) -> bool:
@@ -53,6 +54,8 @@ class Mismatch:
         """One line for the log: the failing statistic, or the group's mean |d| when it passed."""
         if self.reason == "off_tokens":
             return f"{self.off_tokens} of {self.tokens} tokens off by more than {OFF_TOKEN:g}x the tolerance"
+        if self.reason == "drawn":
+            return f"{self.off_draws} of {self.tokens} tokens not drawn from their seed"
         figures = {
             "median": f"median |d| {self.median_abs:.3g}",
             "mean": f"mean d {self.mean:.3g}",

@@ -23,6 +23,8 @@ on the device; a full-weight swap keeps the live weights on the CPU meanwhile). 
 the per-token differences with limits that scale with `trust.verify_tolerance` (`learner.mismatch`: the median,
 mean and mean absolute difference, the share of tokens off by more than 4x the tolerance, and each completion's
 summed difference), so a lie shaped to cancel out is refused (counted `logprob_mismatch`) and its sender struck.
+A seeded group drawn replayably (`trust.seeded_groups`) is replayed from the same logits (`model.replay`): one
+whose tokens were not drawn from its seed is refused too (reason `drawn`, counted `draw_mismatch`).
 The false-positive rate and the shaped lies caught are measured in bench/verify-tolerance/ (docs/trust.md). Each
 sampler's score is an exponential moving average of its groups' mean |difference| (`scores`) and of their KL
 estimate (`kl`), shown in the learner's health record (`verified_peers`, `verified_mismatch`, `verified_kl`)
@@ -32,6 +34,7 @@ and in /metrics; `status` compares each sampler's KL with the run's other sample
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -42,9 +45,11 @@ from typing import Any
 import torch
 
 from swarmnode.config import TrustConfig
+from swarmnode.learner.draw_check import judge_draws
 from swarmnode.learner.lora import adapter_state, is_lora, load_adapter_state
 from swarmnode.learner.mismatch import Mismatch, group_mismatch
-from swarmnode.model.logprobs import completion_scores
+from swarmnode.model.draws import completion_seeds, group_seed
+from swarmnode.model.replay import draw_gaps, replay_scores
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +87,7 @@ class SpotChecker:
 
     def __init__(self, trust: TrustConfig, window: int, seed: int = 0):
         self.fraction, self.tolerance = trust.verify_fraction, trust.verify_tolerance
+        self.replay, self.draw_tolerance = trust.seeded_groups, trust.draw_tolerance
         self.keep_bytes, self.probation = trust.verify_keep_bytes, trust.probation_checks
         self.window = window  # versions a group may claim (max_staleness + 1); fewer are kept if they do not fit
         self.kept: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()  # version -> its published weights
@@ -162,7 +168,7 @@ class SpotChecker:
         model.eval()  # as the sampler's engine ran it
         try:
             with swap, torch.no_grad(), autocast():
-                scores = completion_scores(
+                scores = replay_scores(
                     model, [group.prompt_tokens] * len(group.completions), group.completions, group.temperature, pad_id
                 )
         finally:
@@ -170,8 +176,14 @@ class SpotChecker:
         claimed = torch.zeros_like(scores.logp, dtype=torch.float32)
         for i, lp in enumerate(group.logprobs):
             claimed[i, : len(lp)] = torch.as_tensor(lp, dtype=torch.float32)
+        found = group_mismatch(scores.logp, claimed, scores.mask, self.tolerance)
+        if found.passed and self.replay and group.draw is not None and group.draw[2]:
+            seed = group_seed(group.run_id, group.sampler_id, group.draw[0], group.draw[1])
+            gaps = draw_gaps(scores, completion_seeds(seed, len(group.completions)))
+            off, _, drawn = judge_draws(gaps, scores.mask, self.draw_tolerance)
+            found = dataclasses.replace(found, off_draws=off, reason=None if drawn else "drawn")
         self.seconds += time.perf_counter() - began
-        return group_mismatch(scores.logp, claimed, scores.mask, self.tolerance)
+        return found
 
     def judge(self, sampler_id: str, mismatch: Mismatch) -> bool:
         """Record a checked group's statistics; True when it passes (one more clean check), False when the
@@ -187,10 +199,15 @@ class SpotChecker:
             self.passed.put(sampler_id, self.passed.get(sampler_id, 0) + 1)
             return True
         self.counts["rejected"] += 1
+        self.catch(sampler_id)
+        return False
+
+    def catch(self, sampler_id: str) -> None:
+        """`sampler_id` was caught (a lie found here, or a far-out group: `learner.typicality`): checked at rate 1
+        from now on, its clean checks forgotten."""
         self.clean.put(sampler_id, 0)
         self.caught.put(sampler_id, self.caught.get(sampler_id, 0) + 1)
         self.caught_now.add(sampler_id)
-        return False
 
     def worst(self, n: int) -> list[tuple[str, float, float]]:
         """The `n` samplers with the highest KL estimate (sampler id, mean |d|, KL), worst first."""

@@ -73,11 +73,12 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
     """(log p(target), entropy) per token of `softmax((hidden @ weight.T + bias) * inv_temp)`, tile by tile.
 
     hidden [N, H], weight [V, H], bias [V] or None, targets [N] long, inv_temp [N] (1 / temperature per token).
-    Both outputs are float32 [N] and differentiable with respect to hidden, weight and bias.
+    Both outputs are float32 [N] and differentiable with respect to hidden, weight and bias. With `variance`, a
+    third output: the variance of log p under p at each token (no gradient; the typicality check's scale).
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, inv_temp, token_chunk: int, vocab_chunk: int):
+    def forward(ctx, hidden, weight, bias, targets, inv_temp, token_chunk: int, vocab_chunk: int, variance=False):
         ctx.set_materialize_grads(False)
         cdt = _compute_dtype(hidden, weight)
         N, V = hidden.shape[0], weight.shape[0]
@@ -85,6 +86,7 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
         running_max = torch.full((N,), float("-inf"), device=dev)
         sum_exp = torch.zeros(N, device=dev)
         sum_exp_z = torch.zeros(N, device=dev)  # sum_v exp(z_v - max) * z_v, for the entropy
+        sum_exp_z2 = torch.zeros(N, device=dev) if variance else None  # sum_v exp(z_v - max) * z_v^2
         target_z = torch.zeros(N, device=dev)
         inv_temp = inv_temp.float()
         with torch.autocast(dev.type, enabled=False):
@@ -103,6 +105,9 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
                     sum_exp[rows] = sum_exp[rows] * rescale + e.sum(dim=1)
                     e_dot_z = torch.bmm(e[:, None, :], z[:, :, None]).view(-1)  # sum_v e*z without a third tile
                     sum_exp_z[rows] = sum_exp_z[rows] * rescale + e_dot_z
+                    if sum_exp_z2 is not None:  # e * z in place (e is not needed after this)
+                        e_z2 = torch.bmm(e.mul_(z)[:, None, :], z[:, :, None]).view(-1)
+                        sum_exp_z2[rows] = sum_exp_z2[rows] * rescale + e_z2
                     del e
                     running_max[rows] = new_max
                     local = targets[rows] - v0
@@ -114,10 +119,15 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
         entropy = log_z - sum_exp_z / sum_exp
         ctx.save_for_backward(hidden, weight, bias, targets, inv_temp, log_z, entropy)
         ctx.cdt, ctx.token_chunk, ctx.vocab_chunk = cdt, token_chunk, vocab_chunk
-        return logp, entropy
+        if sum_exp_z2 is None:
+            return logp, entropy
+        mean_z = sum_exp_z / sum_exp
+        var = (sum_exp_z2 / sum_exp - mean_z * mean_z).clamp_(min=0.0)  # Var(log p) under p: no gradient
+        ctx.mark_non_differentiable(var)
+        return logp, entropy, var
 
     @staticmethod
-    def backward(ctx, grad_logp, grad_entropy):
+    def backward(ctx, grad_logp, grad_entropy, *_grad_variance):
         hidden, weight, bias, targets, inv_temp, log_z, entropy = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         cdt, N, V = ctx.cdt, hidden.shape[0], weight.shape[0]
@@ -156,7 +166,7 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
                 if g_b is not None:
                     g_b[v0:v1] += grad.sum(dim=0)
         cast = lambda g, like: g.to(like.dtype) if g is not None else None  # noqa: E731
-        return cast(g_h, hidden), cast(g_w, weight), cast(g_b, bias), None, None, None, None
+        return cast(g_h, hidden), cast(g_w, weight), cast(g_b, bias), None, None, None, None, None
 
 
 @dataclass
@@ -167,6 +177,7 @@ class CompletionScores:
     mask: torch.Tensor
     entropy: torch.Tensor
     where: tuple[torch.Tensor, torch.Tensor] | None = None  # (rows, columns) of the mask's True positions
+    variance: torch.Tensor | None = None  # Var(log p) under p per token (`completion_scores(variance=True)`)
 
 
 def _prepare(model, prompt_tokens, completions, temperature, pad_id):
@@ -200,20 +211,22 @@ def completion_scores(
     pad_id: int,
     token_chunk: int = TOKEN_CHUNK,
     vocab_chunk: int = VOCAB_CHUNK,
+    variance: bool = False,
 ) -> CompletionScores:
     """Log-probs and entropies [B, T] of each completion token given its prompt, without [B, T, V] logits.
 
     `temperature` is one value or one per row. Padding positions hold 0 in both tensors and False in the mask;
-    the EOS token, when a completion has one, is an ordinary completion token and inside the mask.
+    the EOS token, when a completion has one, is an ordinary completion token and inside the mask. With
+    `variance`, also Var(log p) under p per token (`CompletionScores.variance`).
     """
     head = _plain_linear_head(model)
     if head is None:
-        return full_logits_scores(model, prompt_tokens, completions, temperature, pad_id)
+        return full_logits_scores(model, prompt_tokens, completions, temperature, pad_id, variance)
     ids, attn, position_ids, mask, T, temps, where = _prepare(model, prompt_tokens, completions, temperature, pad_id)
     out = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False)
     hidden = out.last_hidden_state[:, -(T + 1) : -1]  # position P-1+t predicts completion token t
     rows, cols = where  # the completion tokens, as `hidden[mask]` would take them, without a device sync
-    logp_sel, ent_sel = ChunkedLMHeadLogProbs.apply(
+    outputs = ChunkedLMHeadLogProbs.apply(
         hidden[rows, cols],
         head.weight,
         head.bias,
@@ -221,9 +234,11 @@ def completion_scores(
         (1.0 / temps)[rows],
         token_chunk,
         vocab_chunk,
+        variance,
     )
     zeros = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-    return CompletionScores(zeros.index_put(where, logp_sel), mask, zeros.index_put(where, ent_sel), where)
+    logp, entropy, *var = (zeros.index_put(where, out) for out in outputs)
+    return CompletionScores(logp, mask, entropy, where, var[0] if var else None)
 
 
 def full_logits_scores(
@@ -232,6 +247,7 @@ def full_logits_scores(
     completions: list[list[int]],
     temperature: float | Sequence[float],
     pad_id: int,
+    variance: bool = False,
 ) -> CompletionScores:
     """The reference path: the model's full [B, T+1, V] logits, fp32 log-softmax."""
     ids, attn, position_ids, mask, T, temps, where = _prepare(model, prompt_tokens, completions, temperature, pad_id)
@@ -240,9 +256,14 @@ def full_logits_scores(
     targets = ids[:, -T:]
     log_z = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
-    entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    probs = torch.softmax(logits, dim=-1)
+    entropy = log_z - (probs * logits).sum(dim=-1)
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    return CompletionScores(torch.where(mask, logp, zero), mask, torch.where(mask, entropy, zero), where)
+    var = None
+    if variance:
+        with torch.no_grad():
+            var = torch.where(mask, (probs * logits.square()).sum(dim=-1) - (log_z - entropy).square(), zero)
+    return CompletionScores(torch.where(mask, logp, zero), mask, torch.where(mask, entropy, zero), where, var)
 
 
 def completion_logprobs(

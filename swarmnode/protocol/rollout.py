@@ -50,8 +50,10 @@ LOGPROB_MARGIN = 40.0  # nats below -ln(vocab) an honest sampled token never rea
 _SCALAR_FIELDS_SLACK = 8  # arrays/maps beyond the per-completion ones: top-level map, prompt, lists of lists
 _WIRE_FIELDS = frozenset(
     "kind v run_id group_id prompt_id prompt_tokens completions logprobs temperature rewards policy_version "
-    "lineage sampler_id created_at signature".split()
+    "lineage sampler_id created_at signature draw".split()
 )
+MAX_DRAW_STREAM = (1 << 31) - 1
+MAX_DRAW_COUNTER = (1 << 53) - 1
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class RolloutGroup(SignedGroup):
     sampler_id: str
     created_at: float
     signature: bytes
+    draw: tuple[int, int, int] | None = None  # (stream, counter, replayable) of a seeded group
 
     @property
     def num_generations(self) -> int:
@@ -150,7 +153,7 @@ class RolloutGroup(SignedGroup):
 
     def _content(self) -> dict:
         """Every wire field except group_id and signature: what the group id hashes."""
-        return {
+        content = {
             "kind": KIND,
             "v": WIRE_VERSION,
             "run_id": self.run_id,
@@ -165,6 +168,9 @@ class RolloutGroup(SignedGroup):
             "sampler_id": self.sampler_id,
             "created_at": float(self.created_at),
         }
+        if self.draw is not None:  # absent from an unseeded group: its bytes are what they were before draws
+            content["draw"] = [int(x) for x in self.draw]
+        return content
 
     @classmethod
     def create(
@@ -181,8 +187,10 @@ class RolloutGroup(SignedGroup):
         policy_version: int,
         lineage: str,
         created_at: float | None = None,
+        draw: tuple[int, int, int] | None = None,
     ) -> RolloutGroup:
-        """A signed group with its content-hash id (log-probs rounded to float32, as on the wire)."""
+        """A signed group with its content-hash id (log-probs rounded to float32, as on the wire); `draw`: a seeded
+        group's (stream, counter, replayable)."""
         group = cls(
             run_id=run_id,
             group_id="",
@@ -197,6 +205,7 @@ class RolloutGroup(SignedGroup):
             sampler_id=identity.peer_id,
             created_at=time.time() if created_at is None else float(created_at),
             signature=b"",
+            draw=None if draw is None else (int(draw[0]), int(draw[1]), int(draw[2])),
         )
         return group._seal(identity)
 
@@ -265,6 +274,20 @@ class RolloutGroup(SignedGroup):
             sampler_id=str_field(obj, "sampler_id", MAX_ID_CHARS, 1),
             created_at=float_field(obj, "created_at", 0.0, 1e11),
             signature=bytes_field(obj, "signature", 64, exact=64),
+            draw=_draw_field(obj),
         )
         check_content(group._content(), "group_id", group.group_id, group.sampler_id, group.signature)
         return group
+
+
+def _draw_field(obj: dict) -> tuple[int, int, int] | None:
+    """A seeded group's [stream, counter, replayable], or None when the field is absent."""
+    if "draw" not in obj:
+        return None
+    value = obj["draw"]
+    if not isinstance(value, (list, tuple)) or len(value) != 3 or any(type(x) is not int for x in value):
+        raise InvalidRecord("field 'draw' must be [stream, counter, replayable] integers")
+    stream, counter, replayable = value
+    if not (0 <= stream <= MAX_DRAW_STREAM and 0 <= counter <= MAX_DRAW_COUNTER and replayable in (0, 1)):
+        raise InvalidRecord(f"field 'draw' out of range: {list(value)}")
+    return stream, counter, replayable

@@ -8,5 +8,6 @@
 - `pacing`  Pacer: generate only what the learners invite (credits from acks)
 - `starts`  next_start: a node's sampling start count, so a restarted sampler does not replay its seeds
 - `undelivered` DeliveryGuard: stop generating when no learner takes the groups, and say why
+- `seeded`  seeded groups: the draw a learner replays (a logits processor), and the line of an engine that cannot
 - `prompt_skip` SkippedPrompts: prompts its learners told it came back all-solved/all-failed, mostly redrawn
 """

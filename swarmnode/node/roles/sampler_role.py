@@ -31,6 +31,7 @@ from swarmnode.protocol.run_settings import differences, run_values
 from swarmnode.sampler.build import build_engine
 from swarmnode.sampler.loop import SamplerLoop, sampler_seed
 from swarmnode.sampler.pacing import Pacer
+from swarmnode.sampler.seeded import unreplayed_line
 from swarmnode.sampler.starts import next_start
 from swarmnode.sampler.undelivered import DeliveryGuard, Evidence, stop_line, undelivered_limit, why_undelivered
 from swarmnode.staleness import too_stale
@@ -81,15 +82,27 @@ class SamplerRole(NodeRole):
         await self.sender.start()
         emit("loading the model...")
         # its own prompts and samples (not another sampler's, nor its own before a restart)
-        seed = sampler_seed(cfg.task.seed, identity.peer_id, next_start(node_data_dir(cfg, identity)))
+        start = next_start(node_data_dir(cfg, identity))
+        seed = sampler_seed(cfg.task.seed, identity.peer_id, start)
         engine = await self.compute.run(functools.partial(build_engine, cfg, seed=seed))
+        unreplayed_line(cfg, engine, emit)
         layout = ModelLayout.of(
             await asyncio.to_thread(meta_state_dict, cfg.model),  # bounds manifests
             base_hash=engine.base_hash,
         )  # adapter versions must be for this base
         sink: RolloutSink = self.sender.send
         self.delayed = DelayedSink(sink, lambda: self.delay_for("rollouts")) if self.delay is not None else None
-        self.loop = SamplerLoop(engine, self.task, cfg.sampler, cfg.run_id, identity, self.delayed or sink, seed=seed)
+        self.loop = SamplerLoop(
+            engine,
+            self.task,
+            cfg.sampler,
+            cfg.run_id,
+            identity,
+            self.delayed or sink,
+            seed=seed,
+            stream=start,
+            seeded=cfg.trust.seeded_groups and cfg.mode != "sapo",
+        )
         self.sender.on_saturated = self.loop.skipped.update  # prompts its learners found all-solved / all-failed
         self.pacer = Pacer(cfg.sampler.prompts_per_batch, credits=cfg.sync.pacing == "credits")
         self.guard = DeliveryGuard(undelivered_limit(cfg.sampler.prompts_per_batch))
