@@ -139,9 +139,9 @@ def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
             ready=tmp_path / f"s{i}.ready",
         )
 
-    # sampler 0 is stopped mid-run below: its first part must outlast the others' start-up (one that had already
-    # sent its count and was exiting, asyncio's signal handlers gone, died of the SIGTERM: a flaky -15)
-    samplers = [start_sampler(i, 0, 600 if i == 0 else 60) for i in range(3)]
+    # sampler 0 is stopped mid-run below: its first part must outlast the others' start-up, however slow under load
+    # (one that had already sent its count and was exiting, asyncio's signal handlers gone, died of the SIGTERM)
+    samplers = [start_sampler(i, 0, 1_000_000 if i == 0 else 60) for i in range(3)]
     time.sleep(1.0)
     # restart a sampler mid-run (graceful: it flushes), and continue it under the same identity
     assert samplers[0].poll() is None, "sampler 0 finished before it could be stopped mid-run"
