@@ -20,6 +20,7 @@ from swarmnode.learner.rows import Row
 
 SATURATED_KEEP = 1024  # prompts remembered as all-solved / all-failed (the most recent)
 TELL_AT_ONCE = 64  # prompts one ack tells at most (a few KB)
+OPEN = "open"  # told for a prompt noted saturated whose latest group carries signal again
 
 
 def has_signal(rows: list[Row]) -> bool:
@@ -29,9 +30,10 @@ def has_signal(rows: list[Row]) -> bool:
 
 class SaturatedPrompts:
     """The prompts whose latest group came back with one reward for every completion: 'solved' (the best reward
-    the group saw is positive) or 'failed', the most recent `SATURATED_KEEP` of them; a prompt that shows signal
-    again is forgotten. `news_for(peer)` gives what that peer has not been told yet (the node puts it in its acks:
-    the ack's `s`); the loop notes from its compute thread, the acks read from the event loop (a lock)."""
+    the group saw is positive) or 'failed', the most recent `SATURATED_KEEP` of them; a noted prompt that shows
+    signal again becomes 'open' (samplers told it saturated stop skipping it). `news_for(peer)` gives what that
+    peer has not been told yet (the node puts it in its acks: the ack's `s`); the loop notes from its compute
+    thread, the acks read from the event loop (a lock)."""
 
     def __init__(self, keep: int = SATURATED_KEEP) -> None:
         self.keep = keep
@@ -44,19 +46,20 @@ class SaturatedPrompts:
         """Record one validated group's outcome."""
         prompt_id = str(rows[0].group.prompt_id)
         with self._lock:
-            if has_signal(rows):
-                self.prompts.pop(prompt_id, None)
-                return
+            signal = has_signal(rows)
+            if signal and self.prompts.get(prompt_id, (OPEN, 0))[0] == OPEN:
+                return  # never saturated, or told open already
             self.seq += 1
-            self.prompts[prompt_id] = ("solved" if rows[0].reward > 0 else "failed", self.seq)
+            outcome = OPEN if signal else "solved" if rows[0].reward > 0 else "failed"
+            self.prompts[prompt_id] = (outcome, self.seq)
             self.prompts.move_to_end(prompt_id)
             while len(self.prompts) > self.keep:
                 self.prompts.popitem(last=False)
 
     def snapshot(self) -> dict[str, str]:
-        """prompt id -> 'solved' | 'failed'."""
+        """prompt id -> 'solved' | 'failed' (the prompts saturated now)."""
         with self._lock:
-            return {k: outcome for k, (outcome, _) in self.prompts.items()}
+            return {k: outcome for k, (outcome, _) in self.prompts.items() if outcome != OPEN}
 
     def news_for(self, peer: str, most: int = TELL_AT_ONCE) -> dict[str, str]:
         """The prompts noted since `peer` was last told (the newest `most`), and `peer` counted as told."""
