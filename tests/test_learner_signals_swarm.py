@@ -54,8 +54,9 @@ def test_an_engine_shift_raises_the_masked_share_on_the_dashboard_and_training_g
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     with LocalSwarm(tmp_path, extra_sets=CORRECTION) as swarm:
         learner, learner_id, _ = start(swarm, tmp_path)
-        before = wait_rows(steps_file, lambda rows: len(rows) >= 20, 240, "20 steps of the honest sampler")
-        honest = mean([r["masked_fraction"] for r in before if r.get("trained")])  # staleness alone
+        before = wait_rows(steps_file, lambda rows: len(rows) >= 25, 240, "25 steps of the honest sampler")
+        # staleness alone, after the start's burst (the first steps draw groups of the versions before them)
+        honest = mean([r["masked_fraction"] for r in before[5:] if r.get("trained")])
         shifted = swarm.join(
             "shifted",
             "sampler",
@@ -76,7 +77,7 @@ def test_an_engine_shift_raises_the_masked_share_on_the_dashboard_and_training_g
         out = learner.stdout()
     mixed = [r for r in rows[len(before) :] if r.get("trained") and shifted_id in r["sampler_ids"]]
     masked = mean([r["masked_fraction"] for r in mixed])
-    assert len(mixed) >= 5 and masked > max(0.03, 2 * honest), (honest, [r["masked_fraction"] for r in mixed])
+    assert len(mixed) >= 5 and masked > max(2 * honest, honest + 0.05), (honest, [r["masked_fraction"] for r in mixed])
     assert all(r["importance_sampling_ratio_max"] <= 4.0 for r in mixed)  # what is left is inside the bounds
     assert sum(bool(r.get("trained")) for r in rows[seen:]) >= 8  # training goes on
     assert f"caught sampler {shifted_id}" not in out  # the checks admit this engine

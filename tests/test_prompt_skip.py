@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from swarmnode.learner.fill import SaturatedPrompts
+from swarmnode.learner.fill import TOLD_PEERS, SaturatedPrompts
 from swarmnode.learner.rows import Row
 from swarmnode.sampler.prompt_skip import KEEP_SHARE, SkippedPrompts
 from swarmnode.tasks import ArithmeticTask
@@ -31,6 +31,10 @@ def test_each_sampler_is_told_each_saturated_prompt_once_and_open_when_it_shows_
     assert record.news_for("a") == {"add:2:2": "open"}
     assert record.news_for("b") == {"add:1:1": "solved", "add:2:2": "open"}  # a newcomer gets the state
     assert record.snapshot() == {"add:1:1": "solved"}
+    for i in range(TOLD_PEERS):  # a flood of throwaway keys: the oldest marks are forgotten, not kept
+        record.news_for(f"stranger{i}")
+    assert len(record.told) == TOLD_PEERS and "a" not in record.told
+    assert record.news_for("a") == {"add:1:1": "solved", "add:2:2": "open"}  # told afresh, as a newcomer
 
 
 def test_a_sampler_draws_prompts_it_was_told_saturated_far_less_often_until_told_open():

@@ -21,6 +21,7 @@ from swarmnode.learner.rows import Row
 SATURATED_KEEP = 1024  # prompts remembered as all-solved / all-failed (the most recent)
 TELL_AT_ONCE = 64  # prompts one ack tells at most (a few KB)
 OPEN = "open"  # told for a prompt noted saturated whose latest group carries signal again
+TOLD_PEERS = 4096  # peers whose told-up-to mark is kept (the most recent; a forgotten one is told afresh)
 
 
 def has_signal(rows: list[Row]) -> bool:
@@ -39,7 +40,7 @@ class SaturatedPrompts:
         self.keep = keep
         self.prompts: OrderedDict[str, tuple[str, int]] = OrderedDict()  # prompt id -> (outcome, sequence number)
         self.seq = 0
-        self.told: dict[str, int] = {}  # peer -> the sequence number it was told up to
+        self.told: OrderedDict[str, int] = OrderedDict()  # peer -> the sequence number it was told up to
         self._lock = threading.Lock()
 
     def note(self, rows: list[Row]) -> None:
@@ -64,8 +65,10 @@ class SaturatedPrompts:
     def news_for(self, peer: str, most: int = TELL_AT_ONCE) -> dict[str, str]:
         """The prompts noted since `peer` was last told (the newest `most`), and `peer` counted as told."""
         with self._lock:
-            since = self.told.get(peer, 0)
+            since = self.told.pop(peer, 0)
             self.told[peer] = self.seq
+            while len(self.told) > TOLD_PEERS:  # a flood of throwaway keys must not grow it
+                self.told.popitem(last=False)
             news = [(k, outcome) for k, (outcome, seq) in self.prompts.items() if seq > since]
             return dict(news[-most:])
 
