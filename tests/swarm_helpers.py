@@ -137,10 +137,13 @@ class LocalSwarm:
     def _set_args(self) -> list[str]:
         return [a for s in self.sets for a in ("--set", s)]
 
-    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> NodeProc:
+    def spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None, python_args: list[str] | None = None
+    ) -> NodeProc:
         """Start node `name` with one torch thread (the nodes of a test share 2 cores: thread pools of every core
-        each spin against each other), unless `env` or the caller's own OMP_NUM_THREADS says otherwise."""
-        started = spawn_node(self.root, name, args, separate_stderr=True, env=env, threads=1)
+        each spin against each other), unless `env` or the caller's own OMP_NUM_THREADS says otherwise.
+        `python_args` go between the interpreter and `-m swarmnode` (a wrapper script: `tests/shifted_sampler.py`)."""
+        started = spawn_node(self.root, name, args, separate_stderr=True, env=env, threads=1, python_args=python_args)
         proc = NodeProc(started.name, started.popen, started.log, started.err)
         self.procs.append(proc)
         return proc
@@ -176,10 +179,11 @@ class LocalSwarm:
         env: dict[str, str] | None = None,
         initial_peers: list[str] | None = None,
         work: bool = False,
+        python_args: list[str] | None = None,
     ) -> NodeProc:
         """A joined node; `work=False` (default) advertises the role with `--idle` (no model, no role loop). A
         working sampler trusts the working learners joined before it (`trust.learner_keys`), unless `extra`
-        says otherwise."""
+        says otherwise. `python_args`: as `spawn`."""
         peers = initial_peers or [self.initial_peers]
         key = identity or self.root / f"{name}.key"
         trust: list[str] = []
@@ -206,7 +210,7 @@ class LocalSwarm:
         ]
         for peer in peers:
             args += ["--initial-peers", peer]
-        proc = self.spawn(name, args, env)
+        proc = self.spawn(name, args, env, python_args)
         if wait:
             proc.ready_fields()
         return proc

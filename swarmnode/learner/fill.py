@@ -20,6 +20,8 @@ from swarmnode.learner.rows import Row
 
 SATURATED_KEEP = 1024  # prompts remembered as all-solved / all-failed (the most recent)
 TELL_AT_ONCE = 64  # prompts one ack tells at most (a few KB)
+OPEN = "open"  # told for a prompt noted saturated whose latest group carries signal again
+TOLD_PEERS = 4096  # peers whose told-up-to mark is kept (the most recent; a forgotten one is told afresh)
 
 
 def has_signal(rows: list[Row]) -> bool:
@@ -29,40 +31,44 @@ def has_signal(rows: list[Row]) -> bool:
 
 class SaturatedPrompts:
     """The prompts whose latest group came back with one reward for every completion: 'solved' (the best reward
-    the group saw is positive) or 'failed', the most recent `SATURATED_KEEP` of them; a prompt that shows signal
-    again is forgotten. `news_for(peer)` gives what that peer has not been told yet (the node puts it in its acks:
-    the ack's `s`); the loop notes from its compute thread, the acks read from the event loop (a lock)."""
+    the group saw is positive) or 'failed', the most recent `SATURATED_KEEP` of them; a noted prompt that shows
+    signal again becomes 'open' (samplers told it saturated stop skipping it). `news_for(peer)` gives what that
+    peer has not been told yet (the node puts it in its acks: the ack's `s`); the loop notes from its compute
+    thread, the acks read from the event loop (a lock)."""
 
     def __init__(self, keep: int = SATURATED_KEEP) -> None:
         self.keep = keep
         self.prompts: OrderedDict[str, tuple[str, int]] = OrderedDict()  # prompt id -> (outcome, sequence number)
         self.seq = 0
-        self.told: dict[str, int] = {}  # peer -> the sequence number it was told up to
+        self.told: OrderedDict[str, int] = OrderedDict()  # peer -> the sequence number it was told up to
         self._lock = threading.Lock()
 
     def note(self, rows: list[Row]) -> None:
         """Record one validated group's outcome."""
         prompt_id = str(rows[0].group.prompt_id)
         with self._lock:
-            if has_signal(rows):
-                self.prompts.pop(prompt_id, None)
-                return
+            signal = has_signal(rows)
+            if signal and self.prompts.get(prompt_id, (OPEN, 0))[0] == OPEN:
+                return  # never saturated, or told open already
             self.seq += 1
-            self.prompts[prompt_id] = ("solved" if rows[0].reward > 0 else "failed", self.seq)
+            outcome = OPEN if signal else "solved" if rows[0].reward > 0 else "failed"
+            self.prompts[prompt_id] = (outcome, self.seq)
             self.prompts.move_to_end(prompt_id)
             while len(self.prompts) > self.keep:
                 self.prompts.popitem(last=False)
 
     def snapshot(self) -> dict[str, str]:
-        """prompt id -> 'solved' | 'failed'."""
+        """prompt id -> 'solved' | 'failed' (the prompts saturated now)."""
         with self._lock:
-            return {k: outcome for k, (outcome, _) in self.prompts.items()}
+            return {k: outcome for k, (outcome, _) in self.prompts.items() if outcome != OPEN}
 
     def news_for(self, peer: str, most: int = TELL_AT_ONCE) -> dict[str, str]:
         """The prompts noted since `peer` was last told (the newest `most`), and `peer` counted as told."""
         with self._lock:
-            since = self.told.get(peer, 0)
+            since = self.told.pop(peer, 0)
             self.told[peer] = self.seq
+            while len(self.told) > TOLD_PEERS:  # a flood of throwaway keys must not grow it
+                self.told.popitem(last=False)
             news = [(k, outcome) for k, (outcome, seq) in self.prompts.items() if seq > since]
             return dict(news[-most:])
 

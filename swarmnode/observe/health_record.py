@@ -150,6 +150,17 @@ class SamplerHealth(HolderHealth):
         "why generation is paused: 'too stale', 'no learner', 'undelivered: ...' (groups "
         "made and none acknowledged) (empty: it is not)"
     )
+    prompts_told: int | None = _field(
+        "prompts its learners told it came back all-solved or all-failed (the ack's `s`), now mostly redrawn",
+        metric="swarmnode_prompts_told_saturated",
+        minimum=0,
+    )
+    prompts_redrawn: int | None = _field(
+        "prompt draws replaced because the prompt was told all-solved or all-failed",
+        metric="swarmnode_prompts_redrawn",
+        kind="counter",
+        minimum=0,
+    )
     fetch_mb_s: float | None = _field(
         "rate of the last weight fetch (MB/s fetched)", metric="swarmnode_weight_fetch_mb_per_second", minimum=0
     )

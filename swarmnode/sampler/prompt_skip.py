@@ -1,7 +1,7 @@
 """Prompts a learner told this sampler came back all-solved or all-failed (in its acks, `s`): the sampler spends
 less time there. A drawn prompt that is in the set is drawn again with probability 1 - KEEP_SHARE (up to
-REDRAWS times), so a saturated prompt still comes back now and then: the policy moves, and a prompt that shows
-signal again is dropped from the learner's list."""
+REDRAWS times), so a saturated prompt still comes back now and then: the policy moves, and a prompt whose group
+shows signal again is told 'open' and drawn as any other from then on."""
 
 from __future__ import annotations
 
@@ -22,13 +22,16 @@ class SkippedPrompts:
         self.redrawn = 0  # draws replaced, for the log and tests
 
     def update(self, prompts: Any) -> None:
-        """Take an ack's `s` field (prompt id -> 'solved' | 'failed'); anything else is ignored."""
+        """Take an ack's `s` field (prompt id -> 'solved' | 'failed', or 'open': no longer skipped); anything else
+        is ignored."""
         if not isinstance(prompts, dict):
             return
         for prompt_id, outcome in list(prompts.items())[:REMEMBER]:
             if isinstance(prompt_id, str) and outcome in ("solved", "failed"):
                 self.told[prompt_id] = outcome
                 self.told.move_to_end(prompt_id)
+            elif isinstance(prompt_id, str) and outcome == "open":
+                self.told.pop(prompt_id, None)
         while len(self.told) > REMEMBER:
             self.told.popitem(last=False)
 

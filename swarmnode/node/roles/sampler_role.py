@@ -319,4 +319,6 @@ class SamplerRole(NodeRole):
             groups_dropped=self.sender.dropped + self.sender.unrouted,
             paused="",
             groups_wasted=self._wasted(self.loop.groups_sent),
+            prompts_told=len(self.loop.skipped.told),
+            prompts_redrawn=self.loop.skipped.redrawn,
         )
