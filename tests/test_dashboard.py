@@ -311,7 +311,7 @@ def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
 
 
 def test_the_learner_panel_names_the_averaging_rounds_and_an_outer_step():
-    from swarmnode.observe.dashboard import _averaging
+    from swarmnode.observe.dashboard_view import _averaging
 
     h = {
         "averaging_rounds": 5,

@@ -182,7 +182,7 @@ def test_the_models_page_says_what_a_smollm2_run_costs_and_how_long_a_rise_takes
 
 
 def test_samplers_paused_with_no_learner_add_no_throughput_and_show_why():
-    from swarmnode.observe.dashboard import _throughput
+    from swarmnode.observe.dashboard_view import _throughput
     from swarmnode.observe.health import swarm_summary
 
     paused = {"tokens_per_s": 1272.0, "rollouts_per_s": 0.5, "paused": "no learner"}
