@@ -10,6 +10,8 @@ from swarm_helpers import LocalSwarm
 from task_files import write_rewards
 from test_task_train_local import SHORTER
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 @pytest.mark.slow  # CI's long-scenario step runs it (.ci/run)
 def test_a_reasoning_gym_task_with_a_reward_file_trains_in_a_swarm(tmp_path):
