@@ -3,7 +3,8 @@
 The package map, by concern (docs/architecture.md draws the layers; `lint-imports` keeps them):
 
 The command line
-- `cli`, `__main__`     the typer app, one thin function per command; `python -m swarmnode`
+- `cli`, `__main__`     the typer app and its command groups, one thin function per command (package);
+                        `python -m swarmnode`
 - `cli_runtime`         logging to stderr, running until Ctrl-C or SIGTERM
 - `errors`              `SwarmnodeError` and the exit codes
 

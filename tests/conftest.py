@@ -1,25 +1,31 @@
 """Shared fixtures: an isolated SWARMNODE_HOME per session (the tiny model is built once), --runslow, the
-`cuda` marker (skipped without a GPU), and the `scenario` marker: every test of a module that starts real
-processes or daemons (nodes, p2pd, the CLI) is a scenario, the rest are fast unit tests (`pytest -m "not
-scenario"`)."""
+`cuda` marker (skipped without a GPU), and the `scenario` marker.
+
+A test that starts real processes or daemons (nodes, p2pd, a hivemind DHT, vLLM's engine, the CLI in a
+subprocess) requests a fixture of PROCESS_FIXTURES: itself (`@pytest.mark.usefixtures("starts_processes")`), through
+a fixture that requests one, or for a whole module (`pytestmark = pytest.mark.usefixtures("starts_processes")`).
+Such a test is marked `scenario`; the rest are fast unit tests (`pytest -m "not scenario"`), and one of them that
+starts a process all the same fails, naming the process (`process_helpers`)."""
 
 from __future__ import annotations
 
-import functools
 import os
-from pathlib import Path
 
 import pytest
+from process_helpers import processes_started
 
-# what a test module that starts real processes or daemons uses
-SCENARIO_SIGNS = ("LocalSwarm", "subprocess", "P2P.create", "TmuxDashboard", "swarmnode_cmd", "Membership", "p2pd")
+# the fixtures that start processes or daemons, or declare that the test does: their tests are `scenario`
+PROCESS_FIXTURES = frozenset({"starts_processes"})
 
 
-@functools.cache
-def starts_processes(module: Path) -> bool:
-    """Whether a test module starts real processes or daemons (read from its source)."""
-    text = module.read_text()
-    return any(sign in text for sign in SCENARIO_SIGNS)
+@pytest.fixture(scope="session")
+def starts_processes() -> None:
+    """Requested by a test, or a fixture, that starts real processes or daemons: its tests are `scenario`."""
+
+
+def is_scenario(item: pytest.Item) -> bool:
+    """Whether a test starts real processes or daemons: a fixture of PROCESS_FIXTURES is in its closure."""
+    return not PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
 def pytest_addoption(parser):
@@ -39,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
             if "cuda" in item.keywords:
                 item.add_marker(no_gpu)
     for item in items:
-        if starts_processes(Path(str(item.fspath))):
+        if is_scenario(item):
             item.add_marker(pytest.mark.scenario)
     if config.getoption("--runslow"):
         return
@@ -47,6 +53,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_undeclared_processes(request):
+    """A fast unit test starts no process: one that does fails here, naming it (request `starts_processes`)."""
+    if "scenario" in request.node.keywords:
+        yield
+        return
+    with processes_started() as started:
+        yield
+    if started:
+        pytest.fail(
+            f"{request.node.nodeid} started {len(started)} process(es) ({'; '.join(started[:3])}) without "
+            "requesting the `starts_processes` fixture (tests/conftest.py): request it, so the test is a `scenario`",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

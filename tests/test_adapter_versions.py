@@ -157,6 +157,7 @@ def test_layout_checks_adapter_tensors_against_the_model(cfg, trained):
         layout.check(manifest({**adapters, "model.norm.weight": torch.zeros(4)}))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_fetch_of_an_adapter_for_other_base_weights_is_refused_before_any_chunk(cfg, trained, tmp_path):
     """Real p2pd daemons: the manifest check refuses the version, nothing is allocated or kept; the right base
     fetches it."""

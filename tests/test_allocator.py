@@ -36,6 +36,7 @@ def faults_per_generation(arm: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_growing_buffers_stop_faulting_once_freed_memory_is_kept():
     default, tuned = faults_per_generation("default"), faults_per_generation("tuned")
     assert tuned["took"] is True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import msgpack
+import pytest
 import torch
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord
@@ -95,6 +96,7 @@ async def _averaging_scenario():
         await _close(averagers, dhts)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_two_learners_average_to_identical_weights_and_agree_on_the_version():
     first, second, identical, error, loaded, shared = _with_whole_rounds(_averaging_scenario, lambda o: o[:2])
     assert first.version == second.version == 10  # max(5, 9) + 1, at both
@@ -134,6 +136,7 @@ async def _outer_step_scenario():
         await _close(averagers, dhts)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_the_outer_step_adds_up_the_learners_updates_from_a_shared_anchor_only():
     plain, mean, deltas, stepped, after_step, own, params = _with_whole_rounds(
         _outer_step_scenario, lambda o: [*o[0], *o[3], *o[5]]
@@ -181,6 +184,7 @@ async def _partial_round_scenario():
         await _close(averagers, dhts)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_round_whose_averaged_parts_did_not_all_come_back_changes_nothing():
     (healthy, faulty), (mine, theirs) = asyncio.run(_partial_round_scenario())
     # the healthy learner got only part of the group's result back: its round fails and its weights stay its own
@@ -211,6 +215,7 @@ async def _stranger_scenario():
         await _close(averagers, dhts)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_round_with_a_stranger_or_with_nobody_changes_nothing_and_counts_a_failure():
     mine, alone, weights, failures = asyncio.run(_stranger_scenario())
     assert mine.version is None and alone.version is None

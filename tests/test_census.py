@@ -145,7 +145,7 @@ def test_the_dashboard_pages_a_large_run_the_worst_first_and_says_the_count_is_e
 
     from rich.console import Console
 
-    from swarmnode.observe.dashboard import History, build_view
+    from swarmnode.observe.dashboard_view import History, build_view
 
     learner = fake(0, role="learner", version=9)
     peers = [fake(i, version=9 - (i == 17) * 5) for i in range(1, 3001)]

@@ -67,6 +67,7 @@ def _imported(stderr: str) -> set[str]:
         "status-typoed-invite",
     ],
 )
+@pytest.mark.usefixtures("starts_processes")
 def test_a_mistake_is_refused_before_any_heavy_import(args, needle):
     done = _run(*args, importtime=True)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
@@ -74,18 +75,21 @@ def test_a_mistake_is_refused_before_any_heavy_import(args, needle):
     assert not _imported(done.stderr) & set(HEAVY), sorted(_imported(done.stderr) & set(HEAVY))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_identity_prints_the_peer_id_without_a_heavy_import(tmp_path):
     done = _run("identity", "--identity-path", str(tmp_path / "k.key"), importtime=True)
     assert done.returncode == 0 and done.stdout.startswith("12D3KooW"), done.stderr[-2000:]
     assert not _imported(done.stderr) & set(HEAVY), sorted(_imported(done.stderr) & set(HEAVY))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_the_old_loss_type_flag_warns_and_still_works():
     done = _run("train-local", "--loss-type", "ppo")
     assert done.returncode == ExitCode.USAGE
     assert "--loss-type is now --algorithm" in done.stderr and "--loss-type 'ppo'" in done.stderr
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_hardware_json_is_json_alone():
     done = _run("hardware", "--config", "tiny-cpu", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -133,6 +137,7 @@ def test_the_demo_summary_reads_as_sentences():
     assert "work dir" not in text  # removed at the end: nothing to point at
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_the_public_names_resolve_and_import_swarmnode_stays_light():
     import swarmnode
 

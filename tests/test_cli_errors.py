@@ -58,10 +58,12 @@ def join(*args: str) -> subprocess.CompletedProcess:
     ],
     ids=["missing-task-file", "missing-model-dir", "bad-model-id", "top-p", "bad-type", "bad-choice", "bad-set"],
 )
+@pytest.mark.usefixtures("starts_processes")
 def test_join_refuses_a_bad_config_before_joining(args, code, needles):
     assert_one_clear_error(join(*args), code, *needles)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_unknown_preset_lists_the_presets():
     line = assert_one_clear_error(
         run_cli("join", "--config", "tiny-gpu", "--initial-peers", GHOST), ExitCode.USAGE, "'tiny-gpu'"
@@ -70,6 +72,7 @@ def test_unknown_preset_lists_the_presets():
 
 
 @pytest.mark.skipif(has_package("datasets"), reason="the `datasets` package is installed here")
+@pytest.mark.usefixtures("starts_processes")
 def test_missing_datasets_package_names_the_install_command():
     # the README's own example: the preset reads an HF dataset, which needs the optional package
     result = run_cli("join", "--config", "qwen3-0.6b-math", "--set", "sampler.engine=hf", "--initial-peers", GHOST)
@@ -77,6 +80,7 @@ def test_missing_datasets_package_names_the_install_command():
 
 
 @pytest.mark.skipif(has_package("vllm"), reason="vLLM is installed here")
+@pytest.mark.usefixtures("starts_processes")
 def test_missing_engine_names_the_extra_and_the_alternative(tmp_path):
     data = tmp_path / "train.jsonl"
     data.write_text('{"problem": "1+1", "answer": "2"}\n')
@@ -85,18 +89,21 @@ def test_missing_engine_names_the_extra_and_the_alternative(tmp_path):
 
 
 @pytest.mark.parametrize("peer", ["garbage", "/ip4/127.0.0.1/tcp/31337", "/ip4/127.0.0.1/tcp/31337/p2p/notapeer"])
+@pytest.mark.usefixtures("starts_processes")
 def test_garbage_initial_peers_is_a_usage_error(peer):
     for command in ("join", "status"):
         result = run_cli(command, "--config", "tiny-cpu", "--initial-peers", peer)
         assert_one_clear_error(result, ExitCode.USAGE, "initial peer", peer)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_debug_shows_the_traceback():
     result = run_cli("--debug", "join", "--config", "tiny-gpu", "--initial-peers", GHOST)
     assert result.returncode == ExitCode.USAGE
     assert "Traceback" in result.stderr and "ConfigError" in result.stderr
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_second_bootstrap_on_a_port_in_use_is_refused(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -116,6 +123,7 @@ def test_second_bootstrap_on_a_port_in_use_is_refused(tmp_path):
         assert first.popen.poll() is None  # the first one is untouched
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_run_id_mismatch_is_named_by_status_and_the_bootstrap(tmp_path):
     # the trap: `bootstrap` without --config is run swarmnode-demo, nodes joined with --config tiny-cpu are tiny-demo
     with LocalSwarm(tmp_path, run_id="swarmnode-demo") as swarm:

@@ -122,6 +122,7 @@ def test_bad_config_in_process_names_the_key(override, must_contain):
         (["--config", "no-such-preset"], "no such file or preset"),
     ],
 )
+@pytest.mark.usefixtures("starts_processes")
 def test_bad_config_through_the_cli_is_one_line_exit_2(args, must_contain):
     result = run_cli("hardware", "--config", "tiny-cpu", *args) if args[0] == "--set" else run_cli("hardware", *args)
     assert result.returncode == 2, result.stderr
@@ -141,6 +142,7 @@ def test_unreadable_yaml_is_a_clear_error(tmp_path):
         load_config(str(bad))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_help_lists_the_commands():
     result = run_cli("--help")
     assert result.returncode == 0

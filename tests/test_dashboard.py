@@ -42,7 +42,7 @@ def learner_of(doc: dict) -> dict | None:
 
 
 @pytest.fixture(scope="module")
-def swarm(tmp_path_factory):
+def swarm(tmp_path_factory, starts_processes):
     """A working swarm, trained for a few steps; yields (LocalSwarm, {role: metrics url})."""
     root = tmp_path_factory.mktemp("dash-swarm")
     with LocalSwarm(root) as swarm:
@@ -276,6 +276,7 @@ def test_dashboard_exits_cleanly_on_ctrl_c(swarm, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+@pytest.mark.usefixtures("starts_processes")
 def test_dashboard_says_when_it_lost_contact_with_the_swarm(tmp_path):
     with LocalSwarm(tmp_path / "lonely", run_id="lonely-run") as lonely:
         boot = lonely.bootstrap()
@@ -296,6 +297,7 @@ def test_dashboard_says_when_it_lost_contact_with_the_swarm(tmp_path):
             dash.close()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
     ghost = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"
     result = subprocess.run(
@@ -311,7 +313,7 @@ def test_dashboard_with_an_unreachable_bootstrap_is_one_clear_error():
 
 
 def test_the_learner_panel_names_the_averaging_rounds_and_an_outer_step():
-    from swarmnode.observe.dashboard import _averaging
+    from swarmnode.observe.dashboard_view import _averaging
 
     h = {
         "averaging_rounds": 5,

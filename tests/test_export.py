@@ -141,6 +141,7 @@ def assert_one_line_no_dir(done: subprocess.CompletedProcess, code: int, text: s
 
 
 @pytest.mark.slow  # four CLI processes (~30 s loaded); CI's long-scenario step runs it
+@pytest.mark.usefixtures("starts_processes")
 def test_each_failure_is_one_line_with_its_exit_code_and_leaves_no_directory(full_run, tmp_path):
     cfg, _model, d = full_run
     out = tmp_path / "out"

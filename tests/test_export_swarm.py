@@ -20,6 +20,8 @@ from swarmnode.local.swarm import spawn_node
 from swarmnode.swarm.weights import WeightStore
 from tests.swarm_helpers import FAST_NET, NodeProc
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 STEPS = 120  # learner steps before the export while running
 PROMPT = torch.tensor([[7, 8, 9, 10, 11, 12, 13]])
 

@@ -59,6 +59,7 @@ def temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.endswith(".tmp") or ".tmp" in p.name]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_store_on_a_full_disk_says_so_once_keeps_its_versions_and_publishes_again(small_fs):
     lines: list[str] = []
     ws = store(small_fs, "weights")
@@ -79,6 +80,7 @@ def test_a_store_on_a_full_disk_says_so_once_keeps_its_versions_and_publishes_ag
     assert_same(ws.state_dict(4), make_state(4))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_chunk_write_that_meets_a_full_disk_leaves_no_partial_file(small_fs):
     ws = store(small_fs, "weights")  # no SpaceWatch: the write itself finds the disk full
     fill(small_fs, leave=16 << 10)
@@ -87,6 +89,7 @@ def test_a_chunk_write_that_meets_a_full_disk_leaves_no_partial_file(small_fs):
     assert not list((ws.root / "chunks").iterdir())
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_checkpoint_that_does_not_fit_keeps_the_previous_one(small_fs):
     ckpt = small_fs / "checkpoints"
     first = {"model": {"w": torch.arange(1000, dtype=torch.float32)}, "step": 1}
@@ -100,6 +103,7 @@ def test_a_checkpoint_that_does_not_fit_keeps_the_previous_one(small_fs):
     assert kept["step"] == 1 and torch.equal(kept["model"]["w"], first["model"]["w"])
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_journal_sync_on_a_full_disk_acknowledges_nothing_and_leaves_no_torn_record(small_fs):
     path = small_fs / "group_journal"
     journal = GroupJournal(path)

@@ -104,6 +104,7 @@ def procs(tmp_path):
         p.close()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
     port = free_port()
     learner_args = [
@@ -163,6 +164,7 @@ def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
 
 
 # --------------------------------------------------------------------------------------------- rejections
+@pytest.mark.usefixtures("starts_processes")
 def test_bad_traffic_rejected_with_reasons_while_good_traffic_continues(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="swarmnode.swarm.rollout_push")
     good_id, flood_id, junk_id = Identity.generate(), Identity.generate(), Identity.generate()
@@ -253,6 +255,7 @@ def test_bad_traffic_rejected_with_reasons_while_good_traffic_continues(tmp_path
 
 
 # ------------------------------------------------------------------------------------------ pull, outbox
+@pytest.mark.usefixtures("starts_processes")
 def test_late_learner_pulls_recent_groups(tmp_path):
     sid = Identity.generate()
     got = Collector()
@@ -285,6 +288,7 @@ def test_late_learner_pulls_recent_groups(tmp_path):
     assert sum(newer.values()) == 4
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path):
     sid = Identity.generate()
     got = Collector()
@@ -310,6 +314,7 @@ def test_bounded_outbox_drops_oldest_then_delivers_when_learner_appears(tmp_path
     assert got.ids == [g.group_id for g in groups[-5:]]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_destination_that_never_answers_cannot_stall_the_sender(tmp_path):
     """A learner record with no process behind it is a destination like any other, but only peers that answer
     count for backpressure: the real learner gets every group and the sampler is never held back."""
@@ -341,6 +346,7 @@ def test_a_destination_that_never_answers_cannot_stall_the_sender(tmp_path):
     assert pending == 0 and queued == 20 and flushed  # the ghost's outbox is bounded and does not count
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_acks_tell_the_learners_version_and_senders_keep_the_highest(tmp_path):
     """Samplers follow a fast learner within an ack (fetching from the learner that told them), not a heartbeat."""
     sid = Identity.generate()
@@ -452,6 +458,7 @@ class BusyEvery:
 
 
 @pytest.mark.parametrize("window", [1, 8])
+@pytest.mark.usefixtures("starts_processes")
 def test_windowed_pushes_deliver_each_group_once_and_retry_a_busy_one_mid_window(tmp_path, window):
     """Groups written back to back (up to `window` before their acks) are admitted together on the learner; a
     "busy" answer to one in the middle of a window leaves only that one to be sent again: every group arrives
@@ -509,6 +516,7 @@ class HoldsUpTo:
         return False
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_full_learner_answers_full_undecoded_and_the_sender_resends_without_backing_off(tmp_path):
     """Flow control: while the learner's buffer holds enough, pushes are answered "full" before they are decoded
     (nothing is handed over, no garbage strike, no rejection counted against the sampler); the sender keeps those

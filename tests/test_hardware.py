@@ -192,6 +192,7 @@ def test_probe_of_this_machine():
         assert 0 <= gpu.free_bytes <= gpu.total_bytes and gpu.name
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_cli_hardware_json():
     result = run_cli("hardware", "--json", "--config", "tiny-cpu")
     assert result.returncode == 0, result.stderr
@@ -202,6 +203,7 @@ def test_cli_hardware_json():
     assert report["reasons"]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_cli_hardware_role_override_and_text():
     result = run_cli("hardware", "--config", "qwen3-1.7b-math-gepo", "--role", "sampler")
     assert result.returncode == 0, result.stderr

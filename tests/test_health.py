@@ -17,7 +17,7 @@ from rich.console import Console
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
-from swarmnode.observe.dashboard import History, build_view, sparkline
+from swarmnode.observe.dashboard_view import History, build_view, sparkline
 from swarmnode.observe.health import (
     HISTORY_LEN,
     MAX_BUCKETS,

@@ -10,15 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from swarmnode.observe.health import record_health
-from swarmnode.observe.health_record import (
-    FIELDS,
-    WIRE_FIELDS,
-    BootstrapHealth,
-    LearnerHealth,
-    SamplerHealth,
-    UnknownHealthKey,
-    markdown_tables,
-)
+from swarmnode.observe.health_fields import FIELDS, WIRE_FIELDS
+from swarmnode.observe.health_record import BootstrapHealth, LearnerHealth, SamplerHealth, UnknownHealthKey
+from swarmnode.observe.health_tables import markdown_tables
 from swarmnode.observe.metrics import HealthCollector
 from swarmnode.observe.status_schema import HEALTH_SCHEMA
 
@@ -29,7 +23,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "status-and-metrics.md"
 def test_the_documented_tables_are_the_generated_ones(name):
     table = markdown_tables()[name]
     assert table in DOC.read_text(), (
-        f"docs/status-and-metrics.md's {name} table differs from the health records; paste `python -m swarmnode.observe.health_record`"
+        f"docs/status-and-metrics.md's {name} table differs from the health records; paste `python -m swarmnode.observe.health_tables`"
     )
 
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 
 from swarmnode.identity import Identity
-from swarmnode.observe.dashboard import _learner_panel
+from swarmnode.observe.dashboard_view import _learner_panel
 from swarmnode.observe.health import find_alerts, record_health
 from swarmnode.observe.metrics import HealthCollector
 from swarmnode.observe.status_schema import validate

@@ -42,6 +42,7 @@ def test_other_hivemind_versions_are_refused_with_one_line():
         check_hivemind_version("1.2.0")
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_accessors_against_real_daemons():
     async def scenario():
         a = await P2P.create(**KW)
@@ -80,6 +81,7 @@ def test_stream_reader_buffer_accessor():
     asyncio.run(scenario())
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_dht_node_stores_into_the_storage_it_is_given():
     async def scenario():
         p2p = await P2P.create(**KW)
@@ -100,6 +102,7 @@ def test_a_dht_node_stores_into_the_storage_it_is_given():
     asyncio.run(scenario())
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_second_client_of_the_same_daemon():
     async def scenario():  # what the in-thread averager (ThreadedAverager, exercised in test_averaging) opens
         p2p = await P2P.create(**KW)
@@ -127,6 +130,7 @@ def test_no_other_module_touches_these_internals():
     assert offenders == []
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_daemon_gets_the_extra_flags_and_they_replace_create_s_own():
     from swarmnode.swarm.hivemind_compat import disconnect, p2p_class_with_daemon_flags, p2pd_process
 

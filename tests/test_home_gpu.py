@@ -54,6 +54,7 @@ def test_a_fp16_learner_step_trains_through_the_scaler():
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("starts_processes")
 def test_self_check_prints_one_table_and_json_on_cpu():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
@@ -143,6 +144,7 @@ def test_packaged_model_alias_passes_preflight_with_hf_hub_offline(monkeypatch):
 
 
 @pytest.mark.parametrize("device,says", [("gpu0", "expected auto, cpu, cuda or cuda:N"), ("cuda", "no CUDA GPU")])
+@pytest.mark.usefixtures("starts_processes")
 def test_a_bad_self_check_device_is_a_usage_error(device, says):
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

@@ -23,6 +23,8 @@ from swarmnode.local.swarm import spawn_node
 from swarmnode.protocol.run_card import Invite
 from tests.swarm_helpers import FAST_NET, NodeProc
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -18,6 +18,8 @@ from swarmnode.protocol.run_card import Invite
 from tests.swarm_helpers import FAST_NET, NodeProc
 from tests.test_host_invite import machine_env, wait_for
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 def _steps(steps_file: Path) -> int:
     if not steps_file.exists():

@@ -21,6 +21,8 @@ from swarmnode.protocol.rollout import RolloutGroup
 from swarmnode.swarm.frames import read_control, write_frame
 from swarmnode.swarm.rollout_push import push_protocol
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 MAX_STREAMS = 4  # RolloutReceiver's default per-peer cap
 
 

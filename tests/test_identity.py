@@ -53,6 +53,7 @@ def test_garbage_key_file_is_a_clear_error(tmp_path):
         Identity.load(path)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_p2pd_uses_our_peer_id(tmp_path):
     identity = Identity.load_or_create(tmp_path / "node.key")
     cfg = load_config(

@@ -16,6 +16,8 @@ from swarm_helpers import LocalSwarm, pid_alive
 
 from swarmnode.errors import ExitCode
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -22,6 +22,8 @@ from swarmnode.identity import Identity
 from swarmnode.local.swarm import spawn_node
 from swarmnode.node.hardware import estimate_memory
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 RUN_SETS = ["task.name=math", "model.tiny.warm_start_steps=0", "model.tiny.num_hidden_layers=3"]
 
 

@@ -182,6 +182,7 @@ def _run_until_kill(cmd, sig, min_steps: int, timeout: float = 120) -> str:
         pytest.param(signal.SIGKILL, id="sigkill"),
     ],
 )
+@pytest.mark.usefixtures("starts_processes")
 def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
     ckpt = tmp_path / "ckpt"
     args = [
@@ -217,6 +218,7 @@ def test_train_local_killed_and_resumed(tmp_path, swarmnode_home, sig):
     assert [p["staleness_mean"] for p in result["curve"][1:]] == [1.0] * (final_steps - 1)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_train_local_bad_input_is_a_clear_error(tmp_path, swarmnode_home):
     bad = subprocess.run(_cli("--algorithm", "ppo", home=swarmnode_home), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--algorithm" in bad.stderr and "Traceback" not in bad.stderr

@@ -9,6 +9,8 @@ import pytest
 from restart_helpers import learner_args, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 @pytest.mark.slow  # ~30 s quiet: CI's long-scenario step runs it (.ci/run)
 def test_a_restarted_learner_resumes_its_checkpoint_and_version_numbering(tmp_path):

@@ -16,6 +16,8 @@ from swarm_helpers import LocalSwarm
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 LIES = 40
 BEHIND = 6
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from flood_helpers import fake_peer_records, record_lifetime, store_records
 from swarm_helpers import FAST_NET, LOOPBACK
 
@@ -109,6 +110,7 @@ async def _choice_scenario(tmp_path):
                 await node.shutdown()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_records_of_dead_peers_are_never_chosen_as_holders_or_send_targets(tmp_path):
     first, after, probes, failures, live, fakes = asyncio.run(_choice_scenario(tmp_path))
     for holders, learners in (first, after):

@@ -20,6 +20,8 @@ from swarmnode.model.models import load_model
 from swarmnode.swarm.averaging import LearnerAveraging
 from swarmnode.swarm.weights import WeightStore
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 def _lora_learner(cfg, parts, published: list) -> LearnerLoop:  # noqa: F811
     lc = cfg.learner.model_copy(update={"lora": cfg.learner.lora.model_copy(update=LORA), "max_learners": 2})

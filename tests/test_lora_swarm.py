@@ -20,6 +20,8 @@ from swarmnode.model.models import load_model, meta_state_dict
 from swarmnode.sampler.lora import PeftAdapter
 from swarmnode.swarm.weights import ModelLayout, WeightStore
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 LORA = [
     "learner.lora.enabled=true",
     "learner.lora.r=4",

@@ -230,6 +230,7 @@ async def _forgery_scenario():
         await honest.shutdown()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_forged_records_are_rejected_and_never_shown():
     results, seen, honest_peer, rejected = asyncio.run(_forgery_scenario())
     # the honest node refused each store (the attacker's only copy was its own, gone with it)
@@ -264,6 +265,7 @@ async def _versions_scenario():
         await node.shutdown()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_versions_newest_and_roles():
     newest, learners, samplers, learner = asyncio.run(_versions_scenario())
     assert newest == (4, {"manifest": "def", "bytes": 10})
@@ -285,6 +287,7 @@ async def _loading_learner_scenario():
         await node.shutdown()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_samplers_send_only_to_learners_holding_a_version():
     loading, ready, learner = asyncio.run(_loading_learner_scenario())
     assert loading == []  # a push now would fail and back off: the learner's model is not loaded yet
@@ -325,6 +328,7 @@ async def _starved_learner_scenario():
         await node.shutdown()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_learner_that_acks_stays_a_send_target_when_its_record_lapses():
     """A sampler on a machine short of CPU: the learner's heartbeat record expires, but its acks prove it takes
     groups, so the sampler keeps sending (it paused before); a learner that neither heartbeats nor acks, or that
@@ -339,6 +343,7 @@ def test_a_learner_that_acks_stays_a_send_target_when_its_record_lapses():
 # ---------------------------------------------------------------- real subprocess swarms
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_swarm_status_roles_expiry_and_no_orphans(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         boot = swarm.bootstrap()
@@ -380,6 +385,7 @@ def test_swarm_status_roles_expiry_and_no_orphans(tmp_path):
 
 
 @pytest.mark.slow  # ~30 s quiet: CI's long-scenario step runs it (.ci/run)
+@pytest.mark.usefixtures("starts_processes")
 def test_restart_keeps_peer_id_and_duplicate_identity_is_refused(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
@@ -402,6 +408,7 @@ def test_restart_keeps_peer_id_and_duplicate_identity_is_refused(tmp_path):
         assert again.ready_fields()["peer_id"] == peer_id
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_unreachable_bootstrap_names_peer_retries_and_exits(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -436,6 +443,7 @@ def test_unreachable_bootstrap_names_peer_retries_and_exits(tmp_path):
     assert elapsed < 30
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_one_dead_initial_peer_does_not_stop_the_join(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()
@@ -445,6 +453,7 @@ def test_one_dead_initial_peer_does_not_stop_the_join(tmp_path):
         assert f"initial peer {ghost} unreachable" in node.stderr()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_bad_multiaddr_is_a_clear_error(tmp_path):
     result = subprocess.run(
         swarmnode_cmd("status", "--initial-peers", "/ip4/127.0.0.1/tcp/1", "--startup-timeout", "2"),
@@ -456,6 +465,7 @@ def test_bad_multiaddr_is_a_clear_error(tmp_path):
     assert "/p2p/<peer id>" in result.stderr
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_in_process_p2pd_dies_with_stop(tmp_path):
     async def scenario():
         dht = await SwarmDHT.create(cfg_with(), Identity.generate())
@@ -518,6 +528,7 @@ async def _designated_scenario():
         await node.shutdown()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_designated_learners_are_read_from_their_own_keys():
     """A learner missing from the shared peers key (a flood filled it) is still found by name."""
     shared, found, learners, learner = asyncio.run(_designated_scenario())

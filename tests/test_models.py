@@ -124,6 +124,7 @@ def test_pick_device():
 
 
 @pytest.mark.vllm
+@pytest.mark.usefixtures("starts_processes")  # vLLM runs its engine core in a process of its own
 @pytest.mark.timeout(900)  # vLLM's start takes minutes on a loaded 2-core machine
 def test_tiny_model_loads_through_vllm():
     if importlib.util.find_spec("vllm") is None:

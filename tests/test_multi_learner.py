@@ -15,6 +15,8 @@ from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.local.demo import read_steps
 from swarmnode.protocol.manifest import WeightManifest
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 # peer records that outlive a few late heartbeats: on a loaded machine a learner whose record flickers out would
 # count as alone (and publish on its own) although its peer lives
 PATIENT_NET = ["network.heartbeat_interval=2", "network.missed_beats_to_expire=5"]

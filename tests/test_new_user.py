@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from swarmnode.node.bootstrap import share_addresses
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,6 +28,7 @@ def run(*args: str, cwd: Path = REPO, columns: int = 80) -> subprocess.Completed
     )
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_help_wraps_option_text_at_80_columns_and_shows_no_type_tags():
     out = run("join", "--help").stdout
     assert "--insecure-accept-any-learner" in out and "…" not in out
@@ -35,6 +38,7 @@ def test_help_wraps_option_text_at_80_columns_and_shows_no_type_tags():
     assert "--config CONFIG" in options and "--idle " in options
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_preset_whose_model_is_not_installed_says_the_one_command_that_installs_it(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "packaged.yaml").write_text("model:\n  name: pkg:swarmnode_no_such_pkg/m.gguf\n")
@@ -94,6 +98,7 @@ def test_a_sapo_node_prints_progress_lines_and_a_summary():
     assert quiet == ["sapo: stopped before its first training step"]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_status_pointed_at_a_bootstrap_without_the_run_id_names_the_run_it_serves(tmp_path):
     import secrets
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from swarmnode.errors import ExitCode
 
 
@@ -22,6 +24,7 @@ def _swarmnode(*args: str, home=None) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_train_local_json_is_json_alone_with_the_warm_start_on_stderr(tmp_path):
     done = _swarmnode(
         "train-local",
@@ -39,6 +42,7 @@ def test_train_local_json_is_json_alone_with_the_warm_start_on_stderr(tmp_path):
     assert "warm-starting the tiny model" in done.stderr
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_checkpoint_dir_that_is_a_file_fails_before_training(tmp_path):
     (tmp_path / "taken").write_text("")
     done = _swarmnode("train-local", "--config", "tiny-cpu", "--checkpoint-dir", str(tmp_path / "taken"))
@@ -145,6 +149,7 @@ def test_a_key_typo_names_the_close_match_and_a_yaml_error_its_line(tmp_path):
         load_config(str(bad))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_missing_model_directory_is_said_first_and_alone():
     done = _swarmnode("train-local", "--set", "model.name=./no-such-model", "--set", "learner.learning_rate=1e-3")
     lines = done.stderr.strip().splitlines()
@@ -182,7 +187,7 @@ def test_the_models_page_says_what_a_smollm2_run_costs_and_how_long_a_rise_takes
 
 
 def test_samplers_paused_with_no_learner_add_no_throughput_and_show_why():
-    from swarmnode.observe.dashboard import _throughput
+    from swarmnode.observe.dashboard_view import _throughput
     from swarmnode.observe.health import swarm_summary
 
     paused = {"tokens_per_s": 1272.0, "rollouts_per_s": 0.5, "paused": "no learner"}
@@ -195,6 +200,7 @@ def test_samplers_paused_with_no_learner_add_no_throughput_and_show_why():
     assert _throughput(peers[0]) == "paused: no learner"
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_p2pd_failing_after_ctrl_c_is_an_interruption_not_a_retried_failure():
     import asyncio
     import logging

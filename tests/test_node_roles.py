@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from swarm_helpers import LocalSwarm, assert_ready_after
 
 from swarmnode.config import load_config
@@ -17,6 +18,7 @@ from swarmnode.protocol.peer import PeerRecord
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_two_auto_nodes_racing_for_one_learner_slot_end_as_learner_and_sampler(tmp_path):
     home = Path(os.environ["SWARMNODE_HOME"])
     with LocalSwarm(tmp_path, run_id="race-run") as swarm:

@@ -63,6 +63,7 @@ def test_own_batches_are_on_policy_signed_and_leave_the_model_training():
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.usefixtures("starts_processes")
 def test_a_learner_alone_trains_on_its_own_batches(tmp_path):
     learner_dir = tmp_path / "learner"
     with LocalSwarm(tmp_path) as swarm:

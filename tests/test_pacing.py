@@ -151,6 +151,7 @@ class Buffer:
         return "ok"
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_acks_tell_the_credit_and_the_sender_knows_what_the_learner_invites(tmp_path):
     """A learner with a target of 6: the first pushes fill it, the acks tell credits down to 0 and the door says
     "full"; the sender's `invited` follows (its last credit minus what still waits); as the learner draws, the
@@ -179,6 +180,7 @@ def test_acks_tell_the_credit_and_the_sender_knows_what_the_learner_invites(tmp_
     assert sender.delivered == 8 and plain.credit is None
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_sender_answered_full_waits_what_the_ack_tells_before_it_pushes_again(tmp_path):
     """A learner whose door is shut tells a wait of 1 s in each "full" ack (`turn_wait`): the sender's pushes come
     at least that far apart (its own flat wait is 10 ms), and once the door opens the group goes in."""

@@ -15,6 +15,8 @@ from swarmnode.learner.waste import waste_between
 from swarmnode.local.demo import read_steps
 from swarmnode.local.swarm import DemoRun, prepare_swarm, start_swarm
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 CONFIG = "tiny-cpu"
 SAMPLERS = 3
 # Without pacing (`sync.pacing=outbox`) these samplers deliver 2.1 groups per group the learner draws while

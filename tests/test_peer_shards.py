@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
 from flood_helpers import fake_peer_records, record_lifetime, store_records
 from swarm_helpers import FAST_NET, LOOPBACK
 
@@ -17,6 +18,8 @@ from swarmnode.protocol.peer import PeerRecord
 from swarmnode.swarm.dht import SwarmDHT
 from swarmnode.swarm.follower import LivePeers
 from swarmnode.swarm.peer_keys import peer_shard
+
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
 
 RUN = "shard-run"
 FAKES = 600  # ~9 a shard over 64

@@ -10,6 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from swarmnode.config.files import shipped_presets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,6 +32,7 @@ def test_the_presets_live_in_the_top_level_configs_directory():
     assert not (REPO / "swarmnode" / "config" / "presets").exists(), "one source: the presets are in configs/"
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_presets_load_from_a_directory_outside_the_clone(tmp_path):
     out = _python_in(
         tmp_path,
@@ -40,6 +43,7 @@ def test_presets_load_from_a_directory_outside_the_clone(tmp_path):
     assert sorted(f"{n}.yaml" for n in names.split()) == CLONE_PRESETS and run_id == "tiny-demo"
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_users_configs_directory_and_own_file_still_work(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "mine.yaml").write_text("run_id: my-run\n")
@@ -54,6 +58,7 @@ def test_a_users_configs_directory_and_own_file_still_work(tmp_path):
     assert out.split() == ["my-run", "my-tiny", "from-a-path"]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_the_wheel_carries_the_same_presets(tmp_path):
     """Build a wheel from a copy of the clone (no network: the build backend installed here), look inside, and
     list the presets from the installed wheel alone: the same names as the clone's `configs/`."""

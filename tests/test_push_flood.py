@@ -20,6 +20,8 @@ from test_slot_flood import stop_flood
 
 from swarmnode.config import load_config
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 KEYS, EVERY, WINDOW_S = 80, 4.0, 12.0
 MIN_RATIO = 0.8
 

@@ -10,6 +10,7 @@ import asyncio
 import socket
 import subprocess
 
+import pytest
 from google.protobuf.wrappers_pb2 import BytesValue
 from hivemind.p2p import P2P
 from swarm_helpers import LocalSwarm, swarmnode_cmd
@@ -163,6 +164,7 @@ async def _hosts(n: int) -> list[P2P]:
     return [first, *rest]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_bootstrap_dials_a_loopback_node_back_and_not_an_address_where_nobody_listens():
     async def main():
         boot, node = await _hosts(2)
@@ -192,6 +194,7 @@ def test_a_bootstrap_dials_a_loopback_node_back_and_not_an_address_where_nobody_
     asyncio.run(main())
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_node_judged_unreachable_at_join_is_public_after_two_rechecks_that_dial_it_back(caplog):
     """As when a volunteer forwards the port after joining: two dial-backs that reach it make it public, in one
     log line; then with the helper gone nobody answers and the status stays."""
@@ -235,6 +238,7 @@ def test_a_node_judged_unreachable_at_join_is_public_after_two_rechecks_that_dia
     ], changed
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_status_against_a_bootstrap_that_refuses_the_connection_fails_at_once(tmp_path):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
@@ -251,6 +255,7 @@ def test_status_against_a_bootstrap_that_refuses_the_connection_fails_at_once(tm
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_node_given_a_dead_and_a_live_bootstrap_joins_and_names_the_dead_one(tmp_path):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))

@@ -45,6 +45,7 @@ NEEDS = None if os.geteuid() == 0 and shutil.which("iptables") and shutil.which(
 
 
 @pytest.mark.skipif(NEEDS is not None, reason=str(NEEDS))
+@pytest.mark.usefixtures("starts_processes")
 def test_install_replaces_leftovers_and_remove_takes_everything(monkeypatch):
     ns = f"{os.environ.get('SWARMNODE_LAB_PREFIX', 'tn')}g{uuid.uuid4().hex[:6]}"  # parallel labs never clash
     subprocess.run(["ip", "netns", "add", ns], check=True)

@@ -72,6 +72,7 @@ sys.stdin.read()  # held until the test closes stdin
 
 
 @pytest.mark.skipif(NEEDS is not None, reason=str(NEEDS))
+@pytest.mark.usefixtures("starts_processes")
 def test_unknown_addresses_share_one_cap_and_known_ones_pass_it(monkeypatch):
     ns = f"{LAB_PREFIX}k{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -152,6 +153,7 @@ class Guard:
         self.given.append(set(addresses))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_bootstrap_knows_the_addresses_of_keys_in_the_run_and_the_designated_learners():
     """A real DHT: a bootstrap and a member that stored its record; the member's loopback address becomes known
     once its record aged (here at once), never while it is too young, and at once for a designated learner."""

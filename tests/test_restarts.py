@@ -14,6 +14,8 @@ import pytest
 from restart_helpers import learner_args, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 def free_port() -> int:
     with socket.socket() as s:

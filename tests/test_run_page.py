@@ -25,6 +25,8 @@ from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 from swarmnode.observe.status_schema import validate
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 HEARTBEAT = 1.0  # the swarm helpers' network.heartbeat_interval
 NAMES = {"alice": "alice", "bob": "Bob's GPU"}
 ARTEFACTS = Path(os.environ.get("SWARMNODE_ARTEFACTS", "/tmp/swarmnode-artefacts"))

@@ -9,6 +9,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 from swarmnode.config import SamplerConfig
 from swarmnode.identity import Identity
 from swarmnode.protocol.run_settings import SETTINGS_STATUS, differences, group_mismatch, run_values
@@ -33,6 +35,7 @@ def test_what_a_group_shows_is_checked_against_the_runs_values():
     assert differences(run, run) is None and differences(mine, "junk") is None
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_group_made_under_other_settings_is_refused_and_the_sender_told_why(tmp_path):
     run = {"sampler.temperature": 0.7, "sampler.num_generations": 4, "sampler.max_completion_length": 16}
     told: list[tuple[str, object]] = []

@@ -62,6 +62,7 @@ def _journal_groups(path, cfg) -> list[RolloutGroup]:
 
 
 @pytest.mark.slow  # ~20-40 s quiet: CI's long-scenario step runs it (.ci/run); the suite's 10-minute budget
+@pytest.mark.usefixtures("starts_processes")
 def test_two_sampler_processes_of_one_run_draw_different_prompts_and_samples(tmp_path):
     # the learner never trains (a step needs more groups than it may hold): every group stays in its journal,
     # at version 0, so both samplers generate with the same weights

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from hivemind.p2p import PeerID
 from push_helpers import daemons
 
@@ -16,6 +17,8 @@ from swarmnode.node.sapo.pull import TextPuller
 from swarmnode.node.sapo.role import STREAM
 from swarmnode.protocol.text_rollout import TextRolloutGroup, TextRolloutLimits
 from swarmnode.swarm.rollout_push import RolloutReceiver, RolloutSender
+
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
 
 RUN = "pull-test"
 LIMITS = TextRolloutLimits(max_generations=4, max_completion_chars=32, max_prompt_chars=64, max_bytes=64 * 1024)

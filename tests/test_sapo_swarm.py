@@ -17,6 +17,8 @@ from swarm_helpers import LocalSwarm, assert_ready_after
 from swarmnode.node.sapo.distrust import MIN_OUTCOMES
 from swarmnode.observe.status_schema import validate
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 SMALL = ["model.tiny.hidden_size=64", "model.tiny.num_attention_heads=1", "model.tiny.intermediate_size=128"]
 SAPO = [
     "mode=sapo",

@@ -61,6 +61,7 @@ def test_the_health_check_treats_idle_and_failing_as_answers():
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.usefixtures("starts_processes")
 def test_systemd_analyze_verify_passes(tmp_path):
     swarmnode = shutil.which("swarmnode")
     if swarmnode is None:

@@ -16,6 +16,8 @@ from liar_peer import shaped_liars
 from restart_helpers import WORK, learner_args, steps, wait_rows
 from swarm_helpers import LocalSwarm
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 KINDS = ["cancelling", "shaped:0.1", "advantage:0.1", "long:0.1", "advantage_down", "shaped:0.5"]
 
 

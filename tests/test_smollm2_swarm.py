@@ -11,6 +11,8 @@ from demo_helpers import assert_no_node_left, run_demo
 
 from swarmnode.model.packaged import SMOLLM2_INSTALL
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 STEPS = 4
 
 

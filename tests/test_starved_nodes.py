@@ -17,6 +17,8 @@ from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.local.demo import read_steps
 from swarmnode.node.roles.sampler_role import NO_LEARNER
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 CLOCKS = 0.02  # the step records mix wall-clock stamps and monotonic durations, each rounded to 1 ms
 
 

@@ -94,6 +94,7 @@ def test_a_young_node_without_work_is_starting(tmp_path):
     assert answer["state"] == "idle" and answer["why"].startswith("starting"), answer
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_failing_a_dead_node_a_stuck_one_a_full_disk_and_groups_nobody_acknowledges(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -137,6 +138,7 @@ def rewrite(tmp_path: Path, **kw) -> None:
     (tmp_path / FILE_NAME).write_text(json.dumps(doc))
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_the_command_answers_in_one_line_with_the_exit_code_and_json(tmp_path):
     rewrite(tmp_path)
     done = status_self(tmp_path)
@@ -149,6 +151,7 @@ def test_the_command_answers_in_one_line_with_the_exit_code_and_json(tmp_path):
     assert status_self(tmp_path / "nothing").returncode == 3
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_on_alert_runs_the_command_once_per_change_with_the_alert_in_its_environment(tmp_path):
     log = tmp_path / "alerts.log"
     hook = f'echo "$SWARMNODE_ALERT_PREVIOUS>$SWARMNODE_ALERT_STATE|$SWARMNODE_ALERT_MESSAGE" >> {log}'
@@ -171,6 +174,7 @@ def test_on_alert_runs_the_command_once_per_change_with_the_alert_in_its_environ
 
 @pytest.mark.slow  # a bootstrap, a learner and a sampler: ~1 min quiet, several at a load of 30
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("starts_processes")
 def test_a_real_sampler_is_contributing_then_failing_once_killed(tmp_path):
     with LocalSwarm(tmp_path) as swarm:
         swarm.bootstrap()

@@ -9,6 +9,8 @@ from restart_helpers import WORK, start_learner_and_sampler, steps, wait_rows
 from swarm_helpers import LocalSwarm
 from task_files import SHORTER, write_rewards
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 @pytest.mark.slow  # CI's long-scenario step runs it (.ci/run)
 def test_a_reasoning_gym_task_with_a_reward_file_trains_in_a_swarm(tmp_path):

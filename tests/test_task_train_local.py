@@ -118,6 +118,7 @@ print(json.dumps([[p.prompt_id, p.text, task.score(p, ["<answer>" + p.reference 
 """
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_two_nodes_derive_the_same_prompt_ids_and_rewards_from_the_card_alone(tmp_path):
     rewards = write_rewards(tmp_path / "rewards.py", SHORTER)
     cfg = tiny_cfg(

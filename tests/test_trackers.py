@@ -107,6 +107,7 @@ READERS = {  # each tracker's own reader: {name: {step: value}}
 
 
 @pytest.mark.parametrize("name", sorted(READERS))
+@pytest.mark.usefixtures("starts_processes")  # wandb starts its service process (wandb-core), and git
 def test_each_trackers_own_reader_finds_the_learners_reward_and_kl(name, learner, tmp_path, monkeypatch):
     pytest.importorskip(name)
     monkeypatch.delenv("WANDB_MODE", raising=False)  # wandb: offline unless the environment says otherwise

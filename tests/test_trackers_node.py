@@ -15,6 +15,8 @@ from tracker_readers import tensorboard_scalars
 from swarmnode.learner.steps_log import STEPS_FILE
 from swarmnode.local.demo import read_steps
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 EVAL = [
     "learner.sample_when_idle=true",
     "learner.beta=0.04",  # TRL's kl

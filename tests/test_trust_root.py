@@ -13,6 +13,8 @@ from swarm_helpers import LocalSwarm, swarmnode_cmd
 from swarmnode.errors import ExitCode
 from swarmnode.identity import Identity
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 GHOST = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWSHq2jg4cGP3q2XKjR1HNNDbCwNsNHuS8NTPVdFbmCGsK"
 

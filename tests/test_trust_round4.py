@@ -101,6 +101,7 @@ def test_status_flags_a_card_of_the_same_version_from_another_owner():
 
 
 @pytest.mark.parametrize("after_s", [0.3, 1.5])
+@pytest.mark.usefixtures("starts_processes")
 def test_a_node_exits_0_on_sigterm_while_it_is_still_starting(tmp_path, after_s):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "SWARMNODE_HOME": str(tmp_path)}
     nobody = f"/ip4/127.0.0.1/tcp/9/p2p/{Identity.generate().peer_id}"

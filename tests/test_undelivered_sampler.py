@@ -17,6 +17,8 @@ from swarm_helpers import LocalSwarm
 from swarmnode.identity import Identity
 from swarmnode.sampler.undelivered import UNDELIVERED_MIN
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 @pytest.mark.slow  # three working nodes, a 10 s startup timeout and 128 refused groups: about a minute each
 @pytest.mark.timeout(1200)

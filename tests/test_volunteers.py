@@ -254,7 +254,7 @@ def test_the_server_is_read_only_and_limits_each_client():
 def test_the_dashboard_shows_names_as_text_and_the_board_panel():
     from rich.console import Console
 
-    from swarmnode.observe.dashboard import build_view
+    from swarmnode.observe.dashboard_view import build_view
 
     doc = _doc_with_board()
     sampler = next(p for p in doc["peers"] if p["role"] == "sampler" and p["name"] != "alice")

@@ -221,6 +221,7 @@ def test_manifest_validation():
 
 
 # ------------------------------------------------------------------------------------------------- network
+@pytest.mark.usefixtures("starts_processes")
 def test_fetch_delta_and_resume(tmp_path):
     learner = Identity.generate()
 
@@ -278,6 +279,7 @@ def test_fetch_delta_and_resume(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_rejects_bad_manifest_corrupt_and_truncated_chunks(tmp_path, caplog):
     learner, stranger = Identity.generate(), Identity.generate()
     caplog.set_level(logging.INFO, logger="swarmnode.swarm.weights")
@@ -373,6 +375,7 @@ async def _learner_and_samplers(tmp_path, peers, learner, chunks: int):
     return learner_server, state, m, stores, servers
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_three_fetchers_concurrently_serve_each_other(tmp_path):
     learner = Identity.generate()
 
@@ -413,6 +416,7 @@ def test_three_fetchers_concurrently_serve_each_other(tmp_path):
 FIRST_SERVE_HOLD_S = 1.2  # > first_serve.HOLD_S
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_fetchers_one_after_another_take_the_version_from_the_earlier_ones(tmp_path):
     """A publisher is asked only for chunks no other live holder shows: the first fetcher takes the version from
     the learner, the next ones from the samplers that hold it (before: each took a share from the learner too)."""
@@ -435,6 +439,7 @@ def test_fetchers_one_after_another_take_the_version_from_the_earlier_ones(tmp_p
     assert sum(sampler_served) == 2 * chunks
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_pull_mode_asks_learners_for_their_newest_version_directly(tmp_path, caplog):
     """`WeightPuller.newest_from`: one manifest request to each learner (no DHT look), the newest valid answer wins,
     a manifest the run would refuse is logged and skipped; the fetch then uses that manifest without asking again."""

@@ -18,6 +18,8 @@ from swarmnode.protocol.manifest import MAX_CHUNK_BYTES, MAX_CHUNKS, ChunkEntry,
 from swarmnode.swarm.frames import read_control, read_frame, write_frame
 from swarmnode.swarm.weights import FetchError, ModelLayout, WeightFetcher, WeightServer, protocol_name
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 
 def huge_manifest(identity: Identity) -> WeightManifest:
     """A validly signed manifest within every protocol limit that claims 16,384 chunks of 64 MiB (1 TiB)."""

@@ -22,7 +22,7 @@ from health_fixtures import simulated_records  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from swarmnode.config import load_config  # noqa: E402
-from swarmnode.observe.dashboard import History, build_view  # noqa: E402
+from swarmnode.observe.dashboard_view import History, build_view  # noqa: E402
 from swarmnode.observe.status import format_status, status_document  # noqa: E402
 from swarmnode.protocol.peer import PeerRecord  # noqa: E402
 

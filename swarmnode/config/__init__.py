@@ -1,8 +1,9 @@
 """The node's whole configuration.
 
 Modules:
-- `schema`: the pydantic models, one per section (network, model, task, sampler, learner, sync, sapo, metrics, trust),
-  and `NodeConfig`, the whole of one node's config;
+- `schema`: `NodeConfig`, the whole of one node's config, and the section models it re-exports;
+- `sections`: the pydantic models, one module per section (network, model, task, sampler, learner, trust, sync,
+  sapo, metrics, names) (package);
 - `files`: YAML presets and files, `--set a.b=c` overrides, and `ConfigError` (one line per user mistake);
 - `compat`: old learner key names mapped to the TRL-style ones, and the trust keys moved out of `learner`, with a
   one-time warning;

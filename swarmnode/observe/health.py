@@ -14,7 +14,8 @@ import time
 from collections import OrderedDict, deque
 from typing import Any
 
-from swarmnode.observe.health_record import FIELDS, WIRE_FIELDS, NodeHealth, UnknownHealthKey, check_value
+from swarmnode.observe.health_fields import FIELDS, WIRE_FIELDS, check_value
+from swarmnode.observe.health_record import NodeHealth, UnknownHealthKey
 from swarmnode.observe.sampler_kl import kl_alerts
 from swarmnode.protocol.reachability import HEALTH_KEY as REACHABILITY
 from swarmnode.protocol.reachability import RELAYED

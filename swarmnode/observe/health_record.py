@@ -1,11 +1,11 @@
 """One typed health record per role: the single definition of every health field.
 
 Each field is declared once, below, with its type, help text and (when it has one) its Prometheus metric and
-kind. Everything else is derived from these classes: the Prometheus families (`swarmnode.observe.metrics`), the
-`health` part of the status JSON schema (`swarmnode.observe.status_schema`), the DHT form (`record_health` in
-`swarmnode.observe.health`) and the tables of docs/status-and-metrics.md (`markdown_tables`, checked by
-tests/test_health_record.py). Setting a key no record declares raises `UnknownHealthKey`, so a renamed key fails
-loudly instead of vanishing.
+kind. Everything else is derived from these classes: the fields as the outputs see them (`health_fields`), the
+Prometheus families (`swarmnode.observe.metrics`), the `health` part of the status JSON schema
+(`swarmnode.observe.status_schema`), the DHT form (`record_health` in `swarmnode.observe.health`) and the tables of
+docs/status-and-metrics.md (`health_tables`, checked by tests/test_health_record.py). Setting a key no record
+declares raises `UnknownHealthKey`, so a renamed key fails loudly instead of vanishing.
 
 No imports beyond the standard library: the loss, the loops and the CLI may all read it.
 """
@@ -13,10 +13,7 @@ No imports beyond the standard library: the loss, the loops and the CLI may all 
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
-import typing
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 
 class UnknownHealthKey(KeyError):
@@ -349,137 +346,3 @@ class SapoHealth(LearnerHealth):
 
 RECORDS: tuple[type[NodeHealth], ...] = (SamplerHealth, LearnerHealth, SapoHealth, BootstrapHealth)
 ROLE_RECORDS: dict[str, type[NodeHealth]] = {role: cls for cls in RECORDS for role in cls.ROLES}
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldSpec:
-    """One health field as the derived outputs see it."""
-
-    name: str
-    type: Any  # the Python type without None: int, float, str, list[int], list[float | None], dict[str, int]
-    help: str
-    metric: str | None
-    kind: str
-    label: str | None
-    labels_from: str | None
-    minimum: float | None
-    maximum: float | None
-    wire: bool
-    roles: tuple[str, ...]
-
-    @property
-    def json_schema(self) -> dict[str, Any]:
-        """The field's JSON Schema (what `status --json` may hold under `health`)."""
-        return _schema(self.type, self.minimum, self.maximum)
-
-
-def _without_none(tp: Any) -> Any:
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        rest = [a for a in typing.get_args(tp) if a is not type(None)]
-        return rest[0] if len(rest) == 1 else Union[tuple(rest)]  # noqa: UP007 (built from a runtime tuple)
-    return tp
-
-
-_JSON_TYPES = {int: "integer", float: "number", str: "string"}
-
-
-def _schema(tp: Any, minimum: float | None = None, maximum: float | None = None) -> dict[str, Any]:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is list:
-        return {"type": "array", "items": _schema(args[0], minimum, maximum)}
-    if origin is dict:
-        return {"type": "object", "additionalProperties": _schema(args[1], minimum, maximum)}
-    if origin in (Union, types.UnionType):  # float | None inside a list: a gap
-        names = [_JSON_TYPES[a] if a is not type(None) else "null" for a in args]
-        out: dict[str, Any] = {"type": names}
-    else:
-        out = {"type": _JSON_TYPES[tp]}
-    if minimum is not None:
-        out["minimum"] = minimum
-    if maximum is not None:
-        out["maximum"] = maximum
-    return out
-
-
-def _collect() -> dict[str, FieldSpec]:
-    out: dict[str, FieldSpec] = {}
-    for cls in RECORDS:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            roles = tuple(r for c in RECORDS if f.name in {g.name for g in dataclasses.fields(c)} for r in c.ROLES)
-            out.setdefault(f.name, FieldSpec(f.name, _without_none(hints[f.name]), roles=roles, **f.metadata))
-    return out
-
-
-FIELDS: dict[str, FieldSpec] = _collect()  # every health field of every role, by name
-WIRE_FIELDS: dict[str, FieldSpec] = {k: f for k, f in FIELDS.items() if f.wire}  # what the DHT record carries
-
-
-def check_value(spec: FieldSpec, value: Any) -> bool:
-    """Whether `value` fits the field's type (finite numbers only, no bools; lists checked item by item)."""
-    return _fits(spec.type, value)
-
-
-def _fits(tp: Any, value: Any) -> bool:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is list:
-        return isinstance(value, (list, tuple)) and all(_fits(args[0], v) for v in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(_fits(args[1], v) for v in value.values())
-    if origin in (Union, types.UnionType):
-        return any(_fits(a, value) for a in args)
-    if tp is type(None):
-        return value is None
-    if isinstance(value, bool):
-        return False
-    if tp is float:
-        return isinstance(value, (int, float)) and math.isfinite(value)
-    return isinstance(value, tp)
-
-
-# ---------------------------------------------------------------------------------- documented tables
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")  # a table cell's own bars
-
-
-def _nodes(spec: FieldSpec) -> str:
-    return "all" if len(spec.roles) == len(ROLE_RECORDS) else ", ".join(spec.roles)
-
-
-def metrics_table() -> str:
-    """The Metrics table (docs/status-and-metrics.md): one row per Prometheus family, derived from the records."""
-    rows = ["| metric | type | health key | nodes | meaning |", "|---|---|---|---|---|"]
-    for spec in FIELDS.values():
-        if spec.metric is None:
-            continue
-        name = spec.metric + ("_total" if spec.kind == "counter" else "") + (f"{{{spec.label}}}" if spec.label else "")
-        rows.append(f"| `{name}` | {spec.kind} | `{spec.name}` | {_nodes(spec)} | {_cell(spec.help)} |")
-    return "\n".join(rows)
-
-
-def health_table() -> str:
-    """The table of the `health` keys a peer record carries (status JSON; docs/status-and-metrics.md), derived from
-    the records."""
-    rows = ["| key | type | nodes | meaning |", "|---|---|---|---|"]
-    for spec in WIRE_FIELDS.values():
-        shape = _schema(spec.type)
-        kind = f"array of {_item_name(shape['items'])}" if shape["type"] == "array" else shape["type"]
-        rows.append(f"| `{spec.name}` | {kind} | {_nodes(spec)} | {_cell(spec.help)} |")
-    return "\n".join(rows)
-
-
-def _item_name(schema: dict[str, Any]) -> str:
-    tp = schema["type"]
-    return " or ".join(tp) if isinstance(tp, list) else tp
-
-
-def markdown_tables() -> dict[str, str]:
-    """The generated tables of docs/status-and-metrics.md by name (`python -m swarmnode.observe.health_record` prints them)."""
-    return {"health": health_table(), "metrics": metrics_table()}
-
-
-if __name__ == "__main__":
-    for name, table in markdown_tables().items():
-        print(f"<!-- {name} table -->\n{table}\n")

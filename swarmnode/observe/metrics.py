@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from swarmnode.observe.health_record import FIELDS, NodeHealth
+from swarmnode.observe.health_fields import FIELDS
+from swarmnode.observe.health_record import NodeHealth
 from swarmnode.staleness import bucket_label
 
 # health key -> (metric name, kind, help) of the unlabelled families. Counters get _total as Prometheus expects.

@@ -12,7 +12,7 @@ from typing import Any
 
 from swarmnode.errors import SwarmnodeError
 from swarmnode.observe.board_schema import BOARD_SCHEMA, CURVES_SCHEMA
-from swarmnode.observe.health_record import WIRE_FIELDS
+from swarmnode.observe.health_fields import WIRE_FIELDS
 from swarmnode.protocol.reachability import REACHABILITIES
 
 STATUS_SCHEMA_VERSION = 2

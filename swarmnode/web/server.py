@@ -17,7 +17,7 @@ import json
 from collections import Counter, OrderedDict
 from typing import Any
 
-from swarmnode.swarm.rollout_push.receive import TokenBucket
+from swarmnode.swarm.rollout_push.peer_guard import TokenBucket
 
 MAX_HEAD_BYTES = 8192
 SECURITY_HEADERS = (

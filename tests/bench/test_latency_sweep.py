@@ -71,6 +71,7 @@ def test_held_out_evaluation_every_n_steps(swarmnode_home):
     assert [p["loss"] for p in plain["curve"]] == [p["loss"] for p in result["curve"]]
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_train_local_delay_flag(swarmnode_home, tmp_path):
     env = {"SWARMNODE_HOME": str(swarmnode_home), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     base = [

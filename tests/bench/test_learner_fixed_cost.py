@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "learner-fixed-cost" / "fixed_cost.py"
 TINY = ["--lengths", "1,4", "--prompts", "2", "--rows", "2", "--repeats", "1", "--set", "model.tiny.warm_start_steps=0"]

@@ -61,6 +61,7 @@ def test_what_namespaces_lack_is_named(monkeypatch):
     assert "root" in why or "iproute2 (ip, tc not found)" in why
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_host_that_cannot_be_made_is_named_and_leaves_nothing(tmp_path, monkeypatch):
     if NAMESPACES_LACK is not None:
         pytest.skip(NAMESPACES_LACK)
@@ -76,6 +77,7 @@ def test_a_host_that_cannot_be_made_is_named_and_leaves_nothing(tmp_path, monkey
 
 
 @pytest.mark.skipif(NAMESPACES_LACK is not None, reason=str(NAMESPACES_LACK))
+@pytest.mark.usefixtures("starts_processes")
 def test_a_learner_trains_on_groups_that_crossed_capped_links_and_the_namespaces_go(tmp_path):
     run = DemoRun(tmp_path)
     names = ["bootstrap", "learner", "sampler1"]
@@ -104,6 +106,7 @@ def test_a_learner_trains_on_groups_that_crossed_capped_links_and_the_namespaces
     assert not any(ns in listed for ns, _ in made)
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_bad_upload_cap_is_refused_before_anything_runs():
     bench = Path(__file__).resolve().parents[2] / "bench" / "swarm-speedup" / "swarm_value.py"
     done = subprocess.run(

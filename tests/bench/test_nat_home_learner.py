@@ -34,7 +34,11 @@ from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 
 LAB_LACKS = missing_for_nat_lab()
 HOME_RUN = ["network.use_relay=true"]  # the tiny-cpu preset as it is, relaying on (it is off for loopback)
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS)),
+    pytest.mark.usefixtures("starts_processes"),
+]
 
 
 def _status(lab: NatLab, host, sets: list[str], peers: str) -> dict | None:

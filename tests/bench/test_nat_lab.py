@@ -38,7 +38,11 @@ FAST = [
     "sampler.max_groups_per_second=0",
     "network.use_relay=true",
 ]
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS)),
+    pytest.mark.usefixtures("starts_processes"),
+]
 
 
 def _status(lab: NatLab, host, run: DemoRun, sets: list[str], peers: str) -> dict:

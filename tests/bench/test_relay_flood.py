@@ -28,7 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from benchlib.nat_lab import NatLab, missing_for_nat_lab  # noqa: E402
 
 LAB_LACKS = missing_for_nat_lab()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(LAB_LACKS is not None, reason=str(LAB_LACKS)),
+    pytest.mark.usefixtures("starts_processes"),
+]
 
 PEER = str(Path(__file__).resolve().parents[1] / "relay_flood_peer.py")
 PER_ADDRESS, PER_PREFIX, TOTAL = 4, 6, 24

@@ -19,7 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from scale.lab import ScaleLab  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # minutes on a loaded 2-core machine
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1500),
+    pytest.mark.usefixtures("starts_processes"),
+]  # minutes on a loaded 2-core machine
 WINDOW_S = 60.0  # a sampler passes over every shard in 8 refreshes (40 s): a minute holds a pass or more
 SETTLE_S = 30.0  # after a wave, before measuring: a joining node's first lookups fill its routing table
 MAX_GROWTH = 1.5

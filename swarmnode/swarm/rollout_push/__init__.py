@@ -22,16 +22,20 @@ Wire format, both directions: frames of an 8-byte big-endian length and a payloa
   writes {"op": "bye"} before anyone closes (closing right after the last write truncated QUIC streams).
 
 Modules: `streams` (stream names, ack statuses, the polite close), `credit` (how many groups a learner invites:
-`CreditPolicy`, the ack's credit field), `receive` (`RolloutReceiver` and its rate limits), `seen` (its journaled dedup memory), `send` (`RolloutSender`: outboxes, acks, retries, the recent ring served to pullers).
+`CreditPolicy`, the ack's credit field), `receive` (`RolloutReceiver`), `peer_guard` (what a receiver keeps per
+peer: `TokenBucket` rate limits, `PeerBans`), `seen` (its journaled dedup memory), `send` (`RolloutSender`:
+outboxes, acks, retries, the recent ring served to pullers).
 """
 
-from swarmnode.swarm.rollout_push.receive import RolloutReceiver, TokenBucket
+from swarmnode.swarm.rollout_push.peer_guard import PeerBans, TokenBucket
+from swarmnode.swarm.rollout_push.receive import RolloutReceiver
 from swarmnode.swarm.rollout_push.seen import SeenIds
 from swarmnode.swarm.rollout_push.send import RolloutSender
 from swarmnode.swarm.rollout_push.streams import CLOSING_STATUSES, RETRY_STATUSES, pull_protocol, push_protocol
 
 __all__ = [
     "CLOSING_STATUSES",
+    "PeerBans",
     "RETRY_STATUSES",
     "RolloutReceiver",
     "RolloutSender",

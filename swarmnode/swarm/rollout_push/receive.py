@@ -20,6 +20,7 @@ from swarmnode.protocol.rollout import RolloutGroup, RolloutLimits
 from swarmnode.protocol.run_settings import SETTINGS_STATUS
 from swarmnode.swarm.frames import read_header, write_frame, write_frames
 from swarmnode.swarm.hivemind_compat import has_buffered_bytes
+from swarmnode.swarm.rollout_push.peer_guard import PeerBans, TokenBucket
 from swarmnode.swarm.rollout_push.seen import SeenIds
 from swarmnode.swarm.rollout_push.streams import FULL, pull_protocol, push_protocol
 from swarmnode.swarm.rollout_push.streams import linger as _linger
@@ -29,23 +30,6 @@ logger = logging.getLogger(__name__)
 SEEN_CAPACITY = 200_000  # group ids remembered (and journaled) for exactly-once delivery
 MAX_GROUPS_PER_READ = 64  # groups already buffered on one stream admitted together (one journal sync, one write)
 INLINE_DECODE_BYTES = 4096  # messages up to this size are decoded on the event loop (see RolloutReceiver)
-
-
-class TokenBucket:
-    """`rate` tokens per second, at most `burst` saved up."""
-
-    def __init__(self, rate: float, burst: float):
-        self.rate, self.burst = rate, burst
-        self.tokens, self.stamp = burst, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
 
 
 class RolloutReceiver:
@@ -123,12 +107,11 @@ class RolloutReceiver:
         self.turn = turn  # (sender) -> whether its push may pass now (False: "full"; `credit.CreditPolicy.in_turn`)
         self.turn_wait = turn_wait  # (sender) -> seconds a "full" ack tells it to wait (`CreditPolicy.turn_wait`)
         self.settle = settle  # (sender, status) of a group past the door -> whether it counts against the sender
-        self.on_ban = on_ban
         self.version = version  # the learner's current policy version, told in every ack
         self.limits = limits
         self.max_message_bytes = limits.max_bytes
         self.rate, self.burst = rate, burst
-        self.strikes_to_ban, self.ban_seconds = strikes_to_ban, ban_seconds
+        self.bans = PeerBans(strikes_to_ban, ban_seconds, on_ban)
         self.idle_timeout, self.read_timeout = idle_timeout, read_timeout
         self.max_streams_per_peer = max_streams_per_peer
         self.inline_decode_bytes = inline_decode_bytes
@@ -137,8 +120,6 @@ class RolloutReceiver:
         self.statuses: collections.Counter[str] = collections.Counter()
         self.rejections: collections.Counter[str] = collections.Counter()  # reason -> count (garbage only)
         self._buckets: dict[str, TokenBucket] = {}
-        self._strikes: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
-        self._banned_until: dict[str, float] = {}
         self._last_log: dict[tuple[str, str], float] = {}
         self._streams: collections.Counter[str] = collections.Counter()  # open push streams per peer
         self._closed = False
@@ -155,22 +136,12 @@ class RolloutReceiver:
         self._decoder.shutdown(wait=False, cancel_futures=True)
 
     def is_banned(self, peer: str) -> bool:
-        until = self._banned_until.get(peer)
-        if until is None:
-            return False
-        if time.monotonic() >= until:
-            del self._banned_until[peer]
-            return False
-        return True
+        """Whether `peer` is ignored now (`PeerBans`)."""
+        return self.bans.is_banned(peer)
 
     def recent_offenders(self) -> list[str]:
         """Peers that sent invalid data within the last `ban_seconds` (banned or not), most recent first."""
-        now = time.monotonic()
-        last = {p: d[-1] for p, d in self._strikes.items() if d and d[-1] >= now - self.ban_seconds}
-        for peer, until in self._banned_until.items():
-            if until > now:
-                last[peer] = max(last.get(peer, 0.0), until - self.ban_seconds)
-        return sorted(last, key=lambda p: -last[p])
+        return self.bans.recent_offenders()
 
     # -- the push path ------------------------------------------------------------------------------------
     async def _handle_push(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -425,21 +396,12 @@ class RolloutReceiver:
             self.rejections[kind] += 1
             self.statuses[kind] += 1
         logger.warning("rollouts: rejected from %s: %s", peer[-8:], reason)
-        now = time.monotonic()
-        strikes = self._strikes[peer]
-        strikes.append(now)
-        while strikes and strikes[0] < now - self.ban_seconds:
-            strikes.popleft()
-        if len(strikes) >= self.strikes_to_ban and not self.is_banned(peer):
-            self._banned_until[peer] = now + self.ban_seconds
-            strikes.clear()
-            if self.on_ban is not None:
-                self.on_ban(peer)
+        if self.bans.strike(peer):
             logger.warning(
                 "rollouts: ignoring %s for %.0f s after %d bad messages",
                 peer[-8:],
-                self.ban_seconds,
-                self.strikes_to_ban,
+                self.bans.ban_seconds,
+                self.bans.strikes_to_ban,
             )
 
     # -- the pull path ------------------------------------------------------------------------------------
