@@ -20,6 +20,8 @@ from swarmnode.identity import Identity
 from swarmnode.model.models import load_model
 from swarmnode.swarm.weights import WeightStore
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 RUN = "export-vllm"
 PROMPTS = ["3+5=", "12+13=", "7+0="]
 TOP = 5  # log-probs compared per prompt: vLLM's top 5 next tokens

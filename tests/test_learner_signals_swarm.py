@@ -17,6 +17,8 @@ import pytest
 from restart_helpers import WORK, learner_args, steps, wait_for, wait_rows
 from swarm_helpers import LocalSwarm
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 SHIFTER = str(Path(__file__).with_name("shifted_sampler.py"))
 CORRECTION = [  # the run's (learner and trust settings are shared by every node)
     "learner.vllm_importance_sampling_correction=true",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 from learner_helpers import FAST, make_loop
 from swarm_helpers import FAST_NET, LOOPBACK
@@ -21,6 +22,8 @@ from swarmnode.swarm.follower import LivePeers, WeightPuller
 from swarmnode.swarm.publisher import VersionPublisher
 from swarmnode.swarm.weights import ModelLayout, WeightServer, WeightStore
 from swarmnode.tasks import build_task
+
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
 
 RUN = "publish-dtype"
 

@@ -224,7 +224,7 @@ def test_typicality_flags_chosen_text_from_the_training_forward(cfg, parts):
                     engine.model, [g.prompt_tokens] * len(g.completions), g.completions, 1.0, 0, variance=True
                 )
             watch.add([R(g)] * len(g.completions), scores.logp, scores.entropy, scores.variance, scores.mask)
-        flagged = watch.flagged()
+        flagged = watch.flagged_now()
         assert len(flagged) == (len(groups) if lied else 0), flagged
 
 

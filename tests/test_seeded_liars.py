@@ -17,6 +17,8 @@ from swarm_helpers import LocalSwarm
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # every test here starts processes
+
 SETS = ["trust.seeded_groups=true", "learner.publish_every=100000"]  # one version: every claim checkable
 PER_LIAR = 24
 

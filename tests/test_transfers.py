@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from swarmnode.learner.row_tensors import padded
-from swarmnode.model.transfers import host_copies, readback, to_device
+from swarmnode.model.transfers import host_copies, readback, readback_with, to_device
 
 
 def test_readback_gives_exactly_float_of_each_tensor():
@@ -22,6 +22,16 @@ def test_readback_gives_exactly_float_of_each_tensor():
     for k in ("f32", "f64", "i64", "bool"):
         assert out[k] == float(values[k]) and type(out[k]) is float, k
     assert out["plain"] == 0.25 and out["nan"] != out["nan"]
+
+
+def test_readback_with_a_table_gives_the_same_figures_and_the_table_as_rows():
+    values = {"a": torch.tensor(0.1, dtype=torch.float32), "b": 2.5, "c": torch.tensor(3)}
+    table = torch.tensor([[1.0, -2.0], [0.25, 7.0], [3.0, 4.0]])
+    figures, rows = readback_with(values, table)
+    assert figures == readback(values) and list(figures) == ["a", "b", "c"]
+    assert rows == [[1.0, -2.0], [0.25, 7.0], [3.0, 4.0]]
+    assert readback_with(values, None) == (readback(values), None)
+    assert readback_with(values, torch.zeros(0, 2)) == (readback(values), [])
 
 
 def test_padded_matches_a_row_by_row_fill():

@@ -122,7 +122,7 @@ def costs(cfg, model, tokenizer, task, groups, pad: int) -> dict:
     loop = LearnerLoop(model, tokenizer, task, cfg, ReplayBuffer.from_config(cfg), publish=None)
     signal = [rows for x in groups if (rows := loop.rows.rows(x, 0)) and len({r.reward for r in rows}) > 1]
     step_groups = signal[: cfg.learner.prompts_per_step]
-    with_sums = timed(lambda: (loop._optimise(step_groups), loop.typical.flagged()), 15)
+    with_sums = timed(lambda: (loop._optimise(step_groups), loop.typical.flagged_now()), 15)
     loop.typical.z = 0.0
     without = timed(lambda: loop._optimise(step_groups), 15)
     return {

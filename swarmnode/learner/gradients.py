@@ -38,7 +38,7 @@ from swarmnode.learner.step_totals import merge
 from swarmnode.learner.typicality import TypicalityWatch
 from swarmnode.learner.verify import SpotChecker
 from swarmnode.model.logprobs import completion_scores
-from swarmnode.model.transfers import readback, to_device
+from swarmnode.model.transfers import readback, readback_with, to_device
 
 _FINITE = "_loss_is_finite"  # read back with a micro-batch's diagnostics, then removed
 
@@ -70,11 +70,14 @@ class StepGradients:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         merged = self.accumulate_gradients(groups, lazy=True)
-        self._judge_typicality()
         self.precision.unscale(self.optimizer)
         params = [p for p in self.trainable if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.lc.max_grad_norm)
-        figures: dict[str, Any] = readback({**merged, "grad_norm": norm})  # the step's figures in one transfer
+        typical = self.typical.take()
+        read, sums = readback_with({**merged, "grad_norm": norm}, typical[1] if typical else None)  # one transfer
+        figures: dict[str, Any] = dict(read)
+        if typical is not None and sums is not None:
+            self._judge_typicality(typical[0], sums)
         learning_rate = self.optimizer.param_groups[0]["lr"]
         if not self.precision.optimizer_step(self.optimizer, math.isfinite(figures["grad_norm"])):
             # under fp16's loss scaler an overflow is routine (the scale shrinks); otherwise it is bad data
@@ -87,10 +90,10 @@ class StepGradients:
             figures["loss_scale"] = self.precision.loss_scale
         return figures
 
-    def _judge_typicality(self) -> None:
+    def _judge_typicality(self, rows: list, sums: list[list[float]]) -> None:
         """Catch the sender of each far-out group of the step (`learner.typicality`): checked at rate 1 from now
         on, its buffered groups dropped, reported to `on_poisoned`."""
-        for group, score in self.typical.flagged():
+        for group, score in self.typical.flagged(rows, sums):
             if not self.hooks.checkable(group):
                 continue
             self.rejected["atypical"] += 1

@@ -26,7 +26,8 @@ SLACK_NATS = 8.0  # a few unlikely tokens an honest sample may draw
 
 
 class TypicalityWatch:
-    """Collects the step's per-completion sums (device tensors, read back once) and names the far-out groups."""
+    """Collects the step's per-completion sums (device tensors, read back with the step's figures) and names the
+    far-out groups."""
 
     def __init__(self, z: float):
         self.z = z
@@ -46,13 +47,22 @@ class TypicalityWatch:
             excess = ((-logp.detach() - entropy.detach()) * m).sum(dim=1)
             self._parts.append((rows, torch.stack([excess, (variance * m).sum(dim=1)], dim=1)))
 
-    def flagged(self) -> list[tuple[Any, float]]:
-        """The step's far-out groups, each once, with its largest (S - slack) / sqrt(sum V); the sums are cleared."""
+    def take(self) -> tuple[list, torch.Tensor] | None:
+        """The step's rows and their [rows, 2] sums (excess, variance) on the device, to read back with the step's
+        figures (`flagged`); cleared."""
         parts, self._parts = self._parts, []
         if not parts:
-            return []
-        values = torch.cat([sums for _, sums in parts]).cpu().tolist()  # one transfer
-        rows = [row for batch, _ in parts for row in batch]
+            return None
+        return [row for batch, _ in parts for row in batch], torch.cat([sums for _, sums in parts])
+
+    def flagged_now(self) -> list[tuple[Any, float]]:
+        """`take` and `flagged` at once (its own transfer): for a caller outside a learner step."""
+        taken = self.take()
+        return [] if taken is None else self.flagged(taken[0], taken[1].cpu().tolist())
+
+    def flagged(self, rows: list, values: list[list[float]]) -> list[tuple[Any, float]]:
+        """The far-out groups among `rows` (with their read-back sums `values`), each once, with its largest
+        (S - slack) / sqrt(sum V)."""
         groups: dict[str, list] = {}
         worst: dict[str, float] = {}
         for row, (excess, var) in zip(rows, values):

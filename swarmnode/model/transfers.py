@@ -40,6 +40,21 @@ def readback(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
     return {k: out[k] for k in values}
 
 
+def readback_with(
+    values: dict[str, torch.Tensor | float], table: torch.Tensor | None
+) -> tuple[dict[str, float], list[list[float]] | None]:
+    """`readback(values)` and the 2-D `table` as rows of floats, in the same one transfer from `table`'s device."""
+    if table is None:
+        return readback(values), None
+    dtype = torch.float32 if table.device.type == "mps" else torch.float64
+    near = {k: v for k, v in values.items() if isinstance(v, torch.Tensor) and v.device == table.device}
+    scalars = [v.detach().reshape(1).to(dtype) for v in near.values()]
+    flat = torch.cat([*scalars, table.detach().to(dtype).reshape(-1)]).tolist()
+    got = {**readback({k: v for k, v in values.items() if k not in near}), **dict(zip(near, flat[: len(near)]))}
+    cells, width = flat[len(near) :], max(table.shape[1], 1)
+    return {k: got[k] for k in values}, [cells[i : i + width] for i in range(0, len(cells), width)]
+
+
 def host_copies(tensors: dict[str, torch.Tensor], dtype_of) -> dict[str, torch.Tensor]:
     """CPU copies of `tensors`, each cast to `dtype_of(tensor)`: from a GPU, all copies are queued at once
     (into pinned memory) and the host waits once for the last, not once per tensor."""
