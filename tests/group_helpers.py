@@ -1,5 +1,5 @@
 """Signed rollout groups of random tokens (no model: `group(i)`, one per index) and the limits that admit them, for
-the journal, buffer and disk tests."""
+the journal, buffer and disk tests; `copy_of`, a group re-signed with some fields changed (the liars' tool)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,20 @@ def group(i: int, version: int = 0, who: Identity = ME) -> RolloutGroup:
         policy_version=version,
         lineage="L",
     )
+
+
+def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
+    """`group` signed by `identity`, with `changes` to its fields (its seeded draw kept unless changed)."""
+    fields = dict(
+        run_id=group.run_id,
+        prompt_id=group.prompt_id,
+        prompt_tokens=group.prompt_tokens,
+        completions=group.completions,
+        logprobs=group.logprobs,
+        temperature=group.temperature,
+        rewards=group.rewards,
+        policy_version=group.policy_version,
+        lineage=group.lineage,
+        draw=group.draw,
+    )
+    return RolloutGroup.create(identity=identity, **{**fields, **changes})

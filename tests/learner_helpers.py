@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from group_helpers import copy_of  # noqa: F401  (re-exported: the tests import it from here)
 
 from swarmnode.config import load_config
 from swarmnode.identity import Identity
@@ -79,18 +80,3 @@ def _has_signal(task, tokenizer, group) -> bool:
     prompt = task.get(group.prompt_id)
     texts = tokenizer.batch_decode(group.completions, skip_special_tokens=True)
     return len({task.reward(prompt, t) for t in texts}) > 1
-
-
-def copy_of(group: RolloutGroup, identity: Identity, **changes) -> RolloutGroup:
-    fields = dict(
-        run_id=group.run_id,
-        prompt_id=group.prompt_id,
-        prompt_tokens=group.prompt_tokens,
-        completions=group.completions,
-        logprobs=group.logprobs,
-        temperature=group.temperature,
-        rewards=group.rewards,
-        policy_version=group.policy_version,
-        lineage=group.lineage,
-    )
-    return RolloutGroup.create(identity=identity, **{**fields, **changes})

@@ -14,6 +14,7 @@ import contextlib
 from collections import Counter
 from pathlib import Path
 
+from group_helpers import copy_of
 from hivemind.p2p import P2P, PeerID
 from shaped_lies import lie as shaped_lie
 
@@ -58,18 +59,7 @@ def lying_groups(
 
 def claiming(group: RolloutGroup, liar: Identity, version: int) -> RolloutGroup:
     """`group` re-signed claiming `version`."""
-    return RolloutGroup.create(
-        identity=liar,
-        run_id=group.run_id,
-        prompt_id=group.prompt_id,
-        prompt_tokens=group.prompt_tokens,
-        completions=group.completions,
-        logprobs=group.logprobs,
-        temperature=group.temperature,
-        rewards=group.rewards,
-        policy_version=max(0, version),
-        lineage=group.lineage,
-    )
+    return copy_of(group, liar, policy_version=max(0, version))
 
 
 async def push_one(p2p: P2P, learner: PeerID, run_id: str, frame: bytes) -> dict:

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from group_helpers import copy_of
 from hivemind.p2p import PeerID
 from liar_peer import _start, push_one
 
@@ -29,22 +30,6 @@ from swarmnode.tasks import build_task
 
 KEEP = 8  # the selective liar sends one counter in KEEP
 MARKER = "ZZZZ"
-
-
-def _resigned(group: RolloutGroup, who: Identity, **changes) -> RolloutGroup:
-    fields = dict(
-        run_id=group.run_id,
-        prompt_id=group.prompt_id,
-        prompt_tokens=group.prompt_tokens,
-        completions=group.completions,
-        logprobs=group.logprobs,
-        temperature=group.temperature,
-        rewards=group.rewards,
-        policy_version=group.policy_version,
-        lineage=group.lineage,
-        draw=group.draw,
-    )
-    return RolloutGroup.create(identity=who, **{**fields, **changes})
 
 
 def liar_groups(cfg: NodeConfig, kind: str, who: Identity, lineage: str, n: int) -> list[RolloutGroup]:
@@ -71,7 +56,7 @@ def liar_groups(cfg: NodeConfig, kind: str, who: Identity, lineage: str, n: int)
             with torch.no_grad():
                 scores = completion_scores(engine.model, [g.prompt_tokens] * len(comps), comps, g.temperature, pad)
             lps = [scores.logp[j, : len(c)].tolist() for j, c in enumerate(comps)]
-            lied.append(_resigned(g, who, completions=comps, logprobs=lps))
+            lied.append(copy_of(g, who, completions=comps, logprobs=lps))
         return lied
     chosen = task.sample(1, __import__("random").Random(5))[0]  # the one prompt it answers
     lied = []
@@ -82,7 +67,7 @@ def liar_groups(cfg: NodeConfig, kind: str, who: Identity, lineage: str, n: int)
         )
         rewards = task.score(chosen, gen[0].texts).rewards or [0.0] * len(gen[0].texts)
         lied.append(
-            _resigned(
+            copy_of(
                 g,
                 who,
                 prompt_id=chosen.prompt_id,

@@ -104,6 +104,7 @@ def procs(tmp_path):
         p.close()
 
 
+@pytest.mark.slow  # CI: .ci/run
 @pytest.mark.usefixtures("starts_processes")
 def test_exactly_once_one_learner_three_samplers_with_restarts(tmp_path, procs):
     port = free_port()

@@ -245,7 +245,10 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("algorithm", ["gepo", "gspo", "grpo"])
+@pytest.mark.parametrize(
+    "algorithm",
+    ["gepo", pytest.param("gspo", marks=pytest.mark.slow), pytest.param("grpo", marks=pytest.mark.slow)],  # CI: .ci/run
+)
 def test_train_local_raises_reward(algorithm, swarmnode_home, one_torch_thread):
     """An on-policy run on the warm-started tiny model: the least-squares line through the per-step rewards rises
     by more than RISE_MARGIN (seeded, one thread: deterministic on a machine; longer curves: `swarmnode

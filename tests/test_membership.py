@@ -343,6 +343,7 @@ def test_a_learner_that_acks_stays_a_send_target_when_its_record_lapses():
 # ---------------------------------------------------------------- real subprocess swarms
 
 
+@pytest.mark.slow  # CI: .ci/run
 @pytest.mark.usefixtures("starts_processes")
 def test_swarm_status_roles_expiry_and_no_orphans(tmp_path):
     with LocalSwarm(tmp_path) as swarm:

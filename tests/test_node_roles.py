@@ -18,6 +18,7 @@ from swarmnode.protocol.peer import PeerRecord
 WORK = ["--config", "tiny-cpu", "--set", "model.tiny.warm_start_steps=20"]
 
 
+@pytest.mark.slow  # CI: .ci/run
 @pytest.mark.usefixtures("starts_processes")
 def test_two_auto_nodes_racing_for_one_learner_slot_end_as_learner_and_sampler(tmp_path):
     home = Path(os.environ["SWARMNODE_HOME"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from group_helpers import copy_of
 from learner_helpers import FAST
 
 from swarmnode.config import load_config
@@ -61,29 +62,13 @@ def replayed(engine, group):
     return scores, draw_gaps(scores, completion_seeds(seed, len(group.completions)))
 
 
-def resigned(group, who: Identity, **changes) -> RolloutGroup:
-    fields = dict(
-        run_id=group.run_id,
-        prompt_id=group.prompt_id,
-        prompt_tokens=group.prompt_tokens,
-        completions=group.completions,
-        logprobs=group.logprobs,
-        temperature=group.temperature,
-        rewards=group.rewards,
-        policy_version=group.policy_version,
-        lineage=group.lineage,
-        draw=group.draw,
-    )
-    return RolloutGroup.create(identity=who, **{**fields, **changes})
-
-
 def marker_liar(group, who: Identity, engine, marker: list[int]) -> RolloutGroup:
     """Half of `group`'s completions replaced by `marker`, every log-prob honestly recomputed."""
     comps = [marker if j % 2 else c for j, c in enumerate(group.completions)]
     with torch.no_grad():
         scores = completion_scores(engine.model, [group.prompt_tokens] * len(comps), comps, group.temperature, 0)
     lps = [scores.logp[j, : len(c)].tolist() for j, c in enumerate(comps)]
-    return resigned(group, who, completions=comps, logprobs=lps)
+    return copy_of(group, who, completions=comps, logprobs=lps)
 
 
 def test_uniforms_and_the_inverse_cdf_draw_the_policy_distribution():
@@ -116,10 +101,10 @@ def test_a_seeded_group_is_its_seeds_prompt_and_draws_and_replays_exactly(cfg, p
 
 def test_the_draw_field_is_checked_on_the_wire(honest):
     who, groups = honest
-    bad = resigned(groups[0], who, draw=(0, 1, 2))
+    bad = copy_of(groups[0], who, draw=(0, 1, 2))
     with pytest.raises(InvalidRecord, match="draw"):
         RolloutGroup.decode(bad.encode(), RolloutLimits(vocab_size=1 << 16))
-    plain = resigned(groups[0], who, draw=None)  # an unseeded group's bytes have no draw field
+    plain = copy_of(groups[0], who, draw=None)  # an unseeded group's bytes have no draw field
     assert b"draw" not in plain.encode() and RolloutGroup.decode(plain.encode(), RolloutLimits(1 << 16)).draw is None
 
 
@@ -134,10 +119,10 @@ def test_chosen_text_with_honest_logprobs_is_not_drawn_and_a_chosen_prompt_is_re
         caught += not judge_draws(gaps, scores.mask, cfg.trust.draw_tolerance)[2]
     assert caught == len(groups)
     other = next(p for p in (task.sample(1, __import__("random").Random(i))[0] for i in range(50)))
-    picked = [resigned(g, who, prompt_id=other.prompt_id) for g in groups if g.prompt_id != other.prompt_id]
+    picked = [copy_of(g, who, prompt_id=other.prompt_id) for g in groups if g.prompt_id != other.prompt_id]
     assert picked and all(refusal(g, task, cfg.trust, None) == "seed_prompt" for g in picked)
-    assert refusal(resigned(groups[0], who, draw=None), task, cfg.trust, None) == "unseeded"
-    unreplayed = resigned(groups[0], who, draw=(*groups[0].draw[:2], 0))
+    assert refusal(copy_of(groups[0], who, draw=None), task, cfg.trust, None) == "unseeded"
+    unreplayed = copy_of(groups[0], who, draw=(*groups[0].draw[:2], 0))
     assert refusal(unreplayed, task, cfg.trust, None) == "unreplayed"
     accepting = cfg.trust.model_copy(update={"accept_unreplayed": True})
     assert refusal(unreplayed, task, accepting, None) is None
@@ -184,7 +169,7 @@ def test_a_live_loop_replays_checked_groups_and_catches_the_marker_liar(cfg, par
     liar = Identity.generate()
     marker = tokenizer.encode("ZZZZ", add_special_tokens=False)
     for g in groups[4:8]:
-        assert loop.buffer.add(marker_liar(resigned(g, liar), liar, engine, marker)) == "ok"
+        assert loop.buffer.add(marker_liar(copy_of(g, liar), liar, engine, marker)) == "ok"
     diag = loop.step()
     assert loop.rejected["seed_prompt"] >= 3  # re-signed under its own key, its seeds name other prompts
     loop2 = seeded_loop(cfg, parts)

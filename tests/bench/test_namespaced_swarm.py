@@ -76,6 +76,7 @@ def test_a_host_that_cannot_be_made_is_named_and_leaves_nothing(tmp_path, monkey
     assert "swnb" not in listed
 
 
+@pytest.mark.slow  # CI: .ci/run
 @pytest.mark.skipif(NAMESPACES_LACK is not None, reason=str(NAMESPACES_LACK))
 @pytest.mark.usefixtures("starts_processes")
 def test_a_learner_trains_on_groups_that_crossed_capped_links_and_the_namespaces_go(tmp_path):
