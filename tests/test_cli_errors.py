@@ -123,6 +123,7 @@ def test_second_bootstrap_on_a_port_in_use_is_refused(tmp_path):
         assert first.popen.poll() is None  # the first one is untouched
 
 
+@pytest.mark.slow  # CI: .ci/run
 @pytest.mark.usefixtures("starts_processes")
 def test_a_run_id_mismatch_is_named_by_status_and_the_bootstrap(tmp_path):
     # the trap: `bootstrap` without --config is run swarmnode-demo, nodes joined with --config tiny-cpu are tiny-demo

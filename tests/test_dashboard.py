@@ -276,6 +276,7 @@ def test_dashboard_exits_cleanly_on_ctrl_c(swarm, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+@pytest.mark.slow  # CI: .ci/run
 @pytest.mark.usefixtures("starts_processes")
 def test_dashboard_says_when_it_lost_contact_with_the_swarm(tmp_path):
     with LocalSwarm(tmp_path / "lonely", run_id="lonely-run") as lonely:

@@ -98,6 +98,7 @@ def test_a_sapo_node_prints_progress_lines_and_a_summary():
     assert quiet == ["sapo: stopped before its first training step"]
 
 
+@pytest.mark.slow  # CI: .ci/run
 @pytest.mark.usefixtures("starts_processes")
 def test_status_pointed_at_a_bootstrap_without_the_run_id_names_the_run_it_serves(tmp_path):
     import secrets
