@@ -69,6 +69,56 @@ def _compute_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else weight.dtype
 
 
+def online_tiles(
+    hidden, weight, bias, targets, inv_temp, token_chunk: int, vocab_chunk: int, variance=False, below=False
+):
+    """(log p(target), entropy, log Z, Var(log p) or None, P(token < target) or None) per row of
+    `softmax((hidden @ weight.T + bias) * inv_temp)`, tile by tile (online logsumexp; no [N, V] tensor)."""
+    cdt = _compute_dtype(hidden, weight)
+    N, V = hidden.shape[0], weight.shape[0]
+    dev = hidden.device
+    running_max = torch.full((N,), float("-inf"), device=dev)
+    sum_exp = torch.zeros(N, device=dev)
+    sum_exp_z = torch.zeros(N, device=dev)  # sum_v exp(z_v - max) * z_v, for the entropy
+    sum_exp_z2 = torch.zeros(N, device=dev) if variance else None  # sum_v exp(z_v - max) * z_v^2
+    sum_below = torch.zeros(N, device=dev) if below else None  # sum over v < target of exp(z_v - max)
+    target_z = torch.zeros(N, device=dev)
+    with torch.autocast(dev.type, enabled=False):
+        for t0 in range(0, N, token_chunk):
+            rows = slice(t0, min(t0 + token_chunk, N))
+            h = hidden[rows].to(cdt)
+            for v0 in range(0, V, vocab_chunk):
+                v1 = min(v0 + vocab_chunk, V)
+                z = _mm_fp32(h, weight[v0:v1].to(cdt).t())
+                if bias is not None:
+                    z += bias[v0:v1].float()
+                z *= inv_temp[rows, None].float()
+                new_max = torch.maximum(running_max[rows], z.amax(dim=1))
+                rescale = torch.exp(running_max[rows] - new_max)
+                e = (z - new_max[:, None]).exp_()  # the only other tile alive: exp(z - max)
+                local = targets[rows] - v0
+                if sum_below is not None:
+                    cols = torch.arange(v1 - v0, device=dev)
+                    sum_below[rows] = sum_below[rows] * rescale + (e * (cols[None, :] < local[:, None])).sum(dim=1)
+                sum_exp[rows] = sum_exp[rows] * rescale + e.sum(dim=1)
+                e_dot_z = torch.bmm(e[:, None, :], z[:, :, None]).view(-1)  # sum_v e*z without a third tile
+                sum_exp_z[rows] = sum_exp_z[rows] * rescale + e_dot_z
+                if sum_exp_z2 is not None:  # e * z in place (e is not needed after this)
+                    e_z2 = torch.bmm(e.mul_(z)[:, None, :], z[:, :, None]).view(-1)
+                    sum_exp_z2[rows] = sum_exp_z2[rows] * rescale + e_z2
+                del e
+                running_max[rows] = new_max
+                inside = (local >= 0) & (local < v1 - v0)
+                picked = z.gather(1, local.clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)
+                target_z[rows] = torch.where(inside, picked, target_z[rows])
+    log_z = running_max + torch.log(sum_exp)
+    mean_z = sum_exp_z / sum_exp
+    var = None
+    if sum_exp_z2 is not None:
+        var = (sum_exp_z2 / sum_exp - mean_z * mean_z).clamp_(min=0.0)  # Var(log p) under p: no gradient
+    return target_z - log_z, log_z - mean_z, log_z, var, None if sum_below is None else sum_below / sum_exp
+
+
 class ChunkedLMHeadLogProbs(torch.autograd.Function):
     """(log p(target), entropy) per token of `softmax((hidden @ weight.T + bias) * inv_temp)`, tile by tile.
 
@@ -81,48 +131,14 @@ class ChunkedLMHeadLogProbs(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, targets, inv_temp, token_chunk: int, vocab_chunk: int, variance=False):
         ctx.set_materialize_grads(False)
         cdt = _compute_dtype(hidden, weight)
-        N, V = hidden.shape[0], weight.shape[0]
-        dev = hidden.device
-        running_max = torch.full((N,), float("-inf"), device=dev)
-        sum_exp = torch.zeros(N, device=dev)
-        sum_exp_z = torch.zeros(N, device=dev)  # sum_v exp(z_v - max) * z_v, for the entropy
-        sum_exp_z2 = torch.zeros(N, device=dev) if variance else None  # sum_v exp(z_v - max) * z_v^2
-        target_z = torch.zeros(N, device=dev)
         inv_temp = inv_temp.float()
-        with torch.autocast(dev.type, enabled=False):
-            for t0 in range(0, N, token_chunk):
-                rows = slice(t0, min(t0 + token_chunk, N))
-                h = hidden[rows].to(cdt)
-                for v0 in range(0, V, vocab_chunk):
-                    v1 = min(v0 + vocab_chunk, V)
-                    z = _mm_fp32(h, weight[v0:v1].to(cdt).t())
-                    if bias is not None:
-                        z += bias[v0:v1].float()
-                    z *= inv_temp[rows, None]
-                    new_max = torch.maximum(running_max[rows], z.amax(dim=1))
-                    rescale = torch.exp(running_max[rows] - new_max)
-                    e = (z - new_max[:, None]).exp_()  # the only other tile alive: exp(z - max)
-                    sum_exp[rows] = sum_exp[rows] * rescale + e.sum(dim=1)
-                    e_dot_z = torch.bmm(e[:, None, :], z[:, :, None]).view(-1)  # sum_v e*z without a third tile
-                    sum_exp_z[rows] = sum_exp_z[rows] * rescale + e_dot_z
-                    if sum_exp_z2 is not None:  # e * z in place (e is not needed after this)
-                        e_z2 = torch.bmm(e.mul_(z)[:, None, :], z[:, :, None]).view(-1)
-                        sum_exp_z2[rows] = sum_exp_z2[rows] * rescale + e_z2
-                    del e
-                    running_max[rows] = new_max
-                    local = targets[rows] - v0
-                    inside = (local >= 0) & (local < v1 - v0)
-                    picked = z.gather(1, local.clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)
-                    target_z[rows] = torch.where(inside, picked, target_z[rows])
-        log_z = running_max + torch.log(sum_exp)
-        logp = target_z - log_z
-        entropy = log_z - sum_exp_z / sum_exp
+        logp, entropy, log_z, var, _ = online_tiles(
+            hidden, weight, bias, targets, inv_temp, token_chunk, vocab_chunk, variance=variance
+        )
         ctx.save_for_backward(hidden, weight, bias, targets, inv_temp, log_z, entropy)
         ctx.cdt, ctx.token_chunk, ctx.vocab_chunk = cdt, token_chunk, vocab_chunk
-        if sum_exp_z2 is None:
+        if var is None:
             return logp, entropy
-        mean_z = sum_exp_z / sum_exp
-        var = (sum_exp_z2 / sum_exp - mean_z * mean_z).clamp_(min=0.0)  # Var(log p) under p: no gradient
         ctx.mark_non_differentiable(var)
         return logp, entropy, var
 

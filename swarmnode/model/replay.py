@@ -19,10 +19,9 @@ from swarmnode.model.logprobs import (
     TOKEN_CHUNK,
     VOCAB_CHUNK,
     CompletionScores,
-    _compute_dtype,
-    _mm_fp32,
     _plain_linear_head,
     _prepare,
+    online_tiles,
 )
 
 
@@ -69,38 +68,11 @@ def _from_logits(z: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def _tiles(hidden, weight, bias, targets, inv_temp, token_chunk: int, vocab_chunk: int):
-    """(log p(target), entropy, probability below target) per row, tile by tile (online logsumexp, as
-    `ChunkedLMHeadLogProbs.forward`)."""
-    cdt = _compute_dtype(hidden, weight)
-    N, V, dev = hidden.shape[0], weight.shape[0], hidden.device
-    running_max = torch.full((N,), float("-inf"), device=dev)
-    sum_exp, sum_exp_z, sum_below = (torch.zeros(N, device=dev) for _ in range(3))
-    target_z = torch.zeros(N, device=dev)
-    with torch.autocast(dev.type, enabled=False):
-        for t0 in range(0, N, token_chunk):
-            rows = slice(t0, min(t0 + token_chunk, N))
-            h = hidden[rows].to(cdt)
-            for v0 in range(0, V, vocab_chunk):
-                v1 = min(v0 + vocab_chunk, V)
-                z = _mm_fp32(h, weight[v0:v1].to(cdt).t())
-                if bias is not None:
-                    z += bias[v0:v1].float()
-                z *= inv_temp[rows, None].float()
-                new_max = torch.maximum(running_max[rows], z.amax(dim=1))
-                rescale = torch.exp(running_max[rows] - new_max)
-                e = (z - new_max[:, None]).exp_()
-                local = targets[rows] - v0
-                cols = torch.arange(v1 - v0, device=dev)
-                sum_below[rows] = sum_below[rows] * rescale + (e * (cols[None, :] < local[:, None])).sum(dim=1)
-                sum_exp[rows] = sum_exp[rows] * rescale + e.sum(dim=1)
-                sum_exp_z[rows] = sum_exp_z[rows] * rescale + torch.bmm(e[:, None, :], z[:, :, None]).view(-1)
-                del e
-                running_max[rows] = new_max
-                inside = (local >= 0) & (local < v1 - v0)
-                picked = z.gather(1, local.clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)
-                target_z[rows] = torch.where(inside, picked, target_z[rows])
-    log_z = running_max + torch.log(sum_exp)
-    return target_z - log_z, log_z - sum_exp_z / sum_exp, sum_below / sum_exp
+    """(log p(target), entropy, probability below target) per row, tile by tile (`logprobs.online_tiles`)."""
+    logp, entropy, _, _, below = online_tiles(
+        hidden, weight, bias, targets, inv_temp, token_chunk, vocab_chunk, below=True
+    )
+    return logp, entropy, below
 
 
 def draw_gaps(scores: ReplayScores, seeds: list[int]) -> torch.Tensor:
